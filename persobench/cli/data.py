@@ -1,0 +1,118 @@
+"""Data-side commands: ``datasets``, ``show`` and ``runs``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from persobench.cli import CLIError, store_from_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    datasets = subparsers.add_parser("datasets", help="list the registered datasets with their sizes")
+    datasets.add_argument("--format", choices=("table", "json"), default="table")
+    datasets.set_defaults(handler=cmd_datasets)
+
+    show = subparsers.add_parser("show", help="print annotated samples and the prompts that would be sent")
+    show.add_argument("dataset", help="registered dataset name or path to a .csv/.jsonl file")
+    show.add_argument("--limit", type=int, default=3, help="number of samples (default 3)")
+    show.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    show.add_argument("--mode", default="vanilla", help="template: vanilla, cot or a template file")
+    show.add_argument("--format", choices=("text", "json"), default="text")
+    show.set_defaults(handler=cmd_show)
+
+    runs = subparsers.add_parser("runs", help="list the runs in the store")
+    runs.add_argument("--format", choices=("table", "json"), default="table")
+    runs.set_defaults(handler=cmd_runs)
+
+
+def dataset_size(name: str) -> tuple[str, str]:
+    """(size, note) for listings; sources that need the network or a file are not loaded."""
+    from persobench.datasets import DatasetError, get_dataset_info, load_all
+
+    info = get_dataset_info(name)
+    if info.kind in ("hub", "file"):
+        return "", "loaded on demand (hub or file)"
+    try:
+        return str(len(load_all(name))), ""
+    except (DatasetError, OSError) as exc:
+        return "", f"unavailable: {str(exc).splitlines()[0][:120]}"
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from persobench.datasets import dataset_names, get_dataset_info
+
+    rows = []
+    for name in dataset_names():
+        info = get_dataset_info(name)
+        size, note = dataset_size(name)
+        rows.append({"name": name, "kind": info.kind, "samples": size, "description": info.description, "note": note})
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    print(f"{'NAME':<{width}}  {'KIND':<11}  {'SAMPLES':>7}  DESCRIPTION")
+    for r in rows:
+        note = f"  [{r['note']}]" if r["note"] else ""
+        print(f"{r['name']:<{width}}  {r['kind']:<11}  {r['samples'] or '-':>7}  {r['description']}{note}")
+    print("\nAny .csv or .jsonl file with the columns personas, context, act_response can be given by path.")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from persobench.datasets import DatasetError, load_dataset
+    from persobench.datasets.user_files import DatasetFileError
+    from persobench.prompts import TemplateError, build_messages, get_template
+
+    try:
+        template = get_template(args.mode)
+        samples = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
+    except (DatasetError, DatasetFileError, TemplateError) as exc:
+        raise CLIError(str(exc)) from None
+    if args.format == "json":
+        print(json.dumps(
+            [{"sample": s.to_dict(), "messages": build_messages(s, template)} for s in samples],
+            indent=2, ensure_ascii=False,
+        ))
+        return 0
+    for number, sample in enumerate(samples, start=1):
+        print(f"=== sample {number}/{len(samples)}: {sample.id}  (responder: {sample.responder})")
+        for persona in sample.personas:
+            print(f"[{persona.speaker} persona]")
+            for sentence in persona.sentences:
+                print(f"  - {sentence}")
+        if not sample.personas:
+            print("(no persona)")
+        print("[context]")
+        for turn in sample.context:
+            print(f"  {turn.speaker}: {turn.text}")
+        print(f"[reference] {sample.responder}: {sample.reference}")
+        print(f"--- prompt ({template.name}, template {template.version_hash}, max_tokens {template.max_tokens}, "
+              f"temperature {template.temperature:g})")
+        for message in build_messages(sample, template):
+            print(f"<{message['role']}>")
+            print(message["content"])
+        print()
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    store = store_from_args(args)
+    runs, problems = store.scan()
+    if args.format == "json":
+        print(json.dumps({
+            "runs": [r.manifest.to_dict() | {"path": str(r.path)} for r in runs],
+            "problems": [{"path": str(p.path), "reason": p.reason} for p in problems],
+        }, indent=2, ensure_ascii=False))
+        return 0
+    if not runs and not problems:
+        print(f"no runs in {store.runs_dir}; start one with `python -m persobench run` or `python -m persobench demo`")
+        return 0
+    for run in runs:
+        m = run.manifest
+        counts = m.extra.get("counts") or {}
+        count_text = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) if counts else ""
+        print(f"{m.run_id}  {m.status:<9}  {m.dataset}  {m.model_label}  {m.mode}  n={len(m.sample_ids)}  {count_text}".rstrip())
+    for problem in problems:
+        print(f"unreadable: {problem.path}: {problem.reason}")
+    return 0

@@ -1,0 +1,73 @@
+"""A name -> factory registry whose entries are imported only when first used.
+
+Keeping imports lazy is what lets ``import persobench`` stay light: torch, transformers and the
+provider SDKs load only when a loader, provider or metric that needs them is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownNameError(KeyError):
+    """Raised for a name that is not registered; the message lists the known names."""
+
+    def __str__(self) -> str:  # KeyError would repr-quote the message
+        return str(self.args[0])
+
+
+class Registry(Generic[T]):
+    """Maps names to objects given either directly or as a lazy ``"module:attribute"`` path."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T | str] = {}
+        self._descriptions: dict[str, str] = {}
+
+    def register(self, name: str, target: T | str, *, description: str = "") -> None:
+        """Register ``target`` (an object, or ``"package.module:attr"`` to import on first use)."""
+        self._entries[name] = target
+        self._descriptions[name] = description
+
+    def decorator(self, name: str, *, description: str = "") -> Callable[[T], T]:
+        def wrap(obj: T) -> T:
+            self.register(name, obj, description=description)
+            return obj
+
+        return wrap
+
+    def get(self, name: str) -> T:
+        try:
+            target = self._entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self._entries)) or "(none)"
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}") from None
+        if isinstance(target, str):
+            module_name, _, attr = target.partition(":")
+            target = getattr(importlib.import_module(module_name), attr)
+            self._entries[name] = target
+        return target  # type: ignore[return-value]
+
+    def describe(self, name: str) -> str:
+        return self._descriptions.get(name, "")
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self.names()!r})"
+
+
+def load_object(path: str) -> Any:
+    """Import ``"module:attribute"``."""
+    module_name, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module_name), attr)

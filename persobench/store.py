@@ -1,0 +1,326 @@
+"""The run store: one folder per run under ``PERSOBENCH_HOME`` (default ``./cache``).
+
+Layout (every file inspectable with ordinary tools)::
+
+    <home>/runs/<run_id>/manifest.json      what was run: dataset, sample ids, model, template, params
+    <home>/runs/<run_id>/generations.parquet one row per sample (written by the generation stage)
+    <home>/runs/<run_id>/scores.parquet      per-sample metric values (written by the metrics stage)
+
+Every write goes to a temporary file in the same folder, is fsynced and then renamed over the
+target, so a crash mid-write leaves the previous good file in place, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
+    import pandas as pd
+
+MANIFEST = "manifest.json"
+RUN_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+
+#: Keys that must never reach disk even if a caller passes them inside a model spec.
+SECRET_KEYS = frozenset({"api_key", "apikey", "key", "token", "secret", "password", "authorization"})
+
+
+class StoreError(RuntimeError):
+    """A run folder or table is missing, unreadable or corrupt; the message names the file."""
+
+
+def default_home() -> Path:
+    """``$PERSOBENCH_HOME`` or ``./cache``."""
+    return Path(os.environ.get("PERSOBENCH_HOME") or "cache")
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def strip_secrets(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``spec`` without credentials (recursively), safe to write to disk."""
+    clean: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key.lower() in SECRET_KEYS or key.lower().endswith(("_key", "_token", "_secret")):
+            continue
+        clean[key] = strip_secrets(value) if isinstance(value, Mapping) else value
+    return clean
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON used for hashing (sorted keys, no whitespace)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def sha256_hex(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some filesystems do not allow opening directories
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
+    """Write a DataFrame as Parquet atomically (temp file + fsync + rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def read_parquet(path: Path) -> "pd.DataFrame":
+    """Read a Parquet table, turning any failure into a :class:`StoreError` that names the file."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise StoreError(f"{path}: table not found")
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for damaged files
+        raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__}: {exc})") from exc
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "x"
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """Everything needed to know what a run is and to reproduce it."""
+
+    run_id: str
+    """Folder name; derived from the configuration, so the same configuration maps to the same run."""
+    dataset: str
+    """Registered dataset name."""
+    sample_ids: tuple[str, ...]
+    """The stable ids of the samples in this run, in run order."""
+    model: Mapping[str, Any]
+    """Model spec (provider, model, base_url, options) with every secret removed."""
+    mode: str
+    """Prompt mode: "vanilla" or "cot"."""
+    template: str
+    """Prompt template name."""
+    template_hash: str
+    """Version hash of the template's text; changes whenever the wording changes."""
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    """Generation parameters (temperature, max_tokens, seed, limit, ...)."""
+    package_version: str = ""
+    """persobench version that created the run."""
+    created_at: str = ""
+    """UTC ISO-8601 creation time."""
+    updated_at: str = ""
+    """UTC ISO-8601 time of the last manifest change."""
+    status: str = "pending"
+    """One of pending, running, completed, failed, cancelled."""
+    source: str = "generated"
+    """"generated" for runs made here, "imported" for published results imported from a folder."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Stage-specific notes: counts, usage and cost, import provenance, the failure reason."""
+
+    @property
+    def model_label(self) -> str:
+        """Short display name of the model ("provider:model", or the imported model's name)."""
+        label = self.model.get("label")
+        if label:
+            return str(label)
+        return f"{self.model.get('provider', '?')}:{self.model.get('model', '?')}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["sample_ids"] = list(self.sample_ids)
+        data["model"] = strip_secrets(dict(self.model))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunManifest":
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = {"run_id", "dataset", "sample_ids", "model", "mode", "template", "template_hash"} - set(data)
+        if missing:
+            raise ValueError(f"manifest lacks {', '.join(sorted(missing))}")
+        values = {k: v for k, v in data.items() if k in names}
+        values["sample_ids"] = tuple(values["sample_ids"])
+        values["model"] = strip_secrets(dict(values["model"]))
+        return cls(**values)
+
+
+def make_run_id(
+    *, dataset: str, model: Mapping[str, Any], mode: str, template_hash: str,
+    sample_ids: Iterable[str], parameters: Mapping[str, Any],
+) -> str:
+    """A readable, deterministic run id: the same configuration always names the same folder."""
+    digest = sha256_hex(
+        {
+            "dataset": dataset, "model": strip_secrets(dict(model)), "mode": mode,
+            "template_hash": template_hash, "sample_ids": list(sample_ids), "parameters": dict(parameters),
+        }
+    )[:10]
+    model_name = str(model.get("label") or f"{model.get('provider', '')}-{model.get('model', '')}")
+    return f"{_slug(dataset)}__{_slug(model_name)}__{_slug(mode)}__{digest}"
+
+
+class Run:
+    """A handle on one run folder."""
+
+    def __init__(self, path: Path, manifest: RunManifest) -> None:
+        self.path = Path(path)
+        self.manifest = manifest
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    def table_path(self, name: str) -> Path:
+        return self.path / f"{name}.parquet"
+
+    def has_table(self, name: str) -> bool:
+        return self.table_path(name).exists()
+
+    def write_table(self, name: str, frame: "pd.DataFrame") -> Path:
+        target = self.table_path(name)
+        atomic_write_parquet(target, frame)
+        return target
+
+    def read_table(self, name: str) -> "pd.DataFrame":
+        return read_parquet(self.table_path(name))
+
+    def update(self, **changes: Any) -> RunManifest:
+        """Replace manifest fields, stamp ``updated_at`` and write the manifest atomically."""
+        if "status" in changes and changes["status"] not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {changes['status']!r}; expected one of {RUN_STATUSES}")
+        if "extra" in changes:
+            changes["extra"] = {**dict(self.manifest.extra), **dict(changes["extra"])}
+        self.manifest = dataclasses.replace(self.manifest, updated_at=utc_now(), **changes)
+        atomic_write_json(self.path / MANIFEST, self.manifest.to_dict())
+        return self.manifest
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r}, status={self.manifest.status!r})"
+
+
+@dataclass(frozen=True)
+class StoreProblem:
+    """A run folder that could not be read."""
+
+    path: Path
+    """The folder or file at fault."""
+    reason: str
+    """What is wrong with it."""
+
+
+class RunStore:
+    """All runs under one home folder."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.runs_dir = self.home / "runs"
+
+    def create(self, manifest: RunManifest, *, exist_ok: bool = True) -> Run:
+        """Create the run folder and manifest; an existing run with the same id is returned as is."""
+        path = self.runs_dir / manifest.run_id
+        if (path / MANIFEST).exists():
+            if not exist_ok:
+                raise StoreError(f"{path}: run already exists")
+            return self.get(manifest.run_id)
+        now = utc_now()
+        manifest = dataclasses.replace(
+            manifest,
+            created_at=manifest.created_at or now,
+            updated_at=now,
+            package_version=manifest.package_version or _package_version(),
+        )
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path / MANIFEST, manifest.to_dict())
+        return Run(path, manifest)
+
+    def get(self, run_id: str) -> Run:
+        path = self.runs_dir / run_id
+        manifest_path = path / MANIFEST
+        if not manifest_path.exists():
+            known = ", ".join(sorted(p.name for p in self.runs_dir.glob("*") if p.is_dir())[:20]) or "(none)"
+            raise StoreError(f"{manifest_path}: no such run {run_id!r}; runs in {self.runs_dir}: {known}")
+        try:
+            data = json.loads(manifest_path.read_text(encoding="utf-8"))
+            return Run(path, RunManifest.from_dict(data))
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
+            raise StoreError(f"{manifest_path}: corrupt manifest ({exc})") from exc
+
+    def scan(self) -> tuple[list[Run], list[StoreProblem]]:
+        """Every readable run (newest first) and every folder that could not be read."""
+        runs: list[Run] = []
+        problems: list[StoreProblem] = []
+        if not self.runs_dir.exists():
+            return runs, problems
+        for path in sorted(p for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                runs.append(self.get(path.name))
+            except StoreError as exc:
+                problems.append(StoreProblem(path, str(exc)))
+        runs.sort(key=lambda r: (r.manifest.created_at, r.run_id), reverse=True)
+        return runs, problems
+
+    def runs(self) -> list[Run]:
+        return self.scan()[0]
+
+    def delete(self, run_id: str) -> None:
+        shutil.rmtree(self.runs_dir / run_id)
+
+
+def _package_version() -> str:
+    from persobench import __version__
+
+    return __version__

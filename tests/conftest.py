@@ -1,0 +1,31 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def reference_path() -> Path:
+    return Path(os.environ.get("PERSOBENCH_REFERENCE") or REPO_ROOT.parent / "shared" / "persobench-reference")
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> Path:
+    """The paper's published data; tests that need it skip with a reason when it is absent."""
+    path = reference_path()
+    if not (path / "Prompts").is_dir():
+        pytest.skip(f"paper reference data not found at {path} (set PERSOBENCH_REFERENCE)")
+    return path
+
+
+@pytest.fixture()
+def store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh PERSOBENCH_HOME for one test."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    return home

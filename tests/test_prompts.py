@@ -1,0 +1,82 @@
+"""Prompt construction: roles, annotated personas, instructions, output formats, template hashes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from persobench.datasets import load_dataset
+from persobench.prompts import (
+    BUILTIN_TEMPLATES, TemplateError, build_messages, get_template, load_template,
+)
+from persobench.records import PersonaSet, Sample, Turn
+
+
+def _sample(personas: tuple[PersonaSet, ...] = (PersonaSet("User2", ("I keep bees.",)),)) -> Sample:
+    return Sample("t:0", "t", personas, (Turn("User1", "Any weekend plans?"),), "User2", "Checking my hives.")
+
+
+def test_vanilla_prompt_has_role_personas_context_instructions_and_json_format() -> None:
+    system, user = build_messages(_sample(), get_template("vanilla"))
+    assert system["role"] == "system" and "JSON" in system["content"] and "response generator" in system["content"]
+    text = user["content"]
+    assert "You are User2, a participant in the conversation" in text
+    assert "[User2 persona (your persona)]\n- I keep bees." in text
+    assert "User1: Any weekend plans?" in text
+    assert "without a speaker label" in text and "single question" in text
+    assert '{"response": "<your reply>"}' in text and '"reasoning"' not in text
+
+
+def test_cot_prompt_asks_for_bounded_reasoning_about_persona_alignment() -> None:
+    template = get_template("cot")
+    text = build_messages(_sample(), template)[1]["content"]
+    assert '"reasoning"' in text and "at most 110 words" in text and "align" in text
+    assert template.max_tokens == 220 and get_template("vanilla").max_tokens == 110
+    assert template.temperature == 0 and template.requires_reasoning
+
+
+def test_partner_persona_is_labelled_as_such() -> None:
+    text = build_messages(_sample((PersonaSet("User1", ("I hate mornings.",)),)), get_template("vanilla"))[1]["content"]
+    assert "[User1 persona (your partner's persona)]" in text
+
+
+def test_messages_are_pure_and_deterministic() -> None:
+    sample = load_dataset("sample", limit=1)[0]
+    assert build_messages(sample, get_template("cot")) == build_messages(sample, get_template("cot"))
+
+
+def test_version_hash_tracks_wording() -> None:
+    hashes = {t.version_hash for t in BUILTIN_TEMPLATES.values()}
+    assert len(hashes) == 2 and all(len(h) == 12 for h in hashes)
+
+
+def test_user_template_file_with_placeholders(tmp_path: Path) -> None:
+    path = tmp_path / "terse.toml"
+    path.write_text('mode = "cot"\nmax_tokens = 300\nuser = """Be {responder}.\n{personas}\n{context}\n{output_format}\n{"example": 1}"""\n')
+    template = load_template(path)
+    assert template.mode == "cot" and template.max_tokens == 300 and template.name == "terse"
+    text = build_messages(_sample(), template)[1]["content"]
+    assert text.startswith("Be User2.") and '{"example": 1}' in text and '"reasoning"' in text
+    other = tmp_path / "other.toml"
+    other.write_text(path.read_text().replace("Be ", "Please be "))
+    assert load_template(other).version_hash != template.version_hash
+
+
+def test_plain_text_template_and_errors(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.txt"
+    plain.write_text("{context}\n{output_format}")
+    assert get_template(str(plain)).mode == "vanilla"
+    bad = tmp_path / "bad.txt"
+    bad.write_text("{context} {persona_list} {output_format}")
+    with pytest.raises(TemplateError, match=r"bad.txt: unknown placeholder\(s\) \{persona_list\}"):
+        load_template(bad)
+    with pytest.raises(TemplateError, match="unknown template"):
+        get_template("nonexistent")
+
+
+def test_no_persona_is_said_explicitly() -> None:
+    text = build_messages(_sample(()), get_template("vanilla"))[1]["content"]
+    assert "(no persona given)" in text
+    json.dumps(build_messages(_sample(()), get_template("vanilla")))  # serialisable for the cache key
