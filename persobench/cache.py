@@ -1,0 +1,117 @@
+"""The response cache: every reply received is stored before anything else happens to it.
+
+One on-disk :mod:`diskcache` store (SQLite underneath, one committed transaction per reply) shared
+by all providers and runs, at ``<home>/responses`` by default. It never evicts: diskcache's default
+policy silently drops entries once the store passes 1 GB, which would make a resumed run pay again.
+
+The key is the sha256 of canonical JSON of exactly what determines the reply:
+
+* provider, model, base URL (trailing "/" ignored) and the output-affecting model options;
+* the messages;
+* every decoding parameter (temperature, max tokens, top_p, seed, stop);
+* the sample id when temperature > 0 (each sample is its own draw) or when the provider reads the
+  sample itself (baselines).
+
+Timeouts, retry settings, concurrency, headers and the API key are not in the key: changing them
+must not cost a new request, and a key must never reach the disk. Errors are never stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from persobench.providers.base import Completion, GenerationParams
+from persobench.store import sha256_hex
+
+#: Bump when the key payload's shape changes, so old entries are not misread.
+KEY_VERSION = 1
+
+
+def cache_key(
+    *,
+    provider: str,
+    model: str,
+    base_url: str | None,
+    messages: Sequence[Mapping[str, str]],
+    params: GenerationParams,
+    options: Mapping[str, Any] | None = None,
+    sample_id: str | None = None,
+    sample_dependent: bool = False,
+) -> str:
+    """The cache key of one request (64 hex digits)."""
+    payload: dict[str, Any] = {
+        "v": KEY_VERSION,
+        "provider": provider,
+        "model": model,
+        "base_url": (base_url or "").rstrip("/") or None,
+        "options": dict(options or {}),
+        "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+        "params": params.to_dict(),
+    }
+    if params.temperature > 0 or sample_dependent:
+        if sample_id is None:
+            raise ValueError("a sampled (temperature > 0) or sample-dependent request needs its sample id in the key")
+        payload["sample_id"] = sample_id
+    return sha256_hex(payload)
+
+
+class ResponseCache:
+    """A durable map from :func:`cache_key` to the reply (as JSON text, readable with sqlite3)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        import diskcache
+
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # eviction_policy="none": never drop a paid-for reply. cull_limit=0 as a second guard.
+        self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", cull_limit=0)
+
+    def get(self, key: str) -> tuple[Completion, float] | None:
+        """The stored completion and the latency it originally took, or ``None``."""
+        raw = self._cache.get(key)
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return Completion.from_dict(data["completion"]), float(data.get("latency") or 0.0)
+        except (TypeError, ValueError, KeyError):
+            return None  # an unreadable entry is a miss: the request is simply made again
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._cache
+
+    def set(self, key: str, completion: Completion, *, latency: float) -> None:
+        """Store a reply; committed to disk when this returns (survives SIGKILL of the process)."""
+        value = json.dumps(
+            {"completion": completion.to_dict(), "latency": latency, "stored_at": time.time()}, ensure_ascii=False
+        )
+        self._cache.set(key, value)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @property
+    def eviction_policy(self) -> str:
+        return str(self._cache.eviction_policy)
+
+    def volume(self) -> int:
+        """Bytes on disk."""
+        return int(self._cache.volume())
+
+    def close(self) -> None:
+        self._cache.close()
+
+    def __enter__(self) -> "ResponseCache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def default_cache_dir(home: str | os.PathLike[str]) -> Path:
+    """``<home>/responses``: next to the runs, shared by all of them."""
+    return Path(home) / "responses"

@@ -1,0 +1,196 @@
+"""Generation commands: ``run`` (generate + post-process into a run) and ``export`` (a run as CSV/JSONL)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+from persobench.cli import CLIError, store_from_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    run = subparsers.add_parser(
+        "run", help="generate replies for a dataset with a model and store the run",
+        description="Generate, post-process and store a run. Exit 0 when the run completes (even with "
+        "failed samples); 1 when it was cancelled (cancel file or SIGTERM; run again to resume); 2 with a "
+        "one-line reason for a configuration error.",
+    )
+    run.add_argument("--dataset", default="sample", help="dataset name or .csv/.jsonl path (default: sample)")
+    run.add_argument("--model", default="local:smollm2",
+                     help="PROVIDER:MODEL (openai, anthropic, local, baseline) or a models-file name "
+                          "(default: local:smollm2, offline)")
+    run.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, ...)")
+    run.add_argument("--mode", choices=("vanilla", "cot"), default="vanilla", help="prompt mode (default vanilla)")
+    run.add_argument("--template", default=None, help="template name or file (default: the mode's built-in)")
+    run.add_argument("--limit", type=int, default=None, help="number of samples (deterministic subset)")
+    run.add_argument("--seed", type=int, default=0, help="subset seed, and sampling seed when temperature > 0")
+    run.add_argument("--concurrency", type=int, default=8, help="maximum requests in flight (default 8)")
+    run.add_argument("--max-tokens", type=int, default=None, help="completion budget (default 110 vanilla, 220 cot)")
+    run.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0)")
+    run.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (default: provider's)")
+    run.add_argument("--policy", choices=("robust", "paper"), default="robust", help="post-processing policy")
+    run.add_argument("--models", default=None, metavar="FILE", help="model registry file (TOML or YAML)")
+    run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="model option (VALUE parsed as JSON when it can be), repeatable")
+    run.add_argument("--max-attempts", type=int, default=6, help="attempts per request, retries included (default 6)")
+    run.add_argument("--timeout", type=float, default=60.0, help="seconds per HTTP request (default 60)")
+    run.add_argument("--checkpoint-every", type=int, default=50, help="rewrite the table every N replies (default 50)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print requests to send, cache hits and estimated prompt tokens; send nothing")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(handler=cmd_run)
+
+    export = subparsers.add_parser("export", help="write a run's generations as CSV or JSONL")
+    export.add_argument("run", help="run id (or a unique prefix of one)")
+    export.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    export.add_argument("--output", "-o", default="-", help="output file (default: standard output)")
+    export.set_defaults(handler=cmd_export)
+
+
+def _parse_options(items: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CLIError(f"--option expects KEY=VALUE, got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from persobench.generation import GenerationConfig, RetryPolicy
+
+    return GenerationConfig(
+        dataset=args.dataset, model=args.model, base_url=args.base_url, mode=args.mode, template=args.template,
+        limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_tokens=args.max_tokens,
+        temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_parse_options(args.option),
+        models_file=args.models, retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
+        checkpoint_every=args.checkpoint_every,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from persobench.generation import RunAborted, plan_generation, run_generation
+    from persobench.providers.base import ConfigurationError
+
+    store = store_from_args(args)
+    try:
+        config = _config(args)
+        if args.dry_run:
+            return _dry_run(plan_generation(config, store=store))
+        bar = _ProgressBar(disabled=args.no_progress)
+        cancel = threading.Event()
+        # SIGTERM (e.g. the app stopping its subprocess) ends the run like the cancel file does:
+        # finished rows saved, status "cancelled", resumable.
+        in_main = threading.current_thread() is threading.main_thread()  # signals need the main thread
+        previous = signal.signal(signal.SIGTERM, lambda *_: cancel.set()) if in_main else None
+        try:
+            run = run_generation(config, store=store, progress=bar.update, cancel=cancel)
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, previous)
+            bar.close()
+    except ConfigurationError as exc:
+        raise CLIError(str(exc)) from None
+    except RunAborted as exc:
+        raise CLIError(f"run {exc.run.run_id} stopped: {exc}") from None
+    manifest = run.manifest
+    counts = {k: v for k, v in manifest.extra.get("counts", {}).items() if v}
+    usage = manifest.extra.get("usage", {})
+    cost = manifest.extra.get("cost_usd")
+    print(f"run {manifest.run_id}: {manifest.status}")
+    print(f"  statuses: {', '.join(f'{k}={v}' for k, v in counts.items()) or '-'}")
+    print(f"  requests: {usage.get('requests', 0)}  cached: {usage.get('cached', 0)}  "
+          f"tokens: {usage.get('prompt_tokens', 0)} in / {usage.get('completion_tokens', 0)} out"
+          + (f"  est. cost: ${cost:.4f}" if cost is not None else ""))
+    print(f"  table: {run.table_path('generations')}")
+    if manifest.status == "cancelled":
+        pending = manifest.extra.get("counts", {}).get("pending", 0)
+        print(f"run {manifest.run_id} cancelled with {pending} sample(s) pending; run the same command "
+              "again to resume", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _dry_run(plan: Any) -> int:
+    cost = plan.estimated_max_cost()
+    print(f"run {plan.run_id}")
+    print(f"model: {plan.spec.name}  dataset: {plan.config.dataset}  samples: {len(plan.samples)}  "
+          f"mode: {plan.template.mode}  max_tokens: {plan.params.max_tokens}  temperature: {plan.params.temperature}")
+    print(f"requests to send: {plan.n_requests}")
+    print(f"cached hits: {len(plan.hits)}")
+    print(f"estimated prompt tokens: {plan.estimated_prompt_tokens}")
+    if cost is not None:
+        print(f"estimated cost: at most ${cost:.4f}")
+    return 0
+
+
+class _ProgressBar:
+    """tqdm bar showing done/failed/cached and the ETA (on stderr)."""
+
+    def __init__(self, *, disabled: bool) -> None:
+        self.bar: Any = None
+        self.disabled = disabled
+
+    def update(self, info: Any) -> None:
+        if self.disabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=info.total, unit="sample", file=sys.stderr, dynamic_ncols=True)
+        self.bar.n = info.done
+        self.bar.set_postfix(failed=info.failed, cached=info.cached, refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def resolve_run(store: Any, name: str) -> Any:
+    """A run by id or unique id prefix."""
+    from persobench.store import StoreError
+
+    try:
+        return store.get(name)
+    except StoreError:
+        pass
+    matches = [r for r in store.runs() if r.run_id.startswith(name)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CLIError(f"no run {name!r} in {store.runs_dir}")
+    raise CLIError(f"{name!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:5])}")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from persobench.generation import COLUMNS, TABLE
+    from persobench.store import StoreError
+
+    run = resolve_run(store_from_args(args), args.run)
+    try:
+        frame = run.read_table(TABLE)
+    except StoreError as exc:
+        raise CLIError(str(exc)) from None
+    frame = frame[[c for c in COLUMNS if c in frame.columns]]
+    if args.format == "csv":
+        text = frame.to_csv(index=False)
+    else:
+        text = frame.to_json(orient="records", lines=True, force_ascii=False)
+        text = text if text.endswith("\n") or not text else text + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        from persobench.store import atomic_write_text
+
+        atomic_write_text(args.output, text)
+        print(f"wrote {len(frame)} rows to {args.output}", file=sys.stderr)
+    return 0

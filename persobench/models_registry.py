@@ -1,0 +1,172 @@
+"""The model registry file: name your models once, with their options, in TOML or YAML.
+
+Looked up in this order: the path given (``--models FILE``), ``$PERSOBENCH_MODELS``, ``./models.toml``,
+``./models.yaml``, ``./models.yml``, then ``<home>/models.toml``. Format (TOML)::
+
+    [models.gpt4o-mini]
+    provider = "openai"
+    model = "gpt-4o-mini"
+    price_input_per_mtok = 0.15          # USD per million tokens, for cost estimates
+    price_output_per_mtok = 0.60
+
+    [models.llama-vllm]
+    spec = "openai:meta-llama/Llama-3.1-8B-Instruct"   # shorthand for provider + model
+    base_url = "http://localhost:8000/v1"
+    api_key_env = "VLLM_API_KEY"         # optional: the variable that holds the key
+    options = { top_k = 40, timeout = 120 }
+
+YAML has the same shape under a top-level ``models:`` mapping. Keys never go in this file: an
+``api_key`` field is rejected with a pointer to ``api_key_env``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping
+
+from persobench.providers.base import ConfigurationError
+
+CANDIDATE_FILES = ("models.toml", "models.yaml", "models.yml")
+
+_FIELDS = {"provider", "model", "spec", "base_url", "api_key_env", "label", "options",
+           "price_input_per_mtok", "price_output_per_mtok", "description"}
+
+#: USD per million tokens (input, output) for well-known hosted models, by name prefix; the
+#: registry file overrides these. Prices change: treat costs as estimates.
+DEFAULT_PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-3.5-turbo": (0.50, 1.50),
+    "claude-3-5-haiku": (0.80, 4.00),
+    "claude-3-haiku": (0.25, 1.25),
+    "claude-3-5-sonnet": (3.00, 15.00),
+    "claude-3-7-sonnet": (3.00, 15.00),
+    "claude-sonnet-4": (3.00, 15.00),
+    "claude-opus-4": (15.00, 75.00),
+}
+
+
+def find_registry_file(path: str | os.PathLike[str] | None = None, *, home: Any = None) -> Path | None:
+    """The registry file in effect, or ``None``. An explicit path that does not exist is an error."""
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigurationError(f"models file {p} does not exist")
+        return p
+    env = os.environ.get("PERSOBENCH_MODELS")
+    if env:
+        p = Path(env)
+        if not p.is_file():
+            raise ConfigurationError(f"PERSOBENCH_MODELS points to {p}, which does not exist")
+        return p
+    for name in CANDIDATE_FILES:
+        if Path(name).is_file():
+            return Path(name)
+    if home is not None and (Path(home) / "models.toml").is_file():
+        return Path(home) / "models.toml"
+    return None
+
+
+def _parse(path: Path) -> Mapping[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{path}: cannot read models file ({exc})") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except Exception as exc:  # tomllib/yaml raise their own error types
+        raise ConfigurationError(f"{path}: invalid {path.suffix.lstrip('.').upper()} ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("models", {}), Mapping):
+        raise ConfigurationError(f"{path}: expected a top-level 'models' table mapping names to settings")
+    return data.get("models", {})
+
+
+def load_registry(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every entry of a registry file as name -> :class:`~persobench.providers.ModelSpec`."""
+    from persobench.providers import ModelSpec
+
+    path = Path(path)
+    entries: dict[str, Any] = {}
+    for name, raw in _parse(path).items():
+        where = f"{path}: model {name!r}"
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"{where}: expected a table of settings")
+        secret = next((k for k in raw if k.lower() in ("api_key", "key", "token", "secret")), None)
+        if secret:
+            raise ConfigurationError(
+                f"{where}: field {secret!r} would store a secret in a file; use api_key_env = \"VAR_NAME\" instead"
+            )
+        unknown = sorted(set(raw) - _FIELDS)
+        if unknown:
+            raise ConfigurationError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+        provider, model = raw.get("provider"), raw.get("model")
+        if raw.get("spec"):
+            provider, _, model = str(raw["spec"]).partition(":")
+        if not provider or not model:
+            raise ConfigurationError(f"{where}: needs 'provider' and 'model' (or spec = \"provider:model\")")
+        options = raw.get("options") or {}
+        if not isinstance(options, Mapping):
+            raise ConfigurationError(f"{where}: 'options' must be a table")
+        entries[str(name)] = ModelSpec(
+            provider=str(provider).lower(),
+            model=str(model),
+            base_url=raw.get("base_url") or None,
+            options=dict(options),
+            label=str(raw.get("label") or name),
+            api_key_env=raw.get("api_key_env") or None,
+            price_input_per_mtok=_price(raw, "price_input_per_mtok", where),
+            price_output_per_mtok=_price(raw, "price_output_per_mtok", where),
+        )
+    return entries
+
+
+def _price(raw: Mapping[str, Any], field_name: str, where: str) -> float | None:
+    value = raw.get(field_name)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{where}: {field_name} must be a number, got {value!r}") from None
+
+
+def find_model(name: str, *, path: str | os.PathLike[str] | None = None, home: Any = None) -> Any:
+    """The registry entry called ``name``, or ``None`` when there is no file or no such entry."""
+    registry_path = find_registry_file(path, home=home)
+    if registry_path is None:
+        return None
+    return load_registry(registry_path).get(name)
+
+
+def prices_for(spec: Any) -> tuple[float, float] | None:
+    """(input, output) USD per million tokens for ``spec``, or ``None`` when unknown."""
+    if spec.provider in ("local", "baseline"):
+        return (0.0, 0.0)
+    if spec.price_input_per_mtok is not None or spec.price_output_per_mtok is not None:
+        return (spec.price_input_per_mtok or 0.0, spec.price_output_per_mtok or 0.0)
+    if spec.base_url:  # a self-hosted or third-party server: official prices do not apply
+        return None
+    model = spec.model.lower()
+    # Longest prefix first, so "gpt-4o-mini" is not priced as "gpt-4o".
+    for prefix in sorted(DEFAULT_PRICES, key=len, reverse=True):
+        if model.startswith(prefix):
+            return DEFAULT_PRICES[prefix]
+    return None
+
+
+def estimate_cost(spec: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """Estimated USD for the given usage, or ``None`` when the model's prices are unknown."""
+    prices = prices_for(spec)
+    if prices is None:
+        return None
+    return round((prompt_tokens * prices[0] + completion_tokens * prices[1]) / 1_000_000, 6)

@@ -1,0 +1,109 @@
+"""Anthropic's Messages API through the official ``anthropic`` SDK (system prompt as ``system``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+
+from persobench.providers.base import (
+    Completion,
+    ErrorKind,
+    ProviderError,
+    Request,
+    check_reachable,
+    error_from_http,
+    resolve_api_key,
+    scrub,
+)
+
+DEFAULT_ENV = "ANTHROPIC_API_KEY"
+
+_TRANSPORT_OPTIONS = frozenset({"timeout", "headers"})
+
+#: Anthropic stop reasons in the vocabulary the rest of the pipeline uses.
+_STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "refusal"}
+
+
+class AnthropicProvider:
+    """Messages API; other output-affecting options (``top_k`` ...) go in the request body."""
+
+    name = "anthropic"
+    max_concurrency: int | None = None
+    sample_dependent = False
+
+    def __init__(self, spec: Any, *, api_key: str | None = None, timeout: float = 60.0) -> None:
+        self.spec = spec
+        self.model = spec.model
+        key = resolve_api_key(
+            "anthropic", explicit=api_key, env_var=spec.api_key_env or DEFAULT_ENV, required=True
+        )
+        self._secrets = (key,)
+        options = dict(spec.options)
+        self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self.client = anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=spec.base_url,
+            timeout=float(options.get("timeout", timeout)),
+            max_retries=0,  # ours is the only retry loop
+            default_headers=options.get("headers") or None,
+        )
+
+    def check(self) -> None:
+        if self.spec.base_url:
+            check_reachable(self.spec.base_url)
+
+    async def generate(self, request: Request) -> Completion:
+        params = request.params
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.chat,
+            "max_tokens": params.max_tokens,
+        }
+        if request.system:
+            kwargs["system"] = request.system
+        if params.stop:
+            kwargs["stop_sequences"] = list(params.stop)
+        # Recent SDK releases dropped the sampling keywords from create(); the API still takes them
+        # in the body, so they travel as body fields (as do other options such as top_k).
+        body: dict[str, Any] = {"temperature": params.temperature}
+        if params.top_p is not None:
+            body["top_p"] = params.top_p
+        kwargs["extra_body"] = {**body, **self._body}
+        try:
+            response = await self.client.messages.create(**kwargs)
+        except anthropic.APITimeoutError as exc:
+            raise ProviderError(ErrorKind.TIMEOUT, scrub(str(exc), self._secrets)) from None
+        except anthropic.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise ProviderError(ErrorKind.CONNECTION, scrub(f"{exc} ({type(cause).__name__})", self._secrets)) from None
+        except anthropic.APIStatusError as exc:
+            raise error_from_http(
+                exc.status_code, exc.response.headers, exc.body, str(exc), secrets=self._secrets
+            ) from None
+        except (json.JSONDecodeError, anthropic.APIResponseValidationError, ValueError) as exc:
+            raise ProviderError(ErrorKind.BAD_RESPONSE, f"unparseable response body ({type(exc).__name__}: {exc})"[:300]) from None
+        return _to_completion(response)
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+def _to_completion(response: Any) -> Completion:
+    try:
+        blocks = response.content
+        text = "".join(getattr(b, "text", "") or "" for b in blocks if getattr(b, "type", None) == "text")
+        stop_reason = response.stop_reason
+    except (AttributeError, TypeError) as exc:
+        raise ProviderError(
+            ErrorKind.BAD_RESPONSE, f"response has no content blocks ({type(exc).__name__}): {str(response)[:200]}"
+        ) from None
+    usage = getattr(response, "usage", None)
+    return Completion(
+        text=text,
+        finish_reason=_STOP_REASONS.get(stop_reason, stop_reason),
+        prompt_tokens=getattr(usage, "input_tokens", None) if usage else None,
+        completion_tokens=getattr(usage, "output_tokens", None) if usage else None,
+        model=getattr(response, "model", None),
+    )

@@ -1,0 +1,303 @@
+"""The provider contract: one request in, one :class:`Completion` out, or a classified error.
+
+Providers only translate: a request into one SDK call and the SDK's answer (or exception) into the
+types below. Retries, concurrency, caching and post-processing live once in
+:mod:`persobench.generation`, so every provider gets the same behaviour for free.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    from persobench.records import Sample
+
+
+class ConfigurationError(ValueError):
+    """The run cannot start: unknown provider or model, missing key, bad option, unreachable server.
+
+    The message is one line that says what to change.
+    """
+
+
+class MissingKeyError(ConfigurationError):
+    """No API key for a provider that needs one; the message names the environment variable."""
+
+    def __init__(self, provider: str, env_var: str) -> None:
+        super().__init__(f"missing API key for provider {provider!r}: set the environment variable {env_var}")
+        self.env_var = env_var
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Every parameter that changes what a model writes (and so belongs in the cache key)."""
+
+    temperature: float = 0.0
+    """Sampling temperature; 0 means greedy decoding (the paper's setting)."""
+    max_tokens: int = 110
+    """Completion budget in tokens (paper: 110 vanilla, 220 chain-of-thought)."""
+    top_p: float | None = None
+    """Nucleus sampling mass; ``None`` leaves the provider's default."""
+    seed: int | None = None
+    """Sampling seed, passed to providers that accept one; only set when temperature > 0."""
+    stop: tuple[str, ...] = ()
+    """Stop sequences. Provider-specific fields that change the output (``top_k``, ...) live in the
+    model spec's options, which are part of the cache key too."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form; fields left at "provider default" are omitted so adding a new optional
+        field later does not change existing cache keys."""
+        data: dict[str, Any] = {"temperature": float(self.temperature), "max_tokens": int(self.max_tokens)}
+        if self.top_p is not None:
+            data["top_p"] = float(self.top_p)
+        if self.seed is not None:
+            data["seed"] = int(self.seed)
+        if self.stop:
+            data["stop"] = list(self.stop)
+        return data
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation request."""
+
+    messages: tuple[Mapping[str, str], ...]
+    """Chat messages, system first; each ``{"role": ..., "content": ...}``."""
+    params: GenerationParams
+    """Decoding parameters."""
+    sample: "Sample | None" = None
+    """The benchmark sample the messages were built from; baselines read it, models ignore it."""
+
+    @property
+    def system(self) -> str:
+        """The system messages joined (Anthropic takes them as a separate parameter)."""
+        return "\n\n".join(m["content"] for m in self.messages if m["role"] == "system")
+
+    @property
+    def chat(self) -> list[dict[str, str]]:
+        """The non-system messages."""
+        return [dict(m) for m in self.messages if m["role"] != "system"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a provider returned for one request."""
+
+    text: str
+    """The raw generated text (a refusal message when the provider reports one separately)."""
+    finish_reason: str | None = None
+    """Normalised stop reason: "stop", "length", "content_filter", "refusal", or the provider's own word."""
+    prompt_tokens: int | None = None
+    """Input tokens as reported by the provider; ``None`` when it reports no usage."""
+    completion_tokens: int | None = None
+    """Output tokens as reported by the provider."""
+    model: str | None = None
+    """The model name the server says answered (may differ from the requested alias)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text, "finish_reason": self.finish_reason, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Completion":
+        return cls(
+            text=str(data.get("text") or ""), finish_reason=data.get("finish_reason"),
+            prompt_tokens=data.get("prompt_tokens"), completion_tokens=data.get("completion_tokens"),
+            model=data.get("model"),
+        )
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a request failed. The value is what the generations table shows in ``error``."""
+
+    RATE_LIMIT = "rate_limit"
+    SERVER = "server_error"
+    OVERLOADED = "overloaded"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection_error"
+    BAD_RESPONSE = "bad_response"
+    BAD_REQUEST = "bad_request"
+    AUTH = "authentication"
+    PERMISSION = "permission_denied"
+    NOT_FOUND = "not_found"
+    QUOTA = "quota_exceeded"
+    CONFLICT = "conflict"
+    OTHER = "other"
+
+
+#: Kinds worth another attempt: the same request may well succeed a moment later.
+RETRYABLE_KINDS = frozenset(
+    {ErrorKind.RATE_LIMIT, ErrorKind.SERVER, ErrorKind.OVERLOADED, ErrorKind.TIMEOUT,
+     ErrorKind.CONNECTION, ErrorKind.BAD_RESPONSE, ErrorKind.CONFLICT}
+)
+
+#: Phrases in a 429/403 body meaning "out of credit", which waiting does not fix.
+_QUOTA_MARKERS = ("insufficient_quota", "quota", "billing", "credit balance", "spend limit", "exceeded your current")
+
+
+class ProviderError(Exception):
+    """A classified request failure. ``str()`` never contains credentials (providers scrub them)."""
+
+    def __init__(
+        self, kind: ErrorKind, message: str, *, status_code: int | None = None, retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE_KINDS
+
+    @property
+    def signature(self) -> tuple[str, int | None]:
+        """What "the same reason" means when deciding that a run is failing for one cause."""
+        return (self.kind.value, self.status_code)
+
+    def describe(self) -> str:
+        """One line for the ``error`` column: kind, HTTP status and the server's message."""
+        status = f" HTTP {self.status_code}" if self.status_code is not None else ""
+        message = " ".join(str(self).split())[:500]
+        return f"{self.kind.value}{status}: {message}"
+
+
+def kind_for_status(status: int, body_text: str = "") -> ErrorKind:
+    """Classify an HTTP error status (plus its body, to tell a quota error from a rate limit)."""
+    lowered = body_text.lower()
+    if status == 429:
+        return ErrorKind.QUOTA if any(m in lowered for m in _QUOTA_MARKERS) else ErrorKind.RATE_LIMIT
+    if status == 402:
+        return ErrorKind.QUOTA
+    if status == 400:
+        return ErrorKind.BAD_REQUEST
+    if status == 401:
+        return ErrorKind.AUTH
+    if status == 403:
+        return ErrorKind.QUOTA if any(m in lowered for m in _QUOTA_MARKERS) else ErrorKind.PERMISSION
+    if status == 404:
+        return ErrorKind.NOT_FOUND
+    if status == 408:
+        return ErrorKind.TIMEOUT
+    if status == 409:
+        return ErrorKind.CONFLICT
+    if status == 529:
+        return ErrorKind.OVERLOADED
+    if status >= 500:
+        return ErrorKind.SERVER
+    return ErrorKind.OTHER  # 405, 413, 422, ...: our request is wrong; do not retry
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` (OpenAI) or ``Retry-After`` (seconds or HTTP date)."""
+    if not headers:
+        return None
+    lower = {k.lower(): v for k, v in headers.items()}
+    raw_ms = lower.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = lower.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def scrub(text: str, secrets: Sequence[str | None]) -> str:
+    """``text`` with every secret replaced, so keys cannot leak through error messages."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def error_from_http(
+    status: int, headers: Mapping[str, str] | None, body: Any, message: str, *, secrets: Sequence[str | None] = (),
+) -> ProviderError:
+    """The shared translation of an HTTP error response (used by every HTTP provider)."""
+    body_text = body if isinstance(body, str) else json.dumps(body, default=str) if body is not None else ""
+    kind = kind_for_status(status, f"{body_text} {message}")
+    retry_after = parse_retry_after(headers)
+    return ProviderError(kind, scrub(message, secrets), status_code=status, retry_after=retry_after)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model behind one interface. Implementations are small adapters around one SDK call."""
+
+    name: str
+    """Provider registry name ("openai", "anthropic", "local", "baseline")."""
+    model: str
+    """Model name as given in the spec."""
+    max_concurrency: int | None
+    """Upper bound on parallel requests this provider can use (``1`` for an in-process model);
+    ``None`` means "whatever the run asks for"."""
+    sample_dependent: bool
+    """True when the output depends on the sample beyond the messages (baselines read the
+    reference), so the cache key must include the sample id."""
+
+    async def generate(self, request: Request) -> Completion:
+        """Return the completion or raise :class:`ProviderError`."""
+        ...
+
+    def check(self) -> None:
+        """Cheap pre-flight check (e.g. the server accepts TCP connections); raises
+        :class:`ConfigurationError`. Must not send a generation request."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+def resolve_api_key(
+    provider: str, *, explicit: str | None, env_var: str, required: bool,
+) -> str | None:
+    """The key passed in (e.g. from Streamlit secrets) or read from ``env_var``.
+
+    Raises :class:`MissingKeyError` naming ``env_var`` when a needed key is absent, before any
+    request is sent.
+    """
+    import os
+
+    key = explicit or os.environ.get(env_var) or None
+    if key is None and required:
+        raise MissingKeyError(provider, env_var)
+    return key
+
+
+def check_reachable(url: str, *, timeout: float = 5.0) -> None:
+    """Open (and close) a TCP connection to the host of ``url``: an unreachable server is a
+    configuration error reported before the run starts, not thousands of failed samples."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"invalid base URL {url!r}: expected http(s)://host[:port][/path]")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigurationError(f"cannot reach server {parts.scheme}://{parts.hostname}:{port} ({reason})") from None

@@ -1,0 +1,112 @@
+"""The response cache: real diskcache on disk, never evicting, keyed on exactly what changes a reply."""
+
+from __future__ import annotations
+
+import diskcache
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from persobench.cache import ResponseCache, cache_key
+from persobench.providers import ModelSpec
+from persobench.providers.base import Completion, GenerationParams
+
+MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
+
+
+def key(**changes):
+    args = dict(provider="openai", model="m", base_url="http://h:1/v1", messages=MESSAGES,
+                params=GenerationParams(), options={}, sample_id="d:1")
+    args.update(changes)
+    return cache_key(**args)
+
+
+BASE = key()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"provider": "anthropic"},
+        {"model": "m2"},
+        {"base_url": "http://h:2/v1"},
+        {"base_url": None},
+        {"messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello!"}]},
+        {"messages": [{"role": "user", "content": "sys"}, {"role": "user", "content": "hello"}]},
+        {"messages": MESSAGES[1:]},
+        {"params": GenerationParams(temperature=0.7)},
+        {"params": GenerationParams(max_tokens=220)},
+        {"params": GenerationParams(top_p=0.9)},
+        {"params": GenerationParams(stop=("\n",))},
+        {"options": {"top_k": 40}},
+    ],
+)
+def test_what_changes_the_key(changes):
+    assert key(**changes) != BASE
+
+
+def test_what_does_not_change_the_key():
+    # a trailing slash is the same server; the sample id is irrelevant to a greedy reply
+    assert key(base_url="http://h:1/v1/") == BASE
+    assert key(sample_id="d:2") == BASE
+    # transport settings and secrets never reach the key: ModelSpec.output_options drops them
+    spec = ModelSpec("openai", "m", options={"timeout": 5, "headers": {"X": "1"}, "api_key": "sk-zzz",
+                                             "max_tokens_param": "max_completion_tokens"})
+    assert spec.output_options == {}
+    assert key(options=spec.output_options) == BASE
+    # the seed only matters when sampling
+    sampled = GenerationParams(temperature=0.7, seed=1)
+    assert key(params=sampled) != key(params=GenerationParams(temperature=0.7, seed=2))
+
+
+def test_sampled_and_sample_dependent_requests_key_on_the_sample():
+    hot = GenerationParams(temperature=1.0, seed=0)
+    assert key(params=hot, sample_id="d:1") != key(params=hot, sample_id="d:2")
+    assert key(sample_dependent=True, sample_id="d:1") != key(sample_dependent=True, sample_id="d:2")
+    with pytest.raises(ValueError):
+        key(params=hot, sample_id=None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    content=st.text(max_size=200),
+    temperature=st.floats(min_value=0, max_value=2, allow_nan=False),
+    max_tokens=st.integers(min_value=1, max_value=4096),
+    options=st.dictionaries(st.sampled_from(["top_k", "min_p", "repetition_penalty"]), st.integers(0, 100)),
+)
+def test_key_is_deterministic_and_order_insensitive(content, temperature, max_tokens, options):
+    params = GenerationParams(temperature=temperature, max_tokens=max_tokens, seed=0)
+    msgs = [{"role": "user", "content": content}]
+    a = key(messages=msgs, params=params, options=options)
+    b = key(messages=[{"content": content, "role": "user"}], params=params, options=dict(reversed(list(options.items()))))
+    assert a == b and len(a) == 64 and all(c in "0123456789abcdef" for c in a)
+
+
+def test_round_trip_survives_reopening(tmp_path):
+    completion = Completion('{"response": "hi"}', "stop", 12, 3, "m")
+    with ResponseCache(tmp_path / "c") as cache:
+        cache.set(BASE, completion, latency=0.42)
+        assert BASE in cache
+    with ResponseCache(tmp_path / "c") as cache:
+        assert cache.get(BASE) == (completion, 0.42)
+        assert cache.get(key(model="other")) is None
+
+
+def test_never_evicts(tmp_path):
+    with ResponseCache(tmp_path / "c") as cache:
+        assert cache.eviction_policy == "none"
+        # even with a size limit far below what is stored, nothing is dropped
+        cache._cache.reset("size_limit", 10_000)
+        for i in range(150):
+            cache.set(key(model=f"m{i}"), Completion("x" * 1000), latency=0.0)
+        assert len(cache) == 150 and cache.volume() > 10_000
+    # the policy is persisted in the store's settings, not just this handle
+    raw = diskcache.Cache(str(tmp_path / "c"))
+    assert raw.eviction_policy == "none" and len(raw) == 150
+    raw.close()
+
+
+def test_unreadable_entry_is_a_miss(tmp_path):
+    with ResponseCache(tmp_path / "c") as cache:
+        cache._cache.set(BASE, "{not json")
+        assert cache.get(BASE) is None

