@@ -1,0 +1,172 @@
+"""The ``score`` command: compute per-sample metrics for stored runs (cached, never recomputed)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from persobench.cli import CLIError, store_from_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    score = subparsers.add_parser(
+        "score", help="score runs that lack the requested metrics (cached; never recomputed)",
+        description="Score the valid replies of stored runs. Metrics whose model is unavailable in the "
+        "chosen profile are listed with the reason and get no number. Exit 0 when every run was "
+        "scored (unavailable metrics included), 1 when a run could not be scored or a metric named in "
+        "--metrics is unavailable, 2 for a configuration error.",
+    )
+    score.add_argument("runs", nargs="*", metavar="RUN", help="run ids or unique prefixes (default: every run)")
+    score.add_argument("--profile", choices=("offline", "standard"), default="offline",
+                       help="backend profile (default offline: packaged models only)")
+    score.add_argument("--metrics", default=None, metavar="A,B,...",
+                       help="comma-separated metric names (default: all per-sample metrics)")
+    score.add_argument("--model", action="append", default=[], metavar="SLOT=ID_OR_PATH",
+                       help="override a slot's model (bertscore, nli, word_vectors, unieval, wordnet, embedding; "
+                            "or bertscore.num_layers=N) with a hub id or local path; repeatable")
+    score.add_argument("--no-progress", action="store_true", help="no progress bar")
+    score.set_defaults(handler=cmd_score)
+
+
+def _parse_models(items: list[str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CLIError(f"--model expects SLOT=ID_OR_PATH, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+class _StageBar:
+    """One tqdm bar per scoring stage, on stderr."""
+
+    def __init__(self, label: str, disabled: bool) -> None:
+        self.label = label
+        self.disabled = disabled
+        self.bar: Any = None
+        self.stage = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self.disabled:
+            return
+        if stage != self.stage or self.bar is None:
+            self.close()
+            from tqdm import tqdm
+
+            self.stage = stage
+            self.bar = tqdm(total=total, desc=f"{self.label} {stage}", unit="item", file=sys.stderr,
+                            dynamic_ncols=True, leave=False)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from persobench.metrics import UnknownMetricError, validate_metric_names
+    from persobench.metrics.backends import get_profile
+
+    requested = None
+    if args.metrics:
+        requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
+        try:
+            validate_metric_names(requested)
+        except UnknownMetricError as exc:
+            raise CLIError(str(exc)) from None
+    try:
+        profile = get_profile(args.profile, _parse_models(args.model))
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+    store = store_from_args(args)
+    if args.runs:
+        from persobench.cli.generate import resolve_run
+
+        runs = [resolve_run(store, name) for name in args.runs]
+    else:
+        runs = [r for r in store.runs() if r.has_table("generations")]
+        if not runs:
+            print(f"no runs with generations in {store.runs_dir}")
+            return 0
+
+    from persobench.metrics.scoring import ScoringError, score_run
+    from persobench.store import StoreError
+
+    print(f"profile {profile.key} on {profile.device}" +
+          (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
+    samples_cache: dict[str, dict] = {}
+    unavailable: dict[str, str] = {}
+    degraded: dict[str, str] = {}
+    failures = 0
+    for run in runs:
+        if not run.has_table("generations"):
+            print(f"{run.run_id}: no generations table, skipped")
+            failures += 1
+            continue
+        try:
+            samples = _samples_for(run, samples_cache)
+            bar = _StageBar(run.run_id[:48], args.no_progress)
+            try:
+                summary = score_run(run, samples, profile=profile, metrics=requested, progress=bar)
+            finally:
+                bar.close()
+        except (ScoringError, StoreError, CLIError) as exc:
+            print(f"{run.run_id}: not scored: {exc}")
+            failures += 1
+            continue
+        new = sum(summary.computed.values())
+        cached = sum(summary.cached.values())
+        metrics_done = sorted(m for m, n in summary.computed.items() if n)
+        line = f"{run.run_id}: {new} new value(s)"
+        if metrics_done:
+            line += f" for {', '.join(metrics_done)}"
+        line += f"; {cached} cached"
+        if summary.skipped_invalid:
+            line += f"; {summary.skipped_invalid} invalid repl{'y' if summary.skipped_invalid == 1 else 'ies'} not scored"
+        print(line)
+        for metric, prov in summary.provenance.items():
+            if prov.get("status") == "unavailable":
+                unavailable.setdefault(metric, prov.get("reason", ""))
+            elif prov.get("status") == "degraded":
+                degraded.setdefault(metric, prov.get("reason", ""))
+    _report("unavailable (no number stored)", unavailable)
+    _report("degraded (stored, labelled in provenance)", degraded)
+    if failures:
+        return 1
+    if requested and any(m in unavailable for m in requested):
+        return 1
+    return 0
+
+
+def _report(title: str, items: dict[str, str]) -> None:
+    if not items:
+        return
+    by_reason: dict[str, list[str]] = {}
+    for metric, reason in items.items():
+        by_reason.setdefault(reason, []).append(metric)
+    print(f"{title}:")
+    for reason, metrics in by_reason.items():
+        print(f"  {', '.join(metrics)}: {reason}")
+
+
+def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
+    """Samples of ``run`` by id: an imported run's own prompt table when it has one (importer),
+    else the registered dataset named in its manifest (loaded once per command)."""
+    from persobench.datasets import DatasetError, samples_by_id
+
+    try:
+        if (run.manifest.extra.get("import") or {}).get("prompts_file"):
+            from persobench.importer import samples_for_run
+
+            return samples_for_run(run)
+        name = run.manifest.dataset
+        if name not in cache:
+            cache[name] = samples_by_id(name)
+        return cache[name]
+    except (DatasetError, KeyError, ValueError, OSError) as exc:
+        raise CLIError(f"cannot load the samples of dataset {run.manifest.dataset!r}: {exc}") from None

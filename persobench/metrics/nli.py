@@ -1,0 +1,141 @@
+"""NLI metrics: ``ue_score``, ``c_score``, ``p_consistency`` and per-persona-sentence labels.
+
+One sequence-classification model (the ``nli`` slot; ``cross-encoder/nli-deberta-v3-base`` in the
+standard profile) classifies (premise, hypothesis) pairs in batches. Which output index means what
+is read from the model's ``config.id2label`` (any order; names such as ``ENTAILMENT`` or
+``contradiction`` are normalised), never assumed.
+
+Pairs, with *persona text* = all persona sentences of the sample joined by a space:
+
+- ``c_score``: (persona text, reply) -> entailment 1, neutral 0, contradiction -1.
+- ``p_consistency``: same pair -> 0 for contradiction, else 1.
+- ``ue_score``: (persona text, reply) and (reference, reply) -> 2 if both are entailment, 1 if only
+  the persona pair is, else 0.
+- per persona sentence: (sentence, reply) -> its label, stored in ``persona_details.nli_label``;
+  ``persona_coverage`` is then the share of sentences labelled entailment.
+
+The paper used two BERT models it fine-tuned on SNLI and DNLI (not published); the standard
+profile's cross-encoder is the documented stand-in, so absolute numbers differ from the paper's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from persobench.metrics.backends import (
+    BackendUnavailable, ModelSpec, cached, model_identity, package_version, resolve_transformers_path,
+)
+
+LABELS = ("entailment", "neutral", "contradiction")
+
+
+def normalise_label(raw: str) -> str | None:
+    """Map a model's label name to ``entailment``/``neutral``/``contradiction`` (None if unknown)."""
+    text = str(raw).strip().lower()
+    if text.startswith("entail"):
+        return "entailment"
+    if text.startswith("contra"):
+        return "contradiction"
+    if text.startswith("neutral"):
+        return "neutral"
+    return None
+
+
+@dataclass
+class NLIPrediction:
+    label: str
+    probabilities: dict[str, float]
+
+
+class NLIModel:
+    """A loaded NLI classifier that labels (premise, hypothesis) pairs in batches."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: str, name: str, max_length: int = 512) -> None:
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.name = name
+        id2label = getattr(model.config, "id2label", None) or {}
+        mapping = {int(i): normalise_label(lbl) for i, lbl in id2label.items()}
+        if sorted(v for v in mapping.values() if v) != sorted(LABELS) or len(mapping) != 3:
+            raise BackendUnavailable(
+                f"{name}: config.id2label {dict(id2label)} is not a 3-way NLI label set "
+                "(entailment, neutral, contradiction)"
+            )
+        self.index_label = mapping
+        limits = [max_length, getattr(tokenizer, "model_max_length", max_length) or max_length,
+                  getattr(model.config, "max_position_embeddings", max_length) or max_length]
+        self.max_length = int(min(limits))
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32,
+                progress: Any = None) -> list[NLIPrediction]:
+        """Label each (premise, hypothesis) pair. Pairs are batched by length (less padding);
+        results come back in input order and equal per-pair calls up to float rounding."""
+        import torch
+
+        results: list[NLIPrediction | None] = [None] * len(pairs)
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            encoded = self.tokenizer(
+                [pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk],
+                truncation=True, padding=True, max_length=self.max_length, return_tensors="pt",
+            )
+            encoded = {k: v.to(self.device) for k, v in encoded.items()}
+            with torch.inference_mode():
+                logits = self.model(**encoded).logits.float()
+            probs = torch.softmax(logits, dim=-1).cpu().numpy()
+            for row, i in zip(probs, chunk):
+                by_label = {self.index_label[j]: float(row[j]) for j in range(len(row))}
+                results[i] = NLIPrediction(self.index_label[int(np.argmax(row))], by_label)
+            if progress is not None:
+                progress(len(chunk))
+        return results  # type: ignore[return-value]
+
+
+def load_nli(spec: ModelSpec, device: str) -> NLIModel:
+    """The ``nli`` slot's model, loaded once per process (raises :class:`BackendUnavailable`)."""
+    path = resolve_transformers_path(spec)
+
+    def factory() -> NLIModel:
+        import logging
+
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path)
+        return NLIModel(model, tokenizer, device, spec.model_id or path)
+
+    return cached(("nli", path, device), factory)
+
+
+def c_score_of(label: str) -> float:
+    return {"entailment": 1.0, "neutral": 0.0, "contradiction": -1.0}[label]
+
+
+def p_consistency_of(label: str) -> float:
+    return 0.0 if label == "contradiction" else 1.0
+
+
+def ue_score_of(persona_label: str, reference_label: str) -> float:
+    if persona_label == "entailment":
+        return 2.0 if reference_label == "entailment" else 1.0
+    return 0.0
+
+
+def nli_version(metric: str) -> str:
+    what = {
+        "c_score": "(persona text -> reply): entailment 1, neutral 0, contradiction -1",
+        "p_consistency": "(persona text -> reply): 0 if contradiction else 1",
+        "ue_score": "(persona text -> reply, reference -> reply): 2 both entail, 1 persona only, else 0",
+        "persona_coverage": "share of persona sentences whose (sentence -> reply) label is entailment",
+    }[metric]
+    return f"{metric}/1 transformers=={package_version('transformers')} NLI {what}"
+
+
+def nli_identity(spec: ModelSpec, model: NLIModel) -> tuple[str, str]:
+    return model_identity(spec, model.model)

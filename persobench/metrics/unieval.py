@@ -1,0 +1,169 @@
+"""UniEval dialogue dimensions (``unieval_*``), computed as UniEval's ``DialogEvaluator`` does.
+
+A T5 model (the ``unieval`` slot; ``MingZhong/unieval-dialog``) answers a boolean question per
+dimension; the score is ``P(Yes) / (P(Yes) + P(No))`` read from the first decoder step, with the
+``Yes``/``No`` token ids taken from the model's own tokenizer. Inputs, as the paper fed them:
+
+- dialogue history (``src``): the context turns as ``"<speaker>: <text>"`` lines joined by newlines;
+- fact (``context``): the persona text (all persona sentences joined by a space);
+- response: the reply.
+
+Questions (UniEval's formats): naturalness and understandability see only the response,
+coherence the response and history, groundedness the response and fact, engagingness all three.
+Engagingness is scored per reply sentence and **summed** (so it grows with the number of
+sentences); ``unieval_overall`` is the mean of the five dimensions. UniEval splits sentences with
+nltk's punkt, which cannot be installed offline; a regular-expression splitter (after ``.``, ``!``
+or ``?`` followed by white space) stands in.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from persobench.metrics.backends import ModelSpec, cached, package_version, resolve_transformers_path
+
+DIMENSIONS = ("naturalness", "coherence", "engagingness", "groundedness", "understandability")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (punkt-free): split after ``.``, ``!`` or ``?`` followed by white space."""
+    parts = [p.strip() for p in _SENTENCE_END.split(str(text).strip())]
+    parts = [p for p in parts if p]
+    return parts or [str(text).strip()]
+
+
+def question(dimension: str, response: str, history: str = "", fact: str = "") -> str:
+    """UniEval's boolean-question input for one dialogue dimension."""
+    if dimension == "naturalness":
+        return "question: Is this a natural response in the dialogue? </s> response: " + response
+    if dimension == "coherence":
+        return ("question: Is this a coherent response given the dialogue history? </s> response: "
+                + response + " </s> dialogue history: " + history)
+    if dimension == "engagingness":
+        return ("question: Is this an engaging and informative response according to the dialogue history "
+                "and fact? </s> response: " + response + " </s> dialogue history: " + history
+                + " </s> fact: " + fact)
+    if dimension == "groundedness":
+        return ("question: Is this response consistent with knowledge in the fact? </s> response: "
+                + response + " </s> fact: " + fact)
+    if dimension == "understandability":
+        return "question: Is this an understandable response in the dialogue? </s> response: " + response
+    raise ValueError(f"unknown UniEval dialogue dimension {dimension!r}; known: {', '.join(DIMENSIONS)}")
+
+
+class UniEvalModel:
+    """A loaded UniEval (T5) scorer."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: str, name: str, max_length: int = 1024) -> None:
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.name = name
+        self.max_length = max_length
+        self.pos_id = tokenizer("Yes")["input_ids"][0]
+        self.neg_id = tokenizer("No")["input_ids"][0]
+        start = getattr(model.config, "decoder_start_token_id", None)
+        self.decoder_start = start if start is not None else model.config.pad_token_id
+
+    def score(self, inputs: Sequence[str], batch_size: int = 8, progress: Any = None) -> list[float]:
+        """``P(Yes) / (P(Yes) + P(No))`` for each question input, batched by length."""
+        import torch
+
+        scores: list[float] = [0.0] * len(inputs)
+        order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            encoded = self.tokenizer([inputs[i] for i in chunk], max_length=self.max_length, truncation=True,
+                                     padding=True, return_tensors="pt")
+            input_ids = encoded["input_ids"].to(self.device)
+            mask = encoded["attention_mask"].to(self.device)
+            decoder = torch.full((len(chunk), 1), self.decoder_start, dtype=torch.long, device=self.device)
+            with torch.inference_mode():
+                logits = self.model(input_ids=input_ids, attention_mask=mask, decoder_input_ids=decoder).logits
+            probs = torch.softmax(logits[:, 0, :].float(), dim=-1)
+            pos = probs[:, self.pos_id].cpu().numpy()
+            neg = probs[:, self.neg_id].cpu().numpy()
+            for i, p, n in zip(chunk, pos, neg):
+                scores[i] = float(p / (p + n)) if (p + n) > 0 else 0.0
+            if progress is not None:
+                progress(len(chunk))
+        return scores
+
+
+def load_unieval(spec: ModelSpec, device: str) -> UniEvalModel:
+    path = resolve_transformers_path(spec)
+
+    def factory() -> UniEvalModel:
+        import logging
+
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(path)
+        return UniEvalModel(model, tokenizer, device, spec.model_id or path)
+
+    return cached(("unieval", path, device), factory)
+
+
+def dialog_inputs(dimension: str, replies: Sequence[str], histories: Sequence[str],
+                  facts: Sequence[str]) -> tuple[list[str], list[int]]:
+    """Question inputs for one dimension and, per reply, how many inputs belong to it."""
+    inputs: list[str] = []
+    counts: list[int] = []
+    for reply, history, fact in zip(replies, histories, facts):
+        if dimension == "engagingness":
+            sentences = split_sentences(reply)
+            inputs.extend(question(dimension, s, history, fact) for s in sentences)
+            counts.append(len(sentences))
+        else:
+            inputs.append(question(dimension, reply, history, fact))
+            counts.append(1)
+    return inputs, counts
+
+
+def score_dialog(model: UniEvalModel, replies: Sequence[str], histories: Sequence[str], facts: Sequence[str],
+                 dimensions: Sequence[str] = DIMENSIONS, batch_size: int = 8,
+                 progress: Any = None) -> dict[str, list[float]]:
+    """Per-dimension scores for each reply (and ``overall`` when all five dimensions are asked)."""
+    plan: dict[str, tuple[list[str], list[int]]] = {
+        dim: dialog_inputs(dim, replies, histories, facts) for dim in dimensions
+    }
+    flat = [text for inputs, _ in plan.values() for text in inputs]
+    flat_scores = model.score(flat, batch_size=batch_size, progress=progress)
+    out: dict[str, list[float]] = {}
+    cursor = 0
+    for dim, (inputs, counts) in plan.items():
+        values: list[float] = []
+        for count in counts:
+            chunk = flat_scores[cursor:cursor + count]
+            cursor += count
+            values.append(float(sum(chunk)))  # one input per reply except engagingness (summed)
+        out[dim] = values
+    if set(DIMENSIONS) <= set(out):
+        out["overall"] = [sum(out[d][i] for d in DIMENSIONS) / len(DIMENSIONS) for i in range(len(replies))]
+    return out
+
+
+def count_inputs(dimensions: Sequence[str], replies: Sequence[str]) -> int:
+    total = 0
+    for dim in dimensions:
+        total += sum(len(split_sentences(r)) for r in replies) if dim == "engagingness" else len(replies)
+    return total
+
+
+def unieval_version(metric: str) -> str:
+    dim = metric.removeprefix("unieval_")
+    how = "mean of the five dimensions" if dim == "overall" else (
+        "sum over reply sentences" if dim == "engagingness" else "one question per reply")
+    return (f"{metric}/1 transformers=={package_version('transformers')} UniEval dialogue boolean QA, "
+            f"P(Yes)/(P(Yes)+P(No)) at the first decoder step, {how}")
+
+
+def histories_and_facts(samples: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """Dialogue-history and fact strings for UniEval from :class:`~persobench.records.Sample` objects."""
+    histories = ["\n".join(f"{t.speaker}: {t.text}" for t in s.context) for s in samples]
+    facts = [" ".join(s.persona_sentences()) for s in samples]
+    return histories, facts
