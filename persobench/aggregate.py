@@ -1,0 +1,664 @@
+"""Leaderboards: per-sample scores of many runs turned into comparable numbers.
+
+Pure functions over DataFrames plus thin loaders from the run store, shared by the CLI
+(``python -m persobench leaderboard``) and the app.
+
+Pipeline::
+
+    results = load_results(store, profile="offline")     # long, one row per sample x metric
+    board = leaderboard(results, invalid="worst")          # long, one row per run x metric
+    overall = overall_table(board)                         # wide, one row per run: overall + rank
+    text = export_board(board, "markdown")
+
+Conventions, as the paper's tables:
+
+- mean and population standard deviation (``ddof=0``) over the samples of a run, with n and a
+  percentile-bootstrap 95% CI of the mean;
+- invalid replies (status other than ``ok``) are scored with the metric's worst value (0, and -1
+  for ``c_score``: policy ``"worst"``, the default and the paper's) or left out (``"exclude"``);
+- ``failure_ratio`` is the share of invalid replies, ``response_time`` the mean latency over all
+  samples (invalid ones included, whatever the policy), ``instructability`` is
+  ``(max failure - failure) / max failure`` across the models compared on the same dataset and
+  mode (1 for every model when none failed);
+- ``overall`` is the mean of ``ue_score``, ``persona_distance``, ``unieval_groundedness``,
+  ``c_score`` and ``instructability``, all x100. ``overall_paper`` reproduces the paper's ranking
+  table, which added instructability unscaled (0-1) to the x100 values. When a component is
+  unavailable (the offline profile has no NLI or UniEval model) both are NaN and ``reason`` says why.
+
+Numbers never mix profiles: a board holds one profile, named in its ``profile`` column, and each
+row carries the ``model_id`` its metric was computed with, so a display can warn when runs of the
+same comparison used different models.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from persobench import stats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.store import Run, RunStore
+
+__all__ = [
+    "BOARD_COLUMNS", "CSV_COLUMNS", "INVALID_POLICIES", "OVERALL_COMPONENTS", "RADAR_ASPECTS",
+    "RESULT_COLUMNS", "available_profiles", "compare_models", "export_board", "leaderboard", "load_metric_status",
+    "load_results", "overall_table", "radar_aspects", "results_fingerprint", "run_samples",
+]
+
+RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "sample_id", "status", "metric", "value", "profile"]
+BOARD_COLUMNS = [
+    "dataset", "mode", "model", "metric", "mean", "std", "n", "ci_low", "ci_high", "profile",
+    "run_id", "source", "invalid", "status", "reason", "model_id",
+]
+#: The long CSV export has exactly these columns.
+CSV_COLUMNS = ["dataset", "mode", "model", "metric", "mean", "std", "n"]
+INVALID_POLICIES = ("worst", "exclude")
+OVERALL_COMPONENTS = ("ue_score", "persona_distance", "unieval_groundedness", "c_score", "instructability")
+#: The paper's radar chart: aspect -> metric.
+RADAR_ASPECTS = {
+    "fluency": "bertscore_f1",
+    "diversity": "dist2",
+    "coherence": "ue_score",
+    "persona_coverage": "persona_distance",
+    "groundedness": "unieval_groundedness",
+    "persona_consistency": "c_score",
+}
+RUN_LEVEL = ("failure_ratio", "instructability")
+OK = "ok"
+
+
+def _metric_order() -> list[str]:
+    from persobench.metrics import METRICS
+
+    return list(METRICS)
+
+
+def _info(metric: str):
+    from persobench.metrics import METRICS
+
+    return METRICS.get(metric)
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+def _completed_runs(store: "RunStore", include_incomplete: bool) -> list["Run"]:
+    runs = [r for r in store.runs() if r.has_table("generations")]
+    if not include_incomplete:
+        runs = [r for r in runs if r.manifest.status == "completed"]
+    return sorted(runs, key=lambda r: r.run_id)
+
+
+def results_fingerprint(store: "RunStore") -> tuple:
+    """A cheap key that changes whenever a run's manifest or tables change (for caching)."""
+    key = []
+    for run in sorted(store.runs(), key=lambda r: r.run_id):
+        stamps = []
+        for path in (run.path / "manifest.json", run.table_path("generations"), run.table_path("scores")):
+            try:
+                stat = path.stat()
+                stamps.append((stat.st_mtime_ns, stat.st_size))
+            except OSError:
+                stamps.append(None)
+        key.append((run.run_id, tuple(stamps)))
+    return tuple(key)
+
+
+def _unique_labels(runs: Sequence["Run"]) -> dict[str, str]:
+    """Run id -> display label; runs sharing dataset, mode and model label get a run-id suffix."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for run in runs:
+        m = run.manifest
+        groups.setdefault((m.dataset, m.mode, m.model_label), []).append(run.run_id)
+    labels = {}
+    for (_, _, label), ids in groups.items():
+        for run_id in ids:
+            labels[run_id] = label if len(ids) == 1 else f"{label} [{run_id.rsplit('__', 1)[-1]}]"
+    return labels
+
+
+def load_metric_status(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False) -> pd.DataFrame:
+    """Provenance of every metric of every run for ``profile``: run_id, metric, status, reason, model_id."""
+    rows = []
+    for run in _completed_runs(store, include_incomplete):
+        rows.extend(_provenance_rows(run, profile))
+    return pd.DataFrame(rows, columns=["run_id", "metric", "status", "reason", "model_id"])
+
+
+def _provenance_rows(run: "Run", profile: str) -> list[dict[str, str]]:
+    """Provenance of each metric scored for ``profile`` (``extra["scores"][profile]["metrics"]``)."""
+    entry = (run.manifest.extra.get("scores") or {}).get(profile) or {}
+    metrics = entry.get("metrics") if isinstance(entry.get("metrics"), Mapping) else entry
+    rows = []
+    for metric, info in metrics.items():
+        if not isinstance(info, Mapping) or "status" not in info:
+            continue
+        reason = str(info.get("reason") or "")
+        mixed = info.get("mixed_with")
+        if isinstance(mixed, Mapping) and mixed.get("model_id"):
+            reason = (reason + "; " if reason else "") + (
+                f"values of this run mix {info.get('model_id')} with earlier {mixed.get('model_id')}")
+        rows.append({"run_id": run.run_id, "metric": str(metric), "status": str(info.get("status") or ""),
+                     "reason": reason, "model_id": str(info.get("model_id") or "")})
+    return rows
+
+
+def available_profiles(store: "RunStore", *, include_incomplete: bool = False) -> list[str]:
+    """Profile keys that have scores in at least one completed run (``offline`` first)."""
+    keys = set()
+    for run in _completed_runs(store, include_incomplete):
+        keys.update((run.manifest.extra.get("scores") or {}).keys())
+    return sorted(keys, key=lambda k: (k != "offline", k))
+
+
+def run_samples(run: "Run") -> pd.DataFrame:
+    """``sample_id, status, latency`` of a run's generations, in run order."""
+    gens = run.read_table("generations")
+    missing = {"sample_id", "status"} - set(gens.columns)
+    if missing:
+        from persobench.store import StoreError
+
+        raise StoreError(f"{run.table_path('generations')}: missing column(s) {', '.join(sorted(missing))}")
+    if "latency" not in gens.columns:
+        gens["latency"] = np.nan
+    gens = gens.drop_duplicates("sample_id", keep="last")
+    return gens[["sample_id", "status", "latency"]].reset_index(drop=True)
+
+
+class MetricStatusRows(tuple):
+    """Provenance rows kept in ``results.attrs["metric_status"]``: immutable, so pandas (which
+    deep-copies ``attrs`` on every operation) shares it instead of copying it."""
+
+    def __deepcopy__(self, memo: dict) -> "MetricStatusRows":
+        return self
+
+
+def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False) -> pd.DataFrame:
+    """Every per-sample value of every completed run, for one scoring profile.
+
+    Long format, columns :data:`RESULT_COLUMNS`: one row per sample and metric the run was scored
+    on (its ``scores`` rows of ``profile``), plus ``response_time`` from the generation latency.
+    Samples whose reply was invalid (``status`` not ``ok``) are present with ``value`` NaN: no
+    invalid-reply policy is applied here (see :func:`leaderboard`). ``frame.attrs["metric_status"]``
+    holds the provenance rows of :func:`load_metric_status`.
+    """
+    runs = _completed_runs(store, include_incomplete)
+    labels = _unique_labels(runs)
+    order = {m: i for i, m in enumerate(_metric_order())}
+    frames = []
+    status_rows = []
+    for run in runs:
+        m = run.manifest
+        samples = run_samples(run)
+        ids = samples["sample_id"]
+        parts = [pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": "response_time",
+                               "value": samples["latency"].astype("float64")})]
+        if run.has_table("scores"):
+            scores = run.read_table("scores")
+            if "profile" in scores.columns:
+                scores = scores[scores["profile"] == profile]
+            if len(scores):
+                scores = scores.drop_duplicates(["sample_id", "metric"], keep="last")
+                wide = scores.pivot(index="sample_id", columns="metric", values="value")
+                wide = wide.reindex(ids)
+                metrics = sorted(wide.columns, key=lambda name: (order.get(name, len(order)), name))
+                for metric in metrics:
+                    values = wide[metric].to_numpy(dtype="float64")
+                    values = np.where(samples["status"].to_numpy() == OK, values, np.nan)
+                    parts.append(pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": metric,
+                                               "value": values}))
+        frame = pd.concat(parts, ignore_index=True)
+        frame.insert(0, "run_id", run.run_id)
+        frame.insert(1, "dataset", m.dataset)
+        frame.insert(2, "mode", m.mode)
+        frame.insert(3, "model", labels[run.run_id])
+        frame.insert(4, "source", m.source)
+        frame["profile"] = profile
+        frames.append(frame)
+        status_rows.extend(_provenance_rows(run, profile))
+    if frames:
+        results = pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
+    else:
+        results = pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in RESULT_COLUMNS})
+    results.attrs["metric_status"] = MetricStatusRows(status_rows)
+    results.attrs["profile"] = profile
+    return results
+
+
+# --- leaderboard -------------------------------------------------------------------------------
+
+def _status_lookup(results: pd.DataFrame, metric_status: pd.DataFrame | Iterable[Mapping] | None) -> dict:
+    if metric_status is None:
+        metric_status = results.attrs.get("metric_status")
+    if metric_status is None:
+        return {}
+    rows = metric_status.to_dict("records") if isinstance(metric_status, pd.DataFrame) else list(metric_status)
+    return {(r["run_id"], r["metric"]): r for r in rows}
+
+
+def leaderboard(
+    results: pd.DataFrame, *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
+    profile: str = "offline", metric_status: pd.DataFrame | Iterable[Mapping] | None = None,
+    level: float = stats.DEFAULT_LEVEL, n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
+) -> pd.DataFrame:
+    """Aggregate per-sample results into one row per run and metric (columns :data:`BOARD_COLUMNS`).
+
+    ``invalid``: ``"worst"`` scores invalid replies with each metric's worst value (the paper);
+    ``"exclude"`` leaves them out (``n`` then counts valid replies only). ``metric_status`` (default:
+    ``results.attrs["metric_status"]``) adds each metric's provenance and a row with NaN numbers for
+    metrics that are unavailable in the profile, with the reason.
+    """
+    if invalid not in INVALID_POLICIES:
+        raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
+    frame = results.copy(deep=False)
+    frame.attrs = {}  # pandas deep-copies attrs on every operation below
+    if "profile" in frame.columns and len(frame):
+        frame = frame[frame["profile"] == profile]
+    if dataset is not None:
+        frame = frame[frame["dataset"] == dataset]
+    if mode is not None:
+        frame = frame[frame["mode"] == mode]
+    provenance = _status_lookup(results, metric_status)
+    order = {m: i for i, m in enumerate(_metric_order())}
+    rows: list[dict[str, Any]] = []
+    # Work on integer codes and numpy arrays: a pandas groupby/pivot per run is slow with many runs.
+    run_codes, run_names = pd.factorize(frame["run_id"], sort=True)
+    sample_codes, _ = pd.factorize(frame["sample_id"])
+    metric_codes, metric_names = pd.factorize(frame["metric"])
+    all_values = frame["value"].to_numpy(dtype="float64")
+    all_ok = (frame["status"] == OK).to_numpy()
+    positions_by_run = pd.Series(np.arange(len(frame))).groupby(run_codes).indices if len(frame) else {}
+    meta = frame[["dataset", "mode", "model", "source"]]
+    for code, run_id in enumerate(run_names):
+        pos = positions_by_run[code]
+        first = meta.iloc[int(pos[0])]
+        base = {"dataset": first["dataset"], "mode": first["mode"], "model": first["model"], "profile": profile,
+                "run_id": run_id, "source": first["source"], "invalid": invalid}
+        samp = sample_codes[pos]
+        uniq, first_index, row_of = np.unique(samp, return_index=True, return_inverse=True)
+        order_of = np.argsort(np.argsort(first_index, kind="stable"), kind="stable")  # keep run order
+        row_of = order_of[row_of]
+        n_total = len(uniq)
+        ok_mask = np.zeros(n_total, dtype=bool)
+        ok_mask[row_of] = all_ok[pos]
+        n_bad = int((~ok_mask).sum())
+        run_metrics, col_of = np.unique(metric_codes[pos], return_inverse=True)
+        matrix = np.full((n_total, len(run_metrics)), np.nan)
+        matrix[row_of, col_of] = all_values[pos]
+        wide = {str(metric_names[m]): matrix[:, j] for j, m in enumerate(run_metrics)}
+        columns: dict[str, np.ndarray] = {}
+        notes: dict[str, str] = {}
+        for metric in sorted(wide, key=lambda name: (order.get(name, len(order)), name)):
+            values = wide[metric].copy()
+            if metric == "response_time":
+                columns[metric] = values  # latency of every attempt, whatever the reply's status
+                continue
+            info = _info(metric)
+            if invalid == "worst":
+                if info is not None and info.worst_value is not None:
+                    values[~ok_mask] = info.worst_value
+                else:
+                    values[~ok_mask] = np.nan
+                    notes[metric] = "no worst value known: invalid replies left out"
+            else:
+                values[~ok_mask] = np.nan
+            columns[metric] = values
+        cis = _bootstrap_columns(columns, level=level, n_resamples=n_resamples, seed=seed)
+        for metric, values in columns.items():
+            mean, std, n = stats.describe(values)
+            low, high = cis.get(metric, (math.nan, math.nan))
+            prov = provenance.get((run_id, metric), {})
+            rows.append({**base, "metric": metric, "mean": mean, "std": std, "n": n, "ci_low": low, "ci_high": high,
+                         "status": prov.get("status") or OK, "reason": notes.get(metric, prov.get("reason") or ""),
+                         "model_id": prov.get("model_id") or ""})
+        low, high = stats.wilson_interval(n_bad, n_total, level=level)
+        rows.append({**base, "metric": "failure_ratio", "mean": n_bad / n_total if n_total else math.nan,
+                     "std": math.nan, "n": n_total, "ci_low": low, "ci_high": high, "status": OK,
+                     "reason": "", "model_id": ""})
+        for (r_id, metric), prov in provenance.items():
+            if r_id == run_id and metric not in columns and prov.get("status") == "unavailable":
+                rows.append({**base, "metric": metric, "mean": math.nan, "std": math.nan, "n": 0,
+                             "ci_low": math.nan, "ci_high": math.nan, "status": "unavailable",
+                             "reason": prov.get("reason") or "", "model_id": prov.get("model_id") or ""})
+    board = pd.DataFrame(rows, columns=BOARD_COLUMNS)
+    board = _add_instructability(board)
+    if len(board):
+        board["_order"] = board["metric"].map(lambda m: order.get(m, len(order)))
+        board = board.sort_values(["dataset", "mode", "model", "_order", "metric"]).drop(columns="_order")
+    board["n"] = board["n"].astype("int64")
+    return board.reset_index(drop=True)
+
+
+def _bootstrap_columns(columns: Mapping[str, np.ndarray], *, level: float, n_resamples: int, seed: int) -> dict:
+    """Bootstrap CIs of every column's mean; columns with the same missing rows share resamples."""
+    groups: dict[bytes, list[str]] = {}
+    for metric, values in columns.items():
+        groups.setdefault(np.isnan(values).tobytes(), []).append(metric)
+    out = {}
+    for names in groups.values():
+        keep = ~np.isnan(columns[names[0]])
+        matrix = np.column_stack([columns[name][keep] for name in names])
+        low, high = stats.bootstrap_mean_cis(matrix, level=level, n_resamples=n_resamples, seed=seed)
+        out.update({name: (float(lo), float(hi)) for name, lo, hi in zip(names, low, high)})
+    return out
+
+
+def _add_instructability(board: pd.DataFrame) -> pd.DataFrame:
+    failures = board[board["metric"] == "failure_ratio"]
+    extra = []
+    for (_, _), group in failures.groupby(["dataset", "mode"], sort=False):
+        worst = group["mean"].max()
+        for _, row in group.iterrows():
+            value = (worst - row["mean"]) / worst if worst > 0 else 1.0
+            reason = ("no compared model had an invalid reply" if not worst > 0 else
+                      f"relative to the highest failure ratio among {len(group)} compared model(s)")
+            extra.append({**row.to_dict(), "metric": "instructability", "mean": value, "std": math.nan,
+                          "ci_low": math.nan, "ci_high": math.nan, "reason": reason})
+    if not extra:
+        return board
+    return pd.concat([board, pd.DataFrame(extra, columns=BOARD_COLUMNS)], ignore_index=True)
+
+
+# --- overall score and radar -------------------------------------------------------------------
+
+def _means(board: pd.DataFrame) -> pd.DataFrame:
+    keys = ["dataset", "mode", "model", "profile"]
+    unique = board.drop_duplicates(keys + ["metric"])
+    return unique.set_index(keys + ["metric"])["mean"].unstack("metric")
+
+
+def overall_table(board: pd.DataFrame) -> pd.DataFrame:
+    """One row per dataset, mode and model: the overall score, the paper's variant and ranks.
+
+    Columns: dataset, mode, model, profile, the five components (means), ``overall`` (mean of the
+    five, all x100), ``overall_paper`` (instructability unscaled, as the paper's ranking table),
+    ``rank``/``rank_paper`` (1 = best within dataset, mode and profile; missing when the score is)
+    and ``reason`` (why the score is missing, empty otherwise).
+    """
+    keys = ["dataset", "mode", "model", "profile"]
+    columns = keys + list(OVERALL_COMPONENTS) + ["overall", "overall_paper", "rank", "rank_paper", "reason"]
+    if board.empty:
+        return pd.DataFrame(columns=columns)
+    means = _means(board)
+    reasons = {(r["dataset"], r["mode"], r["model"], r["profile"], r["metric"]): r["reason"]
+               for r in board[board["status"] == "unavailable"].to_dict("records")}
+    rows = []
+    for key, series in means.iterrows():
+        values = {m: float(series[m]) if m in series.index and not pd.isna(series[m]) else math.nan
+                  for m in OVERALL_COMPONENTS}
+        missing = [m for m, v in values.items() if math.isnan(v)]
+        row = dict(zip(keys, key), **values)
+        if missing:
+            parts = []
+            for m in missing:
+                why = reasons.get((*key, m))
+                parts.append(f"{m} ({why})" if why else f"{m} (not scored in profile {key[3]})")
+            row.update(overall=math.nan, overall_paper=math.nan, reason="missing " + "; ".join(parts))
+        else:
+            scaled = [100.0 * values[m] for m in OVERALL_COMPONENTS]
+            row["overall"] = float(np.mean(scaled))
+            row["overall_paper"] = float(np.mean(scaled[:-1] + [values["instructability"]]))
+            row["reason"] = ""
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    group = table.groupby(["dataset", "mode", "profile"])
+    table["rank"] = group["overall"].rank(ascending=False, method="min").astype("Int64")
+    table["rank_paper"] = group["overall_paper"].rank(ascending=False, method="min").astype("Int64")
+    table = table.sort_values(["dataset", "mode", "profile", "rank", "model"], na_position="last")
+    return table[columns].reset_index(drop=True)
+
+
+def radar_aspects(board: pd.DataFrame, *, normalize: bool = False) -> pd.DataFrame:
+    """The paper's radar aspects per dataset, mode and model (NaN when the metric is unavailable).
+
+    Aspects: :data:`RADAR_ASPECTS`. ``normalize=True`` maps each metric's mean onto [0, 1] by its
+    range (e.g. ``c_score`` -1..1, ``ue_score`` 0..2) so the axes are comparable.
+    """
+    keys = ["dataset", "mode", "model", "profile"]
+    if board.empty:
+        return pd.DataFrame(columns=keys + list(RADAR_ASPECTS))
+    means = _means(board)
+    out = means.reset_index()[keys].copy()
+    for aspect, metric in RADAR_ASPECTS.items():
+        values = means[metric].to_numpy(dtype="float64") if metric in means.columns else np.full(len(means), np.nan)
+        if normalize:
+            info = _info(metric)
+            lo, hi = info.range if info is not None else (0.0, None)
+            if hi is not None and hi > lo:
+                values = (values - lo) / (hi - lo)
+        out[aspect] = values
+    return out.reset_index(drop=True)
+
+
+# --- paired comparison -------------------------------------------------------------------------
+
+def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str) -> pd.Series:
+    rows = results[results["run_id"] == run_id]
+    if rows.empty:
+        known = ", ".join(sorted(results["run_id"].unique())[:10]) or "(none)"
+        raise ValueError(f"no results for run {run_id!r}; runs: {known}")
+    samples = rows.drop_duplicates("sample_id").set_index("sample_id")["status"]
+    if metric == "failure_ratio":
+        return (samples != OK).astype("float64")
+    metric_rows = rows[rows["metric"] == metric]
+    if metric_rows.empty:
+        raise ValueError(f"run {run_id!r} has no {metric!r} values in these results")
+    values = metric_rows.drop_duplicates("sample_id", keep="last").set_index("sample_id")["value"].astype("float64")
+    values = values.reindex(samples.index)
+    if metric == "response_time":
+        return values
+    bad = samples != OK
+    if invalid == "worst":
+        info = _info(metric)
+        values[bad] = info.worst_value if info is not None and info.worst_value is not None else np.nan
+    else:
+        values[bad] = np.nan
+    return values
+
+
+def compare_models(
+    results: pd.DataFrame, run_a: str, run_b: str, metric: str, *, invalid: str = "worst",
+    level: float = stats.DEFAULT_LEVEL, n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
+) -> stats.PairedComparison:
+    """Paired tests of ``run_a`` against ``run_b`` on ``metric`` over their common sample ids.
+
+    Applies the invalid-reply policy first (``"exclude"`` keeps samples valid in both runs).
+    ``failure_ratio`` compares the per-sample invalid indicator. Raises ``ValueError`` when a run
+    or metric is missing or the runs share no sample id.
+    """
+    if invalid not in INVALID_POLICIES:
+        raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
+    if metric == "instructability":
+        raise ValueError("instructability is a run-level number; it has no per-sample values to pair")
+    a = _paired_values(results, run_a, metric, invalid)
+    b = _paired_values(results, run_b, metric, invalid)
+    common = a.index.intersection(b.index)
+    if not len(common):
+        raise ValueError(f"runs {run_a!r} and {run_b!r} share no sample id")
+    info = _info(metric)
+    higher = info.higher_is_better if info is not None else True
+    return stats.paired_comparison(
+        a.loc[common].to_numpy(), b.loc[common].to_numpy(), metric=metric, run_a=run_a, run_b=run_b,
+        higher_is_better=higher, level=level, n_resamples=n_resamples, seed=seed,
+    )
+
+
+# --- export ------------------------------------------------------------------------------------
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _cell(metric: str, row: Mapping[str, Any]) -> str:
+    if row is None or row.get("n", 0) == 0 and math.isnan(row.get("mean", math.nan)):
+        return "n/a"
+    if metric == "failure_ratio":
+        return _fmt(row["mean"], 3)
+    if metric == "instructability" or math.isnan(row["std"]):
+        return _fmt(row["mean"])
+    return f"{_fmt(row['mean'])} ± {_fmt(row['std'])}"
+
+
+def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
+    """Display blocks, one per dataset, mode and profile: models (ranked), metrics, cells, notes."""
+    overall = overall_table(board)
+    order = {m: i for i, m in enumerate(_metric_order())}
+    blocks = []
+    for (dataset, mode, profile), group in board.groupby(["dataset", "mode", "profile"], sort=True):
+        available = group[group["status"] != "unavailable"]
+        metrics = sorted(available["metric"].unique(), key=lambda m: (order.get(m, len(order)), m))
+        ov = overall[(overall["dataset"] == dataset) & (overall["mode"] == mode) & (overall["profile"] == profile)]
+        models = list(ov["model"])
+        models += sorted(set(group["model"]) - set(models))
+        cells = {(r["model"], r["metric"]): r for r in group.to_dict("records")}
+        notes = []
+        unavailable = group[group["status"] == "unavailable"].drop_duplicates("metric")
+        for r in unavailable.to_dict("records"):
+            notes.append(f"{r['metric']}: unavailable ({r['reason'] or 'no reason recorded'})")
+        degraded = group[group["status"] == "degraded"].drop_duplicates("metric")
+        for r in degraded.to_dict("records"):
+            notes.append(f"{r['metric']}*: degraded ({r['reason'] or 'no reason recorded'})")
+        for metric, sub in available.groupby("metric"):
+            ids = sorted({m for m in sub["model_id"] if m})
+            if len(ids) > 1:
+                notes.append(f"warning: {metric} was computed with different models across runs: {', '.join(ids)}")
+        reasons = {r for r in ov["reason"] if r}
+        for reason in sorted(reasons):
+            notes.append(f"overall: n/a, {reason}")
+        ov_rows = {r["model"]: r for r in ov.to_dict("records")}
+        degraded_names = set(degraded["metric"])
+        blocks.append({"dataset": dataset, "mode": mode, "profile": profile, "models": models, "metrics": metrics,
+                       "cells": cells, "overall": ov_rows, "notes": notes, "degraded": degraded_names,
+                       "invalid": group["invalid"].iloc[0] if "invalid" in group else ""})
+    return blocks
+
+
+def _title(block: Mapping[str, Any]) -> str:
+    policy = {"worst": "invalid replies scored worst (paper)", "exclude": "invalid replies excluded"}.get(
+        block["invalid"], f"invalid replies: {block['invalid']}")
+    return f"{block['dataset']} · {block['mode']} · profile {block['profile']} · {policy}"
+
+
+def _grid(block: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows (models as rows, metrics then overall columns) of one block."""
+    header = ["model"] + [m + ("*" if m in block["degraded"] else "") for m in block["metrics"]]
+    header += ["overall", "overall_paper", "rank"]
+    rows = []
+    for model in block["models"]:
+        row = [model] + [_cell(m, block["cells"].get((model, m))) for m in block["metrics"]]
+        ov = block["overall"].get(model, {})
+        rank = ov.get("rank")
+        row += [_fmt(ov.get("overall", math.nan)), _fmt(ov.get("overall_paper", math.nan)),
+                "–" if rank is None or pd.isna(rank) else str(int(rank))]
+        rows.append(row)
+    return header, rows
+
+
+def _text_table(board: pd.DataFrame) -> str:
+    out = []
+    for block in _blocks(board):
+        header, rows = _grid(block)
+        # Metrics as rows, models as columns: fits a terminal with many metrics.
+        table = [[header[0].replace("model", "metric")] + [r[0] for r in rows]]
+        for j in range(1, len(header)):
+            table.append([header[j]] + [r[j] for r in rows])
+        widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+        out.append(f"== {_title(block)} ==")
+        for k, line in enumerate(table):
+            out.append("  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(line)))
+            if k == 0:
+                out.append("  ".join("-" * w for w in widths))
+        out.extend(f"  {note}" for note in block["notes"])
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n" if out else "(no results)\n"
+
+
+def _markdown(board: pd.DataFrame) -> str:
+    out = []
+    for block in _blocks(board):
+        header, rows = _grid(block)
+        out.append(f"### {_title(block)}\n")
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "|".join([" --- "] + [" ---: "] * (len(header) - 1)) + "|")
+        for row in rows:
+            out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+        if block["notes"]:
+            out.append("")
+            out.extend(f"- {note}" for note in block["notes"])
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n" if out else "(no results)\n"
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _latex_escape(text: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text).replace("±", r"$\pm$").replace("–", "--")
+
+
+def _latex(board: pd.DataFrame) -> str:
+    out = []
+    for block in _blocks(board):
+        header, rows = _grid(block)
+        out.append(f"% {_title(block)}")
+        out.append(r"\begin{table}[ht]")
+        out.append(r"\centering")
+        out.append(r"\caption{" + _latex_escape(_title(block)) + "}")
+        out.append(r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}")
+        out.append(r"\hline")
+        out.append(" & ".join(_latex_escape(h) for h in header) + r" \\")
+        out.append(r"\hline")
+        for row in rows:
+            out.append(" & ".join(_latex_escape(c) for c in row) + r" \\")
+        out.append(r"\hline")
+        out.append(r"\end{tabular}")
+        out.append(r"\end{table}")
+        out.extend(f"% {note}" for note in block["notes"])
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n" if out else "% (no results)\n"
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    return value
+
+
+def _csv(board: pd.DataFrame) -> str:
+    rows = board[board["n"] > 0][CSV_COLUMNS]
+    return rows.to_csv(index=False, lineterminator="\n")
+
+
+def _json(board: pd.DataFrame) -> str:
+    overall = overall_table(board)
+    payload = {
+        "profiles": sorted(board["profile"].unique().tolist()) if len(board) else [],
+        "invalid": sorted(board["invalid"].unique().tolist()) if len(board) else [],
+        "metrics": [{k: _jsonable(v) for k, v in row.items()} for row in board.to_dict("records")],
+        "overall": [{k: _jsonable(v) for k, v in row.items()} for row in overall.to_dict("records")],
+    }
+    return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+
+
+EXPORT_FORMATS = {"table": _text_table, "csv": _csv, "markdown": _markdown, "latex": _latex, "json": _json}
+
+
+def export_board(board: pd.DataFrame, fmt: str = "table") -> str:
+    """Render a board: ``table`` (terminal text), ``csv`` (long: exactly :data:`CSV_COLUMNS`, numbers
+    unrounded, unavailable metrics left out), ``markdown``, ``latex`` (models as rows, "mean ± std"
+    at 2 decimals, failure ratio at 3, plus overall, overall_paper and rank) or ``json`` (every
+    board column and the overall table; NaN as null)."""
+    try:
+        render = EXPORT_FORMATS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(EXPORT_FORMATS)}") from None
+    return render(board)

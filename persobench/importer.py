@@ -1,0 +1,411 @@
+"""Import published replies laid out like the paper's repository into the run store.
+
+The paper's repository (salehafzoon/PersoBench) holds::
+
+    Prompts/<Dataset>.csv                      personas, context, act_response (one row per sample)
+    Responses/<Dataset>/<model>[-COT].csv      gen_response, [reasoning,] response_time (processed)
+    Raw Responses/<Dataset>/<model>[-COT].csv  gen_response = the model's raw text, response_time
+
+:func:`import_persobench` makes one run per dataset, model and mode (``vanilla``; ``cot`` for the
+``-COT`` files) with ``source="imported"``. Replies come from ``Raw Responses/`` parsed with the
+paper's post-processing policy when that file exists, otherwise from the processed twin, where an
+empty ``gen_response`` is an invalid reply (as the paper's evaluation read it). Row ``i`` of a
+response file answers prompt row ``i``; the sample id is ``"<dataset>:<i>"``, the id the dataset
+loader gives the same prompt row, so replies join samples by id, never by position.
+
+Importing is idempotent: a run's id depends only on dataset, model, mode and sample ids, so
+importing again finds the same runs; an unchanged file is skipped, a changed one replaces the
+replies and drops the run's now stale scores.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from persobench.store import RunManifest, RunStore, make_run_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from persobench.records import Sample
+    from persobench.store import Run
+
+__all__ = [
+    "GENERATION_COLUMNS", "ImportFolderError", "ImportReport", "ImportedRun", "IMPORTED_TEMPLATES",
+    "dataset_for_folder", "find_response_files", "import_persobench", "paper_references", "samples_for_run",
+]
+
+#: Columns of the public generations table, in order.
+GENERATION_COLUMNS = (
+    "sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "latency",
+    "prompt_tokens", "completion_tokens", "error", "attempts", "cached", "prompt",
+)
+
+#: Template names of imported runs by mode; their hashes are fixed so that re-importing after a
+#: change to the built-in templates still finds the same runs.
+IMPORTED_TEMPLATES = {"vanilla": "paper-vanilla", "cot": "paper-cot"}
+
+#: Bumped when the way replies are read from the files changes (forces a re-import).
+IMPORT_VERSION = 1
+
+COT_SUFFIX = "-COT"
+
+
+class ImportFolderError(ValueError):
+    """The folder is not in the paper's layout, or a file is malformed; the message names the files."""
+
+
+@dataclass(frozen=True)
+class ImportedRun:
+    """One run made (or found) by an import."""
+
+    run_id: str
+    dataset: str
+    model: str
+    mode: str
+    n: int
+    """Samples (prompt rows)."""
+    invalid: int
+    """Replies that are not usable (status other than ``ok``)."""
+    source: str
+    """``"raw"`` (parsed from ``Raw Responses/``) or ``"processed"`` (``Responses/``)."""
+    responses_file: str
+    """The file the replies came from."""
+    action: str
+    """``"created"``, ``"updated"`` (file changed since the last import) or ``"unchanged"``."""
+
+
+@dataclass
+class ImportReport:
+    """What an import did."""
+
+    folder: Path
+    runs: list[ImportedRun] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(path, reason) of folders and files that were not imported."""
+    prompts_differ: list[str] = field(default_factory=list)
+    """Datasets whose prompt table differs from the one the dataset loader reads (scoring would
+    use the loader's rows; point ``PERSOBENCH_PROMPTS`` at ``<folder>/Prompts``)."""
+
+
+def _paper_tables() -> dict[str, tuple[str, str]]:
+    """Folder/file stem -> (registered dataset name, unlabelled persona owner)."""
+    from persobench.datasets import PAPER_TABLES
+
+    return {stem: (name, owner) for name, (stem, owner, _desc) in PAPER_TABLES.items()}
+
+
+def dataset_for_folder(folder_name: str) -> str | None:
+    """The registered dataset name for a folder of the paper's layout ("FoCus" -> "focus")."""
+    entry = _paper_tables().get(folder_name)
+    return entry[0] if entry else None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _count_prompt_rows(path: Path) -> int:
+    """Rows as the dataset loader enumerates them (``csv.DictReader``, quoted newlines allowed)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = {"personas", "context", "act_response"} - set(reader.fieldnames or [])
+            if missing:
+                raise ImportFolderError(f"{path}: not a prompt table (missing column(s) {', '.join(sorted(missing))})")
+            return sum(1 for _ in reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ImportFolderError(f"{path}: cannot read prompt table ({exc})") from exc
+
+
+def find_response_files(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every (dataset folder, model, mode) in ``folder`` with the file its replies come from.
+
+    Each entry: ``dataset_folder``, ``model``, ``mode``, ``raw`` (path or None), ``processed``
+    (path or None). Sorted by dataset folder, model, mode.
+    """
+    root = Path(folder)
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for kind, sub in (("processed", "Responses"), ("raw", "Raw Responses")):
+        base = root / sub
+        if not base.is_dir():
+            continue
+        for ds_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+            for path in sorted(ds_dir.glob("*.csv")):
+                stem = path.stem
+                mode = "cot" if stem.endswith(COT_SUFFIX) else "vanilla"
+                model = stem[: -len(COT_SUFFIX)] if mode == "cot" else stem
+                entry = found.setdefault(
+                    (ds_dir.name, model, mode),
+                    {"dataset_folder": ds_dir.name, "model": model, "mode": mode, "raw": None, "processed": None},
+                )
+                entry[kind] = path
+    return [found[key] for key in sorted(found)]
+
+
+def _read_responses(path: Path, *, raw: bool) -> "pd.DataFrame":
+    import pandas as pd
+
+    try:
+        # Response times exactly as written (float() of the text; some pandas parsers are off by
+        # an ulp). Processed files keep pandas' default missing-value reading, which is how the
+        # paper's evaluation told invalid replies (NaN) from valid ones.
+        frame = pd.read_csv(path, keep_default_na=not raw, na_values=[""] if raw else None,
+                            converters={"response_time": _parse_seconds})
+    except Exception as exc:  # pandas raises several parser error types
+        raise ImportFolderError(f"{path}: cannot read response file ({type(exc).__name__}: {exc})") from exc
+    if "gen_response" not in frame.columns:
+        raise ImportFolderError(f"{path}: no 'gen_response' column (columns: {', '.join(map(str, frame.columns))})")
+    return frame
+
+
+def _parse_seconds(text: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _text_or_none(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)
+
+
+def build_generations(frame: "pd.DataFrame", sample_ids: list[str], *, raw: bool) -> "pd.DataFrame":
+    """The generations table of one imported run (one row per sample id, in order)."""
+    import pandas as pd
+
+    from persobench.postprocess import Status, parse_output
+
+    rows = []
+    has_reasoning = "reasoning" in frame.columns
+    has_time = "response_time" in frame.columns
+    for i, sample_id in enumerate(sample_ids):
+        text = _text_or_none(frame["gen_response"].iat[i])
+        latency = _float_or_none(frame["response_time"].iat[i]) if has_time else None
+        if raw:
+            parsed = parse_output(text, policy="paper")
+            status, response, reasoning, error = parsed.status, parsed.response, parsed.reasoning, parsed.error
+            raw_text = text
+        else:
+            ok = text is not None and text != ""
+            status = Status.OK.value if ok else Status.EMPTY.value
+            response = text if ok else None
+            reasoning = _text_or_none(frame["reasoning"].iat[i]) if has_reasoning else None
+            error = None if ok else "no reply in the published processed file (empty gen_response)"
+            raw_text = None
+        rows.append({
+            "sample_id": sample_id, "status": status, "response": response, "reasoning": reasoning,
+            "raw_text": raw_text, "finish_reason": None, "latency": latency, "prompt_tokens": None,
+            "completion_tokens": None, "error": error, "attempts": None, "cached": False, "prompt": None,
+        })
+    table = pd.DataFrame(rows, columns=list(GENERATION_COLUMNS))
+    for column in ("status", "response", "reasoning", "raw_text", "finish_reason", "error", "prompt"):
+        table[column] = table[column].astype(object)
+    table["latency"] = table["latency"].astype("float64")
+    for column in ("prompt_tokens", "completion_tokens", "attempts"):  # not recorded by the paper
+        table[column] = table[column].astype("Int64")
+    table["cached"] = table["cached"].astype(bool)
+    return table
+
+
+def _template_hash(template: str) -> str:
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()[:12]
+
+
+def _loader_prompts_sha(file_stem: str) -> str | None:
+    """sha256 of the prompt table the dataset loader would read, or None when it has none."""
+    from persobench.datasets.tables import tables_dir
+
+    path = tables_dir() / f"{file_stem}.csv"
+    return _sha256_file(path) if path.exists() else None
+
+
+def import_persobench(
+    store: RunStore,
+    folder: str | os.PathLike[str],
+    *,
+    datasets: Iterable[str] | None = None,
+    models: Iterable[str] | None = None,
+    modes: Iterable[str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ImportReport:
+    """Import every response file of ``folder`` (the paper's layout) into ``store``.
+
+    ``datasets`` (registered names such as ``"focus"``), ``models`` and ``modes`` restrict what is
+    imported. ``progress(label, done, total)`` is called after each file. Raises
+    :class:`ImportFolderError` when the folder has no prompt tables or response files, or when a
+    response file's length differs from its prompt table (the message names both files).
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise ImportFolderError(f"{root}: no such folder")
+    prompts_dir = root / "Prompts"
+    if not prompts_dir.is_dir():
+        raise ImportFolderError(f"{root}: no Prompts/ folder (expected the paper's layout: Prompts/, Responses/, Raw Responses/)")
+    entries = find_response_files(root)
+    if not entries:
+        raise ImportFolderError(f"{root}: no response files under Responses/ or Raw Responses/")
+    tables = _paper_tables()
+    wanted_datasets = set(datasets) if datasets is not None else None
+    wanted_models = set(models) if models is not None else None
+    wanted_modes = set(modes) if modes is not None else None
+    if wanted_datasets is not None:
+        known = {name for name, _owner in tables.values()}
+        unknown = sorted(wanted_datasets - known)
+        if unknown:
+            raise ImportFolderError(f"unknown dataset(s) {', '.join(unknown)}; the paper's datasets: {', '.join(sorted(known))}")
+
+    report = ImportReport(folder=root)
+    selected = []
+    for entry in entries:
+        where = str(entry["raw"] or entry["processed"])
+        table = tables.get(entry["dataset_folder"])
+        if table is None:
+            report.skipped.append((str(Path(where).parent), f"unknown dataset folder {entry['dataset_folder']!r}; "
+                                   f"known: {', '.join(sorted(tables))}"))
+            continue
+        if wanted_datasets is not None and table[0] not in wanted_datasets:
+            continue
+        if wanted_models is not None and entry["model"] not in wanted_models:
+            continue
+        if wanted_modes is not None and entry["mode"] not in wanted_modes:
+            continue
+        selected.append((entry, table))
+
+    prompt_info: dict[str, tuple[Path, int, str]] = {}
+    for done, (entry, (dataset, _owner)) in enumerate(selected, start=1):
+        stem = entry["dataset_folder"]
+        if stem not in prompt_info:
+            prompt_path = prompts_dir / f"{stem}.csv"
+            if not prompt_path.exists():
+                raise ImportFolderError(
+                    f"{prompt_path}: prompt table missing for the responses in {Path(entry['raw'] or entry['processed']).parent}"
+                )
+            prompt_sha = _sha256_file(prompt_path)
+            prompt_info[stem] = (prompt_path, _count_prompt_rows(prompt_path), prompt_sha)
+            if _loader_prompts_sha(stem) != prompt_sha:
+                report.prompts_differ.append(dataset)
+        prompt_path, n_rows, prompt_sha = prompt_info[stem]
+        report.runs.append(_import_one(store, entry, dataset, prompt_path, n_rows, prompt_sha, root))
+        if progress is not None:
+            progress(f"{dataset} {entry['model']} {entry['mode']}", done, len(selected))
+    return report
+
+
+def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_path: Path, n_rows: int,
+                prompt_sha: str, root: Path) -> ImportedRun:
+    raw = entry["raw"] is not None
+    path: Path = entry["raw"] if raw else entry["processed"]
+    model_name, mode = entry["model"], entry["mode"]
+    file_sha = _sha256_file(path)
+    frame = _read_responses(path, raw=raw)
+    if len(frame) != n_rows:
+        raise ImportFolderError(
+            f"{path} has {len(frame)} replies but {prompt_path} has {n_rows} prompt rows; "
+            "row i of a response file must answer prompt row i"
+        )
+    sample_ids = [f"{dataset}:{i}" for i in range(n_rows)]
+    model = {"provider": "imported", "model": model_name, "label": model_name}
+    template = IMPORTED_TEMPLATES[mode]
+    template_hash = _template_hash(template)
+    parameters: dict[str, Any] = {}
+    run_id = make_run_id(dataset=dataset, model=model, mode=mode, template_hash=template_hash,
+                         sample_ids=sample_ids, parameters=parameters)
+    provenance = {
+        "folder": str(root.resolve()),
+        "responses_file": str(path.resolve()),
+        "source": "raw" if raw else "processed",
+        "policy": "paper" if raw else None,
+        "sha256": file_sha,
+        "processed_twin": str(entry["processed"].resolve()) if raw and entry["processed"] else None,
+        "prompts_file": str(prompt_path.resolve()),
+        "prompts_sha256": prompt_sha,
+        "import_version": IMPORT_VERSION,
+    }
+    action = "created"
+    existing = None
+    try:
+        existing = store.get(run_id)
+    except Exception:
+        existing = None
+    if existing is not None:
+        old = dict(existing.manifest.extra.get("import") or {})
+        same = (old.get("sha256") == file_sha and old.get("prompts_sha256") == prompt_sha
+                and old.get("import_version") == IMPORT_VERSION and existing.has_table("generations"))
+        if same:
+            counts = dict(existing.manifest.extra.get("counts") or {})
+            return ImportedRun(run_id, dataset, model_name, mode, n_rows, int(counts.get("invalid", 0)),
+                               provenance["source"], str(path), "unchanged")
+        action = "updated"
+    generations = build_generations(frame, sample_ids, raw=raw)
+    invalid = int((generations["status"] != "ok").sum())
+    counts = {"total": n_rows, "ok": n_rows - invalid, "invalid": invalid}
+    if existing is None:
+        manifest = RunManifest(
+            run_id=run_id, dataset=dataset, sample_ids=tuple(sample_ids), model=model, mode=mode,
+            template=template, template_hash=template_hash, parameters=parameters, status="running",
+            source="imported", extra={"import": provenance, "counts": counts},
+        )
+        run = store.create(manifest)
+    else:
+        run = existing
+        _drop_stale_scores(run)
+        run.update(status="running")
+    run.write_table("generations", generations)
+    run.update(status="completed", extra={"import": provenance, "counts": counts})
+    return ImportedRun(run_id, dataset, model_name, mode, n_rows, invalid, provenance["source"], str(path), action)
+
+
+def _drop_stale_scores(run: "Run") -> None:
+    """Replies changed: scores computed from the old replies no longer describe the run."""
+    for name in ("scores", "persona_details"):
+        path = run.table_path(name)
+        if path.exists():
+            path.unlink()
+    if "scores" in run.manifest.extra:
+        run.update(extra={"scores": {}})
+
+
+def samples_for_run(run: "Run") -> dict[str, "Sample"]:
+    """The samples of ``run`` by id; an imported run reads the prompt table it was imported with."""
+    from persobench.datasets import load_all, samples_by_id
+
+    info = run.manifest.extra.get("import") or {}
+    prompts_file = info.get("prompts_file")
+    if prompts_file and Path(prompts_file).exists():
+        everything = {s.id: s for s in load_all(run.manifest.dataset, source=prompts_file)}
+        return {i: everything[i] for i in run.manifest.sample_ids}
+    return samples_by_id(run.manifest.dataset, list(run.manifest.sample_ids))
+
+
+def paper_references(prompts_file: str | os.PathLike[str], dataset: str) -> dict[str, str]:
+    """Sample id -> the ``act_response`` cell exactly as published (speaker label included).
+
+    The loader strips the responder's label ("User2: ...") from references. Most of the paper's
+    published FoCus fluency figures were computed against the unstripped cell; this mapping lets a
+    reproduction pass those references to the scorer (``score_run(..., references=...)``).
+    """
+    with open(prompts_file, newline="", encoding="utf-8") as handle:
+        return {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(csv.DictReader(handle))}

@@ -1,0 +1,201 @@
+"""Statistics for leaderboards and model comparisons: pure functions over numbers.
+
+- :func:`describe`: mean, population standard deviation (``ddof=0``, as the paper's tables) and n.
+- :func:`bootstrap_ci` / :func:`bootstrap_mean_cis`: percentile bootstrap confidence interval of a
+  mean (deterministic for a given seed); the second resamples many metrics of the same samples at
+  once with one matrix product.
+- :func:`wilson_interval`: confidence interval of a proportion (failure ratio).
+- :func:`paired_comparison`: two models on the same samples: paired t-test, Wilcoxon signed-rank
+  test, paired bootstrap CI of the mean difference, win/tie/loss counts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "PairedComparison", "bootstrap_ci", "bootstrap_mean_cis",
+    "describe", "paired_comparison", "population_std", "resample_counts", "wilson_interval",
+]
+
+DEFAULT_LEVEL = 0.95
+DEFAULT_RESAMPLES = 1000
+
+
+def _array(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    array = np.asarray(values, dtype="float64").ravel()
+    return array[~np.isnan(array)]
+
+
+def population_std(values: Sequence[float] | np.ndarray) -> float:
+    """Standard deviation with ``ddof=0`` (pandas ``std(ddof=0)``); NaN for no values."""
+    array = _array(values)
+    return float(array.std(ddof=0)) if array.size else math.nan
+
+
+def describe(values: Sequence[float] | np.ndarray) -> tuple[float, float, int]:
+    """``(mean, population std, n)`` of the non-NaN values; ``(nan, nan, 0)`` when there are none."""
+    array = _array(values)
+    if not array.size:
+        return math.nan, math.nan, 0
+    return float(array.mean()), float(array.std(ddof=0)), int(array.size)
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray, *, level: float = DEFAULT_LEVEL,
+    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of the non-NaN ``values``.
+
+    ``(nan, nan)`` for fewer than two values. The same values and seed always give the same interval.
+    """
+    array = _array(values)
+    low, high = bootstrap_mean_cis(array.reshape(-1, 1), level=level, n_resamples=n_resamples, seed=seed)
+    return float(low[0]), float(high[0])
+
+
+def resample_counts(n: int, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:
+    """How often each of ``n`` samples is drawn in each of ``n_resamples`` bootstrap resamples
+    (``n_resamples x n`` float64, rows sum to ``n``); deterministic for ``seed``."""
+    return _resample_counts(n, n_resamples, seed).astype("float64")
+
+
+@lru_cache(maxsize=32)
+def _resample_counts(n: int, n_resamples: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(n_resamples, n))
+    offsets = (np.arange(n_resamples, dtype=np.int64) * n)[:, None]
+    counts = np.bincount((offsets + draws).ravel(), minlength=n_resamples * n).reshape(n_resamples, n)
+    small = counts.astype(np.uint16)  # compact cache entry (1000 x 1000 -> 2 MB)
+    small.setflags(write=False)
+    return small
+
+
+def bootstrap_mean_cis(
+    matrix: np.ndarray, *, level: float = DEFAULT_LEVEL, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap CIs of the column means of ``matrix`` (samples x metrics, no NaN).
+
+    All columns are resampled with the same resampled rows (the samples are shared), held as
+    per-sample draw counts so one matrix product gives every resampled mean.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    matrix = np.asarray(matrix, dtype="float64")
+    if matrix.ndim != 2:
+        raise ValueError("matrix must be 2-dimensional (samples x metrics)")
+    n, k = matrix.shape
+    if n < 2 or k == 0:
+        return np.full(k, math.nan), np.full(k, math.nan)
+    if np.isnan(matrix).any():
+        raise ValueError("matrix has NaN values; resample columns with the same missing rows together")
+    means = resample_counts(n, n_resamples, seed) @ matrix / n  # n_resamples x k
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
+    return low, high
+
+
+def wilson_interval(successes: int, n: int, *, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``successes / n``; ``(nan, nan)`` when ``n == 0``."""
+    if n <= 0:
+        return math.nan, math.nan
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Two models scored on the same samples (``a`` minus ``b``)."""
+
+    metric: str
+    run_a: str
+    run_b: str
+    n: int
+    """Samples both runs have a value for."""
+    mean_a: float
+    mean_b: float
+    mean_diff: float
+    """``mean_a - mean_b``."""
+    t_statistic: float
+    t_pvalue: float
+    """Paired t-test (``scipy.stats.ttest_rel``), two-sided."""
+    wilcoxon_statistic: float
+    wilcoxon_pvalue: float
+    """Wilcoxon signed-rank test (``scipy.stats.wilcoxon``, zero differences dropped), two-sided;
+    p = 1 when every difference is zero."""
+    ci_low: float
+    ci_high: float
+    """Paired bootstrap percentile CI of ``mean_diff`` (samples resampled as pairs)."""
+    bootstrap_pvalue: float
+    """Two-sided bootstrap p-value: 2 x the share of resampled differences on the other side of 0."""
+    wins: int
+    """Samples where ``a`` is better (per the metric's direction)."""
+    ties: int
+    losses: int
+    level: float
+    n_resamples: int
+    higher_is_better: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def paired_comparison(
+    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *, metric: str = "", run_a: str = "",
+    run_b: str = "", higher_is_better: bool = True, level: float = DEFAULT_LEVEL,
+    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+) -> PairedComparison:
+    """Compare paired values (position ``i`` of ``a`` and ``b`` is the same sample).
+
+    Pairs where either value is NaN are dropped. Raises ``ValueError`` when the lengths differ or no
+    pair is left.
+    """
+    from scipy import stats as sps
+
+    x = np.asarray(a, dtype="float64").ravel()
+    y = np.asarray(b, dtype="float64").ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"paired values must have the same length, got {x.size} and {y.size}")
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    n = int(x.size)
+    if n == 0:
+        raise ValueError("no sample has a value in both runs")
+    diff = x - y
+    if n >= 2 and np.any(diff != diff[0]):
+        t = sps.ttest_rel(x, y)
+        t_stat, t_p = float(t.statistic), float(t.pvalue)
+    else:  # constant differences: the t statistic is undefined (zero variance)
+        t_stat, t_p = math.nan, (1.0 if n >= 2 and diff[0] == 0 else math.nan)
+    if np.any(diff != 0):
+        w = sps.wilcoxon(x, y, zero_method="wilcox", alternative="two-sided")
+        w_stat, w_p = float(w.statistic), float(w.pvalue)
+    else:
+        w_stat, w_p = 0.0, 1.0
+    if n >= 2:
+        boot = resample_counts(n, n_resamples, seed) @ diff / n
+        alpha = (1.0 - level) / 2.0
+        ci_low, ci_high = (float(v) for v in np.quantile(boot, [alpha, 1.0 - alpha]))
+        boot_p = float(min(1.0, 2.0 * min(np.mean(boot <= 0), np.mean(boot >= 0))))
+    else:
+        ci_low = ci_high = boot_p = math.nan
+    better = diff > 0 if higher_is_better else diff < 0
+    worse = diff < 0 if higher_is_better else diff > 0
+    return PairedComparison(
+        metric=metric, run_a=run_a, run_b=run_b, n=n, mean_a=float(x.mean()), mean_b=float(y.mean()),
+        mean_diff=float(diff.mean()), t_statistic=t_stat, t_pvalue=t_p, wilcoxon_statistic=w_stat,
+        wilcoxon_pvalue=w_p, ci_low=ci_low, ci_high=ci_high, bootstrap_pvalue=boot_p,
+        wins=int(better.sum()), ties=int((diff == 0).sum()), losses=int(worse.sum()), level=level,
+        n_resamples=n_resamples, higher_is_better=higher_is_better,
+    )

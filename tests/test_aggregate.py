@@ -1,0 +1,240 @@
+"""Leaderboards on a small synthetic store: policies, run-level metrics, overall score, exports, CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from persobench import aggregate
+from persobench.cli import main
+from persobench.store import RunManifest, RunStore, make_run_id
+
+IDS = ["focus:0", "focus:1", "focus:2", "focus:3"]
+
+
+def make_run(store, *, model, statuses, latency, scores, dataset="focus", mode="vanilla", provenance=None,
+             profile="offline", extra_profiles=None, tag=""):
+    ids = [f"{dataset}:{i}" for i in range(len(statuses))]
+    spec = {"provider": "test", "model": model + tag, "label": model}
+    run_id = make_run_id(dataset=dataset, model=spec, mode=mode, template_hash="t", sample_ids=ids, parameters={})
+    run = store.create(RunManifest(run_id=run_id, dataset=dataset, sample_ids=tuple(ids), model=spec, mode=mode,
+                                   template=mode, template_hash="t", status="completed"))
+    run.write_table("generations", pd.DataFrame({
+        "sample_id": ids, "status": statuses,
+        "response": ["r" if s == "ok" else None for s in statuses], "latency": latency,
+    }))
+    rows = []
+    for prof, table in [(profile, scores)] + list((extra_profiles or {}).items()):
+        for metric, values in table.items():
+            for sid, value, status in zip(ids, values, statuses):
+                if status == "ok" and value is not None:
+                    rows.append({"sample_id": sid, "metric": metric, "value": float(value), "profile": prof})
+    run.write_table("scores", pd.DataFrame(rows))
+    prov = {m: {"status": "ok", "reason": "", "model_id": "lexical"} for m in scores}
+    prov.update(provenance or {})
+    run.update(extra={"scores": {profile: {"metrics": prov}}})
+    return run
+
+
+@pytest.fixture()
+def store(tmp_path):
+    s = RunStore(tmp_path / "home")
+    make_run(s, model="A", statuses=["ok", "ok", "ok", "empty"], latency=[1.0, 2.0, 3.0, 10.0], scores={
+        "dist1": [0.5, 1.0, 0.75, None], "c_score": [1, 0, 1, None], "ue_score": [2, 0, 1, None],
+        "persona_distance": [0.6, 0.4, 0.5, None], "unieval_groundedness": [0.9, 0.5, 0.7, None],
+    }, extra_profiles={"standard": {"dist1": [0.1, 0.1, 0.1, None]}})
+    make_run(s, model="B", statuses=["ok"] * 4, latency=[1.0, 1.0, 1.0, 1.0], scores={
+        "dist1": [0.2, 0.4, 0.6, 0.8], "c_score": [0, -1, 1, 0], "ue_score": [0, 0, 1, 1],
+        "persona_distance": [0.3, 0.3, 0.3, 0.3], "unieval_groundedness": [0.5, 0.5, 0.5, 0.5],
+    })
+    unavailable = "needs cross-encoder/nli-deberta-v3-base from the hub"
+    make_run(s, model="C", mode="cot", statuses=["ok", "invalid_json", "ok", "ok"], latency=[2.0] * 4,
+             scores={"dist1": [0.3, None, 0.3, 0.3], "persona_distance": [0.1, None, 0.2, 0.3]},
+             provenance={m: {"status": "unavailable", "reason": unavailable, "model_id": ""}
+                         for m in ("ue_score", "c_score", "unieval_groundedness")})
+    return s
+
+
+def _row(board, model, metric):
+    rows = board[(board["model"] == model) & (board["metric"] == metric)]
+    assert len(rows) == 1, (model, metric, rows)
+    return rows.iloc[0]
+
+
+def test_load_results_is_long_and_applies_no_policy(store):
+    results = aggregate.load_results(store)
+    assert list(results.columns) == aggregate.RESULT_COLUMNS
+    a = results[(results["model"] == "A") & (results["metric"] == "dist1")]
+    assert len(a) == 4 and a["value"].isna().sum() == 1  # the invalid sample is present, value NaN
+    assert a.loc[a["status"] != "ok", "value"].isna().all()
+    rt = results[(results["model"] == "A") & (results["metric"] == "response_time")]
+    assert sorted(rt["value"]) == [1.0, 2.0, 3.0, 10.0]
+    assert set(results["profile"]) == {"offline"}
+    assert {r["metric"] for r in results.attrs["metric_status"] if r["status"] == "unavailable"} == {
+        "ue_score", "c_score", "unieval_groundedness"}
+
+
+def test_worst_and_exclude_policies_differ_as_the_paper_says(store):
+    results = aggregate.load_results(store)
+    worst = aggregate.leaderboard(results, invalid="worst")
+    exclude = aggregate.leaderboard(results, invalid="exclude")
+    w, e = _row(worst, "A", "dist1"), _row(exclude, "A", "dist1")
+    assert (w["mean"], w["n"]) == (pytest.approx((0.5 + 1.0 + 0.75 + 0.0) / 4), 4)
+    assert w["std"] == pytest.approx(np.std([0.5, 1.0, 0.75, 0.0]))  # population std
+    assert (e["mean"], e["n"]) == (pytest.approx(0.75), 3)
+    assert e["std"] == pytest.approx(np.std([0.5, 1.0, 0.75]))
+    # c_score's worst value is -1, not 0.
+    assert _row(worst, "A", "c_score")["mean"] == pytest.approx((1 + 0 + 1 - 1) / 4)
+    assert _row(exclude, "A", "c_score")["mean"] == pytest.approx(2 / 3)
+    # Response time counts every sample whatever the policy.
+    for board in (worst, exclude):
+        rt = _row(board, "A", "response_time")
+        assert (rt["mean"], rt["n"]) == (pytest.approx(4.0), 4)
+    assert set(worst["invalid"]) == {"worst"} and set(exclude["invalid"]) == {"exclude"}
+    ci = _row(worst, "B", "dist1")
+    assert ci["ci_low"] <= ci["mean"] <= ci["ci_high"]
+    with pytest.raises(ValueError, match="policy"):
+        aggregate.leaderboard(results, invalid="drop")
+
+
+def test_failure_ratio_and_instructability(store):
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    assert _row(board, "A", "failure_ratio")["mean"] == pytest.approx(0.25)
+    assert _row(board, "B", "failure_ratio")["mean"] == 0.0
+    # (max failure - failure) / max failure among models of the same dataset and mode.
+    assert _row(board, "A", "instructability")["mean"] == pytest.approx(0.0)
+    assert _row(board, "B", "instructability")["mean"] == pytest.approx(1.0)
+    # C is alone in its mode: it is its own worst.
+    assert _row(board, "C", "instructability")["mean"] == pytest.approx(0.0)
+    lo, hi = _row(board, "A", "failure_ratio")[["ci_low", "ci_high"]]
+    assert lo < 0.25 < hi
+
+
+def test_overall_score_both_variants_and_rank(store):
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    table = aggregate.overall_table(board).set_index("model")
+    ue, pd_, ug, c, ins = (3 / 4, 1.5 / 4, 2.1 / 4, 1 / 4, 0.0)  # model A, worst policy
+    assert table.loc["A", "overall"] == pytest.approx(np.mean([100 * ue, 100 * pd_, 100 * ug, 100 * c, 100 * ins]))
+    assert table.loc["A", "overall_paper"] == pytest.approx(np.mean([100 * ue, 100 * pd_, 100 * ug, 100 * c, ins]))
+    b = [0.5, 0.3, 0.5, 0.0, 1.0]
+    assert table.loc["B", "overall"] == pytest.approx(100 * np.mean(b))
+    assert table.loc["B", "overall_paper"] == pytest.approx(np.mean([100 * v for v in b[:4]] + [1.0]))
+    # B: 46 vs A: 37.5 corrected; the paper's variant nearly ignores instructability: A wins there.
+    assert (table.loc["B", "rank"], table.loc["A", "rank"]) == (1, 2)
+    assert (table.loc["A", "rank_paper"], table.loc["B", "rank_paper"]) == (1, 2)
+    # Unavailable components: no number, and the reason names them and why.
+    assert math.isnan(table.loc["C", "overall"]) and pd.isna(table.loc["C", "rank"])
+    assert "ue_score (needs cross-encoder/nli-deberta-v3-base" in table.loc["C", "reason"]
+    assert table.loc["A", "reason"] == ""
+    unavailable = board[(board["model"] == "C") & (board["status"] == "unavailable")]
+    assert set(unavailable["metric"]) == {"ue_score", "c_score", "unieval_groundedness"}
+    assert (unavailable["n"] == 0).all() and unavailable["mean"].isna().all()
+
+
+def test_radar_aspects(store):
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    radar = aggregate.radar_aspects(board).set_index("model")
+    assert list(radar.columns[-6:]) == list(aggregate.RADAR_ASPECTS)
+    assert radar.loc["A", "persona_consistency"] == pytest.approx(0.25)
+    assert radar.loc["A", "diversity"] != radar.loc["A", "diversity"]  # dist2 not scored: NaN
+    normalized = aggregate.radar_aspects(board, normalize=True).set_index("model")
+    assert normalized.loc["A", "persona_consistency"] == pytest.approx((0.25 + 1) / 2)
+    assert normalized.loc["A", "coherence"] == pytest.approx(0.75 / 2)
+
+
+def test_profiles_are_never_mixed(store):
+    standard = aggregate.load_results(store, profile="standard")
+    board = aggregate.leaderboard(standard, profile="standard")
+    assert set(board["profile"]) == {"standard"}
+    assert _row(board, "A", "dist1")["mean"] == pytest.approx(0.1 * 3 / 4)
+    assert "c_score" not in set(board[board["model"] == "A"]["metric"])
+    offline = aggregate.leaderboard(aggregate.load_results(store))
+    assert _row(offline, "A", "dist1")["mean"] == pytest.approx(0.5625)
+    assert aggregate.available_profiles(store) == ["offline"]
+
+
+def test_compare_models_matches_scipy_and_applies_the_policy(store):
+    results = aggregate.load_results(store)
+    a_id = results.loc[results["model"] == "A", "run_id"].iloc[0]
+    b_id = results.loc[results["model"] == "B", "run_id"].iloc[0]
+    worst = aggregate.compare_models(results, a_id, b_id, "dist1")
+    a, b = np.array([0.5, 1.0, 0.75, 0.0]), np.array([0.2, 0.4, 0.6, 0.8])
+    assert worst.n == 4
+    assert worst.t_statistic == pytest.approx(sps.ttest_rel(a, b).statistic)
+    assert worst.wilcoxon_pvalue == pytest.approx(sps.wilcoxon(a, b).pvalue)
+    assert (worst.wins, worst.losses) == (3, 1)
+    excluded = aggregate.compare_models(results, a_id, b_id, "dist1", invalid="exclude")
+    assert excluded.n == 3
+    rt = aggregate.compare_models(results, a_id, b_id, "response_time")
+    assert rt.higher_is_better is False and rt.wins == 0 and rt.losses == 3
+    with pytest.raises(ValueError, match="run-level"):
+        aggregate.compare_models(results, a_id, b_id, "instructability")
+    with pytest.raises(ValueError, match="no results"):
+        aggregate.compare_models(results, "nope", b_id, "dist1")
+
+
+def test_duplicate_model_labels_get_distinct_names(store):
+    make_run(store, model="A", statuses=["ok"] * 4, latency=[1.0] * 4, scores={"dist1": [1, 1, 1, 1]}, tag="-v2")
+    results = aggregate.load_results(store)
+    names = sorted(results[(results["dataset"] == "focus") & (results["mode"] == "vanilla")]["model"].unique())
+    assert len(names) == 3 and names[2] == "B" and all(n.startswith("A [") for n in names[:2])
+
+
+def test_csv_export_has_exactly_the_long_columns(store):
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    text = aggregate.export_board(board, "csv")
+    assert text.splitlines()[0] == "dataset,mode,model,metric,mean,std,n"
+    back = pd.read_csv(io.StringIO(text))
+    assert list(back.columns) == aggregate.CSV_COLUMNS
+    row = back[(back["model"] == "A") & (back["metric"] == "dist1")].iloc[0]
+    assert row["mean"] == _row(board, "A", "dist1")["mean"]  # unrounded numbers
+    assert "ue_score" not in set(back[back["model"] == "C"]["metric"])  # unavailable: no row
+
+
+def test_display_exports(store):
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    md = aggregate.export_board(board, "markdown")
+    assert "| model |" in md and "0.56 ± 0.37" in md and "focus · vanilla · profile offline" in md
+    assert "overall: n/a, missing ue_score" in md
+    latex = aggregate.export_board(board, "latex")
+    assert r"\begin{tabular}" in latex and r"failure\_ratio" in latex and r"$\pm$" in latex
+    table = aggregate.export_board(board, "table")
+    assert "failure_ratio" in table and "0.250" in table
+    payload = json.loads(aggregate.export_board(board, "json"))
+    assert payload["profiles"] == ["offline"]
+    failure = [r for r in payload["metrics"] if r["metric"] == "failure_ratio" and r["model"] == "A"][0]
+    assert failure["std"] is None and failure["mean"] == 0.25  # NaN -> null, numbers stay numbers
+    assert {r["model"] for r in payload["overall"]} == {"A", "B", "C"}
+    with pytest.raises(ValueError, match="unknown format"):
+        aggregate.export_board(board, "xlsx")
+
+
+def test_cli_leaderboard(store, capsys):
+    home = str(store.home)
+    assert main(["--home", home, "leaderboard", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "dataset,mode,model,metric,mean,std,n"
+    assert main(["--home", home, "leaderboard", "--format", "csv", "--invalid", "exclude", "--mode", "vanilla"]) == 0
+    exclude = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert set(exclude["mode"]) == {"vanilla"}
+    assert exclude[(exclude["model"] == "A") & (exclude["metric"] == "dist1")]["n"].iloc[0] == 3
+    assert main(["--home", home, "leaderboard", "--dataset", "nope"]) == 2
+    assert "no runs" in capsys.readouterr().err
+    assert main(["--home", home, "leaderboard"]) == 0
+    assert "profile offline" in capsys.readouterr().out
+    results = aggregate.load_results(store)
+    a_id = results.loc[results["model"] == "A", "run_id"].iloc[0]
+    b_id = results.loc[results["model"] == "B", "run_id"].iloc[0]
+    assert main(["--home", home, "compare", a_id, b_id, "--metric", "dist1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 4
+
+
+def test_cli_leaderboard_on_an_empty_store(tmp_path, capsys):
+    assert main(["--home", str(tmp_path / "empty"), "leaderboard"]) == 2
+    assert "no completed runs" in capsys.readouterr().err

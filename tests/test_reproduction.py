@@ -1,0 +1,230 @@
+"""Reproduction target: import the paper's published replies, score them offline, aggregate, and
+get the paper's published figures back.
+
+Needs a checkout of the paper's repository (salehafzoon/PersoBench) at ``$PERSOBENCH_REFERENCE``
+(default ``../shared/persobench-reference``); skipped when it is absent.
+
+Published figures: ``Evaluations/FoCus-results.csv`` and ``FoCus-COT-results.csv`` ("mean ± std",
+rounded by pandas to 2 decimals; failure ratio to 3). Compared here: ``bleu``, ``rouge1``,
+``rouge2``, ``rougeL``, ``dist1``, ``dist2``, ``response_time`` (mean and population std) and
+``failure_ratio`` for all 8 models x 2 modes. Invalid replies are scored 0 (policy "worst").
+
+What the paper did, found by reproducing every cell (and checked against ``evaluation.ipynb``):
+
+- BLEU: nltk ``sentence_bleu`` on whitespace tokens, smoothing method 1; ROUGE: the ``rouge``
+  package 1.0.1 (pltrdy), F-scores; dist-n on whitespace tokens; std with ``ddof=0``; response
+  time averaged over all rows, failures included; failure ratio = share of empty replies.
+- References: the notebook has a cell that strips "User2:" from FoCus references, yet of the 14
+  published rows with fluency figures, 8 match only with the *unstripped* ``act_response`` cell
+  ("User2: ..."), 2 only with the stripped one (vanilla Qwen2-7B-Instruct and vanilla
+  Mistral-7B-Instruct; unstripped, their rougeL means come out 0.07489 and 0.09498 against published
+  0.08 and 0.10) and 4 with either. With the stripped reference for every run (what the dataset
+  loader gives, ``Sample.reference``), 16 of the 112 BLEU/ROUGE cells miss by 0.01. So each run is
+  scored against the reference the paper used for it (:data:`STRIPPED_REFERENCE_RUNS`); the
+  product's default (``python -m persobench score``) always uses the stripped, label-free reference.
+- gemini-1.5-pro has no published BLEU/ROUGE: those cells are blank and not compared.
+
+Other datasets have no published table here: their leaderboard numbers are checked against an
+independent, notebook-style computation from the published files (internal consistency).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from persobench import aggregate
+from persobench.datasets import reference_dir
+from persobench.importer import import_persobench, paper_references, samples_for_run
+from persobench.metrics import score_run
+from persobench.store import RunStore
+
+REFERENCE = reference_dir()
+pytestmark = pytest.mark.skipif(
+    not (REFERENCE / "Prompts").is_dir() or not (REFERENCE / "Evaluations").is_dir(),
+    reason=f"{REFERENCE}: no checkout of the paper's repository (set PERSOBENCH_REFERENCE)",
+)
+
+#: Published column -> metric name.
+PUBLISHED = {"BLEU": "bleu", "R1": "rouge1", "R2": "rouge2", "RL": "rougeL", "Dist1": "dist1", "Dist2": "dist2",
+             "response_time": "response_time", "Failure Ratio": "failure_ratio"}
+ROUGE = ("rouge1", "rouge2", "rougeL")
+#: (mode, model) whose published fluency figures used the stripped reference (see module docstring).
+STRIPPED_REFERENCE_RUNS = {("vanilla", "Qwen2-7B-Instruct"), ("vanilla", "Mistral-7B-Instruct")}
+TABLES = {"vanilla": "FoCus-results.csv", "cot": "FoCus-COT-results.csv"}
+
+
+def _rouge_is_the_papers() -> bool:
+    from persobench.metrics import lexical
+
+    return lexical.rouge_status()[0] == "ok"
+
+
+def read_published(path: Path) -> dict[str, dict[str, tuple[float, float] | None]]:
+    """Model -> column -> (mean, std) from a "mean ± std" table (blank cell -> None)."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table = {}
+    for row in frame.to_dict("records"):
+        cells = {}
+        for column, text in row.items():
+            if column == "Model":
+                continue
+            text = text.strip()
+            if not text:
+                cells[column] = None
+                continue
+            match = re.fullmatch(r"(-?[\d.]+)\s*±\s*(-?[\d.]+)", text)
+            assert match, f"{path}: cannot read {column}={text!r}"
+            cells[column] = (float(match.group(1)), float(match.group(2)))
+        table[row["Model"].strip()] = cells
+    return table
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    store = RunStore(tmp_path_factory.mktemp("reproduction"))
+    report = import_persobench(store, REFERENCE)
+    return store, report
+
+
+@pytest.fixture(scope="module")
+def scored(imported):
+    """Every run scored with dist1/dist2; FoCus runs also with BLEU (and ROUGE when the paper's
+    package is installed) against the reference the paper used for that run."""
+    store, report = imported
+    lexical = ["bleu", *(ROUGE if _rouge_is_the_papers() else ())]
+    for r in report.runs:
+        run = store.get(r.run_id)
+        samples = samples_for_run(run)
+        metrics = ["dist1", "dist2"]
+        references = None
+        if r.dataset == "focus":
+            metrics += lexical
+            if (r.mode, r.model) not in STRIPPED_REFERENCE_RUNS:
+                references = paper_references(run.manifest.extra["import"]["prompts_file"], "focus")
+        score_run(run, samples, metrics=metrics, references=references)
+    results = aggregate.load_results(store)
+    return store, report, results, aggregate.leaderboard(results, invalid="worst")
+
+
+def _compare_focus(board, metrics) -> tuple[int, list[str]]:
+    compared, mismatches = 0, []
+    for mode, name in TABLES.items():
+        published = read_published(REFERENCE / "Evaluations" / name)
+        for model, cells in published.items():
+            rows = board[(board["dataset"] == "focus") & (board["mode"] == mode) & (board["model"] == model)]
+            assert len(rows), f"no imported run for focus {mode} {model}"
+            got = rows.set_index("metric")
+            for column, metric in PUBLISHED.items():
+                if metric not in metrics or cells.get(column) is None:
+                    continue
+                mean, std = got.loc[metric, "mean"], got.loc[metric, "std"]
+                if metric == "failure_ratio":
+                    ours, theirs = (float(np.round(mean, 3)),), (cells[column][0],)
+                else:
+                    # pandas' .round(2), as the notebook did, on our unrounded numbers
+                    ours, theirs = (float(np.round(mean, 2)), float(np.round(std, 2))), cells[column]
+                compared += len(ours)
+                if ours != tuple(theirs):
+                    mismatches.append(f"{mode} {model} {metric}: ours {mean:.5f} ± {std:.5f}, published {cells[column]}")
+    return compared, mismatches
+
+
+def test_focus_published_figures(scored):
+    _, _, _, board = scored
+    compared, mismatches = _compare_focus(board, {"bleu", "dist1", "dist2", "response_time", "failure_ratio"})
+    assert not mismatches, "\n".join(mismatches)
+    # 16 runs x (dist1, dist2, response_time) x (mean, std) + 16 failure ratios + 14 runs x BLEU x 2
+    assert compared == 16 * 3 * 2 + 16 + 14 * 2
+
+
+@pytest.mark.skipif(not _rouge_is_the_papers(),
+                    reason="the paper's ROUGE package is not installed (pip install rouge==1.0.1); "
+                           "rouge_score gives different numbers")
+def test_focus_published_rouge(scored):
+    _, _, _, board = scored
+    compared, mismatches = _compare_focus(board, set(ROUGE))
+    assert not mismatches, "\n".join(mismatches)
+    assert compared == 14 * 3 * 2
+
+
+def _notebook_distinct(text, n):
+    tokens = str(text).replace("\n", " ").split()
+    grams = list(zip(*[tokens[i:] for i in range(n)]))
+    return len(set(grams)) / len(grams) if len(grams) > 0 else 0
+
+
+def test_every_dataset_is_internally_consistent(scored):
+    """Leaderboard numbers (import -> score -> aggregate) equal a notebook-style computation made
+    directly from the published files, for every dataset, model and mode."""
+    _, report, _, board = scored
+    assert {r.dataset for r in report.runs} == {"blended-skill-talk", "focus", "it-convai2", "pec"}
+    assert len(report.runs) == 58 and not report.skipped
+    checked = 0
+    for r in report.runs:
+        rows = board[board["run_id"] == r.run_id].set_index("metric")
+        with open(REFERENCE / "Prompts" / f"{Path(r.responses_file).parent.name}.csv", newline="", encoding="utf-8") as f:
+            n_prompts = sum(1 for _ in csv.DictReader(f))
+        assert rows.loc["failure_ratio", "n"] == r.n == n_prompts
+        twin = Path(r.responses_file.replace("/Raw Responses/", "/Responses/"))
+        if twin.exists():  # the file the paper's evaluation read
+            published = pd.read_csv(twin)
+            replies = published["gen_response"]
+            assert rows.loc["failure_ratio", "mean"] == replies.isna().mean()
+        else:  # raw-only (three PEC files): the paper's parse is what we imported
+            replies = pd.Series([None if pd.isna(x) else x for x in
+                                 store_replies(scored[0], r.run_id)])
+            published = pd.read_csv(r.responses_file)
+        times = published["response_time"]
+        assert rows.loc["response_time", "mean"] == pytest.approx(times.mean(), abs=1e-12)
+        assert rows.loc["response_time", "std"] == pytest.approx(times.std(ddof=0), abs=1e-12)
+        for n, metric in ((1, "dist1"), (2, "dist2")):
+            values = pd.Series([0.0 if pd.isna(x) else _notebook_distinct(x, n) for x in replies])
+            assert rows.loc[metric, "mean"] == pytest.approx(values.mean(), abs=1e-12), (r.run_id, metric)
+            assert rows.loc[metric, "std"] == pytest.approx(values.std(ddof=0), abs=1e-12), (r.run_id, metric)
+        checked += 1
+    assert checked == 58
+
+
+def store_replies(store, run_id):
+    gens = store.get(run_id).read_table("generations")
+    return [text if status == "ok" else None for text, status in zip(gens["response"], gens["status"])]
+
+
+def test_paired_tests_reproduce_the_papers_significance_report(scored):
+    """Metric_values/report.txt of the paper: FoCus CoT, Llama3-1-8B vs GPT-4o-mini, paired t-test
+    t = -15.0159 (Dist1) and -8.7999 (Dist2)."""
+    _, _, results, _ = scored
+    runs = results[(results["dataset"] == "focus") & (results["mode"] == "cot")]
+    llama = runs.loc[runs["model"] == "Llama3-1-8B-Instruct", "run_id"].iloc[0]
+    mini = runs.loc[runs["model"] == "gpt-4o-mini", "run_id"].iloc[0]
+    for metric, t in (("dist1", -15.0159), ("dist2", -8.7999)):
+        result = aggregate.compare_models(results, llama, mini, metric)
+        assert result.n == 1000
+        assert round(result.t_statistic, 4) == t
+        assert result.t_pvalue < 1e-5 and result.wilcoxon_pvalue < 1e-5
+
+
+def test_reimport_is_idempotent(imported):
+    store, report = imported
+    again = import_persobench(store, REFERENCE)
+    assert [r.run_id for r in again.runs] == [r.run_id for r in report.runs]
+    assert {r.action for r in again.runs} == {"unchanged"}
+    assert len(store.runs()) == len(report.runs)
+
+
+def test_rouge_backend_is_reported(scored):
+    """Whichever ROUGE implementation scored, the leaderboard says so (never silently)."""
+    _, _, _, board = scored
+    rouge_rows = board[board["metric"].isin(ROUGE)]
+    if _rouge_is_the_papers():
+        assert set(rouge_rows["status"]) == {"ok"} and len(rouge_rows) == 16 * 3
+    else:
+        assert rouge_rows.empty
+    assert importlib.util.find_spec("rouge") is not None or not _rouge_is_the_papers()
