@@ -1,0 +1,101 @@
+"""Compare: two models (or two modes of one model) on the same sample ids: paired differences per
+metric with the t-test, Wilcoxon and a bootstrap CI, win/tie/loss counts, and the dialogues where
+they differ most."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from persobench import app_support as sup
+
+sup.page_setup()
+st.title("Compare two models")
+
+home, sig = sup.current_state()
+profiles = sup.load_or_stop(sup.available_profiles, home, sig)
+if sup.runs_table(home, sig).empty:
+    sup.empty_store_notice()
+    st.stop()
+if not profiles:
+    st.info("No scored runs yet: score them with `python -m persobench score --profile offline`.")
+    st.stop()
+
+from persobench.metrics import METRICS  # noqa: E402
+
+f = st.columns([2, 1, 1])
+profile = f[1].selectbox("Profile", profiles, key="cmp_profile")
+invalid = f[2].selectbox("Invalid replies", ["worst", "exclude"], key="cmp_invalid",
+                         format_func={"worst": "scored worst (paper)", "exclude": "excluded"}.get)
+results = sup.load_or_stop(sup.results_frame, home, sig, profile)
+runs = results.drop_duplicates("run_id")[["run_id", "dataset", "mode", "model"]]
+datasets = sorted(runs["dataset"].unique())
+dataset = f[0].selectbox("Dataset", datasets, index=datasets.index("sample") if "sample" in datasets else 0,
+                         key="cmp_dataset")
+mine = runs[runs["dataset"] == dataset].sort_values(["model", "mode"])
+labels = {r.run_id: f"{r.model} · {r.mode}" for r in mine.itertuples()}
+if len(labels) < 2:
+    st.info("Comparing needs at least two runs of the same dataset. Launch another model from **New run**.")
+    st.stop()
+ids = list(labels)
+c1, c2 = st.columns(2)
+run_a = c1.selectbox("Model A", ids, format_func=labels.get, key=f"cmp_a_{dataset}")
+others = [i for i in ids if i != run_a]
+mode_a = mine.set_index("run_id").loc[run_a, "mode"]
+same_mode = [i for i in others if mine.set_index("run_id").loc[i, "mode"] == mode_a]
+run_b = c2.selectbox("Model B", others, format_func=labels.get, key=f"cmp_b_{dataset}_{run_a}",
+                     index=others.index(same_mode[0]) if same_mode else 0)
+
+present = set(results.loc[results["run_id"].isin([run_a, run_b]), "metric"])
+metrics = tuple(m for m in METRICS if m in present and m != "instructability") + ("failure_ratio",)
+table, skipped = sup.comparison_table(home, sig, profile, run_a, run_b, invalid, metrics)
+st.subheader("Paired differences (A − B)")
+if table.empty:
+    st.warning("These two runs share no sample with values; nothing to compare.")
+    st.stop()
+st.dataframe(
+    table, hide_index=True, width="stretch",
+    column_config={c: st.column_config.NumberColumn(format="%.4f") for c in
+                   ("mean A", "mean B", "A - B", "CI low", "CI high")}
+    | {c: st.column_config.NumberColumn(format="%.3g") for c in ("t-test p", "Wilcoxon p", "bootstrap p")},
+)
+st.caption(f"A = {sup.md_escape(labels[run_a])}; B = {sup.md_escape(labels[run_b])}. Samples both runs answered "
+           f"(n); 95% paired bootstrap CI of the mean difference; wins count samples where A is better in the "
+           "metric's direction. Invalid replies "
+           + ("get the worst value." if invalid == "worst" else "are left out (pairs need both valid)."))
+for metric, why in skipped:
+    st.caption(f"{sup.md_escape(metric)} skipped: {sup.md_escape(why, max_chars=200)}")
+
+figure = go.Figure()
+for column, colour in (("A wins", "#2e7d32"), ("ties", "#9e9e9e"), ("B wins", "#c62828")):
+    figure.add_trace(go.Bar(y=table["metric"], x=table[column], name=column, orientation="h",
+                            marker_color=colour))
+figure.update_layout(barmode="stack", height=max(260, 24 * len(table) + 80), margin={"t": 30},
+                     title="Win / tie / loss per sample")
+st.plotly_chart(figure, width="stretch", key="cmp_wtl")
+
+st.subheader("Dialogues where they differ most")
+metric = st.selectbox("Metric", list(table["metric"]), key="cmp_metric")
+pairs = sup.paired_sample_values(home, sig, profile, run_a, run_b, metric, invalid)
+if pairs.empty:
+    st.info("No per-sample values for this metric.")
+    st.stop()
+top = pairs.reindex(pairs["difference"].abs().sort_values(ascending=False).index).head(15).reset_index(drop=True)
+picked = st.dataframe(top, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+                      key=f"cmp_top_{metric}_{run_a}_{run_b}")
+row = top.iloc[picked.selection.rows[0] if picked and picked.selection.rows else 0]
+sample_id = str(row["sample_id"])
+st.page_link("pages/explore.py", label=f"Open {sample_id} in Explore", icon=":material/forum:",
+             query_params={"dataset": dataset, "sample": sample_id})
+replies = sup.dialogue_data(home, sig, dataset, profile)["replies"]
+left, right = st.columns(2)
+for column, run_id, name in ((left, run_a, "A"), (right, run_b, "B")):
+    with column, st.container(border=True):
+        st.markdown(f"**{name}: {sup.md_escape(labels[run_id])}** · {metric} = {row[name]:.3f}")
+        reply = replies[(replies["run_id"] == run_id) & (replies["sample_id"].astype(str) == sample_id)]
+        if reply.empty:
+            st.caption("No reply stored.")
+        else:
+            r = reply.iloc[0]
+            st.markdown(sup.status_badge(r["status"]))
+            st.text(r["response"] if r["status"] == "ok" and isinstance(r["response"], str) else "(no valid reply)")

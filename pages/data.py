@@ -1,0 +1,97 @@
+"""Data: the registered datasets with sizes and examples, the runs in the store, and importing a
+folder in the layout of the paper's repository (in the background)."""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from persobench import app_support as sup
+
+sup.page_setup()
+st.title("Data")
+
+tab_datasets, tab_runs, tab_import = st.tabs(["Datasets", "Runs in the store", "Import published results"])
+
+with tab_datasets:
+    table = sup.dataset_table()
+    st.dataframe(table, hide_index=True, width="stretch", height=36 * (len(table) + 1) + 3,
+                 column_config={"samples": st.column_config.NumberColumn("samples", format="%d"),
+                                "description": st.column_config.TextColumn(width="large")})
+    st.caption("The paper's five tables are read from `$PERSOBENCH_REFERENCE/Prompts` (a checkout of the "
+               "paper's repository). Any .csv or .jsonl file with the columns personas, context and "
+               "act_response can be used by path: `python -m persobench run --dataset my.csv`.")
+    loadable = [d for d, n in zip(table["dataset"], table["samples"]) if n == n and n]
+    if loadable:
+        c1, c2 = st.columns([2, 1])
+        name = c1.selectbox("Examples from", loadable, key="data_examples_dataset",
+                            index=loadable.index("sample") if "sample" in loadable else 0)
+        count = c2.number_input("How many", min_value=1, max_value=10, value=2, key="data_examples_n")
+        samples = list(sup.dataset_samples(name).values())
+        for sample in samples[: int(count)]:
+            with st.container(border=True):
+                sup.show_sample(sample)
+
+with tab_runs:
+    home, sig = sup.current_state()
+    runs = sup.runs_table(home, sig)
+    if runs.empty:
+        sup.empty_store_notice()
+    else:
+        st.dataframe(runs.drop(columns=["has_generations"]), hide_index=True, width="stretch",
+                     column_config={"has_scores": st.column_config.CheckboxColumn("scored"),
+                                    "baseline": st.column_config.CheckboxColumn("baseline")})
+        st.caption(f"{len(runs)} runs in {sup.md_escape(home)}. Export one: "
+                   "`python -m persobench export RUN --format csv`.")
+    problems = sup.store_problems(home, sig)
+    if problems:
+        st.warning(f"{len(problems)} run folder(s) could not be read:")
+        for path, reason in problems:
+            st.text(f"{path}: {reason}")
+
+with tab_import:
+    st.markdown(
+        "Import replies laid out like the paper's repository: `Prompts/*.csv`, "
+        "`Responses/<dataset>/<model>[-COT].csv` and, when present, `Raw Responses/` (parsed with the paper's "
+        "own post-processing). One run per dataset, model and mode; importing again is a no-op."
+    )
+    default = os.environ.get("PERSOBENCH_REFERENCE", "")
+    folder = st.text_input("Folder", value=default, key="data_import_folder",
+                           placeholder="/path/to/PersoBench (a checkout of the paper's repository)")
+    if folder.strip():
+        preview, problem = sup.import_preview(folder.strip())
+        if problem:
+            st.warning(sup.md_escape(problem))
+        else:
+            st.caption(f"{len(preview)} response files: "
+                       f"{preview['dataset'].nunique()} datasets, {preview['model'].nunique()} models.")
+            st.dataframe(preview, hide_index=True, width="stretch", height=240)
+            score = st.radio(
+                "Then score", ["lexical", "offline", "none"], horizontal=True, key="data_import_score",
+                format_func={"lexical": "lexical metrics (fast: BLEU, ROUGE, Distinct, IDF overlap)",
+                             "offline": "the full offline profile (BERTScore, GloVe, METEOR: slow on CPU)",
+                             "none": "do not score"}.get,
+            )
+            if st.button("Import in the background", type="primary", key="data_import_go"):
+                job_id, started = sup.JobManager(home).launch(f"import {folder.strip()}",
+                                                               sup.import_steps(folder.strip(), score=score))
+                st.toast("Import started." if started else "This import is already running.")
+
+    @st.fragment(run_every=2.0)
+    def import_jobs() -> None:
+        manager = sup.JobManager(sup.current_home())
+        imports = [j for j in manager.jobs() if j.steps and j.steps[0].kind == "import"]
+        for job in imports[:5]:
+            with st.container(border=True):
+                st.markdown(f"**{sup.md_escape(job.title)}** · {sup.md_escape(job.state)}")
+                step = job.steps[min(job.step_index, len(job.steps) - 1)]
+                if job.active:
+                    st.caption(f"Running: {sup.md_escape(step.label)}")
+                if job.message and job.state != "completed":
+                    st.caption(sup.md_escape(job.message))
+                if job.log_tail:
+                    with st.expander("Log (last lines)"):
+                        st.code(job.log_tail, language=None)
+
+    import_jobs()

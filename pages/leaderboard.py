@@ -1,0 +1,257 @@
+"""Leaderboard: per dataset, mode and scoring profile, every metric's mean ± std with its 95% CI, n and
+the failure ratio; the paper's overall score and rank with ties where CIs overlap; the radar of the
+paper's six aspects; time, failures and engagingness; distributions; vanilla versus cot; exports."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from persobench import app_support as sup
+
+sup.page_setup()
+st.title("Leaderboard")
+
+home, sig = sup.current_state()
+runs = sup.runs_table(home, sig)
+profiles = sup.load_or_stop(sup.available_profiles, home, sig)
+if runs.empty:
+    sup.empty_store_notice()
+    st.stop()
+if not profiles:
+    st.info("The store has runs but none is scored yet. Score them with "
+            "`python -m persobench score --profile offline` (packaged models, no network), then reload.")
+    st.stop()
+
+from persobench.aggregate import OVERALL_COMPONENTS, RADAR_ASPECTS, export_board  # noqa: E402
+from persobench.metrics import METRICS  # noqa: E402
+
+scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
+datasets = sorted(scored["dataset"].unique())
+f = st.columns([2, 1, 1, 1])
+dataset = f[0].selectbox("Dataset", datasets, index=datasets.index("sample") if "sample" in datasets else 0,
+                         key="lb_dataset")
+modes = sorted(scored.loc[scored["dataset"] == dataset, "mode"].unique())
+modes = sorted(modes, key=lambda m: (m != "vanilla", m))
+mode = f[1].selectbox("Mode", modes, key="lb_mode")
+profile = f[2].selectbox("Profile", profiles, key="lb_profile",
+                         help="Numbers of one scoring profile only: offline (packaged models) or standard (the "
+                              "paper's models). Profiles are never mixed.")
+invalid = f[3].selectbox("Invalid replies", ["worst", "exclude"], key="lb_invalid",
+                         format_func={"worst": "scored worst (paper)", "exclude": "excluded"}.get,
+                         help="The paper scores an invalid reply with the metric's worst value (0, or -1 for "
+                              "c_score). 'excluded' averages valid replies only.")
+
+board_all = sup.load_or_stop(sup.board_for, home, sig, profile, dataset, invalid)
+if board_all.empty:
+    st.info(f"No completed run of {sup.md_escape(dataset)} has scores in the {sup.md_escape(profile)} profile yet.")
+    st.stop()
+overall_all = sup.load_or_stop(sup.overall_with_ci, home, sig, profile, dataset, invalid)
+models_here = sorted(board_all.loc[board_all["mode"] == mode, "model"].unique())
+chosen = st.multiselect("Models", models_here, default=models_here, key=f"lb_models_{dataset}_{mode}")
+board = board_all[(board_all["mode"] == mode) & board_all["model"].isin(chosen)]
+overall = overall_all[(overall_all["mode"] == mode) & overall_all["model"].isin(chosen)]
+if board.empty:
+    st.warning("No model selected.")
+    st.stop()
+
+
+def metric_means(metric: str) -> pd.DataFrame:
+    rows = board[board["metric"] == metric].drop_duplicates("model")
+    return rows.set_index("model")
+
+
+available = board[(board["status"] != "unavailable") & (board["n"] > 0)]
+metric_order = [m for m in METRICS if m in set(available["metric"])]
+has_overall = overall["overall"].notna().any()
+rank_choices = (["overall", "overall_paper"] if has_overall else []) + [
+    m for m in metric_order if m not in ("instructability",)]
+default_rank = "overall" if has_overall else next(
+    (m for m in ("bertscore_f1", "rougeL", "dist2") if m in rank_choices), rank_choices[0])
+rank_by = st.selectbox("Rank by", rank_choices, index=rank_choices.index(default_rank), key="lb_rank_by",
+                       help="Models whose 95% confidence intervals overlap share a rank (shown with '=').")
+
+# ---- ranking table -----------------------------------------------------------------------------
+summary = pd.DataFrame({"model": chosen})
+summary["kind"] = summary["model"].map(sup.model_kind)
+ov = overall.set_index("model")
+for column in ("overall", "overall_paper", "overall_ci_low", "overall_ci_high",
+               "overall_paper_ci_low", "overall_paper_ci_high"):
+    summary[column] = summary["model"].map(ov[column]) if column in ov.columns else math.nan
+n_map = metric_means("failure_ratio")["n"] if "failure_ratio" in set(board["metric"]) else pd.Series(dtype=int)
+summary["n"] = summary["model"].map(n_map)
+for metric in ("failure_ratio", "instructability", "response_time"):
+    means = metric_means(metric)
+    summary[metric] = summary["model"].map(means["mean"]) if not means.empty else math.nan
+if rank_by in ("overall", "overall_paper"):
+    summary["_v"], summary["_lo"], summary["_hi"] = (summary[rank_by], summary[f"{rank_by}_ci_low"],
+                                                     summary[f"{rank_by}_ci_high"])
+    higher = True
+else:
+    means = metric_means(rank_by)
+    summary["_v"] = summary["model"].map(means["mean"])
+    summary["_lo"] = summary["model"].map(means["ci_low"])
+    summary["_hi"] = summary["model"].map(means["ci_high"])
+    higher = METRICS[rank_by].higher_is_better if rank_by in METRICS else True
+    summary[rank_by] = summary["_v"]
+    summary[f"{rank_by} 95% CI"] = [sup.cell_text(v, None, lo, hi) for v, lo, hi in
+                                    zip(summary["_v"], summary["_lo"], summary["_hi"])]
+ranked = sup.rank_with_ties(summary, "_v", "_lo", "_hi", higher_is_better=higher)
+ranked["overall 95% CI"] = [sup.cell_text(v, None, lo, hi, digits=2) for v, lo, hi in
+                            zip(ranked["overall"], ranked["overall_ci_low"], ranked["overall_ci_high"])]
+columns = ["rank", "model", "kind"]
+if rank_by not in ("overall", "overall_paper"):
+    columns += [rank_by, f"{rank_by} 95% CI"]
+if has_overall:
+    columns += ["overall", "overall 95% CI", "overall_paper"]
+columns += ["n", "failure_ratio", "instructability", "response_time", "overlaps"]
+st.subheader(f"{dataset} · {mode}")
+st.dataframe(
+    ranked[columns], hide_index=True, width="stretch",
+    column_config={
+        "overall": st.column_config.NumberColumn("overall", format="%.2f",
+                                                 help="Mean of ue_score, persona_distance, unieval_groundedness, "
+                                                      "c_score and instructability, all x100."),
+        "overall_paper": st.column_config.NumberColumn("overall (paper)", format="%.2f",
+                                                       help="As the paper's ranking table: instructability added "
+                                                            "unscaled (0-1), so it barely counts."),
+        "failure_ratio": st.column_config.NumberColumn("failure ratio", format="%.3f"),
+        "instructability": st.column_config.NumberColumn(format="%.3f"),
+        "response_time": st.column_config.NumberColumn("response time (s)", format="%.2f"),
+        rank_by: st.column_config.NumberColumn(format="%.3f"),
+        "overlaps": st.column_config.TextColumn("CI overlaps with", width="medium"),
+    },
+)
+if not has_overall:
+    lacking = [m for m in OVERALL_COMPONENTS if m not in set(available["metric"])]
+    st.info("No overall score: it averages " + ", ".join(OVERALL_COMPONENTS) + " and the "
+            f"{sup.md_escape(profile)} profile has no number for " + sup.md_escape(", ".join(lacking))
+            + " (they need NLI and UniEval models; see below). Ranked by "
+            f"{sup.md_escape(rank_by)} instead; score with `--profile standard` for the paper's overall score.")
+no_valid = [m for m in chosen if summary.set_index("model").loc[m, "failure_ratio"] == 1.0]
+if no_valid:
+    st.warning(", ".join(sup.md_escape(m) for m in no_valid) + " produced no valid reply (every reply failed to "
+               "parse), so there is nothing to score: its metrics show n/a. See **Failures** for why.")
+st.caption(f"Profile {sup.md_escape(profile)}; invalid replies "
+           f"{'scored with the worst value (paper)' if invalid == 'worst' else 'excluded'}; mean ± population "
+           "std and 95% bootstrap CI over samples (Wilson interval for the failure ratio). Baselines are not "
+           "models: reference = the gold reply (ceiling), persona-echo = a persona sentence (floor).")
+
+# ---- all metrics -------------------------------------------------------------------------------
+unavailable = board[board["status"] == "unavailable"].drop_duplicates("metric")
+with st.expander("All metrics: mean ± std [95% CI]", expanded=True):
+    wide = pd.DataFrame({"model": ranked["model"]})
+    for metric in metric_order:
+        means = metric_means(metric)
+        wide[metric] = [sup.cell_text(*(means.loc[m, ["mean", "std", "ci_low", "ci_high"]] if m in means.index
+                                        else (math.nan,) * 4)) for m in wide["model"]]
+    wide["n"] = wide["model"].map(n_map)
+    st.dataframe(wide, hide_index=True, width="stretch")
+    degraded = board[board["status"] == "degraded"].drop_duplicates("metric")
+    for row in degraded.itertuples():
+        st.caption(f"{sup.md_escape(row.metric)} is degraded: {sup.md_escape(row.reason, max_chars=300)}")
+    mixed = available.groupby("metric")["model_id"].agg(lambda ids: len({i for i in ids if i}))
+    for metric in mixed[mixed > 1].index:
+        st.warning(f"{sup.md_escape(metric)} was computed with different models across these runs; "
+                   "its numbers are not comparable.")
+if not unavailable.empty:
+    by_reason: dict[str, list[str]] = {}
+    for r in unavailable.itertuples():
+        by_reason.setdefault(r.reason or "no model for it in this profile", []).append(r.metric)
+    st.info("Unavailable in this profile (no number is shown rather than a fake one):  \n"
+            + "  \n".join(f"**{sup.md_escape(', '.join(metrics))}**: {sup.md_escape(reason, max_chars=300)}"
+                           for reason, metrics in by_reason.items()))
+
+# ---- charts ------------------------------------------------------------------------------------
+tab_radar, tab_bars, tab_dist, tab_modes = st.tabs(
+    ["Radar (paper's aspects)", "Time, failures, engagingness", "Distributions", "Vanilla vs CoT"])
+
+with tab_radar:
+    from persobench.aggregate import radar_aspects
+
+    radar = radar_aspects(board, normalize=True)
+    aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
+    missing = [a for a in RADAR_ASPECTS if a not in aspects]
+    if len(aspects) < 3:
+        st.info("The radar needs at least three of the six aspects; this profile has "
+                f"{', '.join(aspects) or 'none'}. Missing: "
+                + ", ".join(f"{a} ({RADAR_ASPECTS[a]})" for a in missing) + ".")
+    else:
+        figure = go.Figure()
+        for row in radar.itertuples():
+            values = [getattr(row, a) for a in aspects]
+            figure.add_trace(go.Scatterpolar(r=values + values[:1], theta=aspects + aspects[:1], fill="toself",
+                                             name=sup.plot_escape(row.model)))
+        figure.update_layout(polar={"radialaxis": {"range": [0, 1]}}, height=480, margin={"t": 30})
+        st.plotly_chart(figure, width="stretch", key="lb_radar")
+        st.caption("Each aspect's mean mapped onto [0, 1] by the metric's range: "
+                   + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
+                   + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
+
+with tab_bars:
+    wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
+    bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
+    if bars.empty:
+        st.info("No response time, failure ratio or engagingness numbers for these runs.")
+    else:
+        bars = bars.assign(model=bars["model"].map(sup.plot_escape),
+                           err_plus=(bars["ci_high"] - bars["mean"]).clip(lower=0),
+                           err_minus=(bars["mean"] - bars["ci_low"]).clip(lower=0))
+        figure = px.bar(bars, x="model", y="mean", color="model", facet_col="metric", error_y="err_plus",
+                        error_y_minus="err_minus", height=380,
+                        category_orders={"metric": [m for m in wanted if m in set(bars["metric"])]})
+        figure.update_yaxes(matches=None, showticklabels=True)
+        figure.update_layout(showlegend=False, margin={"t": 40})
+        st.plotly_chart(figure, width="stretch", key="lb_bars")
+    if "unieval_engagingness" not in set(bars["metric"]):
+        reason = unavailable.set_index("metric")["reason"].get("unieval_engagingness", "not scored in this profile")
+        st.caption(f"Engagingness: unavailable ({sup.md_escape(reason, max_chars=300)}).")
+
+with tab_dist:
+    d1, d2 = st.columns([2, 1])
+    dist_metric = d1.selectbox("Metric", [m for m in metric_order if METRICS[m].level == "sample"
+                                          or m == "response_time"], key="lb_dist_metric")
+    shape = d2.radio("Shape", ["box", "violin"], horizontal=True, key="lb_dist_shape")
+    values = sup.sample_values(home, sig, profile, dataset, mode, dist_metric, invalid)
+    values = values[values["model"].isin(chosen)]
+    if values.empty:
+        st.info("No per-sample values for this metric.")
+    else:
+        values = values.assign(model=values["model"].map(sup.plot_escape))
+        plot = px.violin if shape == "violin" else px.box
+        figure = plot(values, x="model", y="value", color="model", points="outliers", height=420)
+        figure.update_layout(showlegend=False, margin={"t": 30})
+        st.plotly_chart(figure, width="stretch", key="lb_dist")
+
+with tab_modes:
+    both = board_all[board_all["model"].isin(chosen)]
+    if both["mode"].nunique() < 2:
+        st.info("Only one mode was run for this dataset. Launch the other from **New run** to compare "
+                "vanilla and chain-of-thought prompting.")
+    else:
+        mode_metric = st.selectbox("Metric", [m for m in METRICS if m in set(both["metric"])],
+                                   index=0, key="lb_mode_metric")
+        pick = both[both["metric"] == mode_metric].pivot_table(index="model", columns="mode", values="mean")
+        if {"vanilla", "cot"} <= set(pick.columns):
+            pick["cot - vanilla"] = pick["cot"] - pick["vanilla"]
+        st.dataframe(pick.reset_index(), hide_index=True, width="stretch")
+        long = both[both["metric"] == mode_metric][["model", "mode", "mean"]]
+        long = long.assign(model=long["model"].map(sup.plot_escape))
+        figure = px.bar(long, x="model", y="mean", color="mode", barmode="group", height=380)
+        figure.update_layout(margin={"t": 30})
+        st.plotly_chart(figure, width="stretch", key="lb_modes")
+
+# ---- export ------------------------------------------------------------------------------------
+st.subheader("Export")
+e = st.columns(3)
+stem = f"persobench-{dataset}-{mode}-{profile}-{invalid}"
+e[0].download_button("CSV (long)", export_board(board, "csv"), file_name=f"{stem}.csv", mime="text/csv",
+                     key="lb_csv")
+e[1].download_button("Markdown", export_board(board, "markdown"), file_name=f"{stem}.md", mime="text/markdown",
+                     key="lb_md")
+e[2].download_button("LaTeX", export_board(board, "latex"), file_name=f"{stem}.tex", mime="application/x-tex",
+                     key="lb_tex")

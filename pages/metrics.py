@@ -1,0 +1,74 @@
+"""Metrics: what each number means, its range and direction, and which backend produced it."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from persobench import app_support as sup
+
+sup.page_setup()
+st.title("Metrics")
+
+from persobench.metrics import METRICS  # noqa: E402
+
+st.markdown(
+    "Every reply is scored on the paper's dimensions. Invalid replies (failed to parse, empty, refused, "
+    "API errors) have no per-sample score; the leaderboard either gives them the paper's worst value "
+    "(0, and -1 for c_score) or excludes them. Run-level metrics are computed from the generations."
+)
+
+
+def fmt_range(lo: float, hi: float | None) -> str:
+    return f"[{lo:g}, {'∞' if hi is None else f'{hi:g}'}]"
+
+
+rows = [{
+    "metric": info.name, "dimension": info.dimension, "what it says": info.description,
+    "range": fmt_range(*info.range), "better": "higher" if info.higher_is_better else "lower",
+    "invalid reply scores": "" if info.worst_value is None else f"{info.worst_value:g}",
+    "needs": info.needs, "level": info.level, "in the paper": info.paper,
+} for info in METRICS.values()]
+dimension = st.segmented_control("Dimension", ["all", *sorted({r["dimension"] for r in rows})], default="all",
+                                 key="metrics_dimension")
+table = pd.DataFrame(rows)
+if dimension and dimension != "all":
+    table = table[table["dimension"] == dimension]
+st.dataframe(table, hide_index=True, width="stretch", height=36 * (len(table) + 1) + 3,
+             column_config={"what it says": st.column_config.TextColumn(width="large")})
+
+st.subheader("Backends that produced the stored numbers")
+home, sig = sup.current_state()
+provenance = sup.metric_provenance(home, sig)
+if provenance.empty:
+    st.info("No scored runs in the store yet. Score runs with `python -m persobench score --profile offline` "
+            "(packaged models, no network) or `--profile standard` (the paper's models from the hub).")
+else:
+    profiles = sorted(provenance["profile"].unique(), key=lambda p: (p != "offline", p))
+    profile = st.selectbox("Profile", profiles, key="metrics_profile")
+    mine = provenance[provenance["profile"] == profile].drop(columns=["profile"])
+    order = {name: i for i, name in enumerate(METRICS)}
+    mine = mine.sort_values(["metric", "status"], key=lambda c: c.map(order) if c.name == "metric" else c)
+    mine = mine[["metric", "status", "reason", "backend", "model_id", "revision", "metric_version", "runs"]]
+    st.dataframe(mine, hide_index=True, width="stretch",
+                 column_config={"runs": st.column_config.NumberColumn("runs", help="Runs scored with this backend"),
+                                "reason": st.column_config.TextColumn(width="large")})
+    unavailable = sup.unavailable_metrics(provenance, profile)
+    if unavailable:
+        st.warning(f"{len(unavailable)} metric(s) have no number under the {sup.md_escape(profile)} profile: "
+                   + ", ".join(sup.md_escape(m) for m in unavailable)
+                   + ". The reason column says which model they need; the standard profile downloads it.")
+    mixed = mine.groupby("metric")["model_id"].nunique()
+    if (mixed > 1).any():
+        st.warning("Some metrics were computed with different models in different runs: "
+                   + ", ".join(sup.md_escape(m) for m in mixed[mixed > 1].index)
+                   + ". Their leaderboard numbers are not comparable across those runs.")
+
+st.subheader("Profiles")
+cols = st.columns(2)
+for column, name in zip(cols, ("offline", "standard")):
+    with column:
+        st.markdown(f"**{name}**")
+        st.dataframe(sup.profile_slots(name), hide_index=True, width="stretch")
+st.caption("Override any slot's model with a hub id or a local path: "
+           "`python -m persobench score --profile standard --model nli=/models/my-nli`.")

@@ -1,0 +1,156 @@
+"""New run: choose datasets, models, modes, a sample limit and the metric profile; launch in the
+background; follow progress; cancel; resume.
+
+The run executes in a separate, detached process (``persobench.app_support.JobManager``): reruns of
+this page, closing the tab or a second click neither stop it nor start it twice. API keys are read
+from the app's environment by that process; this page never asks for, stores or shows one.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from persobench import app_support as sup
+
+sup.page_setup()
+st.title("New run")
+
+home = sup.current_home()
+jobs = sup.JobManager(home)
+
+from persobench.datasets import dataset_names, get_dataset_info  # noqa: E402
+from persobench.providers import PROVIDERS  # noqa: E402
+
+names = dataset_names()
+registry, registry_note = sup.registry_models(home)
+if "custom_models" not in st.session_state:
+    st.session_state["custom_models"] = {}
+custom: dict[str, str] = st.session_state["custom_models"]
+
+with st.container(border=True):
+    c1, c2 = st.columns(2)
+    chosen_datasets = c1.multiselect(
+        "Datasets", names, default=["sample"] if "sample" in names else [], key="new_datasets",
+        help="The paper's tables need $PERSOBENCH_REFERENCE; hub datasets need the internet.",
+        format_func=lambda n: f"{n} ({get_dataset_info(n).kind})",
+    )
+    model_choices = list(dict.fromkeys([*sup.BUILTIN_MODEL_CHOICES, *registry, *custom]))
+    chosen_models = c2.multiselect("Models", model_choices, default=["baseline:reference"], key="new_models",
+                                   help="Built-in offline models and baselines, names from the models file, "
+                                        "and models you add below.")
+    c2.caption(sup.md_escape(registry_note))
+    with st.expander("Add a model by provider, name and base URL"):
+        a1, a2, a3 = st.columns([1, 2, 2])
+        provider = a1.selectbox("Provider", PROVIDERS.names(), index=PROVIDERS.names().index("openai"),
+                                key="new_provider")
+        model_name = a2.text_input("Model", placeholder="gpt-4o-mini, llama3.1:8b, …", key="new_model_name")
+        base_url = a3.text_input("Base URL (OpenAI-compatible servers)", placeholder="http://localhost:11434/v1",
+                                 key="new_base_url")
+        st.caption("Keys come from the app's environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, or the variable "
+                   "named in the models file); they are never entered or shown here.")
+
+        def add_model() -> None:
+            spec = f"{st.session_state['new_provider']}:{st.session_state['new_model_name'].strip()}"
+            custom[spec] = st.session_state["new_base_url"].strip()
+            st.session_state["new_models"] = list(dict.fromkeys([*st.session_state.get("new_models", []), spec]))
+            st.session_state["new_model_name"] = ""
+
+        st.button("Add model", key="new_add_model", disabled=not model_name.strip(), on_click=add_model)
+    d1, d2, d3, d4 = st.columns(4)
+    chosen_modes = d1.multiselect("Modes", ["vanilla", "cot"], default=["vanilla"], key="new_modes")
+    limit = d2.number_input("Samples per dataset (0 = all)", min_value=0, value=10, step=5, key="new_limit")
+    seed = d3.number_input("Subset seed", min_value=0, value=0, step=1, key="new_seed")
+    profile = d4.selectbox("Metric profile", ["offline", "standard", "(do not score)"], key="new_profile",
+                           help="offline: packaged models, no network. standard: the paper's models from the hub.")
+
+choices = [sup.LaunchChoice(d, m, mode, custom.get(m) or None)
+           for d in chosen_datasets for m in chosen_models for mode in chosen_modes]
+if not choices:
+    st.info("Pick at least one dataset, one model and one mode to see the estimate.")
+else:
+    plans = sup.plan_launch(home, choices, limit=int(limit) or None, seed=int(seed))
+    table = pd.DataFrame(plans)
+    shown = table[["dataset", "model", "mode", "samples", "requests", "cached", "prompt_tokens",
+                   "max_cost_usd", "problem"]]
+    st.subheader("Before launching")
+    st.dataframe(
+        shown, hide_index=True, width="stretch",
+        column_config={
+            "requests": st.column_config.NumberColumn("requests to send"),
+            "cached": st.column_config.NumberColumn("cache hits"),
+            "prompt_tokens": st.column_config.NumberColumn("est. prompt tokens"),
+            "max_cost_usd": st.column_config.NumberColumn("est. max cost (USD)", format="$%.4f",
+                                                          help="Every reply at the token limit; blank = unknown price"),
+        },
+    )
+    total_cost = table["max_cost_usd"].dropna().sum()
+    unknown_cost = table["max_cost_usd"].isna().any()
+    st.caption(f"{int(table['requests'].sum())} requests to send, {int(table['cached'].sum())} served from the "
+               f"cache, about {int(table['prompt_tokens'].sum()):,} prompt tokens; estimated cost at most "
+               f"{total_cost:.4f} USD" + (" plus models with unknown prices." if unknown_cost else "."))
+    blocked = table[table["problem"] != ""]
+    ready = [p for p in plans if not p["problem"]]
+    if not blocked.empty:
+        st.warning(f"{len(blocked)} combination(s) cannot start (see the problem column); "
+                   f"{len(ready)} can.")
+    if "local:smollm2" in chosen_models:
+        st.caption("local:smollm2 runs on this machine's CPU: roughly 25 tokens per second on 2 cores, so "
+                   "about 5 to 10 seconds per reply.")
+    if st.button("Launch", type="primary", disabled=not ready, key="new_launch"):
+        steps = sup.launch_steps(ready, limit=int(limit) or None, seed=int(seed),
+                                 profile=None if profile == "(do not score)" else profile)
+        title = f"{len(ready)} run(s): " + ", ".join(sorted({p['dataset'] for p in ready}))
+        job_id, started = jobs.launch(title, steps)
+        if started:
+            st.toast("Launched in the background.")
+        else:
+            st.info("This exact run is already going; its progress is below.")
+
+
+@st.fragment(run_every=2.0)
+def show_jobs() -> None:
+    statuses = jobs.jobs()
+    st.subheader("Runs launched from the app")
+    if not statuses:
+        st.caption("Nothing launched yet. Runs started from the command line (`python -m persobench run`) "
+                   "appear on the other pages when they finish.")
+        return
+    for status in statuses[:20]:
+        with st.container(border=True):
+            head = st.columns([5, 1, 1])
+            head[0].markdown(f"**{sup.md_escape(status.title)}** · {sup.md_escape(status.state)} · "
+                             f"started {sup.md_escape(status.created_at)}")
+            if status.active:
+                if head[1].button("Cancel", key=f"cancel-{status.job_id}"):
+                    jobs.cancel(status.job_id)
+                    st.rerun(scope="fragment")
+            elif status.resumable:
+                if head[1].button("Resume", key=f"resume-{status.job_id}",
+                                  help="Start it again: replies already received come from the cache."):
+                    jobs.resume(status.job_id)
+                    st.rerun(scope="fragment")
+            if not status.active and head[2].button("Remove", key=f"forget-{status.job_id}",
+                                                    help="Forget this entry; its runs stay in the store."):
+                jobs.forget(status.job_id)
+                st.rerun(scope="fragment")
+            for row in jobs.progress(status):
+                total, done = int(row.get("total") or 0), int(row.get("done") or 0)
+                label = (f"{row['step']}: {row.get('state', '')}"
+                         + (f" · {done}/{total} done, {int(row.get('failed') or 0)} failed, "
+                            f"{int(row.get('cached') or 0)} cached" if total else ""))
+                eta = row.get("eta")
+                if isinstance(eta, (int, float)) and row.get("state") == "running":
+                    label += f" · ETA {sup.format_seconds(eta)}"
+                if row["kind"] == "run":
+                    st.progress(min(done / total, 1.0) if total else 0.0, text=sup.md_escape(label))
+                else:
+                    st.caption(sup.md_escape(label))
+            if status.message and status.state != "completed":
+                st.caption(sup.md_escape(status.message))
+            if status.log_tail:
+                with st.expander("Log (last lines)"):
+                    st.code(status.log_tail, language=None)
+
+
+show_jobs()

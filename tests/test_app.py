@@ -1,0 +1,470 @@
+"""AppTest for every page of the Streamlit app, against a store built with the library
+(``tests/app_store.py``): no exception, empty states, filters that change the tables, export
+content, deep links, failures, comparisons, launching/cancelling/resuming background runs."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.app_store import (
+    EVIL_REPLY,
+    EVIL_SAMPLE,
+    FAILURES,
+    FAKE_MODEL,
+    LEXICAL,
+    shared_app_store,
+)
+from tests.fakes.fixtures import OPENAI_SECRET
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGES = ["pages/leaderboard.py", "pages/new_run.py", "pages/explore.py", "pages/failures.py",
+         "pages/compare.py", "pages/data.py", "pages/metrics.py"]
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="session")
+def app_store(tmp_path_factory):
+    return shared_app_store(tmp_path_factory)
+
+
+@pytest.fixture()
+def env(app_store, monkeypatch):
+    """The test store as PERSOBENCH_HOME, and an API key in the environment that must never show."""
+    monkeypatch.setenv("PERSOBENCH_HOME", str(app_store["home"]))
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_SECRET)
+    monkeypatch.delenv("PERSOBENCH_MODELS", raising=False)
+    return app_store
+
+
+def open_page(page: str, query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if query:
+        at.query_params.update(query)
+    at.run()
+    if page != PAGES[0]:
+        at.switch_page(page)
+        if query:
+            at.query_params.update(query)
+        at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def rendered_text(at: AppTest) -> str:
+    """Every string the page shows (Markdown sources, text, code, alerts, tables)."""
+    parts = []
+    for kind in ("title", "header", "subheader", "markdown", "caption", "text", "code", "info", "warning",
+                 "error", "success"):
+        parts.extend(str(el.value) for el in getattr(at, kind))
+    for frame in at.dataframe:
+        parts.append(frame.value.to_csv())
+    for kind in ("selectbox", "multiselect"):
+        for widget in getattr(at, kind):
+            parts.extend(str(o) for o in widget.options)
+    return "\n".join(parts)
+
+
+def frame_by_columns(at: AppTest, *columns: str) -> pd.DataFrame:
+    for frame in at.dataframe:
+        if set(columns) <= set(frame.value.columns):
+            return frame.value
+    raise AssertionError(f"no dataframe with columns {columns}: {[list(f.value.columns) for f in at.dataframe]}")
+
+
+# ---- every page --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_without_exception_or_secret(env, page):
+    at = open_page(page)
+    assert at.title, "every page has a title"
+    text = rendered_text(at)
+    assert OPENAI_SECRET not in text
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_empty_store_pages_explain_what_to_do(tmp_path, monkeypatch, page):
+    monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "empty"))
+    at = open_page(page)
+    text = rendered_text(at)
+    if page in ("pages/leaderboard.py", "pages/explore.py", "pages/failures.py", "pages/compare.py"):
+        assert "No runs in the store yet" in text
+        assert "python -m persobench demo" in text
+
+
+def test_scored_store_without_scores_explains_how_to_score(tmp_path, monkeypatch):
+    from persobench.generation import run_generation
+
+    run_generation(dataset="sample", model="baseline:reference", mode="vanilla", limit=3, home=tmp_path / "h")
+    monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "h"))
+    at = open_page("pages/leaderboard.py")
+    assert "python -m persobench score --profile offline" in rendered_text(at)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_corrupt_tables_and_manifests_do_not_break_pages(broken_store, monkeypatch, page):
+    monkeypatch.setenv("PERSOBENCH_HOME", str(broken_store))
+    at = open_page(page)
+    text = rendered_text(at)
+    if page == "pages/leaderboard.py":
+        assert "Could not load the results" in text and "scores\\.parquet" in text  # escaped Markdown
+
+
+@pytest.fixture(scope="module")
+def broken_store(tmp_path_factory):
+    """Two scored runs; then one run's scores table is overwritten with garbage and another run
+    folder gets an unreadable manifest."""
+    from persobench.datasets import samples_by_id
+    from persobench.generation import run_generation
+    from persobench.metrics import score_run
+
+    home = tmp_path_factory.mktemp("broken") / "home"
+    for model in ("baseline:reference", "baseline:persona-echo"):
+        run = run_generation(dataset="sample", model=model, mode="vanilla", limit=4, home=home)
+        score_run(run, samples_by_id("sample"), profile="offline", metrics=["bleu", "dist1"])
+    run.table_path("scores").write_bytes(b"not a parquet file")
+    bad = home / "runs" / "broken-run"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    return home
+
+
+# ---- leaderboard -------------------------------------------------------------------------------
+
+
+def ranking(at: AppTest) -> pd.DataFrame:
+    return frame_by_columns(at, "rank", "model", "kind")
+
+
+def test_leaderboard_filters_change_the_table(env):
+    at = open_page("pages/leaderboard.py")
+    vanilla = ranking(at)
+    assert set(vanilla["model"]) == {"baseline:reference", "baseline:persona-echo", FAKE_MODEL}
+    assert vanilla.iloc[0]["model"] == "baseline:reference", "the ceiling ranks first on bertscore/rouge"
+    assert vanilla.set_index("model").loc[FAKE_MODEL, "failure_ratio"] == pytest.approx(len(FAILURES) / 30)
+
+    at.selectbox(key="lb_mode").set_value("cot").run()
+    assert not at.exception
+    cot = ranking(at)
+    assert at.subheader[0].value == "sample · cot"
+    assert not cot.equals(vanilla)
+
+    at.selectbox(key="lb_invalid").set_value("exclude").run()
+    excluded = ranking(at)
+    worst_rank = cot.set_index("model")
+    excl_rank = excluded.set_index("model")
+    metric = [c for c in cot.columns if c.endswith("95% CI")][0].replace(" 95% CI", "")
+    assert excl_rank.loc[FAKE_MODEL, metric] > worst_rank.loc[FAKE_MODEL, metric], \
+        "excluding invalid replies raises the fake model's mean"
+
+    at.selectbox(key="lb_dataset").set_value(env["evil_dataset"]).run()
+    assert not at.exception
+    assert set(ranking(at)["model"]) == {"baseline:reference"}
+    text = rendered_text(at)
+    assert "Unavailable in this profile" in text and "c\\_score" in text and "needs" in text
+
+
+def test_leaderboard_model_filter_and_rank_by(env):
+    at = open_page("pages/leaderboard.py")
+    at.multiselect(key="lb_models_sample_vanilla").set_value(["baseline:persona-echo", FAKE_MODEL]).run()
+    assert set(ranking(at)["model"]) == {"baseline:persona-echo", FAKE_MODEL}
+    at.selectbox(key="lb_rank_by").set_value("dist1").run()
+    table = ranking(at)
+    assert "dist1" in table.columns and "overlaps" in table.columns
+    assert "overall" not in table.columns, "no overall score offline: the column is not faked"
+
+
+def test_leaderboard_exports_match_the_board(env, monkeypatch):
+    from streamlit.delta_generator import DeltaGenerator
+
+    captured: dict[str, object] = {}
+    original = DeltaGenerator.download_button
+
+    def spy(self, label, data, *args, **kwargs):
+        captured[label] = data
+        return original(self, label, data, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaGenerator, "download_button", spy)
+    at = open_page("pages/leaderboard.py")
+    assert set(captured) == {"CSV (long)", "Markdown", "LaTeX"}
+
+    csv = pd.read_csv(io.StringIO(captured["CSV (long)"]))
+    assert list(csv.columns) == ["dataset", "mode", "model", "metric", "mean", "std", "n"]
+    assert set(csv["dataset"]) == {"sample"} and set(csv["mode"]) == {"vanilla"}
+    assert set(csv["model"]) == {"baseline:reference", "baseline:persona-echo", FAKE_MODEL}
+    ref = csv[(csv["model"] == "baseline:reference") & (csv["metric"] == "bleu")].iloc[0]
+    assert ref["mean"] == pytest.approx(1.0) and ref["n"] == 30
+    fake_fail = csv[(csv["model"] == FAKE_MODEL) & (csv["metric"] == "failure_ratio")].iloc[0]
+    assert fake_fail["mean"] == pytest.approx(len(FAILURES) / 30)
+
+    # The same numbers the library computes from the store.
+    from persobench.aggregate import leaderboard, load_results
+    from persobench.store import RunStore
+
+    board = leaderboard(load_results(RunStore(env["home"])), dataset="sample", mode="vanilla")
+    lib = board[(board["model"] == FAKE_MODEL) & (board["metric"] == "rougeL")].iloc[0]
+    page = csv[(csv["model"] == FAKE_MODEL) & (csv["metric"] == "rougeL")].iloc[0]
+    assert page["mean"] == pytest.approx(lib["mean"]) and page["std"] == pytest.approx(lib["std"])
+
+    markdown = captured["Markdown"]
+    assert "| model |" in markdown and FAKE_MODEL in markdown and "±" in markdown
+    latex = captured["LaTeX"]
+    assert "\\begin{tabular}" in latex and "\\end{table}" in latex
+    for content in captured.values():
+        assert OPENAI_SECRET not in content
+
+
+# ---- explore -----------------------------------------------------------------------------------
+
+
+def test_explore_direct_link_and_stepping(env):
+    at = open_page("pages/explore.py", {"dataset": "sample", "sample": "sample:5"})
+    assert "sample\\:5" in at.subheader[0].value
+    at.button(key="explore_next").click().run()
+    assert not at.exception
+    assert at.query_params.get("sample") == "sample:6"
+    assert "sample\\:6" in at.subheader[0].value
+    at.button(key="explore_prev").click().run()
+    assert at.query_params.get("sample") == "sample:5"
+
+
+def test_explore_search_and_status_filters(env):
+    at = open_page("pages/explore.py")
+    at.text_input(key="explore_query").input("basil").run()
+    assert not at.exception
+    options = at.selectbox(key="explore_pick").options
+    assert len(options) == 1 and options[0].startswith("sample:0")
+    at.text_input(key="explore_query").input("").run()
+    at.multiselect(key="explore_status").set_value(["truncated"]).run()
+    options = at.selectbox(key="explore_pick").options
+    assert sorted(o.split(":")[0] + ":" + o.split(":")[1] for o in options) == ["sample:3", "sample:4"]
+
+
+def test_explore_metric_range_filter(env):
+    at = open_page("pages/explore.py")
+    all_options = len(at.selectbox(key="explore_pick").options)
+    at.selectbox(key="explore_metric").set_value("bleu").run()
+    at.slider(key="explore_range_bleu").set_value((0.99, 1.0)).run()
+    assert not at.exception
+    kept = len(at.selectbox(key="explore_pick").options)
+    assert 0 < kept <= all_options
+
+
+def test_explore_shows_untrusted_reply_as_text_only(env):
+    at = open_page("pages/explore.py", {"dataset": "sample", "sample": EVIL_SAMPLE})
+    texts = [str(t.value) for t in at.text]
+    assert EVIL_REPLY in texts, "the reply is shown verbatim with st.text"
+    for element in [*at.markdown, *at.caption, *at.subheader]:
+        value = str(element.value)
+        assert "<script" not in value and "](javascript" not in value and "![" not in value
+    codes = [str(c.value) for c in at.code]
+    assert any("<script>" in c for c in codes), "the raw output is shown as code"
+    # Persona sentences are marked from the fake model's persona details (offline: similarity).
+    at.selectbox(key="explore_mark_by").set_value(f"{FAKE_MODEL} · vanilla").run()
+    marks = frame_by_columns(at, "sentence", "mark")
+    assert marks["mark"].str.len().gt(0).all() and "similarity" in marks.columns
+
+
+def test_explore_untrusted_dataset_personas_and_context(env):
+    at = open_page("pages/explore.py", {"dataset": env["evil_dataset"], "sample": "evil:0"})
+    texts = "\n".join(str(t.value) for t in at.text)
+    assert "onerror" in texts and "javascript:" in texts
+    persona = frame_by_columns(at, "sentence")
+    assert persona["sentence"].str.contains("<script>").any()
+
+
+# ---- failures ----------------------------------------------------------------------------------
+
+
+def test_failures_counts_and_detail(env):
+    at = open_page("pages/failures.py")
+    summary = frame_by_columns(at, "model", "mode", "truncated", "failure ratio")
+    fake = summary[(summary["model"] == FAKE_MODEL) & (summary["mode"] == "vanilla")].iloc[0]
+    assert fake["truncated"] == 2 and fake["invalid_json"] == 1 and fake["missing_field"] == 1
+    assert fake["refused"] == 1 and fake["api_error"] == 1 and fake["ok"] == 24
+    at.selectbox(key="fail_status").set_value("invalid_json").run()
+    assert not at.exception
+    codes = [str(c.value) for c in at.code]
+    assert any("single quotes are not JSON" in c for c in codes), "raw output as plain text"
+    assert any("Conversation" in c or "persona" in c.lower() for c in codes), "the prompt is shown"
+    at.selectbox(key="fail_status").set_value("api_error").run()
+    assert "context too long" in rendered_text(at)
+    assert OPENAI_SECRET not in rendered_text(at)
+
+
+def test_failures_filters(env):
+    at = open_page("pages/failures.py")
+    at.multiselect(key="fail_models").set_value(["baseline:reference"]).run()
+    assert "Every reply in this selection parsed" in rendered_text(at)
+
+
+# ---- compare -----------------------------------------------------------------------------------
+
+
+def test_compare_paired_tests_and_top_differences(env):
+    at = open_page("pages/compare.py")
+    at.selectbox(key="cmp_dataset").set_value("sample").run()
+    at.selectbox(key="cmp_a_sample").set_value(env["runs"][("baseline:reference", "vanilla")]).run()
+    assert not at.exception
+    assert at.selectbox(key=f"cmp_b_sample_{env['runs'][('baseline:reference', 'vanilla')]}").value.split("__")[2] == "vanilla"
+    table = frame_by_columns(at, "metric", "A wins", "ties", "B wins", "t-test p", "Wilcoxon p")
+    assert set(LEXICAL) <= set(table["metric"])
+    assert (table["A wins"] + table["ties"] + table["B wins"] == table["n"]).all()
+    bleu = table.set_index("metric").loc["bleu"]
+    assert bleu["CI low"] <= bleu["A - B"] <= bleu["CI high"]
+    top = frame_by_columns(at, "sample_id", "A", "B", "difference")
+    assert len(top) > 0 and top["difference"].abs().is_monotonic_decreasing
+
+
+# ---- data and metrics --------------------------------------------------------------------------
+
+
+def test_data_page_lists_datasets_and_previews_imports(env, tmp_path):
+    at = open_page("pages/data.py")
+    datasets = frame_by_columns(at, "dataset", "kind", "samples")
+    assert int(datasets.set_index("dataset").loc["sample", "samples"]) == 30
+    assert any("I grow tomatoes" in str(t.value) for t in at.text)
+    at.text_input(key="data_import_folder").input(str(tmp_path / "nowhere")).run()
+    assert not at.exception
+    assert any("no such folder" in str(w.value) for w in at.warning)
+
+
+def test_data_page_import_preview_of_the_paper_layout(env, reference_dir):
+    at = open_page("pages/data.py")
+    at.text_input(key="data_import_folder").input(str(reference_dir)).run()
+    preview = frame_by_columns(at, "folder", "dataset", "model", "mode")
+    assert len(preview) >= 40 and {"vanilla", "cot"} <= set(preview["mode"])
+
+
+def test_metrics_page_explains_metrics_and_backends(env):
+    from persobench.metrics import METRICS
+
+    at = open_page("pages/metrics.py")
+    table = frame_by_columns(at, "metric", "dimension", "range", "better")
+    assert list(table["metric"]) == list(METRICS)
+    provenance = frame_by_columns(at, "metric", "status", "model_id", "reason")
+    assert set(LEXICAL) <= set(provenance["metric"])
+    unavailable = provenance[provenance["status"] == "unavailable"]
+    assert {"c_score", "unieval_groundedness"} <= set(unavailable["metric"])
+    assert unavailable["reason"].str.contains("needs").all()
+
+
+# ---- new run: estimate, launch, cancel, resume -------------------------------------------------
+
+
+def wait_for(predicate, timeout: float = 90.0, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("timed out waiting")
+
+
+def test_new_run_estimate_then_launch_in_the_background(tmp_path, monkeypatch):
+    from persobench.app_support import JobManager
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    at = open_page("pages/new_run.py")
+    at.multiselect(key="new_models").set_value(["baseline:persona-echo"]).run()
+    at.number_input(key="new_limit").set_value(4).run()
+    estimate = frame_by_columns(at, "dataset", "model", "mode", "requests", "cached")
+    assert estimate.iloc[0]["requests"] == 4 and estimate.iloc[0]["cached"] == 0
+    at.selectbox(key="new_profile").set_value("(do not score)").run()
+    at.button(key="new_launch").click().run()
+    assert not at.exception
+    jobs = JobManager(home)
+    job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
+    assert job.state == "completed", job.message
+    assert len(job.run_ids) == 1
+    # The same estimate now comes from the cache.
+    at.run()
+    estimate = frame_by_columns(at, "dataset", "model", "mode", "requests", "cached")
+    assert estimate.iloc[0]["requests"] == 0 and estimate.iloc[0]["cached"] == 4
+    assert "completed" in rendered_text(at)
+
+
+def test_new_run_reports_missing_key_without_launching(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    at = open_page("pages/new_run.py")
+    at.text_input(key="new_model_name").input("gpt-4o-mini").run()
+    at.button(key="new_add_model").click().run()
+    assert "openai:gpt-4o-mini" in at.multiselect(key="new_models").value
+    estimate = frame_by_columns(at, "model", "problem")
+    row = estimate[estimate["model"] == "openai:gpt-4o-mini"].iloc[0]
+    assert "OPENAI_API_KEY" in row["problem"]
+    assert row["max_cost_usd"] > 0
+
+
+def test_job_runs_once_cancels_and_resumes_without_repeating_requests(tmp_path, monkeypatch):
+    """A second launch while running starts nothing; cancel stops it; resume finishes it and the
+    server never sees a prompt twice (the replies received before the cancel come from the cache)."""
+    from persobench.app_support import JobManager, plan_launch, LaunchChoice, launch_steps
+    from tests.fakes import FakeLLMServer
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_SECRET)
+    with FakeLLMServer("openai", latency=0.4) as server:
+        plans = plan_launch(home, [LaunchChoice("sample", "openai:slow-model", "vanilla", server.base_url)], limit=12)
+        steps = [s for s in launch_steps(plans, limit=12, profile=None)]
+        steps = [type(s)(s.label, (*s.argv, "--concurrency", "1"), s.expect, s.kind, s.run_id) for s in steps]
+        jobs = JobManager(home)
+        job_id, started = jobs.launch("slow", steps)
+        assert started
+        again_id, again = jobs.launch("slow", steps)
+        assert again_id == job_id and not again, "a second click does not start it twice"
+        other_id, other = jobs.launch("another job writing the same run", steps)
+        assert other_id == job_id and not other, "no second writer for a run in progress"
+        wait_for(lambda: len(server.requests) >= 3)
+        jobs.cancel(job_id)
+        status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+        assert status.state == "cancelled"
+        before = len(server.requests)
+        assert 3 <= before < 12
+        _, started = jobs.resume(job_id)
+        assert started
+        status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+        assert status.state == "completed", status.message
+        assert max(server.counts.values()) == 1, "no prompt was requested twice"
+        assert len(server.requests) == 12
+    progress = jobs.progress(status)
+    assert progress[0]["done"] == 12 and progress[0]["total"] == 12
+
+
+def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from persobench.app_support import JobManager, JobStep
+    from tests.fakes import FakeLLMServer
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_SECRET)
+    with FakeLLMServer("openai", latency=0.4) as server:
+        argv = ("run", "--dataset", "sample", "--model", "openai:slow-model", "--base-url", server.base_url,
+                "--limit", "8", "--concurrency", "1", "--no-progress")
+        step = JobStep("slow run", argv, {"dataset": "sample", "model": "openai:slow-model", "mode": "vanilla"})
+        jobs = JobManager(home)
+        job_id, _ = jobs.launch("killed", [step])
+        wait_for(lambda: len(server.requests) >= 2)
+        pid = int((jobs.job_dir(job_id) / "lock").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)  # the runner we started, by its id (its child keeps going)
+        status = wait_for(lambda: (s := jobs.status(job_id)) and s.state == "interrupted" and s)
+        assert status.resumable
+        wait_for(lambda: len(server.requests) >= 8 or None, timeout=30)  # the orphaned child finishes
+        _, started = jobs.resume(job_id)
+        assert started
+        status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+        assert status.state == "completed", status.message
+        assert max(server.counts.values()) == 1

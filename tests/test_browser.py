@@ -1,0 +1,204 @@
+"""The real app in Debian's headless Chromium (driven by Playwright): every page renders without an
+exception, untrusted text stays inert, and a screenshot of each page is saved.
+
+Starts ``streamlit run app.py`` on a free 127.0.0.1 port with PERSOBENCH_HOME pointing at the test
+store (``tests/app_store.py``). Screenshots go to ``$PERSOBENCH_SCREENSHOT_DIR`` or
+``cache/screenshots/browser-test`` (the test prints the folder). Skips when /usr/bin/chromium or
+Playwright is missing (``make browser`` installs Chromium).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from tests.app_store import EVIL_SAMPLE, shared_app_store
+from tests.fakes.fixtures import OPENAI_SECRET
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT_DIR = Path(os.environ.get("PERSOBENCH_SCREENSHOT_DIR") or ROOT / "cache" / "screenshots" / "browser-test")
+
+#: DOM queries that must find nothing in the app's main area: what the injected strings would
+#: have produced had they been rendered as HTML or Markdown.
+FORBIDDEN = {
+    "script element from a reply": 'script:not([src])',
+    "image from untrusted text": 'img[src*="example.invalid"], img[src="x"], img[onerror]',
+    "javascript: link": 'a[href^="javascript"], a[href*="javascript:"]',
+    "iframe": "iframe",
+    "bold or red markup from a reply": '[data-testid="stMainBlockContainer"] strong:text("bold")',
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium not installed (run `make browser`)")
+    pytest.importorskip("playwright.sync_api")
+    store = shared_app_store(tmp_path_factory)
+    port = free_port()
+    env = {**os.environ, "PERSOBENCH_HOME": str(store["home"]), "OPENAI_API_KEY": OPENAI_SECRET,
+           "PYTHONUNBUFFERED": "1"}
+    log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start (exit {proc.poll()}); see {log.name}")
+            time.sleep(0.3)
+        yield {"url": url, "store": store}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def load(browser, url: str, *, height: int = 1800):
+    """Open ``url`` in a fresh page and wait until the script has finished and the DOM settled."""
+    page = browser.new_page(viewport={"width": 1400, "height": height})
+    page.goto(url)
+    page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
+    deadline = time.monotonic() + 60
+    while page.get_attribute('[data-testid="stApp"]', "data-test-script-state") != "notRunning":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url}: the script did not finish")
+        time.sleep(0.2)
+    page.wait_for_load_state("networkidle")
+    time.sleep(1.0)  # charts and data grids draw after the script ends
+    return page
+
+
+def screenshot(page, path: Path) -> None:
+    """The whole page: Streamlit scrolls inside its main area, so grow the viewport to fit it."""
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(max(int(height) + 40, 900), 9000)})
+    time.sleep(1.0)
+    page.screenshot(path=str(path), full_page=True)
+
+
+def check_page(page, name: str) -> str:
+    """No exception box, no secret, no traceback; returns the visible text."""
+    assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: exception shown"
+    text = page.inner_text('[data-testid="stMain"]')
+    assert "Traceback" not in text, name
+    html = page.content()
+    assert OPENAI_SECRET not in html, f"{name}: API key in the page"
+    assert page.evaluate("window.__pwned") is None, f"{name}: injected code ran"
+    return text
+
+
+def assert_inert(page, name: str) -> None:
+    main = page.locator('[data-testid="stMain"]')
+    for what, selector in FORBIDDEN.items():
+        assert main.locator(selector).count() == 0, f"{name}: {what} was created ({selector})"
+
+
+PAGES = [
+    ("leaderboard", "/"),
+    ("new-run", "/new-run"),
+    ("failures", "/failures"),
+    ("compare", "/compare"),
+    ("data", "/data"),
+    ("metrics", "/metrics"),
+]
+
+
+def test_every_page_renders_and_is_saved(server, browser):
+    """Every page but Explore (its own test below, on the injected reply)."""
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots in {SCREENSHOT_DIR}")
+    for name, path in PAGES:
+        page = load(browser, server["url"] + path)
+        try:
+            text = check_page(page, name)
+            assert len(text) > 100, f"{name}: page is (nearly) empty"
+            assert_inert(page, name)
+            if name == "failures":
+                assert "Raw output" in text and "Prompt" in text
+            screenshot(page, SCREENSHOT_DIR / f"{name}.png")
+        finally:
+            page.close()
+        assert (SCREENSHOT_DIR / f"{name}.png").stat().st_size > 10_000
+
+
+def test_explore_shows_the_injected_reply_as_inert_text(server, browser):
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    page = load(browser, server["url"] + f"/explore?dataset=sample&sample={quote(EVIL_SAMPLE)}")
+    try:
+        text = check_page(page, "explore")
+        assert_inert(page, "explore")
+        # The reply is visible, character for character, as text.
+        assert "<script>window.__pwned = 1</script>" in text
+        assert '<img src=x onerror="window.__pwned = 2">' in text
+        assert "[click me](javascript:window.__pwned=3)" in text
+        assert "![tracker](https://example.invalid/pixel.png)" in text
+        assert ":red[red] $x^2$ **bold**" in text
+        # The raw outputs (expanders) are plain code text too.
+        for expander in page.get_by_text("Raw output").all():
+            expander.click()
+        time.sleep(0.5)
+        assert_inert(page, "explore raw output")
+        assert page.evaluate("window.__pwned") is None
+        screenshot(page, SCREENSHOT_DIR / "explore.png")
+    finally:
+        page.close()
+
+
+def test_injected_persona_and_context_stay_inert(server, browser):
+    dataset = quote(server["store"]["evil_dataset"], safe="")
+    page = load(browser, server["url"] + f"/explore?dataset={dataset}&sample=evil:0")
+    try:
+        text = check_page(page, "explore (untrusted dataset)")
+        assert_inert(page, "explore (untrusted dataset)")
+        assert '<img src=x onerror="window.__pwned=7">' in text
+        assert "[this](javascript:window.__pwned=8)" in text
+        assert "Tomatoes <script>window.__pwned=9</script> and herbs." in text
+        screenshot(page, SCREENSHOT_DIR / "explore-untrusted-dataset.png")
+    finally:
+        page.close()
