@@ -135,7 +135,9 @@ if not has_overall:
 no_valid = [m for m in chosen if summary.set_index("model").loc[m, "failure_ratio"] == 1.0]
 if no_valid:
     st.warning(", ".join(sup.md_escape(m) for m in no_valid) + " produced no valid reply (every reply failed to "
-               "parse), so there is nothing to score: its metrics show n/a. See **Failures** for why.")
+               "parse): " + ("every metric takes its worst value" if invalid == "worst" else
+                             "with invalid replies excluded there is nothing left to average (n/a)")
+               + ". See **Failures** for why.")
 st.caption(f"Profile {sup.md_escape(profile)}; invalid replies "
            f"{'scored with the worst value (paper)' if invalid == 'worst' else 'excluded'}; mean ± population "
            "std and 95% bootstrap CI over samples (Wilson interval for the failure ratio). Baselines are not "

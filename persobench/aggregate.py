@@ -197,20 +197,23 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
         ids = samples["sample_id"]
         parts = [pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": "response_time",
                                "value": samples["latency"].astype("float64")})]
+        provenance = _provenance_rows(run, profile)
+        # A metric the run was scored on but that has no value for any sample (every reply invalid)
+        # still needs its rows, or the "worst" policy would have nothing to fill and show n/a.
+        scored = {r["metric"] for r in provenance if r["status"] != "unavailable"}
+        wide = pd.DataFrame(index=pd.Index(ids, name="sample_id"))
         if run.has_table("scores"):
             scores = run.read_table("scores")
             if "profile" in scores.columns:
                 scores = scores[scores["profile"] == profile]
             if len(scores):
                 scores = scores.drop_duplicates(["sample_id", "metric"], keep="last")
-                wide = scores.pivot(index="sample_id", columns="metric", values="value")
-                wide = wide.reindex(ids)
-                metrics = sorted(wide.columns, key=lambda name: (order.get(name, len(order)), name))
-                for metric in metrics:
-                    values = wide[metric].to_numpy(dtype="float64")
-                    values = np.where(samples["status"].to_numpy() == OK, values, np.nan)
-                    parts.append(pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": metric,
-                                               "value": values}))
+                wide = scores.pivot(index="sample_id", columns="metric", values="value").reindex(ids)
+        for metric in sorted(set(wide.columns) | scored, key=lambda name: (order.get(name, len(order)), name)):
+            values = wide[metric].to_numpy(dtype="float64") if metric in wide.columns else np.full(len(ids), np.nan)
+            values = np.where(samples["status"].to_numpy() == OK, values, np.nan)
+            parts.append(pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": metric,
+                                       "value": values}))
         frame = pd.concat(parts, ignore_index=True)
         frame.insert(0, "run_id", run.run_id)
         frame.insert(1, "dataset", m.dataset)
@@ -219,7 +222,7 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
         frame.insert(4, "source", m.source)
         frame["profile"] = profile
         frames.append(frame)
-        status_rows.extend(_provenance_rows(run, profile))
+        status_rows.extend(provenance)
     if frames:
         results = pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
     else:

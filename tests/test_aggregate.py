@@ -238,3 +238,16 @@ def test_cli_leaderboard(store, capsys):
 def test_cli_leaderboard_on_an_empty_store(tmp_path, capsys):
     assert main(["--home", str(tmp_path / "empty"), "leaderboard"]) == 2
     assert "no completed runs" in capsys.readouterr().err
+
+
+def test_a_run_whose_every_reply_failed_scores_worst_not_missing(tmp_path):
+    store = RunStore(tmp_path / "home")
+    make_run(store, model="Dead", statuses=["truncated", "empty", "invalid_json"], latency=[1.0, 1.0, 1.0],
+             scores={"dist1": [None] * 3, "c_score": [None] * 3})
+    worst = aggregate.leaderboard(aggregate.load_results(store), invalid="worst")
+    assert _row(worst, "Dead", "dist1")["mean"] == 0.0 and _row(worst, "Dead", "dist1")["n"] == 3
+    assert _row(worst, "Dead", "c_score")["mean"] == -1.0
+    assert _row(worst, "Dead", "failure_ratio")["mean"] == 1.0
+    exclude = aggregate.leaderboard(aggregate.load_results(store), invalid="exclude")
+    row = exclude[(exclude["model"] == "Dead") & (exclude["metric"] == "dist1")]
+    assert row.empty or row.iloc[0]["n"] == 0

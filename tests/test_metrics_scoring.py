@@ -270,3 +270,21 @@ def test_cli_score_caches_and_reports_unavailable(tmp_path, capsys):
     assert main(["--home", str(tmp_path), "score", "--model", "nli"]) == 2
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["extra"]["scores"]["offline"]["metrics"]["dist2"]["n"] == 3
+
+
+def test_a_run_with_no_valid_reply_still_records_what_the_profile_covers(tmp_path):
+    samples = _samples()
+    store, run = _run(tmp_path / "home", samples, [("s:0", "truncated", None, 1.0), ("s:1", "empty", "", 1.0)])
+    run.update(status="completed")
+    summary = scoring.score_run(run, {s.id: s for s in samples}, profile="offline", metrics=["dist1", "c_score"])
+    prov = store.get(run.run_id).manifest.extra["scores"]["offline"]["metrics"]
+    assert prov["dist1"]["status"] == "ok" and prov["dist1"]["n"] == 0
+    assert prov["c_score"]["status"] == "unavailable" and "from the hub" in prov["c_score"]["reason"]
+    assert summary.computed == {} or sum(summary.computed.values()) == 0
+    from persobench import aggregate
+
+    board = aggregate.leaderboard(aggregate.load_results(store), invalid="worst")
+    dist1 = board[board["metric"] == "dist1"].iloc[0]
+    assert dist1["mean"] == 0.0 and dist1["n"] == 2
+    c_rows = board[board["metric"] == "c_score"]
+    assert c_rows.empty or c_rows["mean"].isna().all()

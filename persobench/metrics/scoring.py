@@ -24,7 +24,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from persobench.metrics import NLI_METRICS, UNIEVAL_METRICS, validate_metric_names
+from persobench.metrics import NLI_METRICS, UNIEVAL_METRICS, metric_info, validate_metric_names
 from persobench.metrics.backends import BackendUnavailable, Profile, get_profile, model_identity, package_version
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -614,8 +614,25 @@ def score_run(
                 elif record["status"] == "unavailable":
                     record = previous  # keep what the stored numbers were made with
             stored_prov[metric] = record
+    recorded_empty = False
+    if not replies:
+        # Nothing valid to score (every reply failed): still record which metrics this profile
+        # covers, so aggregation can give the run the worst values the paper assigns instead of
+        # leaving the metric out, and still marks a metric unavailable where the profile has no model.
+        for metric in wanted:
+            if metric in stored_prov:
+                continue
+            slot = metric_info(metric).needs
+            spec = prof.specs.get(slot)
+            if spec is not None and not spec.available:
+                stored_prov[metric] = {"status": "unavailable", "reason": spec.unavailable_reason,
+                                       "model_id": "", "backend": slot, "n": 0}
+            else:
+                stored_prov[metric] = {"status": "ok", "reason": "no valid reply to score", "n": 0,
+                                       "model_id": spec.model_id if spec is not None else "", "backend": slot}
+            recorded_empty = True
     summary.provenance = {m: stored_prov[m] for m in wanted if m in stored_prov}
-    if new_prov:
+    if new_prov or recorded_empty:
         entry.update({"profile": prof.describe(), "metrics": stored_prov,
                       "updated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
         scores_extra[prof.key] = entry
