@@ -69,7 +69,8 @@ choices = [sup.LaunchChoice(d, m, mode, custom.get(m) or None)
 if not choices:
     st.info("Pick at least one dataset, one model and one mode to see the estimate.")
 else:
-    plans = sup.plan_launch(home, choices, limit=int(limit) or None, seed=int(seed))
+    key_env = sup.app_environment()
+    plans = sup.plan_launch(home, choices, limit=int(limit) or None, seed=int(seed), env=key_env)
     table = pd.DataFrame(plans)
     shown = table[["dataset", "model", "mode", "samples", "requests", "cached", "prompt_tokens",
                    "max_cost_usd", "problem"]]
@@ -101,7 +102,7 @@ else:
         steps = sup.launch_steps(ready, limit=int(limit) or None, seed=int(seed),
                                  profile=None if profile == "(do not score)" else profile)
         title = f"{len(ready)} run(s): " + ", ".join(sorted({p['dataset'] for p in ready}))
-        job_id, started = jobs.launch(title, steps)
+        job_id, started = jobs.launch(title, steps, env=key_env)
         if started:
             st.toast("Launched in the background.")
         else:
@@ -128,7 +129,7 @@ def show_jobs() -> None:
             elif status.resumable:
                 if head[1].button("Resume", key=f"resume-{status.job_id}",
                                   help="Start it again: replies already received come from the cache."):
-                    jobs.resume(status.job_id)
+                    jobs.resume(status.job_id, env=sup.app_environment())
                     st.rerun(scope="fragment")
             if not status.active and head[2].button("Remove", key=f"forget-{status.job_id}",
                                                     help="Forget this entry; its runs stay in the store."):

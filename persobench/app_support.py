@@ -90,6 +90,8 @@ def redact(text: Any) -> str:
     for name, secret in os.environ.items():
         if _SECRET_ENV.search(name) and secret and len(secret) >= 8 and secret in value:
             value = value.replace(secret, "[redacted]")
+    for secret in _SECRET_VALUES:
+        value = value.replace(secret, "[redacted]")
     for pattern, keep_prefix in _SECRET_PATTERNS:
         if keep_prefix:
             value = pattern.sub(lambda m: m.group(1) + "[redacted]", value)
@@ -1277,12 +1279,12 @@ class JobManager:
             for run_dir in self._run_dirs(status):
                 (run_dir / "cancel").write_text(_now())
 
-    def resume(self, job_id: str) -> tuple[str, bool]:
+    def resume(self, job_id: str, *, env: Mapping[str, str] | None = None) -> tuple[str, bool]:
         """Start a cancelled, failed or interrupted job again (cached replies are not requested again)."""
         spec = _read_json(self.job_dir(job_id) / "job.json")
         if spec is None:
             raise ValueError(f"no job {job_id!r}")
-        return self.launch(spec["title"], [JobStep.from_dict(s) for s in spec["steps"]])
+        return self.launch(spec["title"], [JobStep.from_dict(s) for s in spec["steps"]], env=env)
 
     def forget(self, job_id: str) -> None:
         """Remove a finished job's folder (its runs stay in the store)."""
@@ -1384,22 +1386,48 @@ def find_run_dir(home: Path, expect: Mapping[str, str]) -> Path | None:
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
 
-_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+#: Secret values read from Streamlit secrets; ``redact`` removes them like environment secrets.
+_SECRET_VALUES: set[str] = set()
 
 
-def missing_key(spec: Any) -> str | None:
-    """Name of the environment variable a model needs and the app's environment lacks (else None).
+def secret_environment(secrets: Mapping[str, Any] | None) -> dict[str, str]:
+    """Environment-style credentials (``OPENAI_API_KEY = "..."``) found at the top level of
+    Streamlit secrets. Only names that look like key variables are taken."""
+    found: dict[str, str] = {}
+    if secrets is None:
+        return found
+    try:  # st.secrets raises on any access when no secrets file exists
+        items = list(secrets.items())
+    except Exception:  # noqa: BLE001 - st.secrets raises when no secrets file exists
+        return found
+    for name, value in items:
+        if isinstance(value, str) and value and _ENV_NAME.match(str(name)) and _SECRET_ENV.search(str(name)):
+            found[str(name)] = value
+            if len(value) >= 8:
+                _SECRET_VALUES.add(value)
+    return found
 
-    Only the variable's name is ever reported, never a value.
-    """
-    provider = getattr(spec, "provider", "")
-    if provider not in _KEY_ENV:
-        return None
-    env_var = getattr(spec, "api_key_env", None) or _KEY_ENV[provider]
-    required = provider == "anthropic" or getattr(spec, "base_url", None) is None or getattr(spec, "api_key_env", None)
-    if required and not os.environ.get(env_var):
-        return env_var
-    return None
+
+def app_environment(secrets: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The environment background runs get: the app's environment plus credentials from Streamlit
+    secrets (keys only ever travel through environments, never to disk)."""
+    if secrets is None:
+        try:
+            import streamlit as st
+
+            secrets = st.secrets
+        except Exception:  # noqa: BLE001 - outside a Streamlit app
+            secrets = None
+    return {**os.environ, **secret_environment(secrets)}
+
+
+def missing_key(spec: Any, env: Mapping[str, str] | None = None) -> str | None:
+    """Name of the environment variable a model needs and ``env`` (default: the app's environment)
+    lacks, else None. Only the variable's name is ever reported, never a value."""
+    from persobench.providers import missing_key_env
+
+    return missing_key_env(spec, env)
 
 
 def registry_models(home: str | os.PathLike[str]) -> tuple[list[str], str]:
@@ -1426,7 +1454,7 @@ class LaunchChoice:
 
 
 def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *, limit: int | None,
-                seed: int = 0) -> list[dict[str, Any]]:
+                seed: int = 0, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """For each choice: run id, samples, requests to send, cache hits, prompt-token and cost estimates
     and any problem (unknown model, missing key), without sending anything."""
     from persobench.generation import GenerationConfig, plan_generation
@@ -1448,11 +1476,12 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
                        problem=redact(" ".join(str(exc).split()) or type(exc).__name__))
             rows.append(row)
             continue
-        need = missing_key(plan.spec) if plan.n_requests else None
+        need = missing_key(plan.spec, env) if plan.n_requests else None
         row.update(
             run_id=plan.run_id, samples=len(plan.samples), requests=plan.n_requests, cached=len(plan.hits),
             prompt_tokens=plan.estimated_prompt_tokens, max_cost_usd=plan.estimated_max_cost(),
-            problem=f"set {need} in the environment of the app before launching" if need else "",
+            problem=(f"set {need} in the environment of the app or in Streamlit secrets before launching"
+                     if need else ""),
         )
         rows.append(row)
     return rows

@@ -407,6 +407,24 @@ def test_new_run_reports_missing_key_without_launching(tmp_path, monkeypatch):
     assert row["max_cost_usd"] > 0
 
 
+def test_new_run_takes_the_key_from_streamlit_secrets_and_never_shows_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    secret = "sk-from-streamlit-secrets-0123456789"
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.secrets["OPENAI_API_KEY"] = secret
+    at.run()
+    at.switch_page("pages/new_run.py")
+    at.run()
+    at.text_input(key="new_model_name").input("gpt-4o-mini").run()
+    at.button(key="new_add_model").click().run()
+    assert not at.exception
+    estimate = frame_by_columns(at, "model", "problem")
+    row = estimate[estimate["model"] == "openai:gpt-4o-mini"].iloc[0]
+    assert row["problem"] == ""  # the secret satisfies the key check
+    assert secret not in rendered_text(at)
+
+
 def test_job_runs_once_cancels_and_resumes_without_repeating_requests(tmp_path, monkeypatch):
     """A second launch while running starts nothing; cancel stops it; resume finishes it and the
     server never sees a prompt twice (the replies received before the cancel come from the cache)."""

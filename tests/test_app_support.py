@@ -207,3 +207,22 @@ def test_demo_is_cached_second_call_is_a_fast_no_op(tmp_path):
     second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and "demo ready (cached)" in second.stdout
     assert time.monotonic() - started < 15
+
+
+def test_secrets_become_environment_for_runs_and_are_redacted():
+    secrets = {"OPENAI_API_KEY": "sk-secret-from-secrets-123", "title": "not a key", "lower_key": "x" * 12,
+               "nested": {"ANTHROPIC_API_KEY": "no"}}
+    found = sup.secret_environment(secrets)
+    assert found == {"OPENAI_API_KEY": "sk-secret-from-secrets-123"}
+    env = sup.app_environment(secrets)
+    assert env["OPENAI_API_KEY"] == "sk-secret-from-secrets-123" and "PATH" in env
+    assert "sk-secret-from-secrets-123" not in sup.redact("error: bad key sk-secret-from-secrets-123")
+
+
+def test_plan_launch_checks_keys_against_the_given_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    choice = [sup.LaunchChoice("sample", "openai:gpt-4o-mini", "vanilla", None)]
+    without = sup.plan_launch(tmp_path, choice, limit=2)
+    assert "OPENAI_API_KEY" in without[0]["problem"]
+    with_key = sup.plan_launch(tmp_path, choice, limit=2, env={"OPENAI_API_KEY": "sk-test-0000000000"})
+    assert with_key[0]["problem"] == ""

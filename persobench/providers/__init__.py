@@ -154,16 +154,17 @@ def key_requirement(spec: ModelSpec) -> tuple[str, bool] | None:
     return spec.api_key_env or default, required
 
 
-def missing_key_env(spec: ModelSpec) -> str | None:
-    """The variable to set when ``spec`` needs a key the environment lacks (for pre-flight checks
-    in the app); never returns a value, only the name."""
+def missing_key_env(spec: ModelSpec, env: "Mapping[str, str] | None" = None) -> str | None:
+    """The variable to set when ``spec`` needs a key that ``env`` (default: the process environment)
+    lacks, for pre-flight checks in the app; never returns a value, only the name."""
     import os
 
     requirement = key_requirement(spec)
     if requirement is None:
         return None
     env_var, required = requirement
-    return env_var if required and not os.environ.get(env_var) else None
+    source = os.environ if env is None else env
+    return env_var if required and not source.get(env_var) else None
 
 
 def make_provider(spec: ModelSpec, *, api_key: str | None = None, timeout: float = 60.0) -> Provider:
