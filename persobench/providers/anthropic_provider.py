@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anthropic
 
 from persobench.providers.base import (
+    translated_sdk_errors,
     Completion,
     ErrorKind,
     ProviderError,
     Request,
     check_reachable,
-    error_from_http,
     resolve_api_key,
-    scrub,
 )
 
 DEFAULT_ENV = "ANTHROPIC_API_KEY"
@@ -71,19 +69,8 @@ class AnthropicProvider:
         if params.top_p is not None:
             body["top_p"] = params.top_p
         kwargs["extra_body"] = {**body, **self._body}
-        try:
+        with translated_sdk_errors(anthropic, self._secrets):
             response = await self.client.messages.create(**kwargs)
-        except anthropic.APITimeoutError as exc:
-            raise ProviderError(ErrorKind.TIMEOUT, scrub(str(exc), self._secrets)) from None
-        except anthropic.APIConnectionError as exc:
-            cause = exc.__cause__ or exc
-            raise ProviderError(ErrorKind.CONNECTION, scrub(f"{exc} ({type(cause).__name__})", self._secrets)) from None
-        except anthropic.APIStatusError as exc:
-            raise error_from_http(
-                exc.status_code, exc.response.headers, exc.body, str(exc), secrets=self._secrets
-            ) from None
-        except (json.JSONDecodeError, anthropic.APIResponseValidationError, ValueError) as exc:
-            raise ProviderError(ErrorKind.BAD_RESPONSE, f"unparseable response body ({type(exc).__name__}: {exc})"[:300]) from None
         return _to_completion(response)
 
     async def aclose(self) -> None:

@@ -7,12 +7,13 @@ types below. Retries, concurrency, caching and post-processing live once in
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import enum
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
     from persobench.records import Sample
@@ -301,3 +302,22 @@ def check_reachable(url: str, *, timeout: float = 5.0) -> None:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ConfigurationError(f"cannot reach server {parts.scheme}://{parts.hostname}:{port} ({reason})") from None
+
+
+@contextlib.contextmanager
+def translated_sdk_errors(sdk: Any, secrets: Sequence[str | None]) -> Iterator[None]:
+    """Turn the exceptions of a Stainless-generated SDK (``openai``, ``anthropic``: same class
+    names) into :class:`ProviderError`, so the one retry loop classifies every provider alike."""
+    try:
+        yield
+    except sdk.APITimeoutError as exc:
+        raise ProviderError(ErrorKind.TIMEOUT, scrub(str(exc), secrets)) from None
+    except sdk.APIConnectionError as exc:
+        cause = exc.__cause__ or exc
+        raise ProviderError(ErrorKind.CONNECTION, scrub(f"{exc} ({type(cause).__name__})", secrets)) from None
+    except sdk.APIStatusError as exc:
+        raise error_from_http(exc.status_code, exc.response.headers, exc.body, str(exc), secrets=secrets) from None
+    except (json.JSONDecodeError, sdk.APIResponseValidationError, ValueError) as exc:
+        raise ProviderError(
+            ErrorKind.BAD_RESPONSE, f"unparseable response body ({type(exc).__name__}: {exc})"[:300]
+        ) from None

@@ -3,21 +3,19 @@ Gemini's compatible endpoint) through the official ``openai`` SDK and ``base_url
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import openai
 
 from persobench.providers.base import (
+    translated_sdk_errors,
     Completion,
     ConfigurationError,
     ErrorKind,
     ProviderError,
     Request,
     check_reachable,
-    error_from_http,
     resolve_api_key,
-    scrub,
 )
 
 DEFAULT_ENV = "OPENAI_API_KEY"
@@ -85,19 +83,8 @@ class OpenAIProvider:
             kwargs["stop"] = list(params.stop)
         if self._body:
             kwargs["extra_body"] = self._body
-        try:
+        with translated_sdk_errors(openai, self._secrets):
             response = await self.client.chat.completions.create(**kwargs)
-        except openai.APITimeoutError as exc:
-            raise ProviderError(ErrorKind.TIMEOUT, scrub(str(exc), self._secrets)) from None
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__ or exc
-            raise ProviderError(ErrorKind.CONNECTION, scrub(f"{exc} ({type(cause).__name__})", self._secrets)) from None
-        except openai.APIStatusError as exc:
-            raise error_from_http(
-                exc.status_code, exc.response.headers, exc.body, str(exc), secrets=self._secrets
-            ) from None
-        except (json.JSONDecodeError, openai.APIResponseValidationError, ValueError) as exc:
-            raise ProviderError(ErrorKind.BAD_RESPONSE, f"unparseable response body ({type(exc).__name__}: {exc})"[:300]) from None
         return _to_completion(response)
 
     async def aclose(self) -> None:
