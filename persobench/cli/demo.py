@@ -81,9 +81,6 @@ def _scored(store: Any, run_id: str) -> bool:
         run = store.get(run_id)
     except StoreError:
         return False
-    counts = (run.manifest.extra or {}).get("counts") or {}
-    if run.manifest.status == "completed" and counts and not counts.get("ok"):
-        return True  # no valid reply: nothing to score
     entry = ((run.manifest.extra or {}).get("scores") or {}).get(DEMO_PROFILE) or {}
     recorded = entry.get("metrics") or {}
     return all(metric in recorded for metric in METRIC_NAMES)
