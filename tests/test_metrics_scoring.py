@@ -279,6 +279,7 @@ def test_a_run_with_no_valid_reply_still_records_what_the_profile_covers(tmp_pat
     summary = scoring.score_run(run, {s.id: s for s in samples}, profile="offline", metrics=["dist1", "c_score"])
     prov = store.get(run.run_id).manifest.extra["scores"]["offline"]["metrics"]
     assert prov["dist1"]["status"] == "ok" and prov["dist1"]["n"] == 0
+    assert prov["dist1"]["model_id"] == ""  # nothing ran: must not count as another model in comparisons
     assert prov["c_score"]["status"] == "unavailable" and "from the hub" in prov["c_score"]["reason"]
     assert summary.computed == {} or sum(summary.computed.values()) == 0
     from persobench import aggregate

@@ -628,8 +628,9 @@ def score_run(
                 stored_prov[metric] = {"status": "unavailable", "reason": spec.unavailable_reason,
                                        "model_id": "", "backend": slot, "n": 0}
             else:
+                # No model ran, so no model id: comparisons must not see a second "model" here.
                 stored_prov[metric] = {"status": "ok", "reason": "no valid reply to score", "n": 0,
-                                       "model_id": spec.model_id if spec is not None else "", "backend": slot}
+                                       "model_id": "", "backend": slot}
             recorded_empty = True
     summary.provenance = {m: stored_prov[m] for m in wanted if m in stored_prov}
     if new_prov or recorded_empty:
