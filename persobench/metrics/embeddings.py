@@ -68,11 +68,19 @@ def load_bertscorer(spec: ModelSpec, device: str) -> LoadedBERTScorer:
     return cached(("bertscore", model_type, options.get("num_layers"), device), factory)
 
 
+def default_batch_size(device: str) -> int:
+    """Sentences per forward pass: large batches pay on a GPU; on a CPU, batches past ~16 only add
+    padding (measured on 2 cores: 16 is ~20% faster than 64 for the same values)."""
+    return 64 if str(device).startswith("cuda") else 16
+
+
 def bertscore(loaded: LoadedBERTScorer, replies: Sequence[str], references: Sequence[str],
-              batch_size: int = 64) -> tuple[list[float], list[float], list[float]]:
+              batch_size: int | None = None) -> tuple[list[float], list[float], list[float]]:
     """(precision, recall, F1) per pair, computed in batches with the one loaded model."""
     if not replies:
         return [], [], []
+    if batch_size is None:
+        batch_size = default_batch_size(loaded.scorer.device)
     loaded.scorer.batch_size = batch_size
     p, r, f = loaded.scorer.score(list(replies), list(references), batch_size=batch_size)
     return p.tolist(), r.tolist(), f.tolist()
