@@ -1,0 +1,137 @@
+"""A run's protocol: the conditions its outputs depend on, so that boards compare like with like.
+
+A leaderboard is one dataset, one mode and one protocol. A protocol is a named family of prompt
+templates plus the settings that change what a model writes or how it is read: the completion
+budget, the sampling temperature, the post-processing policy, and whether the reply was requested
+as structured output. The paper's protocol is one family, ``paper``: the ``paper`` template for chat
+models and ``paper-open`` for local models, as the paper compared closed- and open-source models in
+one table.
+
+:func:`protocol_of` is the one place that computes a run's protocol from its manifest. Manifests
+written before a field existed take today's defaults: ``structured=False``; runs imported from the
+paper's published data are the paper protocol whatever template name they were recorded with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["PAPER", "PAPER_MAX_TOKENS", "PAPER_POLICY", "PAPER_TEMPERATURE", "Protocol", "paper_protocol",
+           "protocol_of", "template_family"]
+
+#: The paper's template family.
+PAPER = "paper"
+#: The paper's generation settings (Section 4 of arXiv 2410.03198): greedy decoding, a 110-token
+#: reply budget doubled in chain-of-thought mode, and its post-processing.
+PAPER_MAX_TOKENS = {"vanilla": 110, "cot": 220}
+PAPER_TEMPERATURE = 0.0
+PAPER_POLICY = "paper"
+
+#: Template names whose manifests predate recorded families (imported runs were once recorded as
+#: ``paper-vanilla``/``paper-cot``).
+_KNOWN_FAMILIES = {"paper": PAPER, "paper-open": PAPER, "paper-vanilla": PAPER, "paper-cot": PAPER}
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """What a run's numbers depend on besides the model; two runs are comparable when equal."""
+
+    name: str
+    """Template family: ``"paper"`` for the paper's templates (``paper`` and ``paper-open``), else
+    the family the template declares (a template file's own name when it declares none)."""
+    mode: str
+    """Prompt mode, ``"vanilla"`` or ``"cot"``."""
+    max_tokens: int | None
+    """Completion budget in tokens (None when the run did not record one)."""
+    temperature: float | None
+    """Sampling temperature (None when the run did not record one)."""
+    policy: str
+    """Post-processing policy that decided which replies are valid (``"paper"`` or ``"robust"``)."""
+    structured: bool = False
+    """True when the reply was requested as structured output (JSON schema / tool call)."""
+
+    @property
+    def is_paper(self) -> bool:
+        """True for exactly the paper's protocol in this mode (family, budget, temperature, policy)."""
+        return self == paper_protocol(self.mode)
+
+    @property
+    def label(self) -> str:
+        """One line for board headers and row labels, e.g. ``paper · cot · 220 tokens · T=0 · policy paper``."""
+        parts = [self.name, self.mode,
+                 f"{self.max_tokens} tokens" if self.max_tokens is not None else "tokens ?",
+                 f"T={self.temperature:g}" if self.temperature is not None else "T=?",
+                 f"policy {self.policy}"]
+        if self.structured:
+            parts.append("structured")
+        return " · ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The protocol fields for JSON exports (keys prefixed ``protocol_`` are added by callers)."""
+        return dataclasses.asdict(self)
+
+
+def paper_protocol(mode: str) -> Protocol:
+    """The paper's protocol in ``mode``."""
+    return Protocol(PAPER, mode, PAPER_MAX_TOKENS.get(mode), PAPER_TEMPERATURE, PAPER_POLICY, False)
+
+
+def _field(manifest: Any, name: str, default: Any = None) -> Any:
+    if isinstance(manifest, Mapping):
+        return manifest.get(name, default)
+    return getattr(manifest, name, default)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def template_family(manifest: Any) -> str:
+    """The template family recorded in a manifest, else the one its template name implies."""
+    parameters = _mapping(_field(manifest, "parameters"))
+    extra = _mapping(_field(manifest, "extra"))
+    template_info = extra.get("template")
+    for candidate in (_field(manifest, "template_family"), parameters.get("template_family"),
+                      extra.get("template_family"), _mapping(template_info).get("family")):
+        if candidate:
+            return str(candidate)
+    name = str(_field(manifest, "template") or "")
+    return _KNOWN_FAMILIES.get(name, name or "?")
+
+
+def _number(value: Any, kind: type) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        return None
+    return None if isinstance(number, float) and math.isnan(number) else number
+
+
+def protocol_of(manifest: Any) -> Protocol:
+    """The protocol of a run, from its manifest (a :class:`~persobench.store.RunManifest`, a
+    :class:`~persobench.store.Run` or the manifest's dict form).
+
+    Missing fields take today's defaults: ``structured`` False, policy ``robust`` (the generation
+    default). A run imported from the paper's published data is the paper protocol.
+    """
+    manifest = getattr(manifest, "manifest", manifest)  # a Run
+    mode = str(_field(manifest, "mode") or "vanilla")
+    if _field(manifest, "source") == "imported":
+        return paper_protocol(mode)
+    parameters = _mapping(_field(manifest, "parameters"))
+    extra = _mapping(_field(manifest, "extra"))
+    structured = next((v for v in (_field(manifest, "structured"), parameters.get("structured"),
+                                   extra.get("structured")) if v is not None), False)
+    if isinstance(structured, Mapping):  # a structured-output description counts when enabled
+        structured = structured.get("enabled", bool(structured))
+    return Protocol(
+        name=template_family(manifest),
+        mode=mode,
+        max_tokens=_number(parameters.get("max_tokens"), int),
+        temperature=_number(parameters.get("temperature"), float),
+        policy=str(parameters.get("policy") or "robust"),
+        structured=bool(structured),
+    )
