@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from persobench.store import RunManifest, RunStore, make_run_id
+from persobench.store import RunManifest, RunStore, make_run_id, sha256_file
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -105,14 +105,6 @@ def dataset_for_folder(folder_name: str) -> str | None:
     """The registered dataset name for a folder of the paper's layout ("FoCus" -> "focus")."""
     entry = _paper_tables().get(folder_name)
     return entry[0] if entry else None
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _count_prompt_rows(path: Path) -> int:
@@ -239,7 +231,7 @@ def _loader_prompts_sha(file_stem: str) -> str | None:
     from persobench.datasets.tables import tables_dir
 
     path = tables_dir() / f"{file_stem}.csv"
-    return _sha256_file(path) if path.exists() else None
+    return sha256_file(path) if path.exists() else None
 
 
 def import_persobench(
@@ -303,7 +295,7 @@ def import_persobench(
                 raise ImportFolderError(
                     f"{prompt_path}: prompt table missing for the responses in {Path(entry['raw'] or entry['processed']).parent}"
                 )
-            prompt_sha = _sha256_file(prompt_path)
+            prompt_sha = sha256_file(prompt_path)
             prompt_info[stem] = (prompt_path, _count_prompt_rows(prompt_path), prompt_sha)
             if _loader_prompts_sha(stem) != prompt_sha:
                 report.prompts_differ.append(dataset)
@@ -319,7 +311,7 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
     raw = entry["raw"] is not None
     path: Path = entry["raw"] if raw else entry["processed"]
     model_name, mode = entry["model"], entry["mode"]
-    file_sha = _sha256_file(path)
+    file_sha = sha256_file(path)
     frame = _read_responses(path, raw=raw)
     if len(frame) != n_rows:
         raise ImportFolderError(

@@ -1,5 +1,5 @@
-"""Result commands: ``import-persobench`` (published replies into the store), ``leaderboard`` and
-``compare`` (paired tests between two runs)."""
+"""Result commands: ``fetch-paper`` (the paper's data in one step), ``import-persobench`` (published
+replies into the store), ``leaderboard`` and ``compare`` (paired tests between two runs)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp.add_argument("--model", action="append", default=None, metavar="M", help="only this model; repeatable")
     imp.add_argument("--mode", choices=("vanilla", "cot"), default=None, help="only this mode")
     imp.set_defaults(handler=cmd_import)
+
+    fetch = subparsers.add_parser(
+        "fetch-paper", help="download the paper's published data (prompts, replies, evaluations)",
+        description="Download the repository archive of salehafzoon/PersoBench at the pinned commit, check its "
+        "size and sha256, and unpack Prompts/, Responses/, Raw Responses/ and Evaluations/ into "
+        "$PERSOBENCH_HOME/reference, the default reference folder from then on. An interrupted download "
+        "resumes; a failed one leaves nothing half-unpacked.",
+    )
+    fetch.add_argument("--url", default=None, help="archive URL of a mirror (.zip, .tar.gz or .tar)")
+    fetch.add_argument("--sha256", default=None, help="expected sha256 of the archive")
+    fetch.add_argument("--size", type=int, default=None, help="expected size of the archive in bytes")
+    fetch.add_argument("--import", dest="do_import", action="store_true",
+                       help="then import the published runs into the store (as import-persobench)")
+    fetch.add_argument("--timeout", type=float, default=60.0, help="network timeout in seconds (default 60)")
+    fetch.add_argument("--no-progress", action="store_true", help="no progress lines")
+    fetch.set_defaults(handler=cmd_fetch_paper)
 
     board = subparsers.add_parser(
         "leaderboard", help="aggregate scored runs into a leaderboard",
@@ -54,6 +70,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp_.add_argument("--invalid", choices=("worst", "exclude"), default="worst", help="invalid-reply policy")
     cmp_.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     cmp_.set_defaults(handler=cmd_compare)
+
+
+def cmd_fetch_paper(args: argparse.Namespace) -> int:
+    from persobench.datasets.paper_archive import PAPER_ARCHIVE, PaperArchiveError, fetch_paper
+
+    store = store_from_args(args)
+    last: dict[str, int] = {}
+
+    def progress(stage: str, done: int, total: int | None) -> None:
+        mark = 10 * done // total if total else done >> 23  # every 10%, or every 8 MiB when the size is unknown
+        if args.no_progress or last.get(stage) == mark:
+            return
+        last[stage] = mark
+        what = f"{done / 2**20:.1f} MiB" if stage == "download" else f"{done} files"
+        print(f"{stage}: {what}" + (f" of {total / 2**20:.1f} MiB" if total and stage == "download" else ""),
+              flush=True)
+
+    url = args.url or PAPER_ARCHIVE.url
+    print(f"fetching {url}" + ("" if args.url else f" ({PAPER_ARCHIVE.repository} at {PAPER_ARCHIVE.commit[:12]})"),
+          flush=True)
+    try:
+        result = fetch_paper(store.home, url=args.url, sha256=args.sha256, size=args.size, timeout=args.timeout,
+                             progress=progress)
+    except PaperArchiveError as exc:
+        raise CLIError(str(exc)) from None
+    check = "verified" if result.verified else "not verified: no checksum given (pass --sha256 to check a mirror)"
+    print(f"archive {result.archive} ({result.size} bytes, sha256 {result.sha256}, {check})")
+    if result.resumed_from:
+        print(f"resumed after {result.resumed_from} bytes")
+    print(f"unpacked {result.files} files into {result.folder}")
+    from persobench.datasets import reference_dir
+
+    if reference_dir().resolve() != result.folder.resolve():
+        print(f"note: the default reference here is {reference_dir()}; set PERSOBENCH_REFERENCE={result.folder} "
+              f"(or PERSOBENCH_HOME={store.home}) to use the fetched copy")
+    if args.do_import:
+        args.folder, args.dataset, args.model, args.mode = str(result.folder), None, None, None
+        return cmd_import(args)
+    print(f"next: python -m persobench import-persobench {result.folder}  (or fetch-paper --import)")
+    return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -92,9 +92,18 @@ _register_builtins()
 
 
 def reference_dir() -> Path:
-    """Folder of the paper's published data (``$PERSOBENCH_REFERENCE``)."""
-    default = Path(__file__).resolve().parents[2].parent / "shared" / "persobench-reference"
-    return Path(os.environ.get("PERSOBENCH_REFERENCE") or default)
+    """Folder of the paper's published data: ``$PERSOBENCH_REFERENCE``, else the copy that
+    ``python -m persobench fetch-paper`` unpacked into ``$PERSOBENCH_HOME/reference``, else
+    ``../shared/persobench-reference`` next to the repository."""
+    explicit = os.environ.get("PERSOBENCH_REFERENCE")
+    if explicit:
+        return Path(explicit)
+    from persobench.datasets.paper_archive import fetched_reference
+
+    fetched = fetched_reference()
+    if fetched is not None:
+        return fetched
+    return Path(__file__).resolve().parents[2].parent / "shared" / "persobench-reference"
 
 
 def dataset_names() -> list[str]:
