@@ -637,8 +637,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def _csv(board: pd.DataFrame) -> str:
-    rows = board[board["n"] > 0][CSV_COLUMNS]
-    return rows.to_csv(index=False, lineterminator="\n")
+    from persobench.csv_io import csv_text  # model names come from imported file names: never a formula
+
+    return csv_text(board[board["n"] > 0][CSV_COLUMNS])
 
 
 def _json(board: pd.DataFrame) -> str:

@@ -20,7 +20,6 @@ replies and drops the run's now stale scores.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import math
 import os
@@ -107,17 +106,25 @@ def dataset_for_folder(folder_name: str) -> str | None:
     return entry[0] if entry else None
 
 
-def _count_prompt_rows(path: Path) -> int:
-    """Rows as the dataset loader enumerates them (``csv.DictReader``, quoted newlines allowed)."""
+def _readable_file_sha(path: Path) -> str:
+    """The file's sha256; a folder, a symlink loop or an unreadable file is an :class:`ImportFolderError`."""
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = {"personas", "context", "act_response"} - set(reader.fieldnames or [])
-            if missing:
-                raise ImportFolderError(f"{path}: not a prompt table (missing column(s) {', '.join(sorted(missing))})")
-            return sum(1 for _ in reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ImportFolderError(f"{path}: cannot read prompt table ({exc})") from exc
+        return sha256_file(path)
+    except IsADirectoryError:
+        raise ImportFolderError(f"{path}: is a folder, expected a CSV file") from None
+    except OSError as exc:
+        raise ImportFolderError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _count_prompt_rows(path: Path) -> int:
+    """Rows as the dataset loader enumerates them (the same strict reader, quoted newlines allowed)."""
+    from persobench.datasets import DatasetError
+    from persobench.datasets.tables import prompt_table_rows
+
+    try:
+        return len(prompt_table_rows(path))
+    except DatasetError as exc:
+        raise ImportFolderError(f"{exc} (not a readable prompt table)") from None
 
 
 def find_response_files(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -291,11 +298,11 @@ def import_persobench(
         stem = entry["dataset_folder"]
         if stem not in prompt_info:
             prompt_path = prompts_dir / f"{stem}.csv"
-            if not prompt_path.exists():
+            if not prompt_path.exists() and not prompt_path.is_symlink():
                 raise ImportFolderError(
                     f"{prompt_path}: prompt table missing for the responses in {Path(entry['raw'] or entry['processed']).parent}"
                 )
-            prompt_sha = sha256_file(prompt_path)
+            prompt_sha = _readable_file_sha(prompt_path)
             prompt_info[stem] = (prompt_path, _count_prompt_rows(prompt_path), prompt_sha)
             if _loader_prompts_sha(stem) != prompt_sha:
                 report.prompts_differ.append(dataset)
@@ -311,7 +318,7 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
     raw = entry["raw"] is not None
     path: Path = entry["raw"] if raw else entry["processed"]
     model_name, mode = entry["model"], entry["mode"]
-    file_sha = sha256_file(path)
+    file_sha = _readable_file_sha(path)
     frame = _read_responses(path, raw=raw)
     if len(frame) != n_rows:
         raise ImportFolderError(
@@ -399,5 +406,6 @@ def paper_references(prompts_file: str | os.PathLike[str], dataset: str) -> dict
     published FoCus fluency figures were computed against the unstripped cell; this mapping lets a
     reproduction pass those references to the scorer (``score_run(..., references=...)``).
     """
-    with open(prompts_file, newline="", encoding="utf-8") as handle:
-        return {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(csv.DictReader(handle))}
+    from persobench.datasets.tables import prompt_table_rows
+
+    return {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(prompt_table_rows(Path(prompts_file)))}

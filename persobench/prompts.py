@@ -128,6 +128,19 @@ def _check_placeholders(text: str, origin: str) -> None:
         )
 
 
+def _check_field_types(path: Path, data: Mapping[str, object]) -> None:
+    """One-line :class:`TemplateError` for a TOML field of the wrong type (``max_tokens = "abc"``)."""
+    for name in ("user", "system", "output_format", "mode"):
+        if name in data and not isinstance(data[name], str):
+            raise TemplateError(f"{path}: field {name!r} must be text, got {type(data[name]).__name__}")
+    max_tokens = data.get("max_tokens", 1)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise TemplateError(f"{path}: field 'max_tokens' must be a positive integer, got {max_tokens!r}")
+    temperature = data.get("temperature", 0.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise TemplateError(f"{path}: field 'temperature' must be a number >= 0, got {temperature!r}")
+
+
 def load_template(path: str | Path) -> PromptTemplate:
     """Load a user template.
 
@@ -150,6 +163,7 @@ def load_template(path: str | Path) -> PromptTemplate:
         if "user" not in data:
             raise TemplateError(f"{path}: missing field 'user' (the user message with placeholders)")
         base = BUILTIN_TEMPLATES[mode]
+        _check_field_types(path, data)
         template = PromptTemplate(
             name=path.stem, mode=mode, system=data.get("system", base.system), user=data["user"],
             output_format=data.get("output_format", base.output_format),

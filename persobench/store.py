@@ -57,6 +57,27 @@ def strip_secrets(spec: Mapping[str, Any]) -> dict[str, Any]:
     return clean
 
 
+def url_without_credentials(url: str) -> str:
+    """``url`` without user info (``user:pw@``) and without query values; safe to write or show.
+
+    ``http://user:pw@host:8000/v1?api-key=abc`` -> ``http://host:8000/v1?api-key=``.
+    A URL too malformed to split still loses its user info and query.
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:  # still drop what could be a credential: user info and the query
+        return re.sub(r"//[^/?#]*@", "//", url).split("?", 1)[0].split("#", 1)[0]
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    query = "&".join(item.split("=", 1)[0] + "=" for item in parts.query.split("&") if item)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
 def canonical_json(value: Any) -> str:
     """Deterministic JSON used for hashing (sorted keys, no whitespace)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)

@@ -63,6 +63,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _closed_output()
+    except OSError as exc:  # unreadable file or folder, full disk: the message names the path
+        print(f"error: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _closed_output() -> int:
+    """The reader of our output went away (``... | head -1``): say so in one line, exit 2.
+
+    Standard output is pointed at /dev/null so the interpreter's final flush cannot raise again.
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    print("error: standard output was closed before everything was written (broken pipe)", file=sys.stderr)
+    return 2
 
 
 def store_from_args(args: argparse.Namespace):

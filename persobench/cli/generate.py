@@ -182,7 +182,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     frame = frame[[c for c in COLUMNS if c in frame.columns]]
     if args.format == "csv":
-        text = frame.to_csv(index=False)
+        from persobench.csv_io import csv_text  # replies and dataset text are untrusted: no formulas
+
+        text = csv_text(frame)
     else:
         text = frame.to_json(orient="records", lines=True, force_ascii=False)
         text = text if text.endswith("\n") or not text else text + "\n"

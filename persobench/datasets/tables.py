@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 
@@ -20,19 +19,44 @@ def tables_dir() -> Path:
     return reference_dir() / "Prompts"
 
 
-def read_prompt_table(path: Path, *, dataset: str, unlabelled_owner: str) -> list[Sample]:
-    """Annotate every row of one prompt-table CSV; the row index is the sample's source index."""
+def prompt_table_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a prompt-table CSV as dicts, read strictly (see :mod:`persobench.csv_io`).
+
+    Raises :class:`~persobench.datasets.DatasetError` naming the file (and row) when it cannot be
+    read, lacks a column or has a quote that would swallow rows.
+    """
+    from persobench.csv_io import CSVFormatError, read_csv_rows
     from persobench.datasets import DatasetError
 
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = {"personas", "context", "act_response"} - set(reader.fieldnames or [])
-        if missing:
-            raise DatasetError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-        return [
-            parse_prompt_row(row, dataset=dataset, index=index, source=str(path), unlabelled_owner=unlabelled_owner)
-            for index, row in enumerate(reader)
-        ]
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            text = handle.read()
+        records = read_csv_rows(text, str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read prompt table ({exc})") from None
+    except CSVFormatError as exc:
+        raise DatasetError(str(exc)) from None
+    header = records[0][1] if records else []
+    missing = {"personas", "context", "act_response"} - set(header)
+    if missing:
+        raise DatasetError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
+    rows = []
+    for line_number, values in records[1:]:
+        if not values:  # blank line, skipped as csv.DictReader does
+            continue
+        if len(values) != len(header):
+            raise DatasetError(f"{path}: row {len(rows) + 1} (line {line_number}): {len(values)} fields, "
+                               f"header has {len(header)}")
+        rows.append(dict(zip(header, values)))
+    return rows
+
+
+def read_prompt_table(path: Path, *, dataset: str, unlabelled_owner: str) -> list[Sample]:
+    """Annotate every row of one prompt-table CSV; the row index is the sample's source index."""
+    return [
+        parse_prompt_row(row, dataset=dataset, index=index, source=str(path), unlabelled_owner=unlabelled_owner)
+        for index, row in enumerate(prompt_table_rows(path))
+    ]
 
 
 def load_paper_table(*, dataset: str, file_stem: str, unlabelled_owner: str, source: str | None = None) -> list[Sample]:

@@ -6,8 +6,6 @@ Validation collects every problem in the file before failing, so one error messa
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from pathlib import Path
@@ -31,6 +29,9 @@ class DatasetFileError(ValueError):
         self.problems = problems
         shown = problems[:MAX_REPORTED_PROBLEMS]
         more = f"\n... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+        if len(problems) == 1:  # one problem: one line (it already names the file)
+            super().__init__(f"{problems[0]}; nothing was loaded")
+            return
         super().__init__(f"{path}: {len(problems)} problem(s); nothing was loaded:\n" + "\n".join(shown) + more)
 
 
@@ -55,24 +56,28 @@ def _decode(path: Path, data: bytes) -> str:
 
 
 def _csv_records(path: Path, text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
+    from persobench.csv_io import CSVFormatError, read_csv_rows
+
     try:
-        header = next(reader)
-    except StopIteration:
+        rows = read_csv_rows(text, str(path))
+    except CSVFormatError as exc:
+        problems.append(str(exc))
+        return []
+    if not rows:
         problems.append(f"{path}: the file is empty (expected a header with {', '.join(REQUIRED_COLUMNS)})")
         return []
-    header = [h.strip() for h in header]
+    header = [h.strip() for h in rows[0][1]]
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         problems.append(f"{path}: header: missing column(s) {', '.join(missing)} (found: {', '.join(header)})")
         return []
     records = []
-    for row_number, values in enumerate(reader, start=1):
+    for row_number, (line_number, values) in enumerate(rows[1:], start=1):
         if not values:
             continue
         if len(values) != len(header):
             problems.append(
-                f"{path}: row {row_number} (line {reader.line_num}): {len(values)} fields, header has {len(header)}"
+                f"{path}: row {row_number} (line {line_number}): {len(values)} fields, header has {len(header)}"
             )
             continue
         records.append((row_number, dict(zip(header, values))))
@@ -89,6 +94,9 @@ def _jsonl_records(path: Path, text: str, problems: list[str]) -> list[tuple[int
         except json.JSONDecodeError as exc:
             problems.append(f"{path}: row {row_number}: invalid JSON ({exc.msg} at column {exc.colno})")
             continue
+        except RecursionError:
+            problems.append(f"{path}: row {row_number}: JSON nested too deeply to read")
+            continue
         if not isinstance(record, dict):
             problems.append(f"{path}: row {row_number}: expected a JSON object, got {type(record).__name__}")
             continue
@@ -97,8 +105,38 @@ def _jsonl_records(path: Path, text: str, problems: list[str]) -> list[tuple[int
             problems.append(f"{path}: row {row_number}, column {missing[0]}: missing"
                             + (f" (also {', '.join(missing[1:])})" if missing[1:] else ""))
             continue
+        wrong = [f"{path}: row {row_number}, column {column}: {problem}"
+                 for column, value in record.items() if column in KNOWN_COLUMNS
+                 for problem in [_type_problem(column, value)] if problem]
+        if wrong:
+            problems.extend(wrong)
+            continue
         records.append((row_number, record))
     return records
+
+
+KNOWN_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+
+
+def _type_problem(column: str, value: Any) -> str | None:
+    """Why a JSONL cell has the wrong type (text, or a list of text for personas/context), or None."""
+    if value is None or isinstance(value, str):
+        return None
+    if column == "id":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return None
+        return f"expected text or an integer, got {_json_type(value)}"
+    if column in ("personas", "context") and isinstance(value, list):
+        if all(isinstance(item, str) for item in value):
+            return None
+        return "expected a list of text, found a non-text item"
+    allowed = "text or a list of text" if column in ("personas", "context") else "text"
+    return f"expected {allowed}, got {_json_type(value)}"
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _flatten(value: Any) -> str:
@@ -117,12 +155,18 @@ def load_user_file(
     dataset = dataset or dataset_name_for(path)
     if not path.exists():
         raise DatasetFileError(path, [f"{path}: file not found"])
+    if path.is_dir():
+        raise DatasetFileError(path, [f"{path}: is a folder, not a .csv or .jsonl file"])
     size = path.stat().st_size
     if size > max_bytes:
         raise DatasetFileError(path, [f"{path}: {size} bytes is over the limit of {max_bytes} bytes"])
     if path.suffix.lower() not in (".csv", ".jsonl"):
         raise DatasetFileError(path, [f"{path}: unsupported file type {path.suffix!r}; use .csv or .jsonl"])
-    text = _decode(path, path.read_bytes())
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DatasetFileError(path, [f"{path}: cannot read ({exc.strerror or exc})"]) from None
+    text = _decode(path, data)
     problems: list[str] = []
     records = (_csv_records if path.suffix.lower() == ".csv" else _jsonl_records)(path, text, problems)
     id_prefix = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem)

@@ -115,7 +115,18 @@ def parse_spec(spec: str, *, base_url: str | None = None, options: Mapping[str, 
         raise ConfigurationError(
             f"unknown provider {provider!r} in model {spec!r}; known providers: {', '.join(PROVIDERS.names())}"
         )
-    return ModelSpec(provider=provider, model=model.strip(), base_url=base_url or None, options=dict(options or {}))
+    return checked_spec(ModelSpec(provider=provider, model=model.strip(), base_url=base_url or None,
+                                  options=dict(options or {})))
+
+
+def checked_spec(spec: ModelSpec) -> ModelSpec:
+    """``spec`` after checking its base URL and transport options (:class:`ConfigurationError` if bad)."""
+    from persobench.providers.base import check_options, parse_base_url
+
+    if spec.base_url:
+        parse_base_url(spec.base_url)
+    check_options(spec.options)
+    return spec
 
 
 def resolve_model(
@@ -132,11 +143,11 @@ def resolve_model(
         raise ConfigurationError(
             f"model {name!r}: unknown provider {entry.provider!r}; known providers: {', '.join(PROVIDERS.names())}"
         )
-    return replace(
+    return checked_spec(replace(
         entry,
         base_url=base_url or entry.base_url,
         options={**dict(entry.options), **dict(options or {})},
-    )
+    ))
 
 
 #: Default environment variable of each provider that takes a key.

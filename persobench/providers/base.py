@@ -286,22 +286,49 @@ def resolve_api_key(
     return key
 
 
+def parse_base_url(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a server URL; a malformed one (``http://[::1``, port 99999, no host)
+    is a :class:`ConfigurationError` naming it."""
+    from urllib.parse import urlsplit
+
+    def invalid(why: str) -> ConfigurationError:
+        from persobench.store import url_without_credentials
+
+        return ConfigurationError(f"invalid base URL {url_without_credentials(url)!r}: {why}; "
+                                  "expected http(s)://host[:port][/path]")
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise invalid(str(exc)) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise invalid("no http(s) scheme or no host")
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Reject transport options of the wrong type before any request (one line naming the option)."""
+    if "timeout" in options:
+        value = options["timeout"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigurationError(f"option timeout must be a positive number of seconds, got {value!r}")
+    if "headers" in options and not isinstance(options["headers"], Mapping):
+        raise ConfigurationError("option headers must be a JSON object of header names to values")
+
+
 def check_reachable(url: str, *, timeout: float = 5.0) -> None:
     """Open (and close) a TCP connection to the host of ``url``: an unreachable server is a
     configuration error reported before the run starts, not thousands of failed samples."""
     import socket
-    from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"invalid base URL {url!r}: expected http(s)://host[:port][/path]")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    scheme, host, port = parse_base_url(url)
     try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout):
+        with socket.create_connection((host, port), timeout=timeout):
             pass
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise ConfigurationError(f"cannot reach server {parts.scheme}://{parts.hostname}:{port} ({reason})") from None
+        raise ConfigurationError(f"cannot reach server {scheme}://{host}:{port} ({reason})") from None
 
 
 @contextlib.contextmanager
