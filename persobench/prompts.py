@@ -1,7 +1,26 @@
 """Prompt construction: pure functions from a :class:`~persobench.records.Sample` to chat messages.
 
-A template is plain text with named placeholders. Placeholders are substituted by name only (no
-``str.format``), so the JSON examples inside a template need no brace escaping.
+A template is plain text with named placeholders, chosen by name *and* mode
+(:func:`get_template`): the template says how the prompt is worded, the mode ("vanilla" or "cot")
+whether it asks for reasoning. Placeholders are substituted by name only (no ``str.format``), so
+the JSON examples inside a template need no brace escaping.
+
+Built-in templates (every template has a ``family``; boards compare runs of one family only):
+
+``paper`` (family "paper")
+    What the paper's ``closed_source_models.ipynb`` sent, byte for byte: the system message "You
+    are a helpful response generator to output JSON." and ``create_prompt(personas, context,
+    include_cot)`` as the user message, with the ``personas`` and ``context`` table cells inserted as
+    they are (:func:`persobench.datasets.paper_cells.paper_cells`). Its chain-of-thought JSON example
+    has no comma between "reasoning" and "response": that is what the models saw, so it is kept.
+``paper-open`` (family "paper")
+    What ``open_source_models.ipynb`` sent: the same prompt whose response line ends "(in 110 words
+    or less).", as one raw string: no system message, and for local models no chat template (the
+    ``text-generation`` pipeline tokenized the string as it is). Chat APIs get it as one user message.
+``persobench`` (family "persobench")
+    PersoBench's own wording (the templates called ``vanilla`` and ``cot`` before the paper's were
+    added; those names still select it): a role line, personas as bullets tagged with their owner,
+    explicit instructions, a stricter JSON example. Its texts and version hashes are unchanged.
 """
 
 from __future__ import annotations
@@ -69,6 +88,47 @@ Output format:
 {output_format}"""
 
 
+#: The paper's system message (closed-source models; Gemini got it prepended to the prompt).
+PAPER_SYSTEM = "You are a helpful response generator to output JSON."
+
+#: ``create_prompt`` of the paper's notebooks up to the task instructions; ``{personas}`` and
+#: ``{context}`` are the table cells.
+PAPER_USER = (
+    "I will provide you with a conversation context and the personas of the participants, that can be "
+    "annotated with speaker information.\n"
+    "As a participant in this conversation, your task is to generate a personalized response, considering "
+    "the conversation context and personas.\n\n"
+    "Participant Personas:\n"
+    "{personas}\n\n"
+    "Conversation Context:\n"
+    "{context}\n\n"
+    "Task Instruction:\n"
+    "* Provide an unannotated response.\n"
+    "* If only one persona is available, personalize the response accordingly.\n"
+    "* If the conversation context is a single query, respond appropriately to the query.\n"
+    "{output_format}"
+)
+
+PAPER_COT_INSTRUCTION = "* Apply Chain of Thought reasoning to reflect on the alignment of your response with the personas.\n"
+PAPER_FORMAT_HEAD = "\nOutput Format: only give a JSON of the following format:\n{\n"
+#: No comma at the end of this line: the paper's CoT example is not valid JSON, and the models saw it so.
+PAPER_REASONING_LINE = '  "reasoning": "briefly describe your personalization process (in 110 words or less)."\n'
+PAPER_RESPONSE_LINE = '  "response": "provide the personalized natural language response here."\n'
+PAPER_OPEN_RESPONSE_LINE = '  "response": "provide the personalized natural language response here (in 110 words or less)."\n'
+
+
+def _paper_output_format(mode: str, response_line: str) -> str:
+    cot = mode == "cot"
+    return (
+        (PAPER_COT_INSTRUCTION if cot else "") + PAPER_FORMAT_HEAD + (PAPER_REASONING_LINE if cot else "")
+        + response_line + "}\n"
+    )
+
+
+#: Ways to fill ``{personas}`` and ``{context}`` (see :attr:`PromptTemplate.cells`).
+CELL_STYLES = ("annotated", "paper")
+
+
 class TemplateError(ValueError):
     """A template file is unreadable or uses unknown placeholders; the message names the file."""
 
@@ -91,13 +151,30 @@ class PromptTemplate:
     """Default completion budget for this mode."""
     temperature: float = DEFAULT_TEMPERATURE
     """Default sampling temperature."""
+    family: str = ""
+    """Family of the template: runs are comparable only within one family (with the same settings).
+    "paper" for ``paper`` and ``paper-open``; defaults to the name."""
+    cells: str = "annotated"
+    """How ``{personas}`` and ``{context}`` are filled: "annotated" (PersoBench's bullets tagged with
+    their owner, one labelled line per turn) or "paper" (the paper's table cells, as they are)."""
+    chat_template: bool = True
+    """Whether local models get the tokenizer's chat template by default (``False``: the text is
+    tokenized as it is, as the paper's ``text-generation`` pipeline did for ``paper-open``)."""
+
+    def __post_init__(self) -> None:
+        if not self.family:
+            object.__setattr__(self, "family", self.name)
+        if self.cells not in CELL_STYLES:
+            raise TemplateError(f"template {self.name!r}: cells must be one of {CELL_STYLES}, got {self.cells!r}")
 
     @property
     def version_hash(self) -> str:
         """12 hex digits of sha256 over everything that shapes the prompt text."""
-        payload = json.dumps(
-            [self.mode, self.system, self.user, self.output_format, ROLE, INSTRUCTIONS], ensure_ascii=False
-        )
+        parts: list[str] = [self.mode, self.system, self.user, self.output_format]
+        # The annotated form's hash is what it was before the paper's cells existed, so runs made
+        # with the PersoBench templates keep their ids.
+        parts += [ROLE, INSTRUCTIONS] if self.cells == "annotated" else ["cells:paper"]
+        payload = json.dumps(parts, ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:12]
 
     @property
@@ -105,16 +182,48 @@ class PromptTemplate:
         return self.mode == "cot"
 
 
-BUILTIN_TEMPLATES: dict[str, PromptTemplate] = {
-    "vanilla": PromptTemplate(
-        name="vanilla", mode="vanilla", system=SYSTEM_MESSAGE, user=USER_TEMPLATE,
-        output_format=OUTPUT_VANILLA, max_tokens=DEFAULT_MAX_TOKENS["vanilla"],
-    ),
-    "cot": PromptTemplate(
-        name="cot", mode="cot", system=SYSTEM_MESSAGE, user=USER_TEMPLATE,
-        output_format=OUTPUT_COT, max_tokens=DEFAULT_MAX_TOKENS["cot"],
-    ),
+#: The built-in templates by (name, mode).
+BUILTIN_TEMPLATES: dict[tuple[str, str], PromptTemplate] = {}
+for _mode in MODES:
+    BUILTIN_TEMPLATES["paper", _mode] = PromptTemplate(
+        name="paper", mode=_mode, system=PAPER_SYSTEM, user=PAPER_USER,
+        output_format=_paper_output_format(_mode, PAPER_RESPONSE_LINE), max_tokens=DEFAULT_MAX_TOKENS[_mode],
+        family="paper", cells="paper",
+    )
+    BUILTIN_TEMPLATES["paper-open", _mode] = PromptTemplate(
+        name="paper-open", mode=_mode, system="", user=PAPER_USER,
+        output_format=_paper_output_format(_mode, PAPER_OPEN_RESPONSE_LINE), max_tokens=DEFAULT_MAX_TOKENS[_mode],
+        family="paper", cells="paper", chat_template=False,
+    )
+    BUILTIN_TEMPLATES["persobench", _mode] = PromptTemplate(
+        name="persobench", mode=_mode, system=SYSTEM_MESSAGE, user=USER_TEMPLATE,
+        output_format=OUTPUT_COT if _mode == "cot" else OUTPUT_VANILLA, max_tokens=DEFAULT_MAX_TOKENS[_mode],
+    )
+
+#: Names that select a built-in template; the old mode-named ones also fix the mode.
+TEMPLATE_NAMES = ("paper", "paper-open", "persobench")
+#: Former and imported names -> (built-in name, mode or ``None`` for "the mode asked for").
+TEMPLATE_ALIASES: dict[str, tuple[str, str | None]] = {
+    "vanilla": ("persobench", "vanilla"),
+    "cot": ("persobench", "cot"),
+    "paper-vanilla": ("paper", "vanilla"),
+    "paper-cot": ("paper", "cot"),
 }
+#: Default template per kind of provider: the paper's protocol.
+DEFAULT_TEMPLATE = "paper"
+DEFAULT_LOCAL_TEMPLATE = "paper-open"
+
+
+def default_template_name(provider: str) -> str:
+    """The paper's protocol: ``paper-open`` for in-process local models, ``paper`` for the rest."""
+    return DEFAULT_LOCAL_TEMPLATE if provider == "local" else DEFAULT_TEMPLATE
+
+
+def template_family(name: str) -> str:
+    """Family of a template as recorded by name in a run (built-ins, their aliases, or the name)."""
+    built_in, _ = TEMPLATE_ALIASES.get(name, (name, None))
+    template = BUILTIN_TEMPLATES.get((built_in, "vanilla"))
+    return template.family if template is not None else name
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
@@ -162,19 +271,24 @@ def load_template(path: str | Path) -> PromptTemplate:
             raise TemplateError(f"{path}: field 'mode' must be one of {MODES}, got {mode!r}")
         if "user" not in data:
             raise TemplateError(f"{path}: missing field 'user' (the user message with placeholders)")
-        base = BUILTIN_TEMPLATES[mode]
+        base = BUILTIN_TEMPLATES["persobench", mode]
         _check_field_types(path, data)
+        cells = data.get("cells", "annotated")
+        if cells not in CELL_STYLES:
+            raise TemplateError(f"{path}: field 'cells' must be one of {CELL_STYLES}, got {cells!r}")
         template = PromptTemplate(
             name=path.stem, mode=mode, system=data.get("system", base.system), user=data["user"],
             output_format=data.get("output_format", base.output_format),
             max_tokens=int(data.get("max_tokens", base.max_tokens)),
             temperature=float(data.get("temperature", base.temperature)),
+            family=f"file:{path.stem}", cells=cells,
+            chat_template=bool(data.get("chat_template", True)),
         )
     else:
-        base = BUILTIN_TEMPLATES["vanilla"]
+        base = BUILTIN_TEMPLATES["persobench", "vanilla"]
         template = PromptTemplate(
             name=path.stem, mode="vanilla", system=base.system, user=text,
-            output_format=base.output_format, max_tokens=base.max_tokens,
+            output_format=base.output_format, max_tokens=base.max_tokens, family=f"file:{path.stem}",
         )
     _check_placeholders(template.user, str(path))
     if "{output_format}" not in template.user and '"response"' not in template.user:
@@ -182,14 +296,22 @@ def load_template(path: str | Path) -> PromptTemplate:
     return template
 
 
-def get_template(name_or_path: str) -> PromptTemplate:
-    """A built-in template by name ("vanilla", "cot") or a user template file by path."""
-    if name_or_path in BUILTIN_TEMPLATES:
-        return BUILTIN_TEMPLATES[name_or_path]
+def get_template(name_or_path: str, mode: str | None = None) -> PromptTemplate:
+    """A built-in template by name and mode, or a user template file by path (its mode is its own).
+
+    Built-in names: ``paper``, ``paper-open``, ``persobench``; the former names ``vanilla`` and
+    ``cot`` select ``persobench`` in that mode, and ``paper-vanilla``/``paper-cot`` (the names of
+    older imported runs) ``paper``; an alias's own mode wins over ``mode`` (default "vanilla").
+    """
+    if mode is not None and mode not in MODES:
+        raise TemplateError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    name, alias_mode = TEMPLATE_ALIASES.get(name_or_path, (name_or_path, None))
+    if name in TEMPLATE_NAMES:
+        return BUILTIN_TEMPLATES[name, alias_mode or mode or "vanilla"]
     if Path(name_or_path).exists():
         return load_template(name_or_path)
     raise TemplateError(
-        f"unknown template {name_or_path!r}: not a built-in ({', '.join(BUILTIN_TEMPLATES)}) and no such file"
+        f"unknown template {name_or_path!r}: not a built-in ({', '.join(TEMPLATE_NAMES)}) and no such file"
     )
 
 
@@ -215,18 +337,23 @@ def _substitute(text: str, values: Mapping[str, str]) -> str:
 
 
 def build_messages(sample: Sample, template: PromptTemplate) -> list[dict[str, str]]:
-    """The chat messages (system, then user) that ask a model for ``sample``'s next turn."""
+    """The chat messages that ask a model for ``sample``'s next turn: the system message (when the
+    template has one), then the user message."""
     partner = next((t.speaker for t in reversed(sample.context) if t.speaker != sample.responder), "")
+    if template.cells == "paper":
+        from persobench.datasets.paper_cells import paper_cells
+
+        personas, context = paper_cells(sample)
+    else:
+        personas, context = render_personas(sample), render_context(sample)
     values = {
         "responder": sample.responder,
         "partner": partner,
-        "personas": render_personas(sample),
-        "context": render_context(sample),
+        "personas": personas,
+        "context": context,
         "instructions": INSTRUCTIONS,
         "output_format": template.output_format,
     }
     values["role"] = _substitute(ROLE, values)
-    return [
-        {"role": "system", "content": template.system},
-        {"role": "user", "content": _substitute(template.user, values)},
-    ]
+    messages = [{"role": "system", "content": template.system}] if template.system else []
+    return messages + [{"role": "user", "content": _substitute(template.user, values)}]

@@ -9,7 +9,7 @@ import pytest
 
 from persobench.datasets import load_dataset
 from persobench.prompts import (
-    BUILTIN_TEMPLATES, TemplateError, build_messages, get_template, load_template,
+    BUILTIN_TEMPLATES, TemplateError, build_messages, get_template, load_template, template_family,
 )
 from persobench.records import PersonaSet, Sample, Turn
 
@@ -49,7 +49,23 @@ def test_messages_are_pure_and_deterministic() -> None:
 
 def test_version_hash_tracks_wording() -> None:
     hashes = {t.version_hash for t in BUILTIN_TEMPLATES.values()}
-    assert len(hashes) == 2 and all(len(h) == 12 for h in hashes)
+    assert len(hashes) == 6 and all(len(h) == 12 for h in hashes)
+    # PersoBench's own templates kept their wording, so runs made with them keep their ids.
+    assert get_template("persobench", "vanilla").version_hash == "23f6bee4d7d5"
+    assert get_template("persobench", "cot").version_hash == "a41e9a625825"
+
+
+def test_template_names_aliases_and_families() -> None:
+    assert get_template("vanilla") is get_template("persobench", "vanilla")
+    assert get_template("cot", "vanilla").mode == "cot"  # the old names fix their mode
+    assert get_template("paper-cot").name == "paper"
+    assert {get_template(n).family for n in ("paper", "paper-open", "paper-vanilla")} == {"paper"}
+    assert get_template("persobench").family == "persobench"
+    assert template_family("cot") == "persobench" and template_family("paper-open") == "paper"
+    assert template_family("mine") == "mine"
+    assert get_template("paper").chat_template and not get_template("paper-open").chat_template
+    with pytest.raises(TemplateError, match="unknown mode"):
+        get_template("paper", "fancy")
 
 
 def test_user_template_file_with_placeholders(tmp_path: Path) -> None:
@@ -62,6 +78,7 @@ def test_user_template_file_with_placeholders(tmp_path: Path) -> None:
     other = tmp_path / "other.toml"
     other.write_text(path.read_text().replace("Be ", "Please be "))
     assert load_template(other).version_hash != template.version_hash
+    assert template.family == "file:terse"  # a file never joins a built-in family by its name
 
 
 def test_plain_text_template_and_errors(tmp_path: Path) -> None:

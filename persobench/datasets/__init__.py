@@ -58,6 +58,14 @@ PAPER_TABLES = {
     "synthetic-personachat": ("Synthetic-PersonaChat", "responder", "Synthetic-PersonaChat (paper's prompt table, 966 rows)"),
 }
 
+#: Tables whose persona label does not name the persona's owner. Blended Skill Talk: the hub's
+#: ``personas`` field is ``row["personas"][1]`` of the ParlAI data, the *guided* worker's persona, and
+#: the guided worker writes ``guided_messages[0]``, the table's ``act_response`` (User2). The paper's
+#: ``pre_processing.ipynb`` labels it "[User 1 persona]" for every row regardless, and the table's
+#: own User2 turns match it ("i like canning and whittling" / "User2: ... i enjoy canning"), so
+#: every BST persona belongs to the responder.
+LABELS_NOT_OWNERS = frozenset({"blended-skill-talk"})
+
 
 def _register_builtins() -> None:
     REGISTRY.register(
@@ -66,10 +74,12 @@ def _register_builtins() -> None:
                     "persobench.datasets.builtin:load_sample", "builtin"),
     )
     for name, (file_stem, owner, description) in PAPER_TABLES.items():
+        options: dict[str, Any] = {"file_stem": file_stem, "unlabelled_owner": owner}
+        if name in LABELS_NOT_OWNERS:
+            options["labels_name_owner"] = False
         REGISTRY.register(
             name,
-            DatasetInfo(name, description, "persobench.datasets.tables:load_paper_table", "paper-table",
-                        {"file_stem": file_stem, "unlabelled_owner": owner}),
+            DatasetInfo(name, description, "persobench.datasets.tables:load_paper_table", "paper-table", options),
         )
     hub = {
         "blended-skill-talk-hub": ("load_blended_skill_talk", "Blended Skill Talk from the Hugging Face hub"),

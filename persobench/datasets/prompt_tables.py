@@ -87,15 +87,20 @@ def split_persona_body(body: str, *, style: str) -> list[str]:
     return [s.strip() for s in sentences if s and s.strip()]
 
 
-def parse_personas(text: str, *, responder: str, unlabelled_owner: str) -> tuple[PersonaSet, ...]:
-    """Structured personas from a ``personas`` cell; unlabelled text belongs to ``unlabelled_owner``."""
+def parse_personas(
+    text: str, *, responder: str, unlabelled_owner: str, labels_name_owner: bool = True,
+) -> tuple[PersonaSet, ...]:
+    """Structured personas from a ``personas`` cell; unlabelled text belongs to ``unlabelled_owner``.
+
+    ``labels_name_owner=False`` gives every block to the responder whatever its label says (Blended
+    Skill Talk: see :data:`persobench.datasets.PAPER_TABLES`)."""
     sets: dict[str, list[str]] = {}
     for block in text.split("<SEP>"):
         if not block.strip():
             continue
         label = PERSONA_LABEL.match(block)
         if label:
-            speaker = speaker_from_label(label.group("label"), responder=responder)
+            speaker = speaker_from_label(label.group("label"), responder=responder) if labels_name_owner else responder
             body = block[label.end():]
             responder_block = "responder" in label.group("label").lower()
         else:
@@ -149,11 +154,17 @@ def count_labelled_lines(text: str) -> int:
 
 def parse_prompt_row(
     row: Mapping[str, Any], *, dataset: str, index: int, source: str = "", unlabelled_owner: str = "responder",
+    labels_name_owner: bool = True,
 ) -> Sample:
     """Annotate one prompt-table row.
 
     ``unlabelled_owner`` says whose persona unlabelled persona text is: "responder" (IT-ConvAI2:
     ConvAI2's "your persona") or "partner" (FoCus: the persona of the user being answered).
+    ``labels_name_owner=False`` means the persona labels do not name the owner and every persona
+    is the responder's (Blended Skill Talk's "[User 1 persona]" is the answering worker's).
+
+    The row's own ``personas`` and ``context`` cells are kept verbatim in the metadata
+    (``personas_cell``, ``context_cell``): the paper's prompt inserts them as they are.
     """
     where = f"{source or dataset}: row {index}"
     for column in ("personas", "context", "act_response"):
@@ -179,7 +190,9 @@ def parse_prompt_row(
         raise PromptTableError(f"{where}: column 'context' is empty")
     owner = responder if unlabelled_owner == "responder" else other_speaker(responder)
     try:
-        personas = parse_personas(str(row["personas"]), responder=responder, unlabelled_owner=owner)
+        personas = parse_personas(
+            str(row["personas"]), responder=responder, unlabelled_owner=owner, labels_name_owner=labels_name_owner
+        )
     except (ValueError, SyntaxError) as exc:
         raise PromptTableError(f"{where}: column 'personas': {exc}") from exc
     return Sample(
@@ -190,5 +203,7 @@ def parse_prompt_row(
         responder=responder,
         reference=reference.strip(),
         metadata={"source": source, "row": index, "trailing_cue": cue is not None,
-                  **({"preamble": preamble} if preamble else {})},
+                  **({"preamble": preamble} if preamble else {}),
+                  "personas_cell": str(row["personas"]),
+                  "context_cell": context_text + (f"\n{query}" if query else "")},
     )

@@ -178,7 +178,8 @@ def bst_record_to_sample(
     # Seed turns keep their role-based speaker even if one of them is empty and dropped.
     context = [t for t in _alternating(seeds) if t.text] + [Turn(USER1, free[0])]
     target_turn = len(seeds) + 1
-    metadata: dict[str, Any] = {"source": source, "split": split, "row": index, "target_turn": target_turn}
+    metadata: dict[str, Any] = {"source": source, "split": split, "row": index, "target_turn": target_turn,
+                                "paper_form": "bst"}
     context_dataset = record.get("context")
     if isinstance(context_dataset, str) and context_dataset:
         metadata["context_dataset"] = context_dataset
@@ -249,6 +250,7 @@ def spc_record_to_sample(
     target = turns[target_turn]
     metadata: dict[str, Any] = {
         "source": source, "split": split, "row": index, "target_turn": target_turn, "dialogue_turns": len(turns),
+        "paper_form": "spc",
     }
     if dropped:
         metadata["unlabelled_lines_dropped"] = dropped
@@ -291,7 +293,7 @@ def pec_record_to_sample(
     target_turn = len(context_texts)
     metadata: dict[str, Any] = {
         "source": source, "split": split, "row": index, "target_turn": target_turn,
-        "response_speaker": responder_name, "context_speakers": speakers,
+        "response_speaker": responder_name, "context_speakers": speakers, "paper_form": "pec",
     }
     if subset:
         metadata["subset"] = subset
@@ -334,7 +336,8 @@ def focus_record_to_sample(record: Mapping[str, Any], index: int, dataset: str, 
     target = turns[target_turn]
     if not target.text:
         raise SourceFormatError(source, index, f"{last_field}.{key}[{target_turn}]", "empty")
-    metadata: dict[str, Any] = {"source": source, "row": index, "dialog_id": dialog_id, "target_turn": target_turn}
+    metadata: dict[str, Any] = {"source": source, "row": index, "dialog_id": dialog_id, "target_turn": target_turn,
+                                "paper_form": "focus"}
     link = record.get("landmark_link")
     if isinstance(link, str) and link:
         metadata["landmark_link"] = link
@@ -360,7 +363,7 @@ def it_convai2_record_to_sample(
     question = _text(record, "input", source, index)
     answer = _text(record, "label", source, index)
     personas = _texts(record, "full_personas", source, index, min_items=1)
-    metadata: dict[str, Any] = {"source": source, "row": index, "target_turn": 1}
+    metadata: dict[str, Any] = {"source": source, "row": index, "target_turn": 1, "paper_form": "it-convai2"}
     removed = record.get("rm_persona")
     if isinstance(removed, str) and removed:
         metadata["rm_persona"] = removed

@@ -51,15 +51,20 @@ def prompt_table_rows(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def read_prompt_table(path: Path, *, dataset: str, unlabelled_owner: str) -> list[Sample]:
+def read_prompt_table(
+    path: Path, *, dataset: str, unlabelled_owner: str, labels_name_owner: bool = True,
+) -> list[Sample]:
     """Annotate every row of one prompt-table CSV; the row index is the sample's source index."""
     return [
-        parse_prompt_row(row, dataset=dataset, index=index, source=str(path), unlabelled_owner=unlabelled_owner)
+        parse_prompt_row(row, dataset=dataset, index=index, source=str(path), unlabelled_owner=unlabelled_owner,
+                         labels_name_owner=labels_name_owner)
         for index, row in enumerate(prompt_table_rows(path))
     ]
 
 
-def load_paper_table(*, dataset: str, file_stem: str, unlabelled_owner: str, source: str | None = None) -> list[Sample]:
+def load_paper_table(
+    *, dataset: str, file_stem: str, unlabelled_owner: str, labels_name_owner: bool = True, source: str | None = None,
+) -> list[Sample]:
     from persobench.datasets import DatasetError
 
     path = Path(source) if source else tables_dir() / f"{file_stem}.csv"
@@ -69,4 +74,6 @@ def load_paper_table(*, dataset: str, file_stem: str, unlabelled_owner: str, sou
             "(salehafzoon/PersoBench, folder Prompts/): set PERSOBENCH_REFERENCE to a checkout of it, "
             "or PERSOBENCH_PROMPTS to the Prompts folder."
         )
-    return read_prompt_table(path, dataset=dataset, unlabelled_owner=unlabelled_owner)
+    return read_prompt_table(
+        path, dataset=dataset, unlabelled_owner=unlabelled_owner, labels_name_owner=labels_name_owner
+    )
