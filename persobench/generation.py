@@ -43,13 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from persobench.cache import ResponseCache, cache_key, default_cache_dir
-from persobench.providers import (
-    DEFAULT_LOCAL_MODEL,
-    PROVIDERS,
-    ModelSpec,
-    make_provider,
-    resolve_model,
-)
+from persobench.models_registry import resolve_model
+from persobench.providers import DEFAULT_LOCAL_MODEL, PROVIDERS, ModelSpec, make_provider
 from persobench.providers.base import (
     Completion,
     ConfigurationError,

@@ -17,16 +17,23 @@ Looked up in this order: the path given (``--models FILE``), ``$PERSOBENCH_MODEL
 
 YAML has the same shape under a top-level ``models:`` mapping. Keys never go in this file: an
 ``api_key`` field is rejected with a pointer to ``api_key_env``.
+
+:func:`resolve_model` turns what a user typed (a registry name or a ``provider:model`` spec) into a
+:class:`~persobench.providers.spec.ModelSpec`. This module depends on :mod:`persobench.providers`;
+the providers know nothing of the registry file.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from persobench.providers import PROVIDERS, checked_spec, parse_spec
 from persobench.providers.base import ConfigurationError
+from persobench.providers.spec import ModelSpec
 
 CANDIDATE_FILES = ("models.toml", "models.yaml", "models.yml")
 
@@ -91,12 +98,10 @@ def _parse(path: Path) -> Mapping[str, Any]:
     return data.get("models", {})
 
 
-def load_registry(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Every entry of a registry file as name -> :class:`~persobench.providers.ModelSpec`."""
-    from persobench.providers import ModelSpec
-
+def load_registry(path: str | os.PathLike[str]) -> dict[str, ModelSpec]:
+    """Every entry of a registry file as name -> :class:`~persobench.providers.spec.ModelSpec`."""
     path = Path(path)
-    entries: dict[str, Any] = {}
+    entries: dict[str, ModelSpec] = {}
     for name, raw in _parse(path).items():
         where = f"{path}: model {name!r}"
         if not isinstance(raw, Mapping):
@@ -140,7 +145,7 @@ def _price(raw: Mapping[str, Any], field_name: str, where: str) -> float | None:
         raise ConfigurationError(f"{where}: {field_name} must be a number, got {value!r}") from None
 
 
-def find_model(name: str, *, path: str | os.PathLike[str] | None = None, home: Any = None) -> Any:
+def find_model(name: str, *, path: str | os.PathLike[str] | None = None, home: Any = None) -> ModelSpec | None:
     """The registry entry called ``name``, or ``None`` when there is no file or no such entry."""
     registry_path = find_registry_file(path, home=home)
     if registry_path is None:
@@ -148,7 +153,26 @@ def find_model(name: str, *, path: str | os.PathLike[str] | None = None, home: A
     return load_registry(registry_path).get(name)
 
 
-def prices_for(spec: Any) -> tuple[float, float] | None:
+def resolve_model(
+    name: str, *, base_url: str | None = None, options: Mapping[str, Any] | None = None,
+    models_file: str | None = None, home: Any = None,
+) -> ModelSpec:
+    """A registry-file name or a ``provider:model`` spec, with CLI overrides applied on top."""
+    entry = find_model(name, path=models_file, home=home)
+    if entry is None:
+        return parse_spec(name, base_url=base_url, options=options)
+    if entry.provider not in PROVIDERS:
+        raise ConfigurationError(
+            f"model {name!r}: unknown provider {entry.provider!r}; known providers: {', '.join(PROVIDERS.names())}"
+        )
+    return checked_spec(replace(
+        entry,
+        base_url=base_url or entry.base_url,
+        options={**dict(entry.options), **dict(options or {})},
+    ))
+
+
+def prices_for(spec: ModelSpec) -> tuple[float, float] | None:
     """(input, output) USD per million tokens for ``spec``, or ``None`` when unknown."""
     if spec.provider in ("local", "baseline"):
         return (0.0, 0.0)
@@ -164,7 +188,7 @@ def prices_for(spec: Any) -> tuple[float, float] | None:
     return None
 
 
-def estimate_cost(spec: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+def estimate_cost(spec: ModelSpec, prompt_tokens: int, completion_tokens: int) -> float | None:
     """Estimated USD for the given usage, or ``None`` when the model's prices are unknown."""
     prices = prices_for(spec)
     if prices is None:

@@ -21,8 +21,8 @@ from persobench.providers import (
     make_provider,
     missing_key_env,
     parse_spec,
-    resolve_model,
 )
+from persobench.models_registry import resolve_model
 from persobench.providers.base import ErrorKind, ProviderError, kind_for_status, parse_retry_after
 from persobench.records import PersonaSet, Sample, Turn
 from tests.fakes import error, reply
@@ -127,6 +127,35 @@ def test_missing_key_names_the_variable(monkeypatch):
     assert missing_key_env(parse_spec("baseline:reference")) is None
     monkeypatch.setenv("ANTHROPIC_API_KEY", "x")
     assert missing_key_env(parse_spec("anthropic:c")) is None
+
+
+def test_each_provider_declares_its_key_variable(monkeypatch):
+    from persobench.providers import PROVIDERS
+
+    declared = {name: PROVIDERS.get(name).key_env for name in PROVIDERS.names()}
+    assert declared == {"anthropic": "ANTHROPIC_API_KEY", "baseline": None, "local": None, "openai": "OPENAI_API_KEY"}
+
+    # The missing-key check reads the class attribute: a newly registered provider needs no table entry.
+    class KeyedProvider:
+        name = "keyed"
+        key_env = "KEYED_TEST_KEY"
+        key_optional_with_base_url = False
+
+        def __init__(self, spec, *, api_key=None, timeout=60.0):
+            from persobench.providers.base import resolve_api_key
+
+            self.key = resolve_api_key(self, spec, explicit=api_key)
+
+    monkeypatch.setattr(PROVIDERS, "_entries", dict(PROVIDERS._entries))
+    PROVIDERS.register("keyed", KeyedProvider)
+    monkeypatch.delenv("KEYED_TEST_KEY", raising=False)
+    assert missing_key_env(parse_spec("keyed:m")) == "KEYED_TEST_KEY"
+    assert missing_key_env(parse_spec("keyed:m", base_url="http://127.0.0.1:9/v1")) == "KEYED_TEST_KEY"
+    with pytest.raises(MissingKeyError, match="KEYED_TEST_KEY"):
+        make_provider(parse_spec("keyed:m"))
+    monkeypatch.setenv("KEYED_TEST_KEY", "k-1234")
+    assert missing_key_env(parse_spec("keyed:m")) is None
+    assert make_provider(parse_spec("keyed:m")).key == "k-1234"
 
 
 def test_cli_missing_key_exits_2_with_one_line(tmp_path, monkeypatch):
@@ -269,7 +298,21 @@ def test_baselines():
 
 
 # ---------------------------------------------------------------------------------------------
-# import weight
+# import weight and direction
+
+
+def test_providers_never_import_the_registry_file_module():
+    """The registry file builds specs from providers; providers must not reach back (an import circle)."""
+    import ast
+
+    for path in sorted((REPO / "persobench" / "providers").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.startswith("persobench.models_registry") for n in names), f"{path.name} imports models_registry"
+    for first in ("persobench.models_registry", "persobench.providers.spec", "persobench.providers"):
+        code = f"import {first}\nfrom persobench.models_registry import resolve_model\nprint(resolve_model('baseline:reference').name)"
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "baseline:reference", out.stderr
 
 
 def test_light_imports():

@@ -16,8 +16,6 @@ from persobench.providers.base import (
     resolve_api_key,
 )
 
-DEFAULT_ENV = "ANTHROPIC_API_KEY"
-
 _TRANSPORT_OPTIONS = frozenset({"timeout", "headers"})
 
 #: Anthropic stop reasons in the vocabulary the rest of the pipeline uses.
@@ -30,13 +28,13 @@ class AnthropicProvider:
     name = "anthropic"
     max_concurrency: int | None = None
     sample_dependent = False
+    key_env = "ANTHROPIC_API_KEY"
+    key_optional_with_base_url = False  # a gateway in front of Anthropic still wants the key
 
     def __init__(self, spec: Any, *, api_key: str | None = None, timeout: float = 60.0) -> None:
         self.spec = spec
         self.model = spec.model
-        key = resolve_api_key(
-            "anthropic", explicit=api_key, env_var=spec.api_key_env or DEFAULT_ENV, required=True
-        )
+        key = resolve_api_key(self, spec, explicit=api_key)
         self._secrets = (key,)
         options = dict(spec.options)
         self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}

@@ -255,6 +255,12 @@ class Provider(Protocol):
     sample_dependent: bool
     """True when the output depends on the sample beyond the messages (baselines read the
     reference), so the cache key must include the sample id."""
+    key_env: str | None
+    """Environment variable holding the API key (``OPENAI_API_KEY`` ...); ``None`` for providers
+    that take no key. A spec's ``api_key_env`` overrides it."""
+    key_optional_with_base_url: bool
+    """True when a server named by ``base_url`` usually needs no key (a self-hosted
+    OpenAI-compatible server), so only an explicit ``api_key_env`` makes the key required."""
 
     async def generate(self, request: Request) -> Completion:
         """Return the completion or raise :class:`ProviderError`."""
@@ -270,19 +276,33 @@ class Provider(Protocol):
         ...
 
 
-def resolve_api_key(
-    provider: str, *, explicit: str | None, env_var: str, required: bool,
-) -> str | None:
-    """The key passed in (e.g. from Streamlit secrets) or read from ``env_var``.
+def key_requirement_of(provider_class: Any, spec: Any) -> tuple[str, bool] | None:
+    """(environment variable, whether a key is required) for ``spec`` served by ``provider_class``;
+    ``None`` when the provider declares no ``key_env``. The key is required unless the provider
+    says a ``base_url`` server needs none and the spec names no variable of its own."""
+    default = getattr(provider_class, "key_env", None)
+    if default is None:
+        return None
+    optional = getattr(provider_class, "key_optional_with_base_url", False) and spec.base_url is not None
+    return spec.api_key_env or default, not optional or spec.api_key_env is not None
 
-    Raises :class:`MissingKeyError` naming ``env_var`` when a needed key is absent, before any
+
+def resolve_api_key(provider: Any, spec: Any, *, explicit: str | None) -> str | None:
+    """The key passed in (e.g. from Streamlit secrets) or read from the variable the provider
+    (or the spec's ``api_key_env``) names; ``None`` when none is needed or found.
+
+    Raises :class:`MissingKeyError` naming the variable when a needed key is absent, before any
     request is sent.
     """
     import os
 
+    requirement = key_requirement_of(provider, spec)
+    if requirement is None:
+        return explicit or None
+    env_var, required = requirement
     key = explicit or os.environ.get(env_var) or None
     if key is None and required:
-        raise MissingKeyError(provider, env_var)
+        raise MissingKeyError(provider.name, env_var)
     return key
 
 

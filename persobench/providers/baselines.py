@@ -53,6 +53,8 @@ class BaselineProvider:
     max_concurrency: int | None = None
     #: The reply comes from the sample (its reference / personas), not only from the messages.
     sample_dependent = True
+    key_env: str | None = None  # no key: nothing leaves this machine
+    key_optional_with_base_url = False
 
     def __init__(self, spec: Any, *, api_key: str | None = None, timeout: float = 60.0) -> None:
         del api_key, timeout

@@ -119,6 +119,8 @@ class LocalProvider:
     #: One forward pass at a time: parallel calls would only fight over the same CPU cores.
     max_concurrency: int | None = 1
     sample_dependent = False
+    key_env: str | None = None  # no key: nothing leaves this machine
+    key_optional_with_base_url = False
 
     def __init__(self, spec: Any, *, api_key: str | None = None, timeout: float = 60.0) -> None:
         del api_key, timeout  # no server, no key

@@ -18,8 +18,6 @@ from persobench.providers.base import (
     resolve_api_key,
 )
 
-DEFAULT_ENV = "OPENAI_API_KEY"
-
 #: Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK insists on a non-empty one.
 PLACEHOLDER_KEY = "not-needed"
 
@@ -35,16 +33,15 @@ class OpenAIProvider:
     name = "openai"
     max_concurrency: int | None = None
     sample_dependent = False
+    key_env = "OPENAI_API_KEY"
+    # The official API needs a key; a self-hosted server usually does not, unless the user
+    # named a variable explicitly (then its absence is a mistake worth stopping for).
+    key_optional_with_base_url = True
 
     def __init__(self, spec: Any, *, api_key: str | None = None, timeout: float = 60.0) -> None:
         self.spec = spec
         self.model = spec.model
-        from persobench.providers import key_requirement
-
-        # The official API needs a key; a self-hosted server usually does not, unless the user
-        # named a variable explicitly (then its absence is a mistake worth stopping for).
-        env_var, required = key_requirement(spec) or (DEFAULT_ENV, True)
-        key = resolve_api_key("openai", explicit=api_key, env_var=env_var, required=required)
+        key = resolve_api_key(self, spec, explicit=api_key)
         self._secrets = (key,)
         options = dict(spec.options)
         self._max_tokens_param = str(options.get("max_tokens_param", "max_tokens"))

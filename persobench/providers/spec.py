@@ -1,0 +1,68 @@
+"""The model spec: which provider, model and options a run generates with.
+
+Its own module so that :mod:`persobench.models_registry` (which builds specs from the models file)
+and :mod:`persobench.providers` (which builds providers from specs) both depend on it, and not on
+each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+#: Spec options that do not change what the model writes: kept out of cache keys and run ids.
+NON_OUTPUT_OPTIONS = frozenset(
+    {"timeout", "headers", "max_tokens_param", "device", "dtype", "organization", "project"}
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A fully resolved model: provider, model and options. Never holds a secret."""
+
+    provider: str
+    """Registered provider name."""
+    model: str
+    """Model name as the provider knows it (hub id or path for ``local``)."""
+    base_url: str | None = None
+    """Server URL for OpenAI-compatible servers (``http://localhost:8000/v1`` for vLLM,
+    ``http://localhost:11434/v1`` for Ollama) or an Anthropic gateway; ``None`` for the official API."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Provider options: output-affecting body fields (``top_p``, ``top_k``, ``extra_body`` ...) and
+    transport settings listed in :data:`NON_OUTPUT_OPTIONS`."""
+    label: str | None = None
+    """Display name (the registry entry's name); defaults to ``provider:model``."""
+    api_key_env: str | None = None
+    """Environment variable holding the key, overriding the provider's ``key_env``."""
+    price_input_per_mtok: float | None = None
+    """USD per million prompt tokens, for the cost estimate; ``None`` = use the built-in table."""
+    price_output_per_mtok: float | None = None
+    """USD per million completion tokens."""
+
+    @property
+    def name(self) -> str:
+        return self.label or f"{self.provider}:{self.model}"
+
+    @property
+    def output_options(self) -> dict[str, Any]:
+        """Options that change the output (part of the cache key)."""
+        from persobench.store import strip_secrets
+
+        return strip_secrets({k: v for k, v in self.options.items() if k not in NON_OUTPUT_OPTIONS})
+
+    def to_public_dict(self) -> dict[str, Any]:
+        """The spec as recorded in run manifests (secrets stripped, transport options kept
+        only when harmless)."""
+        from persobench.store import strip_secrets
+
+        data: dict[str, Any] = {"provider": self.provider, "model": self.model}
+        if self.base_url:
+            data["base_url"] = self.base_url
+        options = {k: v for k, v in self.options.items() if k != "headers"}
+        if options:
+            data["options"] = strip_secrets(options)
+        if self.label:
+            data["label"] = self.label
+        if self.provider == "baseline":
+            data["baseline"] = True  # lets tables and leaderboards mark it as a floor/ceiling
+        return data
