@@ -28,6 +28,13 @@ Conventions, as the paper's tables:
 Numbers never mix profiles: a board holds one profile, named in its ``profile`` column, and each
 row carries the ``model_id`` its metric was computed with, so a display can warn when runs of the
 same comparison used different models.
+
+A board compares like with like: one dataset, one mode and one protocol
+(:func:`persobench.protocol.protocol_of`: template family, max tokens, temperature, parse policy,
+structured output). Runs under different protocols land on separate boards (the ``board`` column),
+or on one board with the protocol in the row label when asked (``side_by_side=True``). Runs of one
+board that answered different sample sets are compared on the sample ids common to all of them
+(``n`` says how many; ``run_n`` is each run's own count) unless ``all_samples=True``.
 """
 
 from __future__ import annotations
@@ -50,11 +57,16 @@ __all__ = [
     "load_results", "overall_table", "radar_aspects", "results_fingerprint", "run_samples",
 ]
 
-RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "sample_id", "status", "metric", "value", "profile"]
+RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
+                  "value", "profile"]
 BOARD_COLUMNS = [
     "dataset", "mode", "model", "metric", "mean", "std", "n", "ci_low", "ci_high", "profile",
-    "run_id", "source", "invalid", "status", "reason", "model_id",
+    "run_id", "source", "invalid", "status", "reason", "model_id", "protocol", "board", "run_n",
 ]
+#: Protocol fields added to every row of the json export.
+PROTOCOL_FIELDS = ("name", "max_tokens", "temperature", "policy", "structured")
+#: The ``board`` value of a board that puts several protocols side by side (labels carry them).
+SIDE_BY_SIDE = "side by side"
 #: The long CSV export has exactly these columns.
 CSV_COLUMNS = ["dataset", "mode", "model", "metric", "mean", "std", "n"]
 INVALID_POLICIES = ("worst", "exclude")
@@ -181,11 +193,14 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
     """Every per-sample value of every completed run, for one scoring profile.
 
     Long format, columns :data:`RESULT_COLUMNS`: one row per sample and metric the run was scored
-    on (its ``scores`` rows of ``profile``), plus ``response_time`` from the generation latency.
+    on (its ``scores`` rows of ``profile``), plus ``response_time`` from the generation latency;
+    ``protocol`` is the run's protocol label (:attr:`persobench.protocol.Protocol.label`).
     Samples whose reply was invalid (``status`` not ``ok``) are present with ``value`` NaN: no
     invalid-reply policy is applied here (see :func:`leaderboard`). ``frame.attrs["metric_status"]``
     holds the provenance rows of :func:`load_metric_status`.
     """
+    from persobench.protocol import protocol_of
+
     runs = _completed_runs(store, include_incomplete)
     labels = _unique_labels(runs)
     order = {m: i for i, m in enumerate(_metric_order())}
@@ -220,6 +235,7 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
         frame.insert(2, "mode", m.mode)
         frame.insert(3, "model", labels[run.run_id])
         frame.insert(4, "source", m.source)
+        frame.insert(5, "protocol", protocol_of(m).label)
         frame["profile"] = profile
         frames.append(frame)
         status_rows.extend(provenance)
@@ -247,8 +263,16 @@ def leaderboard(
     results: pd.DataFrame, *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
     profile: str = "offline", metric_status: pd.DataFrame | Iterable[Mapping] | None = None,
     level: float = stats.DEFAULT_LEVEL, n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
+    side_by_side: bool = False, all_samples: bool = False,
 ) -> pd.DataFrame:
     """Aggregate per-sample results into one row per run and metric (columns :data:`BOARD_COLUMNS`).
+
+    A board is one dataset, mode and protocol: ``board`` is the protocol label, so runs made under
+    different protocols are never ranked together. ``side_by_side=True`` puts every protocol of a
+    dataset and mode on one board (``board`` = :data:`SIDE_BY_SIDE`) with the protocol in each row's
+    ``model`` label. Runs of one board are compared on the sample ids they all share (``n`` counts
+    those, ``run_n`` the run's own samples); ``all_samples=True`` aggregates each run over all of its
+    samples (when runs share no sample id at all, that is what happens, and ``run_n`` shows it).
 
     ``invalid``: ``"worst"`` scores invalid replies with each metric's worst value (the paper);
     ``"exclude"`` leaves them out (``n`` then counts valid replies only). ``metric_status`` (default:
@@ -265,6 +289,12 @@ def leaderboard(
         frame = frame[frame["dataset"] == dataset]
     if mode is not None:
         frame = frame[frame["mode"] == mode]
+    if "protocol" not in frame.columns:  # results made before protocols: one unnamed protocol
+        frame = frame.assign(protocol="?")
+    frame = frame.assign(board=SIDE_BY_SIDE if side_by_side else frame["protocol"])
+    run_sizes = frame.groupby("run_id", sort=False)["sample_id"].nunique().to_dict() if len(frame) else {}
+    if not all_samples:
+        frame = _common_samples(frame)
     provenance = _status_lookup(results, metric_status)
     order = {m: i for i, m in enumerate(_metric_order())}
     rows: list[dict[str, Any]] = []
@@ -275,12 +305,14 @@ def leaderboard(
     all_values = frame["value"].to_numpy(dtype="float64")
     all_ok = (frame["status"] == OK).to_numpy()
     positions_by_run = pd.Series(np.arange(len(frame))).groupby(run_codes).indices if len(frame) else {}
-    meta = frame[["dataset", "mode", "model", "source"]]
+    meta = frame[["dataset", "mode", "model", "source", "protocol", "board"]]
     for code, run_id in enumerate(run_names):
         pos = positions_by_run[code]
         first = meta.iloc[int(pos[0])]
-        base = {"dataset": first["dataset"], "mode": first["mode"], "model": first["model"], "profile": profile,
-                "run_id": run_id, "source": first["source"], "invalid": invalid}
+        label = f"{first['model']} ({first['protocol']})" if side_by_side else first["model"]
+        base = {"dataset": first["dataset"], "mode": first["mode"], "model": label, "profile": profile,
+                "run_id": run_id, "source": first["source"], "invalid": invalid, "protocol": first["protocol"],
+                "board": first["board"], "run_n": int(run_sizes.get(run_id, 0))}
         samp = sample_codes[pos]
         uniq, first_index, row_of = np.unique(samp, return_index=True, return_inverse=True)
         order_of = np.argsort(np.argsort(first_index, kind="stable"), kind="stable")  # keep run order
@@ -331,9 +363,35 @@ def leaderboard(
     board = _add_instructability(board)
     if len(board):
         board["_order"] = board["metric"].map(lambda m: order.get(m, len(order)))
-        board = board.sort_values(["dataset", "mode", "model", "_order", "metric"]).drop(columns="_order")
+        board = board.sort_values(["dataset", "mode", "board", "model", "_order", "metric"]).drop(columns="_order")
     board["n"] = board["n"].astype("int64")
+    board["run_n"] = board["run_n"].astype("int64")
     return board.reset_index(drop=True)
+
+
+def _common_samples(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of each board restricted to the sample ids every run of that board answered.
+
+    A board whose runs share no sample id is left whole (nothing could be compared otherwise);
+    its rows' ``n`` then differ from one another and the display says so.
+    """
+    if frame.empty:
+        return frame
+    keys = ["dataset", "mode", "board"]
+    pairs = frame[keys + ["run_id", "sample_id"]].drop_duplicates(["run_id", "sample_id"])
+    runs_per_board = pairs.groupby(keys, sort=False)["run_id"].nunique()
+    shared = pairs.groupby(keys + ["sample_id"], sort=False)["run_id"].nunique()
+    shared = shared[shared.eq(runs_per_board.reindex(shared.index.droplevel("sample_id")).to_numpy())]
+    largest = pairs.groupby(keys + ["run_id"], sort=False).size().groupby(level=keys, sort=False).max()
+    common_n = shared.groupby(level=keys, sort=False).size()
+    keep = [key for key, n in common_n.items() if largest[key] > n]  # a run has samples the others lack
+    if not keep:
+        return frame
+    restricted = pd.MultiIndex.from_tuples(keep, names=keys)
+    board_key = pd.MultiIndex.from_frame(frame[keys])
+    in_restricted = board_key.isin(restricted)
+    sample_key = pd.MultiIndex.from_frame(frame[keys + ["sample_id"]])
+    return frame[~in_restricted | sample_key.isin(shared.index)]
 
 
 def _bootstrap_columns(columns: Mapping[str, np.ndarray], *, level: float, n_resamples: int, seed: int) -> dict:
@@ -353,7 +411,7 @@ def _bootstrap_columns(columns: Mapping[str, np.ndarray], *, level: float, n_res
 def _add_instructability(board: pd.DataFrame) -> pd.DataFrame:
     failures = board[board["metric"] == "failure_ratio"]
     extra = []
-    for (_, _), group in failures.groupby(["dataset", "mode"], sort=False):
+    for _, group in failures.groupby(["dataset", "mode", "board"], sort=False):
         worst = group["mean"].max()
         for _, row in group.iterrows():
             value = (worst - row["mean"]) / worst if worst > 0 else 1.0
@@ -368,8 +426,13 @@ def _add_instructability(board: pd.DataFrame) -> pd.DataFrame:
 
 # --- overall score and radar -------------------------------------------------------------------
 
+def _board_keys(board: pd.DataFrame) -> list[str]:
+    """Columns that name one displayed board (``board`` is absent from boards made elsewhere)."""
+    return ["dataset", "mode", "board"] if "board" in board.columns else ["dataset", "mode"]
+
+
 def _means(board: pd.DataFrame) -> pd.DataFrame:
-    keys = ["dataset", "mode", "model", "profile"]
+    keys = _board_keys(board) + ["model", "profile"]
     unique = board.drop_duplicates(keys + ["metric"])
     return unique.set_index(keys + ["metric"])["mean"].unstack("metric")
 
@@ -380,14 +443,15 @@ def overall_table(board: pd.DataFrame) -> pd.DataFrame:
     Columns: dataset, mode, model, profile, the five components (means), ``overall`` (mean of the
     five, all x100), ``overall_paper`` (instructability unscaled, as the paper's ranking table),
     ``rank``/``rank_paper`` (1 = best within dataset, mode and profile; missing when the score is)
-    and ``reason`` (why the score is missing, empty otherwise).
+    and ``reason`` (why the score is missing, empty otherwise). Boards from :func:`leaderboard`
+    also carry ``board`` (the protocol), and ranks are within it.
     """
-    keys = ["dataset", "mode", "model", "profile"]
+    keys = _board_keys(board) + ["model", "profile"]
     columns = keys + list(OVERALL_COMPONENTS) + ["overall", "overall_paper", "rank", "rank_paper", "reason"]
     if board.empty:
         return pd.DataFrame(columns=columns)
     means = _means(board)
-    reasons = {(r["dataset"], r["mode"], r["model"], r["profile"], r["metric"]): r["reason"]
+    reasons = {(*(r[k] for k in keys), r["metric"]): r["reason"]
                for r in board[board["status"] == "unavailable"].to_dict("records")}
     rows = []
     for key, series in means.iterrows():
@@ -399,7 +463,7 @@ def overall_table(board: pd.DataFrame) -> pd.DataFrame:
             parts = []
             for m in missing:
                 why = reasons.get((*key, m))
-                parts.append(f"{m} ({why})" if why else f"{m} (not scored in profile {key[3]})")
+                parts.append(f"{m} ({why})" if why else f"{m} (not scored in profile {key[-1]})")
             row.update(overall=math.nan, overall_paper=math.nan, reason="missing " + "; ".join(parts))
         else:
             scaled = [100.0 * values[m] for m in OVERALL_COMPONENTS]
@@ -408,10 +472,11 @@ def overall_table(board: pd.DataFrame) -> pd.DataFrame:
             row["reason"] = ""
         rows.append(row)
     table = pd.DataFrame(rows)
-    group = table.groupby(["dataset", "mode", "profile"])
+    ranked_within = keys[:-2] + ["profile"]
+    group = table.groupby(ranked_within)
     table["rank"] = group["overall"].rank(ascending=False, method="min").astype("Int64")
     table["rank_paper"] = group["overall_paper"].rank(ascending=False, method="min").astype("Int64")
-    table = table.sort_values(["dataset", "mode", "profile", "rank", "model"], na_position="last")
+    table = table.sort_values(ranked_within + ["rank", "model"], na_position="last")
     return table[columns].reset_index(drop=True)
 
 
@@ -421,7 +486,7 @@ def radar_aspects(board: pd.DataFrame, *, normalize: bool = False) -> pd.DataFra
     Aspects: :data:`RADAR_ASPECTS`. ``normalize=True`` maps each metric's mean onto [0, 1] by its
     range (e.g. ``c_score`` -1..1, ``ue_score`` 0..2) so the axes are comparable.
     """
-    keys = ["dataset", "mode", "model", "profile"]
+    keys = _board_keys(board) + ["model", "profile"]
     if board.empty:
         return pd.DataFrame(columns=keys + list(RADAR_ASPECTS))
     means = _means(board)
@@ -507,18 +572,25 @@ def _cell(metric: str, row: Mapping[str, Any]) -> str:
 
 
 def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
-    """Display blocks, one per dataset, mode and profile: models (ranked), metrics, cells, notes."""
+    """Display blocks, one per board (dataset, mode, protocol) and profile: models (ranked), metrics,
+    cells, sample counts, notes."""
     overall = overall_table(board)
     order = {m: i for i, m in enumerate(_metric_order())}
+    if "board" not in board.columns:
+        board = board.assign(board="?", run_n=board["n"])
     blocks = []
-    for (dataset, mode, profile), group in board.groupby(["dataset", "mode", "profile"], sort=True):
+    for (dataset, mode, board_name, profile), group in board.groupby(["dataset", "mode", "board", "profile"],
+                                                                      sort=True):
         available = group[group["status"] != "unavailable"]
         metrics = sorted(available["metric"].unique(), key=lambda m: (order.get(m, len(order)), m))
-        ov = overall[(overall["dataset"] == dataset) & (overall["mode"] == mode) & (overall["profile"] == profile)]
+        ov = overall[(overall["dataset"] == dataset) & (overall["mode"] == mode) & (overall["board"] == board_name)
+                     & (overall["profile"] == profile)]
         models = list(ov["model"])
         models += sorted(set(group["model"]) - set(models))
         cells = {(r["model"], r["metric"]): r for r in group.to_dict("records")}
-        notes = []
+        counts = group[group["metric"] == "failure_ratio"]
+        sizes = {r["model"]: (int(r["n"]), int(r["run_n"])) for r in counts.to_dict("records")}
+        notes = _sample_notes(sizes)
         unavailable = group[group["status"] == "unavailable"].drop_duplicates("metric")
         for r in unavailable.to_dict("records"):
             notes.append(f"{r['metric']}: unavailable ({r['reason'] or 'no reason recorded'})")
@@ -534,25 +606,52 @@ def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
             notes.append(f"overall: n/a, {reason}")
         ov_rows = {r["model"]: r for r in ov.to_dict("records")}
         degraded_names = set(degraded["metric"])
-        blocks.append({"dataset": dataset, "mode": mode, "profile": profile, "models": models, "metrics": metrics,
-                       "cells": cells, "overall": ov_rows, "notes": notes, "degraded": degraded_names,
+        blocks.append({"dataset": dataset, "mode": mode, "board": board_name, "profile": profile, "models": models,
+                       "metrics": metrics, "cells": cells, "overall": ov_rows, "notes": notes,
+                       "degraded": degraded_names, "sizes": sizes,
                        "invalid": group["invalid"].iloc[0] if "invalid" in group else ""})
     return blocks
+
+
+def _sample_notes(sizes: Mapping[str, tuple[int, int]]) -> list[str]:
+    """Say when runs answered different sample sets and what was compared."""
+    if not sizes:
+        return []
+    compared = {n for n, _ in sizes.values()}
+    own = sorted({run_n for _, run_n in sizes.values()})
+    if len(compared) > 1:
+        return [f"runs answered different samples and share no sample id: each row is over its own samples "
+                f"(n = {', '.join(str(n) for n in sorted(compared))})"]
+    n = compared.pop()
+    if own != [n]:
+        return [f"compared on the {n} sample ids common to all {len(sizes)} runs (runs have "
+                f"{', '.join(str(k) for k in own)} samples; --all-samples uses every run's own samples)"]
+    return []
+
+
+def protocol_heading(board_name: str, mode: str) -> str:
+    """What a board header says about its protocol."""
+    if board_name == SIDE_BY_SIDE:
+        return f"{mode} · protocols side by side (each in its row label)"
+    return f"protocol {board_name}"
 
 
 def _title(block: Mapping[str, Any]) -> str:
     policy = {"worst": "invalid replies scored worst (paper)", "exclude": "invalid replies excluded"}.get(
         block["invalid"], f"invalid replies: {block['invalid']}")
-    return f"{block['dataset']} · {block['mode']} · profile {block['profile']} · {policy}"
+    return (f"{block['dataset']} · {protocol_heading(block['board'], block['mode'])} · profile {block['profile']}"
+            f" · {policy}")
 
 
 def _grid(block: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows (models as rows, metrics then overall columns) of one block."""
-    header = ["model"] + [m + ("*" if m in block["degraded"] else "") for m in block["metrics"]]
+    """Header and rows (models as rows, n, metrics then overall columns) of one block."""
+    header = ["model", "n"] + [m + ("*" if m in block["degraded"] else "") for m in block["metrics"]]
     header += ["overall", "overall_paper", "rank"]
     rows = []
     for model in block["models"]:
-        row = [model] + [_cell(m, block["cells"].get((model, m))) for m in block["metrics"]]
+        n = block["sizes"].get(model, (None, None))[0]
+        row = [model, "–" if n is None else str(n)]
+        row += [_cell(m, block["cells"].get((model, m))) for m in block["metrics"]]
         ov = block["overall"].get(model, {})
         rank = ov.get("rank")
         row += [_fmt(ov.get("overall", math.nan)), _fmt(ov.get("overall_paper", math.nan)),
@@ -642,12 +741,26 @@ def _csv(board: pd.DataFrame) -> str:
     return csv_text(board[board["n"] > 0][CSV_COLUMNS])
 
 
+def _protocol_fields(label: str) -> dict[str, Any]:
+    """``protocol_<field>`` of a protocol label (all None for a label that is not one)."""
+    from persobench.protocol import Protocol
+
+    try:
+        fields = Protocol.from_label(str(label)).to_dict()
+    except ValueError:
+        fields = {}
+    return {f"protocol_{name}": fields.get(name) for name in PROTOCOL_FIELDS}
+
+
 def _json(board: pd.DataFrame) -> str:
     overall = overall_table(board)
+    labels = {label: _protocol_fields(label) for label in board["protocol"].unique()} if "protocol" in board else {}
     payload = {
         "profiles": sorted(board["profile"].unique().tolist()) if len(board) else [],
         "invalid": sorted(board["invalid"].unique().tolist()) if len(board) else [],
-        "metrics": [{k: _jsonable(v) for k, v in row.items()} for row in board.to_dict("records")],
+        "protocols": sorted(labels),
+        "metrics": [{k: _jsonable(v) for k, v in row.items()} | labels.get(row.get("protocol"), {})
+                    for row in board.to_dict("records")],
         "overall": [{k: _jsonable(v) for k, v in row.items()} for row in overall.to_dict("records")],
     }
     return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"

@@ -7,7 +7,8 @@ The paper's repository (salehafzoon/PersoBench) holds::
     Raw Responses/<Dataset>/<model>[-COT].csv  gen_response = the model's raw text, response_time
 
 :func:`import_persobench` makes one run per dataset, model and mode (``vanilla``; ``cot`` for the
-``-COT`` files) with ``source="imported"``. Replies come from ``Raw Responses/`` parsed with the
+``-COT`` files) with ``source="imported"``, recorded with the template the paper's notebook used
+(``paper`` for the closed-source models, ``paper-open`` for the open-source ones): the paper protocol. Replies come from ``Raw Responses/`` parsed with the
 paper's post-processing policy when that file exists, otherwise from the processed twin, where an
 empty ``gen_response`` is an invalid reply (as the paper's evaluation read it). Row ``i`` of a
 response file answers prompt row ``i``; the sample id is ``"<dataset>:<i>"``, the id the dataset
@@ -46,9 +47,11 @@ GENERATION_COLUMNS = (
     "prompt_tokens", "completion_tokens", "error", "attempts", "cached", "prompt",
 )
 
-#: Template names of imported runs by mode; their hashes are fixed so that re-importing after a
-#: change to the built-in templates still finds the same runs.
+#: Seeds of the template hash in imported runs' ids, by mode: fixed, so that re-importing after a
+#: change to the built-in templates (or to the recorded template name) still finds the same runs.
 IMPORTED_TEMPLATES = {"vanilla": "paper-vanilla", "cot": "paper-cot"}
+#: Model-name prefixes of the paper's closed-source (chat API) models; the others are open-source.
+CLOSED_SOURCE_PREFIXES = ("gpt", "gemini", "claude")
 
 #: Bumped when the way replies are read from the files changes (forces a re-import).
 IMPORT_VERSION = 1
@@ -229,6 +232,13 @@ def build_generations(frame: "pd.DataFrame", sample_ids: list[str], *, raw: bool
     return table
 
 
+def imported_template(model: str) -> str:
+    """The paper template a published model was prompted with: ``paper`` (the closed-source notebook:
+    gpt-*, gemini-*) or ``paper-open`` (the open-source notebook: Mistral, Qwen, Gemma, Llama).
+    Both are the paper protocol (:func:`persobench.protocol.protocol_of`)."""
+    return "paper" if model.lower().startswith(CLOSED_SOURCE_PREFIXES) else "paper-open"
+
+
 def _template_hash(template: str) -> str:
     return hashlib.sha256(template.encode("utf-8")).hexdigest()[:12]
 
@@ -327,8 +337,8 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
         )
     sample_ids = [f"{dataset}:{i}" for i in range(n_rows)]
     model = {"provider": "imported", "model": model_name, "label": model_name}
-    template = IMPORTED_TEMPLATES[mode]
-    template_hash = _template_hash(template)
+    template = imported_template(model_name)
+    template_hash = _template_hash(IMPORTED_TEMPLATES[mode])
     parameters: dict[str, Any] = {}
     run_id = make_run_id(dataset=dataset, model=model, mode=mode, template_hash=template_hash,
                          sample_ids=sample_ids, parameters=parameters)
@@ -354,6 +364,8 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
         same = (old.get("sha256") == file_sha and old.get("prompts_sha256") == prompt_sha
                 and old.get("import_version") == IMPORT_VERSION and existing.has_table("generations"))
         if same:
+            if existing.manifest.template != template:  # recorded before templates were named per notebook
+                existing.update(template=template)
             counts = dict(existing.manifest.extra.get("counts") or {})
             return ImportedRun(run_id, dataset, model_name, mode, n_rows, int(counts.get("invalid", 0)),
                                provenance["source"], str(path), "unchanged")

@@ -62,16 +62,36 @@ class Protocol:
     def label(self) -> str:
         """One line for board headers and row labels, e.g. ``paper · cot · 220 tokens · T=0 · policy paper``."""
         parts = [self.name, self.mode,
-                 f"{self.max_tokens} tokens" if self.max_tokens is not None else "tokens ?",
-                 f"T={self.temperature:g}" if self.temperature is not None else "T=?",
+                 f"{self.max_tokens} tokens" if self.max_tokens is not None else "? tokens",
+                 f"T={_short(self.temperature)}" if self.temperature is not None else "T=?",
                  f"policy {self.policy}"]
         if self.structured:
             parts.append("structured")
         return " · ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """The protocol fields for JSON exports (keys prefixed ``protocol_`` are added by callers)."""
+        """The protocol's fields, for JSON exports."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_label(cls, label: str) -> "Protocol":
+        """The protocol a :attr:`label` names (its exact inverse); ValueError for any other text."""
+        parts = label.split(" · ")
+        structured = parts[-1] == "structured"
+        if structured:
+            parts = parts[:-1]
+        if len(parts) < 5 or not parts[-3].endswith(" tokens") or not parts[-2].startswith("T=") \
+                or not parts[-1].startswith("policy "):
+            raise ValueError(f"not a protocol label: {label!r}")
+        tokens, temperature = parts[-3].removesuffix(" tokens"), parts[-2].removeprefix("T=")
+        return cls(" · ".join(parts[:-4]), parts[-4], None if tokens == "?" else int(tokens),
+                   None if temperature == "?" else float(temperature), parts[-1].removeprefix("policy "), structured)
+
+
+def _short(number: float) -> str:
+    """``0`` / ``0.7``, but every digit when ``:g`` would round (labels are board keys)."""
+    text = f"{number:g}"
+    return text if float(text) == number else repr(number)
 
 
 def paper_protocol(mode: str) -> Protocol:

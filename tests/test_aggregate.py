@@ -200,7 +200,8 @@ def test_csv_export_has_exactly_the_long_columns(store):
 def test_display_exports(store):
     board = aggregate.leaderboard(aggregate.load_results(store))
     md = aggregate.export_board(board, "markdown")
-    assert "| model |" in md and "0.56 ± 0.37" in md and "focus · vanilla · profile offline" in md
+    assert "| model | n |" in md and "0.56 ± 0.37" in md
+    assert "focus · protocol vanilla · vanilla · ? tokens · T=? · policy robust · profile offline" in md
     assert "overall: n/a, missing ue_score" in md
     latex = aggregate.export_board(board, "latex")
     assert r"\begin{tabular}" in latex and r"failure\_ratio" in latex and r"$\pm$" in latex
@@ -208,6 +209,8 @@ def test_display_exports(store):
     assert "failure_ratio" in table and "0.250" in table
     payload = json.loads(aggregate.export_board(board, "json"))
     assert payload["profiles"] == ["offline"]
+    assert payload["protocols"] == ["cot · cot · ? tokens · T=? · policy robust",
+                                    "vanilla · vanilla · ? tokens · T=? · policy robust"]
     failure = [r for r in payload["metrics"] if r["metric"] == "failure_ratio" and r["model"] == "A"][0]
     assert failure["std"] is None and failure["mean"] == 0.25  # NaN -> null, numbers stay numbers
     assert {r["model"] for r in payload["overall"]} == {"A", "B", "C"}
@@ -251,3 +254,97 @@ def test_a_run_whose_every_reply_failed_scores_worst_not_missing(tmp_path):
     exclude = aggregate.leaderboard(aggregate.load_results(store), invalid="exclude")
     row = exclude[(exclude["model"] == "Dead") & (exclude["metric"] == "dist1")]
     assert row.empty or row.iloc[0]["n"] == 0
+
+
+# --- comparable boards --------------------------------------------------------------------------
+
+def make_protocol_run(store, *, model, ids, template="paper", policy="paper", max_tokens=110, temperature=0.0,
+                      source="generated", dist1=0.5, status="ok"):
+    """A completed focus/vanilla run over ``ids`` under the given protocol settings."""
+    spec = {"provider": "test", "model": model, "label": model}
+    parameters = {"temperature": temperature, "max_tokens": max_tokens, "policy": policy}
+    run_id = make_run_id(dataset="focus", model=spec, mode="vanilla", template_hash=template, sample_ids=ids,
+                         parameters=parameters)
+    run = store.create(RunManifest(run_id=run_id, dataset="focus", sample_ids=tuple(ids), model=spec, mode="vanilla",
+                                   template=template, template_hash=template, parameters=parameters,
+                                   status="completed", source=source))
+    run.write_table("generations", pd.DataFrame({"sample_id": ids, "status": [status] * len(ids),
+                                                 "response": ["r"] * len(ids), "latency": [1.0] * len(ids)}))
+    values = dist1 if isinstance(dist1, list) else [dist1] * len(ids)
+    run.write_table("scores", pd.DataFrame({"sample_id": ids, "metric": "dist1", "value": values,
+                                            "profile": "offline"}))
+    run.update(extra={"scores": {"offline": {"metrics": {"dist1": {"status": "ok", "model_id": "lexical"}}}}})
+    return run
+
+
+ALL = [f"focus:{i}" for i in range(10)]
+PAPER_LABEL = "paper · vanilla · 110 tokens · T=0 · policy paper"
+
+
+def test_boards_never_mix_protocols(tmp_path):
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="gpt-4o-mini", ids=ALL, source="imported", template="paper-vanilla",
+                      dist1=0.9, status="empty")
+    make_protocol_run(store, model="Gemma-7B-Instruct", ids=ALL, source="imported", template="paper-open")
+    make_protocol_run(store, model="mine", ids=ALL, template="paper-open")  # a new paper-protocol run
+    make_protocol_run(store, model="hot", ids=ALL, temperature=0.7)
+    make_protocol_run(store, model="ours", ids=ALL, template="persobench", policy="robust")
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    boards = {b: set(g["model"]) for b, g in board.groupby("board")}
+    assert boards == {
+        PAPER_LABEL: {"gpt-4o-mini", "Gemma-7B-Instruct", "mine"},
+        "paper · vanilla · 110 tokens · T=0.7 · policy paper": {"hot"},
+        "persobench · vanilla · 110 tokens · T=0 · policy robust": {"ours"},
+    }
+    # instructability and ranks are relative to the board's own runs only
+    ins = board[board["metric"] == "instructability"].set_index("model")["mean"]
+    assert ins["hot"] == 1.0 and ins["gpt-4o-mini"] == 0.0 and ins["mine"] == 1.0
+    text = aggregate.export_board(board, "table")
+    assert text.count("== focus · protocol ") == 3 and f"== focus · protocol {PAPER_LABEL} · profile offline" in text
+    csv_rows = pd.read_csv(io.StringIO(aggregate.export_board(board, "csv")))
+    assert list(csv_rows.columns) == aggregate.CSV_COLUMNS
+    payload = json.loads(aggregate.export_board(board, "json"))
+    hot = [r for r in payload["metrics"] if r["model"] == "hot" and r["metric"] == "dist1"][0]
+    assert (hot["protocol_name"], hot["protocol_max_tokens"], hot["protocol_temperature"], hot["protocol_policy"],
+            hot["protocol_structured"]) == ("paper", 110, 0.7, "paper", False)
+
+
+def test_side_by_side_only_when_asked_with_the_protocol_in_the_label(tmp_path):
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="m", ids=ALL)
+    make_protocol_run(store, model="m", ids=ALL, temperature=0.7)
+    board = aggregate.leaderboard(aggregate.load_results(store), side_by_side=True)
+    assert set(board["board"]) == {aggregate.SIDE_BY_SIDE}
+    labels = sorted(set(board["model"]))
+    assert len(labels) == 2 and all("(paper · vanilla · 110 tokens · T=" in label for label in labels)
+    assert "protocols side by side" in aggregate.export_board(board, "markdown")
+    assert main(["--home", str(store.home), "leaderboard", "--side-by-side"]) == 0
+
+
+def test_runs_over_different_sample_sets_compare_on_common_ids(tmp_path, capsys):
+    store = RunStore(tmp_path / "home")
+    few = ALL[:3]
+    make_protocol_run(store, model="small", ids=few, dist1=[1.0, 1.0, 1.0])
+    make_protocol_run(store, model="big", ids=ALL, dist1=[0.0, 0.0, 0.0] + [1.0] * 7)
+    results = aggregate.load_results(store)
+    board = aggregate.leaderboard(results).set_index(["model", "metric"])
+    assert board.loc[("big", "dist1"), "mean"] == 0.0 and board.loc[("big", "dist1"), "n"] == 3
+    assert board.loc[("big", "dist1"), "run_n"] == 10 and board.loc[("small", "dist1"), "run_n"] == 3
+    md = aggregate.export_board(aggregate.leaderboard(results), "markdown")
+    assert "compared on the 3 sample ids common to all 2 runs (runs have 3, 10 samples" in md
+    everything = aggregate.leaderboard(results, all_samples=True).set_index(["model", "metric"])
+    assert everything.loc[("big", "dist1"), "mean"] == pytest.approx(0.7) and everything.loc[("big", "dist1"), "n"] == 10
+    assert main(["--home", str(store.home), "leaderboard", "--all-samples", "--format", "csv"]) == 0
+    rows = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert rows[(rows["model"] == "big") & (rows["metric"] == "dist1")]["n"].iloc[0] == 10
+    assert main(["--home", str(store.home), "leaderboard"]) == 0
+    assert "common to all 2 runs" in capsys.readouterr().out
+
+
+def test_runs_sharing_no_sample_are_each_over_their_own(tmp_path):
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="a", ids=ALL[:3])
+    make_protocol_run(store, model="b", ids=ALL[3:])
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    assert board.set_index(["model", "metric"]).loc[("b", "dist1"), "n"] == 7
+    assert "share no sample id" in aggregate.export_board(board, "table")

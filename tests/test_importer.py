@@ -86,7 +86,7 @@ def test_import_makes_one_run_per_dataset_model_mode(folder, store):
     m = run.manifest
     assert m.source == "imported" and m.status == "completed"
     assert m.model == {"provider": "imported", "model": "gpt-x", "label": "gpt-x"}
-    assert m.template == "paper-vanilla" and m.mode == "vanilla"
+    assert m.template == "paper" and m.mode == "vanilla"  # closed-source: the closed-source notebook's prompt
     assert m.sample_ids == ("focus:0", "focus:1", "focus:2")
     assert m.extra["import"]["prompts_file"].endswith("FoCus.csv")
     gens = run.read_table("generations")
@@ -99,7 +99,12 @@ def test_import_makes_one_run_per_dataset_model_mode(folder, store):
     assert gens["latency"].dtype == "float64"
 
     cot = store.get(runs[("gpt-x", "cot")].run_id)
-    assert cot.manifest.template == "paper-cot"
+    assert cot.manifest.template == "paper"
+    assert store.get(runs[("open-7b", "vanilla")].run_id).manifest.template == "paper-open"
+    from persobench.protocol import paper_protocol, protocol_of
+
+    assert protocol_of(cot.manifest) == paper_protocol("cot")
+    assert protocol_of(run.manifest) == protocol_of(store.get(runs[("open-7b", "vanilla")].run_id).manifest)
     assert list(cot.read_table("generations")["reasoning"]) == ["persona: dogs", "persona: chef", "persona: chess"]
 
 
@@ -190,3 +195,17 @@ def test_cli_import(folder, tmp_path, capsys):
     assert "no such folder" in capsys.readouterr().err
     manifest = json.loads(next((home / "runs").glob("*/manifest.json")).read_text())
     assert manifest["source"] == "imported"
+
+
+def test_runs_imported_before_templates_were_named_keep_their_ids_and_scores(folder, store):
+    """A store imported when the template was recorded as paper-vanilla: re-importing renames the
+    template in place (same run id, scores kept), nothing is duplicated."""
+    report = import_persobench(store, folder)
+    run = store.get(_by_model_mode(report)[("open-7b", "vanilla")].run_id)
+    run.update(template="paper-vanilla")
+    run.write_table("scores", pd.DataFrame({"sample_id": ["focus:0"], "metric": ["dist1"], "value": [1.0],
+                                            "profile": ["offline"]}))
+    again = import_persobench(store, folder)
+    assert [r.run_id for r in again.runs] == [r.run_id for r in report.runs]
+    assert {r.action for r in again.runs} == {"unchanged"} and len(store.runs()) == 3
+    assert store.get(run.run_id).manifest.template == "paper-open" and store.get(run.run_id).has_table("scores")

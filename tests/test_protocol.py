@@ -59,3 +59,13 @@ def test_imported_runs_are_the_paper_protocol_whatever_their_recorded_template()
         imported = manifest(template=template, mode="cot", source="imported", parameters={})
         assert protocol_of(imported) == paper_protocol("cot")
         assert protocol_of(imported).max_tokens == 220
+
+
+@pytest.mark.parametrize("proto", [
+    paper_protocol("cot"), Protocol("my · family", "vanilla", None, None, "robust", True),
+    Protocol("persobench", "vanilla", 300, 0.7, "robust", False),
+])
+def test_label_round_trips(proto):
+    assert Protocol.from_label(proto.label) == proto
+    with pytest.raises(ValueError):
+        Protocol.from_label("gpt-4o-mini")

@@ -46,7 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "leaderboard", help="aggregate scored runs into a leaderboard",
         description="Mean, population std, n and bootstrap 95%% CI of every metric per dataset, mode and "
         "model, with failure ratio, instructability, response time and the overall score. Numbers of "
-        "one scoring profile only (--profile). csv is long format: dataset,mode,model,metric,mean,std,n.",
+        "one scoring profile only (--profile). A board is one dataset, mode and protocol (template family, "
+        "max tokens, temperature, parse policy, structured output), named in its header; runs of a board "
+        "are compared on their common sample ids. csv is long format: dataset,mode,model,metric,mean,std,n.",
     )
     board.add_argument("--dataset", default=None, metavar="D", help="only this dataset")
     board.add_argument("--mode", choices=("vanilla", "cot"), default=None, help="only this mode")
@@ -56,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="invalid replies: scored with each metric's worst value (paper, default) or left out")
     board.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
     board.add_argument("--include-incomplete", action="store_true", help="also aggregate runs not completed")
+    board.add_argument("--side-by-side", action="store_true",
+                       help="one board per dataset and mode with every protocol, the protocol in each row label "
+                            "(default: one board per protocol)")
+    board.add_argument("--all-samples", action="store_true",
+                       help="aggregate each run over all its samples (default: the sample ids all runs of a board share)")
     board.set_defaults(handler=cmd_leaderboard)
 
     cmp_ = subparsers.add_parser(
@@ -160,7 +167,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             known = ", ".join(sorted(set(results[column])))
             raise CLIError(f"{flag} {value!r}: no runs; runs exist for: {known}")
     board = aggregate.leaderboard(results, dataset=args.dataset, mode=args.mode, invalid=args.invalid,
-                                  profile=args.profile)
+                                  profile=args.profile, side_by_side=args.side_by_side, all_samples=args.all_samples)
     scored = board[~board["metric"].isin(("failure_ratio", "instructability", "response_time"))]
     if scored.empty or (scored["status"] == "unavailable").all():
         profiles = aggregate.available_profiles(store, include_incomplete=args.include_incomplete)
