@@ -30,11 +30,6 @@ PAPER_MAX_TOKENS = {"vanilla": 110, "cot": 220}
 PAPER_TEMPERATURE = 0.0
 PAPER_POLICY = "paper"
 
-#: Template names whose manifests predate recorded families (imported runs were once recorded as
-#: ``paper-vanilla``/``paper-cot``).
-_KNOWN_FAMILIES = {"paper": PAPER, "paper-open": PAPER, "paper-vanilla": PAPER, "paper-cot": PAPER}
-
-
 @dataclass(frozen=True)
 class Protocol:
     """What a run's numbers depend on besides the model; two runs are comparable when equal."""
@@ -119,7 +114,11 @@ def template_family(manifest: Any) -> str:
         if candidate:
             return str(candidate)
     name = str(_field(manifest, "template") or "")
-    return _KNOWN_FAMILIES.get(name, name or "?")
+    if not name:
+        return "?"
+    from persobench.prompts import template_family as family_of_name  # built-ins and their former names
+
+    return family_of_name(name)
 
 
 def _number(value: Any, kind: type) -> Any:

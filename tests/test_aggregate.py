@@ -201,7 +201,7 @@ def test_display_exports(store):
     board = aggregate.leaderboard(aggregate.load_results(store))
     md = aggregate.export_board(board, "markdown")
     assert "| model | n |" in md and "0.56 ± 0.37" in md
-    assert "focus · protocol vanilla · vanilla · ? tokens · T=? · policy robust · profile offline" in md
+    assert "focus · protocol persobench · vanilla · ? tokens · T=? · policy robust · profile offline" in md
     assert "overall: n/a, missing ue_score" in md
     latex = aggregate.export_board(board, "latex")
     assert r"\begin{tabular}" in latex and r"failure\_ratio" in latex and r"$\pm$" in latex
@@ -209,8 +209,8 @@ def test_display_exports(store):
     assert "failure_ratio" in table and "0.250" in table
     payload = json.loads(aggregate.export_board(board, "json"))
     assert payload["profiles"] == ["offline"]
-    assert payload["protocols"] == ["cot · cot · ? tokens · T=? · policy robust",
-                                    "vanilla · vanilla · ? tokens · T=? · policy robust"]
+    assert payload["protocols"] == ["persobench · cot · ? tokens · T=? · policy robust",
+                                    "persobench · vanilla · ? tokens · T=? · policy robust"]
     failure = [r for r in payload["metrics"] if r["metric"] == "failure_ratio" and r["model"] == "A"][0]
     assert failure["std"] is None and failure["mean"] == 0.25  # NaN -> null, numbers stay numbers
     assert {r["model"] for r in payload["overall"]} == {"A", "B", "C"}

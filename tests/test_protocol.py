@@ -50,7 +50,7 @@ def test_any_setting_that_changes_outputs_changes_the_protocol(change):
 def test_old_manifests_default_sensibly():
     old = manifest(template="vanilla", parameters={"temperature": 0.0, "max_tokens": 110})
     proto = protocol_of(old.to_dict())  # dict form works too
-    assert proto == Protocol("vanilla", "vanilla", 110, 0.0, "robust", False)
+    assert proto == Protocol("persobench", "vanilla", 110, 0.0, "robust", False)  # "vanilla" was persobench's
     assert "structured" not in proto.label
 
 
