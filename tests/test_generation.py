@@ -388,3 +388,39 @@ def test_cli_configuration_errors(tmp_path, capsys, args, message):
     assert cli_main(["--home", str(tmp_path), "run", "--no-progress", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_retry_loop_is_usable_on_its_own(openai_server):
+    """The free retry loop: retries a 503, honours Retry-After through the shared pause gate,
+    counts attempts, and gives up at once when the run is stopping."""
+    import asyncio
+    import random
+    import time
+
+    from persobench.generation import PauseGate, call_with_retries
+    from persobench.providers import GenerationParams, Request, make_provider, parse_spec
+
+    openai_server.script = lambda info: (
+        error(503, headers={"Retry-After": "0.4"}) if info.attempt == 1 else reply('{"response": "hi"}')
+    )
+    request = Request(messages=({"role": "user", "content": "retry me"},), params=GenerationParams())
+    attempts: list[float] = []
+
+    async def go(stop_first: bool):
+        provider = make_provider(parse_spec("openai:m", base_url=openai_server.base_url))
+        gate, stopping = PauseGate(), asyncio.Event()
+        if stop_first:
+            stopping.set()
+        try:
+            outcome = await call_with_retries(
+                provider, request, policy=FAST, gate=gate, stopping=stopping, rng=random.Random(0),
+                on_attempt=lambda: attempts.append(time.monotonic()),
+            )
+        finally:
+            await provider.aclose()
+        return outcome, gate
+
+    outcome, gate = asyncio.run(go(stop_first=False))
+    assert outcome.completion is not None and outcome.error is None and outcome.attempts == 2
+    assert gate.not_before > 0 and attempts[1] - attempts[0] >= 0.4
+    assert asyncio.run(go(stop_first=True))[0] is None and len(attempts) == 2

@@ -1,0 +1,51 @@
+"""What defines a generation run: :class:`GenerationConfig` (the CLI flags map one to one onto it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from persobench.generation.retry import RetryPolicy
+from persobench.providers import DEFAULT_LOCAL_MODEL
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Everything that defines a generation run (the CLI flags map one to one onto these)."""
+
+    dataset: str = "sample"
+    """Registered dataset name or path to a .csv/.jsonl file."""
+    model: str = DEFAULT_LOCAL_MODEL
+    """``provider:model`` spec or a name from the models file."""
+    base_url: str | None = None
+    """Server URL for OpenAI-compatible servers (overrides the models file)."""
+    mode: str = "vanilla"
+    """Prompt mode, "vanilla" or "cot"; selects the built-in template when ``template`` is unset."""
+    template: str | None = None
+    """Template name or file; default: the built-in template of ``mode``."""
+    limit: int | None = None
+    """Number of samples (a deterministic subset chosen by ``seed``); ``None`` for all."""
+    seed: int = 0
+    """Subset seed, and the sampling seed when temperature > 0."""
+    concurrency: int = 8
+    """Maximum requests in flight."""
+    max_tokens: int | None = None
+    """Completion budget; default from the template (110 vanilla, 220 cot)."""
+    temperature: float | None = None
+    """Sampling temperature; default from the template (0)."""
+    top_p: float | None = None
+    """Nucleus sampling mass; ``None`` for the provider default."""
+    policy: str = "robust"
+    """Post-processing policy ("robust" or "paper")."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Extra model options merged over the models-file entry."""
+    models_file: str | None = None
+    """Model registry file; default: discovered (see :mod:`persobench.models_registry`)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Retry and timeout settings."""
+    checkpoint_every: int = 50
+    """Rewrite the table after this many new completions."""
+    fail_fast_after: int = 20
+    """Stop the run when this many first requests all fail for the same non-retryable reason."""
+    cache_dir: str | None = None
+    """Response cache folder; default ``<home>/responses``."""

@@ -1,0 +1,147 @@
+"""Planning a run: resolve model, template and samples, compute cache keys and the run id.
+
+:func:`plan_generation` sends nothing and needs no key, so the app and ``--dry-run`` can show what
+a run would cost before it starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from persobench.cache import ResponseCache, cache_key, default_cache_dir
+from persobench.generation.config import GenerationConfig
+from persobench.models_registry import resolve_model
+from persobench.providers import PROVIDERS, ModelSpec
+from persobench.providers.base import Completion, ConfigurationError, GenerationParams
+from persobench.store import RunManifest, RunStore, make_run_id
+
+if TYPE_CHECKING:
+    from persobench.prompts import PromptTemplate
+    from persobench.records import Sample
+
+
+@dataclass
+class GenerationPlan:
+    """A resolved configuration: what would be sent, and what the cache already holds."""
+
+    config: GenerationConfig
+    spec: ModelSpec
+    template: "PromptTemplate"
+    params: GenerationParams
+    samples: list["Sample"]
+    messages: list[list[dict[str, str]]]
+    keys: list[str]
+    hits: dict[int, tuple[Completion, float]]
+    """Sample position -> cached (completion, original latency)."""
+    manifest: RunManifest
+    cache_dir: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.run_id
+
+    @property
+    def n_requests(self) -> int:
+        """Requests a run would send (before retries)."""
+        return len(self.samples) - len(self.hits)
+
+    @property
+    def estimated_prompt_tokens(self) -> int:
+        """Rough prompt tokens of the requests to send (4 characters per token)."""
+        chars = sum(
+            len(m["content"]) for i, msgs in enumerate(self.messages) if i not in self.hits for m in msgs
+        )
+        return chars // 4
+
+    def estimated_max_cost(self) -> float | None:
+        """Upper-bound USD for the requests to send (every reply at the token limit)."""
+        from persobench.models_registry import estimate_cost
+
+        return estimate_cost(self.spec, self.estimated_prompt_tokens, self.n_requests * self.params.max_tokens)
+
+
+def _load_samples(config: GenerationConfig) -> list["Sample"]:
+    from persobench.datasets import load_dataset
+    from persobench.registry import UnknownNameError
+
+    try:
+        return load_dataset(config.dataset, limit=config.limit, seed=config.seed)
+    except (UnknownNameError, ValueError, OSError) as exc:  # DatasetError is a ValueError
+        raise ConfigurationError(" ".join(str(exc).split())) from None
+
+
+def plan_generation(
+    config: GenerationConfig, *, store: RunStore, samples: list["Sample"] | None = None,
+) -> GenerationPlan:
+    """Resolve model, template, samples, run id and cache hits. Sends nothing, needs no key."""
+    from persobench.prompts import MODES, TemplateError, build_messages, get_template
+
+    if config.mode not in MODES:
+        raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
+    if config.concurrency < 1:
+        raise ConfigurationError(f"concurrency must be at least 1, got {config.concurrency}")
+    if config.retry.max_attempts < 1:
+        raise ConfigurationError("max_attempts must be at least 1")
+    from persobench.postprocess import POLICIES
+
+    if config.policy not in POLICIES:
+        raise ConfigurationError(f"unknown post-processing policy {config.policy!r}; known: {', '.join(POLICIES)}")
+    spec = resolve_model(
+        config.model, base_url=config.base_url, options=config.options, models_file=config.models_file,
+        home=store.home,
+    )
+    try:
+        template = get_template(config.template or config.mode)
+    except TemplateError as exc:
+        raise ConfigurationError(str(exc)) from None
+    if config.template and template.mode != config.mode and config.mode != "vanilla":
+        raise ConfigurationError(f"template {template.name!r} is in {template.mode!r} mode, not {config.mode!r}")
+    mode = template.mode
+    temperature = template.temperature if config.temperature is None else float(config.temperature)
+    max_tokens = template.max_tokens if config.max_tokens is None else int(config.max_tokens)
+    if temperature < 0 or max_tokens < 1:
+        raise ConfigurationError("temperature must be >= 0 and max_tokens >= 1")
+    params = GenerationParams(
+        temperature=temperature, max_tokens=max_tokens, top_p=config.top_p,
+        seed=config.seed if temperature > 0 else None,  # greedy decoding has nothing to seed
+    )
+    if samples is None:
+        samples = _load_samples(config)
+    if not samples:
+        raise ConfigurationError(f"dataset {config.dataset!r} selected no samples")
+
+    # The class attribute is enough: no client (and no key) is needed to compute keys.
+    sample_dependent = bool(getattr(PROVIDERS.get(spec.provider), "sample_dependent", False))
+    options = spec.output_options
+    messages = [build_messages(sample, template) for sample in samples]
+    keys = [
+        cache_key(
+            provider=spec.provider, model=spec.model, base_url=spec.base_url, messages=msgs, params=params,
+            options=options, sample_id=sample.id, sample_dependent=sample_dependent,
+        )
+        for sample, msgs in zip(samples, messages)
+    ]
+    cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir(store.home)
+    with ResponseCache(cache_dir) as cache:
+        hits = {i: hit for i, key in enumerate(keys) if (hit := cache.get(key)) is not None}
+
+    parameters: dict[str, Any] = {
+        "temperature": temperature, "max_tokens": max_tokens, "seed": config.seed, "limit": config.limit,
+        "policy": config.policy,
+    }
+    if config.top_p is not None:
+        parameters["top_p"] = config.top_p
+    identity = {"provider": spec.provider, "model": spec.model, "base_url": spec.base_url,
+                "options": options, "label": spec.label}
+    sample_ids = tuple(s.id for s in samples)
+    run_id = make_run_id(
+        dataset=config.dataset, model={k: v for k, v in identity.items() if v}, mode=mode,
+        template_hash=template.version_hash, sample_ids=sample_ids, parameters=parameters,
+    )
+    manifest = RunManifest(
+        run_id=run_id, dataset=config.dataset, sample_ids=sample_ids, model=spec.to_public_dict(), mode=mode,
+        template=template.name, template_hash=template.version_hash, parameters=parameters,
+    )
+    return GenerationPlan(config, spec, template, params, samples, messages, keys, hits, manifest, cache_dir)

@@ -1,0 +1,95 @@
+"""The files a run keeps in its folder while it generates, for pollers in other processes.
+
+``progress.json``
+    ``{"run_id", "status", "total", "done", "failed", "cached", "requests", "elapsed", "eta",
+    "pid", "updated_at"}`` (:class:`ProgressInfo` plus ``updated_at``), rewritten atomically at
+    most twice a second and at the end. A "running" file whose ``pid`` no longer exists belongs to
+    a killed run (start it again to resume).
+``cancel``
+    Created by :func:`request_cancel` to stop the run between requests; removed when a run starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from persobench.store import atomic_write_json, utc_now
+
+PROGRESS_FILE = "progress.json"
+CANCEL_FILE = "cancel"
+
+
+@dataclass(frozen=True)
+class ProgressInfo:
+    """A progress snapshot (also the content of ``progress.json``)."""
+
+    run_id: str
+    """The run being generated."""
+    status: str
+    """"running", "completed", "cancelled" or "failed"."""
+    total: int
+    """Samples in the run."""
+    done: int
+    """Samples finished, whatever their status (cached ones included)."""
+    failed: int
+    """Finished samples whose status is not "ok"."""
+    cached: int
+    """Finished samples served from the cache."""
+    requests: int
+    """HTTP attempts made by this process (retries included)."""
+    elapsed: float
+    """Seconds since this process started the run."""
+    eta: float | None
+    """Estimated seconds to finish; ``None`` before the first reply."""
+    pid: int
+    """Process generating the run (lets a poller tell a live run from a killed one)."""
+
+
+def write_progress(run_path: str | os.PathLike[str], info: ProgressInfo) -> None:
+    """Replace the run's ``progress.json`` atomically (a poller never reads half a file)."""
+    atomic_write_json(Path(run_path) / PROGRESS_FILE, {**dataclasses.asdict(info), "updated_at": utc_now()})
+
+
+def read_progress(run_path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The run's ``progress.json`` (``None`` before the run wrote one). ``alive`` is added: whether
+    the generating process still exists."""
+    path = Path(run_path) / PROGRESS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    data["alive"] = _pid_alive(int(data.get("pid") or 0))
+    return data
+
+
+def request_cancel(run_path: str | os.PathLike[str]) -> None:
+    """Ask the run generating in ``run_path`` to stop after its in-flight requests."""
+    Path(run_path).mkdir(parents=True, exist_ok=True)
+    (Path(run_path) / CANCEL_FILE).touch()
+
+
+def cancel_requested(run_path: str | os.PathLike[str]) -> bool:
+    """Whether :func:`request_cancel` was called for the run in ``run_path``."""
+    return (Path(run_path) / CANCEL_FILE).exists()
+
+
+def clear_cancel(run_path: str | os.PathLike[str]) -> None:
+    """Forget an earlier cancel request (a run starting again)."""
+    (Path(run_path) / CANCEL_FILE).unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,117 @@
+"""The one retry loop every provider's requests go through, and the pause gate it shares.
+
+:func:`call_with_retries` sends one request, retrying what retrying can fix (rate limits, server
+errors, timeouts ...) with exponential backoff, honouring a server's Retry-After, and stopping at
+once when the run is stopping. The :class:`PauseGate` makes one worker's Retry-After hold back
+every worker, since rate limits are per account, not per prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failed requests are retried. None of this is part of the cache key."""
+
+    max_attempts: int = 6
+    """Attempts per request, the first included."""
+    base_delay: float = 1.0
+    """Backoff before the second attempt, doubled for each further one (before jitter)."""
+    max_delay: float = 60.0
+    """Cap on one backoff wait."""
+    max_retry_after: float = 600.0
+    """A server asking to wait longer than this (seconds) fails the request instead."""
+    timeout: float = 60.0
+    """Seconds before one HTTP request counts as timed out."""
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """Wait after failed attempt ``attempt`` (1-based): exponential with "equal jitter" (half
+        fixed, half random), so simultaneous failures do not retry in lockstep."""
+        ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """How one request ended after all its attempts."""
+
+    completion: Completion | None
+    """The reply, or ``None`` when the request failed."""
+    error: ProviderError | None
+    """Why the last attempt failed (``None`` with a completion)."""
+    latency: float
+    """Seconds the last attempt took."""
+    attempts: int
+    """Attempts made, the first included."""
+
+
+class PauseGate:
+    """A shared "no request before" time: a Retry-After from one request holds back all workers,
+    since rate limits are per account, not per prompt."""
+
+    def __init__(self) -> None:
+        self.not_before = 0.0
+
+    def push(self, until: float) -> None:
+        self.not_before = max(self.not_before, until)
+
+    async def wait(self, stopping: asyncio.Event) -> None:
+        while (delay := self.not_before - time.monotonic()) > 0 and not stopping.is_set():
+            await sleep_or_stop(delay, stopping)
+
+
+async def sleep_or_stop(delay: float, stopping: asyncio.Event) -> None:
+    """Sleep ``delay`` seconds, or less when ``stopping`` is set meanwhile."""
+    try:
+        await asyncio.wait_for(stopping.wait(), timeout=delay)
+    except asyncio.TimeoutError:
+        pass
+
+
+async def call_with_retries(
+    provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
+    rng: random.Random, on_attempt: Callable[[], None] = lambda: None,
+) -> CallOutcome | None:
+    """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
+    stopping before the request could finish. ``on_attempt`` is called before each attempt (the
+    runner counts HTTP requests with it)."""
+    attempt = 0
+    while True:
+        await gate.wait(stopping)
+        if stopping.is_set():
+            return None
+        attempt += 1
+        on_attempt()
+        started = time.monotonic()
+        try:
+            completion = await provider.generate(request)
+            return CallOutcome(completion, None, time.monotonic() - started, attempt)
+        except ProviderError as exc:
+            error = exc
+        except Exception as exc:  # an adapter bug must cost one sample, not the run
+            error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
+        latency = time.monotonic() - started
+        if not error.retryable or attempt >= policy.max_attempts:
+            return CallOutcome(None, error, latency, attempt)
+        if error.retry_after is not None and error.retry_after > policy.max_retry_after:
+            note = ProviderError(
+                error.kind, f"{error} (server asked to wait {error.retry_after:.0f}s, more than max_retry_after)",
+                status_code=error.status_code, retry_after=error.retry_after,
+            )
+            return CallOutcome(None, note, latency, attempt)
+        delay = policy.backoff(attempt, rng)
+        if error.retry_after is not None:
+            # Never before the server's Retry-After, and hold the other workers back too.
+            gate.push(time.monotonic() + error.retry_after)
+            delay = max(delay, error.retry_after)
+        await sleep_or_stop(delay, stopping)
+        if stopping.is_set():
+            return None

@@ -1,0 +1,71 @@
+"""One row of ``generations.parquet`` per finished sample, from a completion or a failed request.
+
+Post-processing happens here, as each reply arrives: the row carries the parsed reply and its
+status ("ok", "invalid_json", "api_error", "refused" ...), so the table on disk is always readable
+on its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+from persobench.providers.base import Completion, ProviderError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from persobench.generation.plan import GenerationPlan
+
+#: Columns of ``generations.parquet``, in order. The app and the metrics stage read these.
+COLUMNS = (
+    "sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "latency",
+    "prompt_tokens", "completion_tokens", "error", "attempts", "cached", "prompt",
+)
+TABLE = "generations"
+
+#: Provider stop reasons that mean the provider itself declined to answer.
+REFUSAL_REASONS = frozenset({"refusal", "content_filter"})
+
+
+def build_row(
+    plan: "GenerationPlan", i: int, completion: Completion | None, error: ProviderError | None, *,
+    latency: float, attempts: int, cached: bool,
+) -> dict[str, Any]:
+    """The table row of sample ``i`` of ``plan``: its reply post-processed, or the request's error."""
+    from persobench.postprocess import Status, parse_output
+
+    row: dict[str, Any] = {
+        "sample_id": plan.samples[i].id, "latency": float(latency), "attempts": attempts, "cached": cached,
+        "prompt": next((m["content"] for m in reversed(plan.messages[i]) if m["role"] == "user"), ""),
+    }
+    if completion is None:
+        assert error is not None
+        row.update(status=Status.API_ERROR.value, response=None, reasoning=None, raw_text=None,
+                   finish_reason=None, prompt_tokens=None, completion_tokens=None, error=error.describe())
+        return row
+    parsed = parse_output(
+        completion.text, policy=plan.config.policy, finish_reason=completion.finish_reason,
+        require_reasoning=plan.template.requires_reasoning,
+    )
+    status, err = parsed.status, parsed.error
+    if status != Status.OK.value and completion.finish_reason in REFUSAL_REASONS:
+        status, err = Status.REFUSED.value, f"the provider declined (finish_reason={completion.finish_reason!r})"
+    row.update(
+        status=status, response=parsed.response, reasoning=parsed.reasoning, raw_text=completion.text,
+        finish_reason=completion.finish_reason, prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens, error=err,
+    )
+    return row
+
+
+def rows_frame(rows: Mapping[int, Mapping[str, Any]]) -> "pd.DataFrame":
+    """The table of ``rows`` (sample position -> row), in sample order, with stable dtypes."""
+    import pandas as pd
+
+    ordered = [rows[i] for i in sorted(rows)]
+    frame = pd.DataFrame(ordered, columns=list(COLUMNS))
+    for column in ("prompt_tokens", "completion_tokens", "attempts"):
+        frame[column] = frame[column].astype("Int64")
+    frame["latency"] = frame["latency"].astype(float)
+    frame["cached"] = frame["cached"].astype(bool)
+    return frame

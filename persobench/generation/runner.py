@@ -1,0 +1,278 @@
+"""Running a planned generation: workers, cache writes, checkpoints, cancel, fail-fast, summary.
+
+One asyncio event loop drives every provider: ``K`` workers pull samples from one queue, so at
+most ``K`` requests are ever in flight; each request goes through the single retry loop
+(:func:`~persobench.generation.retry.call_with_retries`); every reply is written to the response
+cache the moment it arrives, which is what makes a run killed with SIGKILL resumable without
+paying twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from persobench.cache import ResponseCache
+from persobench.generation.config import GenerationConfig
+from persobench.generation.plan import GenerationPlan, plan_generation
+from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
+from persobench.generation.retry import PauseGate, call_with_retries
+from persobench.generation.rows import TABLE, build_row, rows_frame
+from persobench.providers import make_provider
+from persobench.providers.base import ErrorKind, Provider, ProviderError, Request
+from persobench.store import Run, RunStore, utc_now
+
+if TYPE_CHECKING:
+    from persobench.records import Sample
+
+
+class RunAborted(RuntimeError):
+    """The run stopped early because its first requests all failed for the same non-retryable
+    reason (bad key, unknown model, no quota ...). The finished samples are saved."""
+
+    def __init__(self, reason: str, run: Run) -> None:
+        super().__init__(reason)
+        self.run = run
+
+
+def run_generation(
+    config: GenerationConfig | None = None,
+    /,
+    *,
+    store: RunStore | None = None,
+    home: str | os.PathLike[str] | None = None,
+    samples: list["Sample"] | None = None,
+    api_key: str | None = None,
+    progress: Callable[[ProgressInfo], None] | None = None,
+    cancel: threading.Event | None = None,
+    **fields: Any,
+) -> Run:
+    """Run (or resume) generation and post-processing; returns the run.
+
+    ``config`` or its fields as keywords (``run_generation(dataset="sample", model="local:smollm2")``).
+    ``api_key`` overrides the provider's environment variable (the app passes Streamlit secrets);
+    it is never written anywhere. ``progress`` is called after every finished sample; ``cancel``
+    (or a ``cancel`` file in the run folder) stops the run between requests.
+
+    Raises :class:`ConfigurationError` before sending anything for a bad configuration (unknown
+    dataset or model, missing key, unreachable server) and :class:`RunAborted` when the first
+    requests all fail for one non-retryable reason. A completed run with failed samples returns
+    normally: every sample has a row with its status.
+    """
+    if config is None:
+        config = GenerationConfig(**fields)
+    elif fields:
+        config = dataclasses.replace(config, **fields)
+    store = store or RunStore(home)
+    plan = plan_generation(config, store=store, samples=samples)
+    provider: Provider | None = None
+    if plan.n_requests:  # a fully cached run needs neither a key nor a server
+        provider = make_provider(plan.spec, api_key=api_key, timeout=config.retry.timeout)
+        provider.check()
+    run = store.create(plan.manifest)
+    clear_cancel(run.path)
+    run.update(status="running", extra={"started_at": utc_now(), "failure_reason": None})
+    runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
+    try:
+        run_coroutine(runner.main())
+    except BaseException as exc:
+        # Ctrl-C or a bug: keep what was received (it is cached anyway) and say what happened.
+        status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+        runner.finish(status, reason=f"{type(exc).__name__}: {exc}" if status == "failed" else None)
+        raise
+    if runner.abort_reason:
+        runner.finish("failed", reason=runner.abort_reason)
+        raise RunAborted(runner.abort_reason, run)
+    runner.finish("cancelled" if runner.cancelled and runner.pending else "completed")
+    return run
+
+
+def run_coroutine(coro: Any) -> Any:
+    """``asyncio.run``, also from code that already runs an event loop (notebooks, some apps)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coro)
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="persobench-generation")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+class Runner:
+    """State of one run in this process: rows, counters, and the stop signals."""
+
+    def __init__(
+        self, plan: GenerationPlan, run: Run, provider: Provider | None, *,
+        progress: Callable[[ProgressInfo], None] | None, cancel: threading.Event | None,
+    ) -> None:
+        self.plan = plan
+        self.run = run
+        self.provider = provider
+        self.config = plan.config
+        self.progress_callback = progress
+        self.cancel_event = cancel
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.requests = 0
+        self.new_done = 0
+        self.started = time.monotonic()
+        self.last_progress_write = 0.0
+        self.cancelled = False
+        self.abort_reason: str | None = None
+        self.rng = random.Random()
+        self.gate = PauseGate()
+        self.first_outcomes: list[ProviderError | None] = []
+        self.since_checkpoint = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return len(self.plan.samples) - len(self.rows)
+
+    async def main(self) -> None:
+        plan = self.plan
+        for i, (completion, latency) in plan.hits.items():
+            self.rows[i] = build_row(plan, i, completion, None, latency=latency, attempts=0, cached=True)
+        self.stopping = asyncio.Event()
+        todo = iter(i for i in range(len(plan.samples)) if i not in self.rows)
+        self._report(force=True)
+        if not plan.n_requests:
+            return
+        assert self.provider is not None
+        self.cache = ResponseCache(plan.cache_dir)
+        limit = min(self.config.concurrency, self.provider.max_concurrency or self.config.concurrency, plan.n_requests)
+        watcher = asyncio.create_task(self._watch_cancel())
+        try:
+            await asyncio.gather(*(self._worker(todo) for _ in range(limit)))
+        finally:
+            watcher.cancel()
+            self.cache.close()
+            await self.provider.aclose()
+
+    async def _watch_cancel(self) -> None:
+        while not self.stopping.is_set():
+            if cancel_requested(self.run.path) or (self.cancel_event is not None and self.cancel_event.is_set()):
+                self.cancelled = True
+                self.stopping.set()
+                return
+            await asyncio.sleep(0.1)
+
+    async def _worker(self, todo: Any) -> None:
+        for i in todo:  # the shared iterator hands each sample to exactly one worker
+            if self.stopping.is_set():
+                return
+            await self._process(i)
+
+    def _count_request(self) -> None:
+        self.requests += 1
+
+    async def _process(self, i: int) -> None:
+        plan = self.plan
+        assert self.provider is not None
+        request = Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
+        outcome = await call_with_retries(
+            self.provider, request, policy=self.config.retry, gate=self.gate, stopping=self.stopping,
+            rng=self.rng, on_attempt=self._count_request,
+        )
+        if outcome is None:  # stopped during a retry wait: the sample stays pending (resumable)
+            return
+        if outcome.completion is not None:
+            # Store first: from here on a crash cannot lose this reply.
+            self.cache.set(plan.keys[i], outcome.completion, latency=outcome.latency)
+        self.rows[i] = build_row(
+            plan, i, outcome.completion, outcome.error, latency=outcome.latency, attempts=outcome.attempts,
+            cached=False,
+        )
+        self.new_done += 1
+        self._fail_fast(outcome.error)
+        self.since_checkpoint += 1
+        if self.since_checkpoint >= max(1, self.config.checkpoint_every):
+            self.since_checkpoint = 0
+            self._write_table()
+        self._report()
+
+    def _fail_fast(self, error: ProviderError | None) -> None:
+        """Stop when the first N requests all failed for one reason that retrying cannot fix."""
+        threshold = min(self.config.fail_fast_after, self.plan.n_requests)
+        if threshold <= 0 or len(self.first_outcomes) >= threshold:
+            return
+        self.first_outcomes.append(error)
+        if len(self.first_outcomes) < threshold:
+            return
+        first = self.first_outcomes[0]
+        hopeless = first is not None and (not first.retryable or first.kind is ErrorKind.CONNECTION)
+        if hopeless and all(e is not None and e.signature == first.signature for e in self.first_outcomes):
+            self.abort_reason = f"the first {threshold} requests all failed: {first.describe()}"
+            self.stopping.set()
+
+    # -- files ------------------------------------------------------------------------------------
+
+    def _write_table(self) -> None:
+        self.run.write_table(TABLE, rows_frame(self.rows))
+
+    def snapshot(self, status: str = "running") -> ProgressInfo:
+        done = len(self.rows)
+        failed = sum(1 for r in self.rows.values() if r["status"] != "ok")
+        cached = sum(1 for r in self.rows.values() if r["cached"])
+        elapsed = time.monotonic() - self.started
+        eta = None
+        if status == "running" and self.new_done:
+            eta = round(self.pending * elapsed / self.new_done, 1)
+        elif status != "running":
+            eta = 0.0
+        return ProgressInfo(
+            run_id=self.run.run_id, status=status, total=len(self.plan.samples), done=done, failed=failed,
+            cached=cached, requests=self.requests, elapsed=round(elapsed, 3), eta=eta, pid=os.getpid(),
+        )
+
+    def _report(self, *, force: bool = False, status: str = "running") -> None:
+        info = self.snapshot(status)
+        if self.progress_callback is not None:
+            self.progress_callback(info)
+        now = time.monotonic()
+        if force or now - self.last_progress_write >= 0.5:
+            self.last_progress_write = now
+            write_progress(self.run.path, info)
+
+    def finish(self, status: str, *, reason: str | None = None) -> None:
+        """Write the table, the manifest summary and the final progress."""
+        from persobench.models_registry import estimate_cost
+        from persobench.postprocess import summarize
+
+        self._write_table()
+        rows = list(self.rows.values())
+        prompt_tokens = sum(int(r["prompt_tokens"] or 0) for r in rows)
+        completion_tokens = sum(int(r["completion_tokens"] or 0) for r in rows)
+        reported = sum(1 for r in rows if r["prompt_tokens"] is not None)
+        counts = summarize(r["status"] for r in rows)
+        counts["pending"] = self.pending
+        extra = {
+            "counts": counts,
+            "usage": {
+                "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "samples_with_usage": reported, "requests": self.requests,
+                "cached": sum(1 for r in rows if r["cached"]),
+            },
+            "cost_usd": estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
+            "failure_reason": reason,
+            "finished_at": utc_now(),
+            "baseline": self.plan.spec.provider == "baseline",
+        }
+        self.run.update(status=status, extra=extra)
+        self._report(force=True, status=status)
