@@ -98,8 +98,8 @@ def _info(metric: str):
 
 # --- loading ----------------------------------------------------------------------------------
 
-def _completed_runs(store: "RunStore", include_incomplete: bool) -> list["Run"]:
-    runs = [r for r in store.runs() if r.has_table("generations")]
+def _completed_runs(store: "RunStore", include_incomplete: bool, runs: "Iterable[Run] | None" = None) -> list["Run"]:
+    runs = [r for r in (store.runs() if runs is None else runs) if r.has_table("generations")]
     if not include_incomplete:
         runs = [r for r in runs if r.manifest.status == "completed"]
     return sorted(runs, key=lambda r: r.run_id)
@@ -200,15 +200,23 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
     holds the provenance rows of :func:`load_metric_status`.
     """
     from persobench.protocol import protocol_of
+    from persobench.store import StoreError
 
-    runs = _completed_runs(store, include_incomplete)
+    readable, problems = store.scan()
+    runs = _completed_runs(store, include_incomplete, readable)
     labels = _unique_labels(runs)
     order = {m: i for i, m in enumerate(_metric_order())}
     frames = []
     status_rows = []
+    skipped: list[tuple[str, str]] = [(str(p.path), p.reason) for p in problems]
     for run in runs:
         m = run.manifest
-        samples = run_samples(run)
+        try:
+            samples = run_samples(run)
+            scores_table = run.read_table("scores") if run.has_table("scores") else None
+        except StoreError as exc:  # damaged beyond what the store's scan can see: skip, say so
+            skipped.append((str(run.path), str(exc)))
+            continue
         ids = samples["sample_id"]
         parts = [pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": "response_time",
                                "value": samples["latency"].astype("float64")})]
@@ -217,8 +225,8 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
         # still needs its rows, or the "worst" policy would have nothing to fill and show n/a.
         scored = {r["metric"] for r in provenance if r["status"] != "unavailable"}
         wide = pd.DataFrame(index=pd.Index(ids, name="sample_id"))
-        if run.has_table("scores"):
-            scores = run.read_table("scores")
+        if scores_table is not None:
+            scores = scores_table
             if "profile" in scores.columns:
                 scores = scores[scores["profile"] == profile]
             if len(scores):
@@ -245,6 +253,7 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
         results = pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in RESULT_COLUMNS})
     results.attrs["metric_status"] = MetricStatusRows(status_rows)
     results.attrs["profile"] = profile
+    results.attrs["skipped_runs"] = tuple(skipped)  # unreadable runs, for a visible warning
     return results
 
 

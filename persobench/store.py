@@ -219,13 +219,37 @@ class RunManifest:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunManifest":
         names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         missing = {"run_id", "dataset", "sample_ids", "model", "mode", "template", "template_hash"} - set(data)
         if missing:
             raise ValueError(f"manifest lacks {', '.join(sorted(missing))}")
+        check_manifest_types(data)
         values = {k: v for k, v in data.items() if k in names}
         values["sample_ids"] = tuple(values["sample_ids"])
         values["model"] = strip_secrets(dict(values["model"]))
         return cls(**values)
+
+
+#: The JSON type each manifest field must have (a wrong type makes the run unreadable, not a crash later).
+MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run_id": str, "dataset": str, "sample_ids": list, "model": dict, "mode": str, "template": str,
+    "template_hash": str, "parameters": dict, "package_version": str, "created_at": str, "updated_at": str,
+    "status": str, "source": str, "extra": dict,
+}
+_JSON_NAMES = {str: "text", list: "a list", dict: "an object"}
+
+
+def check_manifest_types(data: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first manifest field whose JSON type is wrong."""
+    for name, expected in MANIFEST_TYPES.items():
+        if name in data and not isinstance(data[name], expected):
+            raise ValueError(f"field {name!r} must be {_JSON_NAMES.get(expected, expected)}, "
+                             f"got {type(data[name]).__name__} {str(data[name])[:40]!r}")
+    if not all(isinstance(i, str) for i in data.get("sample_ids", [])):
+        raise ValueError("field 'sample_ids' must be a list of text")
+    if data.get("status", "pending") not in RUN_STATUSES:
+        raise ValueError(f"field 'status' must be one of {', '.join(RUN_STATUSES)}, got {data['status']!r}")
 
 
 def make_run_id(
@@ -268,6 +292,20 @@ class Run:
     def read_table(self, name: str) -> "pd.DataFrame":
         return read_parquet(self.table_path(name))
 
+    def damaged_table(self) -> str | None:
+        """Why a table of this run is not a Parquet file (checked by its magic bytes, cheaply), or None."""
+        for path in sorted(self.path.glob("*.parquet")):
+            try:
+                with open(path, "rb") as handle:
+                    head = handle.read(4)
+                    handle.seek(max(0, path.stat().st_size - 4))
+                    tail = handle.read(4)
+            except OSError as exc:
+                return f"{path}: unreadable ({exc.strerror or exc})"
+            if head != b"PAR1" or tail != b"PAR1":
+                return f"{path}: not a Parquet file (damaged or overwritten)"
+        return None
+
     def update(self, **changes: Any) -> RunManifest:
         """Replace manifest fields, stamp ``updated_at`` and write the manifest atomically."""
         if "status" in changes and changes["status"] not in RUN_STATUSES:
@@ -299,9 +337,22 @@ class RunStore:
         self.home = Path(home) if home is not None else default_home()
         self.runs_dir = self.home / "runs"
 
+    def run_path(self, run_id: str) -> Path:
+        """The folder of ``run_id``: a real folder directly inside ``runs/``, never a path or symlink
+        that leads elsewhere (:class:`StoreError` otherwise), so no command reads or writes outside."""
+        if (not isinstance(run_id, str) or not run_id or run_id in (".", "..") or run_id.startswith(".")
+                or "/" in run_id or os.sep in run_id or "\0" in run_id):
+            raise StoreError(f"{run_id!r}: not a run id (run ids are folder names inside {self.runs_dir})")
+        path = self.runs_dir / run_id
+        if path.is_symlink():
+            raise StoreError(f"{path}: is a symbolic link; runs are folders directly inside {self.runs_dir}")
+        if path.exists() and path.resolve().parent != self.runs_dir.resolve():
+            raise StoreError(f"{path}: resolves outside {self.runs_dir}")
+        return path
+
     def create(self, manifest: RunManifest, *, exist_ok: bool = True) -> Run:
         """Create the run folder and manifest; an existing run with the same id is returned as is."""
-        path = self.runs_dir / manifest.run_id
+        path = self.run_path(manifest.run_id)
         if (path / MANIFEST).exists():
             if not exist_ok:
                 raise StoreError(f"{path}: run already exists")
@@ -318,26 +369,54 @@ class RunStore:
         return Run(path, manifest)
 
     def get(self, run_id: str) -> Run:
-        path = self.runs_dir / run_id
+        path = self.run_path(run_id)
         manifest_path = path / MANIFEST
-        if not manifest_path.exists():
-            known = ", ".join(sorted(p.name for p in self.runs_dir.glob("*") if p.is_dir())[:20]) or "(none)"
-            raise StoreError(f"{manifest_path}: no such run {run_id!r}; runs in {self.runs_dir}: {known}")
         try:
-            data = json.loads(manifest_path.read_text(encoding="utf-8"))
-            return Run(path, RunManifest.from_dict(data))
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
+            if not os.access(path, os.R_OK | os.X_OK) and path.is_dir():
+                raise PermissionError(13, "Permission denied", str(path))
+            text = manifest_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            known = ", ".join(sorted(p.name for p in self._entries() if p.is_dir())[:20]) or "(none)"
+            raise StoreError(f"{manifest_path}: no such run {run_id!r}; runs in {self.runs_dir}: {known}") from None
+        except OSError as exc:
+            raise StoreError(f"{manifest_path}: unreadable ({exc.strerror or exc})") from None
+        try:
+            return Run(path, RunManifest.from_dict(json.loads(text)))
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             raise StoreError(f"{manifest_path}: corrupt manifest ({exc})") from exc
 
+    def _entries(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.runs_dir.iterdir() if not p.name.startswith("."))
+        except OSError:
+            return []
+
     def scan(self) -> tuple[list[Run], list[StoreProblem]]:
-        """Every readable run (newest first) and every folder that could not be read."""
+        """Every readable run (newest first) and every entry of ``runs/`` that could not be read.
+
+        A run is unreadable when its folder is a symlink or cannot be opened, its manifest is
+        missing, corrupt or has a field of the wrong type, or one of its tables is not Parquet; such
+        a run is reported here with the reason and left out of every listing, never raising.
+        """
         runs: list[Run] = []
         problems: list[StoreProblem] = []
         if not self.runs_dir.exists():
             return runs, problems
-        for path in sorted(p for p in self.runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            entries = self._entries() if os.access(self.runs_dir, os.R_OK | os.X_OK) else None
+        except OSError:
+            entries = None
+        if entries is None:
+            return runs, [StoreProblem(self.runs_dir, "the runs folder cannot be read (permission denied)")]
+        for path in entries:
+            if not path.is_dir() and not path.is_symlink():
+                continue  # stray files (notes, archives) are not runs
             try:
-                runs.append(self.get(path.name))
+                run = self.get(path.name)
+                damaged = run.damaged_table()
+                if damaged:
+                    raise StoreError(damaged)
+                runs.append(run)
             except StoreError as exc:
                 problems.append(StoreProblem(path, str(exc)))
         runs.sort(key=lambda r: (r.manifest.created_at, r.run_id), reverse=True)
@@ -347,7 +426,7 @@ class RunStore:
         return self.scan()[0]
 
     def delete(self, run_id: str) -> None:
-        shutil.rmtree(self.runs_dir / run_id)
+        shutil.rmtree(self.run_path(run_id))
 
 
 def _package_version() -> str:

@@ -77,6 +77,7 @@ def test_corrupt_or_missing_tables_raise_clear_errors(tmp_path: Path) -> None:
     run.table_path("scores").write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(StoreError, match="scores.parquet: unreadable or corrupt"):
         run.read_table("scores")
+    run.table_path("scores").unlink()  # a damaged table makes the run unreadable (test_store_robustness)
     broken = tmp_path / "runs" / "broken"
     broken.mkdir()
     (broken / "manifest.json").write_text("{not json")

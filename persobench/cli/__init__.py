@@ -91,3 +91,9 @@ def store_from_args(args: argparse.Namespace):
     from persobench.store import RunStore
 
     return RunStore(args.home)
+
+
+def warn_skipped(skipped) -> None:
+    """One ``warning:`` line on stderr per unreadable run that a command left out."""
+    for path, reason in skipped:
+        print(f"warning: skipped unreadable run {path}: {reason}", file=sys.stderr)

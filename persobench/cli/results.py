@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from persobench.cli import CLIError, store_from_args
+from persobench.cli import CLIError, store_from_args, warn_skipped
 
 FORMATS = ("table", "csv", "markdown", "latex", "json")
 
@@ -152,6 +152,7 @@ def _results(args: argparse.Namespace):
     store = store_from_args(args)
     results = aggregate.load_results(store, profile=args.profile,
                                      include_incomplete=getattr(args, "include_incomplete", False))
+    warn_skipped(results.attrs.get("skipped_runs", ()))
     if results.empty:
         raise CLIError(f"no completed runs with generations in {store.runs_dir}; "
                        "import (import-persobench) or generate runs first")

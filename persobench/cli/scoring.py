@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args
+from persobench.cli import CLIError, store_from_args, warn_skipped
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -89,7 +89,9 @@ def cmd_score(args: argparse.Namespace) -> int:
 
         runs = [resolve_run(store, name) for name in args.runs]
     else:
-        runs = [r for r in store.runs() if r.has_table("generations")]
+        readable, problems = store.scan()
+        warn_skipped((p.path, p.reason) for p in problems)
+        runs = [r for r in readable if r.has_table("generations")]
         if not runs:
             print(f"no runs with generations in {store.runs_dir}")
             return 0
