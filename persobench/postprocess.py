@@ -3,18 +3,24 @@
 Two policies:
 
 ``"paper"``
-    Exactly what the PersoBench authors did (``post-processing.ipynb``): take every non-overlapping
+    Exactly what the PersoBench authors did, in one of two styles. ``paper_style="open"`` (the
+    open-source models, ``post-processing.ipynb``): take every non-overlapping
     non-greedy ``{...}`` span (what ``re.findall(r"\\{.*?\\}", text, re.DOTALL)`` yields, i.e. from a
     "{" to the nearest following "}"), parse each with strict ``json.loads`` and keep the first one
     that has a "response" key. The value is used verbatim (not stripped); an empty value counts as a
     failure because the published tables store it as an empty cell. Verified row for row against
-    every published ``Raw Responses``/``Responses`` pair.
+    every published ``Raw Responses``/``Responses`` pair. ``paper_style="closed"`` (the closed-source
+    models, ``closed_source_models.ipynb``): remove every "```json" and "```", strip, and ``json.loads``
+    the whole text strictly; an object's "response" (missing counts as "") is the reply, anything
+    else (prose around the JSON, two objects, a list) is invalid.
 
 ``"robust"`` (default)
     Decodes a full JSON object from every "{" (so nested braces, code fences, prose around the JSON
     and raw newlines inside strings are fine), picks the first object with a "response", and
     explains failures: ``truncated`` when the reply was cut off (``finish_reason`` says so, or the text
     ends inside a JSON string or object), ``invalid_json``, ``missing_field``, ``empty``, ``refused``.
+    In chain-of-thought mode a reply with a response but no (or an empty) "reasoning" is still a
+    reply, as the paper counted it; :attr:`ParsedOutput.note` records that the reasoning is missing.
 
 Stdlib only: this module is imported by light code paths (CLI, app pages) and must not pull in
 pandas or torch.
@@ -116,6 +122,8 @@ class ParsedOutput:
     (``raw_text[start:end]``); ``None`` when no object was used."""
     policy: str = "robust"
     """The policy that produced this result."""
+    note: str | None = None
+    """A remark on a usable reply, e.g. that a chain-of-thought reply has no "reasoning"."""
 
     @property
     def ok(self) -> bool:
@@ -129,20 +137,26 @@ def parse_output(
     policy: str = "robust",
     finish_reason: str | None = None,
     require_reasoning: bool = False,
+    paper_style: str = "open",
 ) -> ParsedOutput:
     """Extract the reply from a model's raw output and classify the outcome.
 
     ``finish_reason`` is the provider's stop reason when known ("length"/"max_tokens" mean the
-    token limit was hit; "stop" means the model ended on its own). ``require_reasoning`` makes a
-    missing "reasoning" string a ``missing_field`` failure (chain-of-thought runs). The "paper"
-    policy ignores both, as the paper did; for its failures it still reports the robust policy's
-    diagnosis as the status (e.g. ``truncated``), so only the valid/invalid split is the paper's.
+    token limit was hit; "stop" means the model ended on its own). ``require_reasoning`` (chain-of-
+    thought runs) notes a missing "reasoning" string in :attr:`ParsedOutput.note` without failing the
+    reply. The "paper" policy ignores both, as the paper did; ``paper_style`` is "open" or "closed"
+    (the two notebooks, see the module docstring). For its failures it still reports the robust
+    policy's diagnosis as the status (e.g. ``truncated``), so only the valid/invalid split is the paper's.
 
     Never raises for any string input; an unknown ``policy`` is a ``ValueError``.
     """
     if policy == "robust":
         return _parse_robust(raw_text, finish_reason, require_reasoning)
     if policy == "paper":
+        if paper_style == "closed":
+            return _parse_paper_closed(raw_text)
+        if paper_style != "open":
+            raise ValueError(f"unknown paper_style {paper_style!r}; expected 'open' or 'closed'")
         return _parse_paper(raw_text)
     raise ValueError(f"unknown post-processing policy {policy!r}; known: {', '.join(POLICIES)}")
 
@@ -180,6 +194,45 @@ def _paper_spans(text: str) -> Iterable[tuple[int, int]]:
         pos = end + 1
 
 
+def _paper_value(value: Any, reasoning: Any, span: tuple[int, int] | None) -> ParsedOutput:
+    """A decoded "response" value as the paper's tables kept it."""
+    reasoning = reasoning if isinstance(reasoning, str) else None
+    if value is None:
+        return ParsedOutput(Status.MISSING_FIELD.value, None, reasoning, 'the "response" value is null', span, "paper")
+    # The notebooks put the decoded value into a DataFrame column that pandas wrote with str():
+    # numbers and booleans ended up as their Python text in the published table.
+    response = value if isinstance(value, str) else str(value)
+    if response == "":
+        # The published table stores "" as an empty cell, which every consumer reads as a failure.
+        return ParsedOutput(Status.EMPTY.value, None, reasoning, 'the "response" value is an empty string', span, "paper")
+    return ParsedOutput(Status.OK.value, response, reasoning, None, span, "paper")
+
+
+def _parse_paper_closed(raw_text: str | None) -> ParsedOutput:
+    """``closed_source_models.ipynb``: fences removed, the whole text parsed strictly, ``.get('response', '')``."""
+    text = raw_text if isinstance(raw_text, str) else ""
+    cleaned = text.strip().replace("```json", "").replace("```", "").strip()
+    try:
+        obj = json.loads(cleaned)
+    except (ValueError, RecursionError):
+        obj = None
+    if isinstance(obj, dict):
+        start = text.find(cleaned) if cleaned else -1
+        span = (start, start + len(cleaned)) if start >= 0 else None
+        if "response" not in obj:
+            return ParsedOutput(Status.MISSING_FIELD.value, None, _reasoning_of(obj),
+                                'the JSON object has no "response" key', span, "paper")
+        return _paper_value(obj["response"], obj.get("reasoning"), span)
+    diagnosis = _parse_robust(raw_text, None, False)
+    if diagnosis.status == Status.OK.value:
+        status = Status.INVALID_JSON.value
+        what = "a JSON list or value" if cleaned and obj is not None else "text around the JSON object"
+        error = f"the reply is not one JSON object once code fences are removed ({what}); the robust policy finds a reply"
+    else:
+        status, error = diagnosis.status, diagnosis.error
+    return ParsedOutput(status, None, diagnosis.reasoning, error, None, "paper")
+
+
 def _parse_paper(raw_text: str | None) -> ParsedOutput:
     text = raw_text if isinstance(raw_text, str) else ""
     found: tuple[int, int, Any, Any] | None = None
@@ -194,20 +247,7 @@ def _parse_paper(raw_text: str | None) -> ParsedOutput:
             break
     if found is not None:
         start, end, value, reasoning = found
-        reasoning = reasoning if isinstance(reasoning, str) else None
-        if value is not None:
-            # The notebook put the decoded value into a DataFrame column that pandas wrote with
-            # str(): numbers and booleans ended up as their Python text in the published table.
-            response = value if isinstance(value, str) else str(value)
-            if response != "":
-                return ParsedOutput(Status.OK.value, response, reasoning, None, (start, end), "paper")
-            # The published table stores "" as an empty cell, which every consumer reads as a failure.
-            return ParsedOutput(
-                Status.EMPTY.value, None, reasoning, 'the "response" value is an empty string', (start, end), "paper"
-            )
-        return ParsedOutput(
-            Status.MISSING_FIELD.value, None, reasoning, 'the "response" value is null', (start, end), "paper"
-        )
+        return _paper_value(value, reasoning, (start, end))
     # Invalid for the paper; the robust diagnosis says why (cut off, malformed, ...).
     diagnosis = _parse_robust(raw_text, None, False)
     if diagnosis.status == Status.OK.value:
@@ -395,11 +435,12 @@ def _check_holder(holder: dict[str, Any], span: tuple[int, int], require_reasoni
         )
     if not value.strip():
         return ParsedOutput(Status.EMPTY.value, None, reasoning, 'the "response" value is empty', span)
+    note = None
     if require_reasoning and reasoning is None:
-        return ParsedOutput(Status.MISSING_FIELD.value, None, None, 'the object has no "reasoning" string', span)
-    if require_reasoning and not reasoning.strip():
-        return ParsedOutput(Status.MISSING_FIELD.value, None, reasoning, 'the "reasoning" value is empty', span)
-    return ParsedOutput(Status.OK.value, value, reasoning, None, span)
+        note = 'reasoning missing: the object has no "reasoning" string'
+    elif require_reasoning and not reasoning.strip():
+        note = 'reasoning missing: the "reasoning" value is empty'
+    return ParsedOutput(Status.OK.value, value, reasoning, None, span, note=note)
 
 
 def _parse_robust(raw_text: Any, finish_reason: str | None, require_reasoning: bool) -> ParsedOutput:

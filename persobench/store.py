@@ -201,6 +201,13 @@ class RunManifest:
     """"generated" for runs made here, "imported" for published results imported from a folder."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Stage-specific notes: counts, usage and cost, import provenance, the failure reason."""
+    template_family: str = ""
+    """Family of the prompt template ("paper" for ``paper`` and ``paper-open``); "" in manifests written
+    before families existed (:func:`persobench.protocol.template_family` derives it from the name)."""
+    chat_template: bool | None = None
+    """Local models: whether the prompt was wrapped in the tokenizer's chat template (``False``: sent as
+    raw text, the paper's open-source protocol); ``None`` for chat APIs and baselines (not applicable)
+    and for older manifests."""
 
     @property
     def model_label(self) -> str:

@@ -32,7 +32,7 @@ FAST = RetryPolicy(base_delay=0.01, max_delay=0.05, timeout=30.0)
 
 
 def prompts(mode: str = "vanilla") -> list[str]:
-    template = get_template(mode)
+    template = get_template("paper", mode)  # the default for API providers: the paper's protocol
     return [build_messages(s, template)[-1]["content"] for s in SAMPLES]
 
 

@@ -81,15 +81,60 @@ def test_robust_accepts_raw_newlines_and_braces_inside_strings() -> None:
     assert parsed.response == "Line one\nline two {not a brace problem}"
 
 
-def test_reasoning_is_extracted_and_can_be_required() -> None:
+def test_reasoning_is_extracted_and_a_missing_one_is_noted_not_failed() -> None:
     cot = '{"reasoning": "User1 likes dogs.", "response": "Dogs are great!"}'
     parsed = parse_output(cot, require_reasoning=True)
     assert (parsed.status, parsed.reasoning, parsed.response) == (Status.OK, "User1 likes dogs.", "Dogs are great!")
+    assert parsed.note is None
+    # The paper never failed a CoT reply for lacking its reasoning; the robust policy records it.
     vanilla = parse_output('{"response": "Dogs are great!"}', require_reasoning=True)
-    assert vanilla.status == Status.MISSING_FIELD and "reasoning" in vanilla.error
-    assert parse_output('{"response": "Dogs are great!"}').status == Status.OK
+    assert (vanilla.status, vanilla.response, vanilla.reasoning) == (Status.OK, "Dogs are great!", None)
+    assert vanilla.error is None and "reasoning missing" in vanilla.note
+    assert parse_output('{"response": "Dogs are great!"}').note is None
     blank = parse_output('{"reasoning": "  ", "response": "Dogs!"}', require_reasoning=True)
-    assert blank.status == Status.MISSING_FIELD
+    assert blank.status == Status.OK and "empty" in blank.note
+
+
+@pytest.mark.parametrize("raw,status,response", [
+    ('```json\n{"response": "Hi there!"}\n```', "ok", "Hi there!"),
+    ('{\n  "reasoning": "short"\n  "response": "Hi"\n}', "invalid_json", None),  # the missing comma, copied
+    ('Sure! {"response": "Hi there!"}', "invalid_json", None),  # prose around the JSON
+    ('{"response": "Hi"} {"response": "again"}', "invalid_json", None),
+    ('{"reply": "Hi"}', "missing_field", None),
+    ('{"response": ""}', "empty", None),
+    ('{"response": 42}', "ok", "42"),
+    ('[{"response": "Hi"}]', "invalid_json", None),
+    ('{\n  "response": "cut off by the token', "truncated", None),
+])
+def test_paper_policy_closed_style_is_strict_json_of_the_whole_reply(raw: str, status: str, response) -> None:
+    parsed = parse_output(raw, policy="paper", paper_style="closed")
+    assert (parsed.status, parsed.response) == (status, response)
+    # The open-source style finds the non-greedy {...} inside prose that the closed style rejects.
+    if raw.startswith("Sure!"):
+        assert parse_output(raw, policy="paper", paper_style="open").response == "Hi there!"
+
+
+def test_paper_closed_style_matches_the_notebook_code() -> None:
+    """The notebook's own lines, run beside the policy on a spread of replies."""
+    import json
+
+    def notebook(text: str):
+        response_text = text.strip().replace('```json', '').replace('```', '').strip()
+        try:
+            data = json.loads(response_text)
+            value = data.get('response', '')
+        except json.JSONDecodeError:
+            return None
+        except Exception:  # the notebook's outer handler (a list has no .get)
+            return None
+        return None if value in ('', None) else str(value)
+
+    replies = ['{"response": "a"}', '```\n{"response": "b", "reasoning": "r"}\n```', ' {"response": "c"}\n',
+               '{"response": null}', '{"x": 1}', 'text', '', '"just a string"', '{"response": "d",}',
+               '{"response": "e"}\n```', '```json{"response": "f"}```', '{"response": true}']
+    for raw in replies:
+        parsed = parse_output(raw, policy="paper", paper_style="closed")
+        assert parsed.response == notebook(raw), raw
 
 
 @pytest.mark.parametrize(

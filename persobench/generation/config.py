@@ -20,9 +20,13 @@ class GenerationConfig:
     base_url: str | None = None
     """Server URL for OpenAI-compatible servers (overrides the models file)."""
     mode: str = "vanilla"
-    """Prompt mode, "vanilla" or "cot"; selects the built-in template when ``template`` is unset."""
+    """Prompt mode, "vanilla" (reply only) or "cot" (reasoning, then reply)."""
     template: str | None = None
-    """Template name or file; default: the built-in template of ``mode``."""
+    """Template name (``paper``, ``paper-open``, ``persobench``) or file; default: the paper's
+    protocol, ``paper-open`` for local models and ``paper`` for every other provider."""
+    chat_template: bool | None = None
+    """Local models: wrap the prompt in the tokenizer's chat template; default: the template's own
+    setting (off for ``paper-open``, on otherwise). Chat APIs always apply theirs."""
     limit: int | None = None
     """Number of samples (a deterministic subset chosen by ``seed``); ``None`` for all."""
     seed: int = 0
@@ -36,7 +40,8 @@ class GenerationConfig:
     top_p: float | None = None
     """Nucleus sampling mass; ``None`` for the provider default."""
     policy: str = "robust"
-    """Post-processing policy ("robust" or "paper")."""
+    """Post-processing policy ("robust" or "paper"; "paper" reads replies as the paper's notebook for
+    the template did, see :func:`persobench.generation.plan.paper_parse_style`)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Extra model options merged over the models-file entry."""
     models_file: str | None = None

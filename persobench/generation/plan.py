@@ -37,6 +37,8 @@ class GenerationPlan:
     """Sample position -> cached (completion, original latency)."""
     manifest: RunManifest
     cache_dir: Path
+    paper_style: str = "open"
+    """How the "paper" policy reads replies: "open" or "closed" (see :func:`paper_parse_style`)."""
 
     @property
     def run_id(self) -> str:
@@ -76,7 +78,7 @@ def plan_generation(
     config: GenerationConfig, *, store: RunStore, samples: list["Sample"] | None = None,
 ) -> GenerationPlan:
     """Resolve model, template, samples, run id and cache hits. Sends nothing, needs no key."""
-    from persobench.prompts import MODES, TemplateError, build_messages, get_template
+    from persobench.prompts import MODES, TemplateError, build_messages, default_template_name, get_template
 
     if config.mode not in MODES:
         raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
@@ -93,12 +95,13 @@ def plan_generation(
         home=store.home,
     )
     try:
-        template = get_template(config.template or config.mode)
+        template = get_template(config.template or default_template_name(spec.provider), config.mode)
     except TemplateError as exc:
         raise ConfigurationError(str(exc)) from None
     if config.template and template.mode != config.mode and config.mode != "vanilla":
         raise ConfigurationError(f"template {template.name!r} is in {template.mode!r} mode, not {config.mode!r}")
     mode = template.mode
+    chat_template = _chat_template(config, template, spec)
     temperature = template.temperature if config.temperature is None else float(config.temperature)
     max_tokens = template.max_tokens if config.max_tokens is None else int(config.max_tokens)
     if temperature < 0 or max_tokens < 1:
@@ -106,6 +109,7 @@ def plan_generation(
     params = GenerationParams(
         temperature=temperature, max_tokens=max_tokens, top_p=config.top_p,
         seed=config.seed if temperature > 0 else None,  # greedy decoding has nothing to seed
+        chat_template=chat_template is not False,
     )
     if samples is None:
         samples = _load_samples(config)
@@ -133,6 +137,8 @@ def plan_generation(
     }
     if config.top_p is not None:
         parameters["top_p"] = config.top_p
+    if chat_template is False:  # raw text changes what the model writes; "on" is how runs always were
+        parameters["chat_template"] = False
     identity = {"provider": spec.provider, "model": spec.model, "base_url": spec.base_url,
                 "options": options, "label": spec.label}
     sample_ids = tuple(s.id for s in samples)
@@ -143,5 +149,32 @@ def plan_generation(
     manifest = RunManifest(
         run_id=run_id, dataset=config.dataset, sample_ids=sample_ids, model=spec.to_public_dict(), mode=mode,
         template=template.name, template_hash=template.version_hash, parameters=parameters,
+        template_family=template.family, chat_template=chat_template,
     )
-    return GenerationPlan(config, spec, template, params, samples, messages, keys, hits, manifest, cache_dir)
+    return GenerationPlan(config, spec, template, params, samples, messages, keys, hits, manifest, cache_dir,
+                          paper_parse_style(template.name, spec.provider))
+
+
+def _chat_template(config: GenerationConfig, template: "PromptTemplate", spec: ModelSpec) -> bool | None:
+    """Whether a local model gets its chat template (``None``: the provider has no choice)."""
+    raw_capable = bool(getattr(PROVIDERS.get(spec.provider), "raw_text_input", False))
+    if not raw_capable:
+        if config.chat_template is False:
+            raise ConfigurationError(
+                f"--chat-template off needs a local model; provider {spec.provider!r} is a chat API that applies "
+                "its own template (the paper-open prompt is sent to it as one user message)"
+            )
+        return None
+    return template.chat_template if config.chat_template is None else bool(config.chat_template)
+
+
+def paper_parse_style(template: str, provider: str) -> str:
+    """How the "paper" policy reads a run's replies, as the paper's notebook for it did: "open"
+    (``open_source_models.ipynb``/``post-processing.ipynb``: the first non-greedy ``{...}`` with a
+    "response") for ``paper-open`` and local models, "closed" (``closed_source_models.ipynb``: strict
+    ``json.loads`` of the whole reply after removing code fences) for ``paper`` and API models."""
+    if template == "paper-open":
+        return "open"
+    if template == "paper":
+        return "closed"
+    return "open" if provider == "local" else "closed"

@@ -45,7 +45,7 @@ def build_row(
         return row
     parsed = parse_output(
         completion.text, policy=plan.config.policy, finish_reason=completion.finish_reason,
-        require_reasoning=plan.template.requires_reasoning,
+        require_reasoning=plan.template.requires_reasoning, paper_style=plan.paper_style,
     )
     status, err = parsed.status, parsed.error
     if status != Status.OK.value and completion.finish_reason in REFUSAL_REASONS:
@@ -53,7 +53,7 @@ def build_row(
     row.update(
         status=status, response=parsed.response, reasoning=parsed.reasoning, raw_text=completion.text,
         finish_reason=completion.finish_reason, prompt_tokens=completion.prompt_tokens,
-        completion_tokens=completion.completion_tokens, error=err,
+        completion_tokens=completion.completion_tokens, error=err if err is not None else parsed.note,
     )
     return row
 

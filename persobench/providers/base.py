@@ -49,6 +49,10 @@ class GenerationParams:
     stop: tuple[str, ...] = ()
     """Stop sequences. Provider-specific fields that change the output (``top_k``, ...) live in the
     model spec's options, which are part of the cache key too."""
+    chat_template: bool = True
+    """Local models: wrap the messages in the tokenizer's chat template (``False``: the text goes to
+    the model as it is, as the paper's ``text-generation`` pipeline did). Chat APIs always apply their
+    own template, so only the local provider reads this."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; fields left at "provider default" are omitted so adding a new optional
@@ -60,6 +64,8 @@ class GenerationParams:
             data["seed"] = int(self.seed)
         if self.stop:
             data["stop"] = list(self.stop)
+        if not self.chat_template:
+            data["chat_template"] = False
         return data
 
 

@@ -112,10 +112,18 @@ def _load(ref: LocalModelRef, options: dict[str, Any]) -> _Loaded:
         return loaded
 
 
+def raw_prompt_text(messages: list[dict[str, str]]) -> str:
+    """The text a model gets without a chat template: the one message's content as it is; several
+    messages are joined with a blank line (system first, as the paper's Gemini calls did)."""
+    return "\n\n".join(m["content"] for m in messages)
+
+
 class LocalProvider:
     """Greedy decoding at temperature 0, sampling (seeded per request) above it."""
 
     name = "local"
+    #: Can take the prompt as raw text (``GenerationParams.chat_template=False``).
+    raw_text_input = True
     #: One forward pass at a time: parallel calls would only fight over the same CPU cores.
     max_concurrency: int | None = 1
     sample_dependent = False
@@ -145,7 +153,11 @@ class LocalProvider:
         tokenizer, model = loaded.tokenizer, loaded.model
         messages = [dict(m) for m in request.messages]
         try:
-            if tokenizer.chat_template:
+            if not request.params.chat_template:
+                # The paper's open-source protocol: the prompt string tokenized as it is (special
+                # tokens such as BOS added by the tokenizer, as the text-generation pipeline did).
+                inputs = tokenizer(raw_prompt_text(messages), return_tensors="pt")
+            elif tokenizer.chat_template:
                 inputs = tokenizer.apply_chat_template(
                     messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
                 )

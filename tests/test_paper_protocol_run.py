@@ -1,0 +1,123 @@
+"""The paper's protocol as a run: default templates, no chat template for local models, manifest.
+
+A tiny Llama model and word-level tokenizer are built in code and saved to a folder, then run as
+``local:<folder>`` through the real loading path; a forward pre-hook on the loaded model records
+the exact token ids it receives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from persobench.datasets import load_dataset
+from persobench.generation import plan_generation, run_generation
+from persobench.prompts import build_messages, get_template
+from persobench.providers.base import ConfigurationError
+from persobench.store import RunStore
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    texts = []
+    for sample in load_dataset("sample", limit=2):
+        for name in ("paper-open", "persobench"):
+            texts += [m["content"] for m in build_messages(sample, get_template(name, "vanilla"))]
+    words = sorted({w for text in texts for w in re.findall(r"\w+|[^\w\s]", text)})
+    specials = ["<unk>", "<s>", "</s>", "<|user|>", "<|system|>", "<|assistant|>", "<|end|>"]
+    vocab = {token: i for i, token in enumerate(specials + words)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                        additional_special_tokens=specials[3:])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=2048, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"],
+    ))
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer.save_pretrained(folder)
+    model.save_pretrained(folder)
+    return folder
+
+
+def _record_inputs(folder: Path) -> list[list[int]]:
+    """Load the model the way the provider does and record every input_ids it is given."""
+    from persobench.providers import local
+
+    loaded = local._load(local.resolve_local_model(str(folder), {}), {})
+    seen: list[list[int]] = []
+
+    def hook(module, args, kwargs):  # noqa: ANN001
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[1] > 1:  # the prompt pass, not the one-token decoding steps
+            seen.append(ids[0].tolist())
+
+    loaded.model.register_forward_pre_hook(hook, with_kwargs=True)
+    return seen
+
+
+def test_local_model_gets_paper_open_text_without_a_chat_template(tiny_model: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    seen = _record_inputs(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    sample = load_dataset("sample", limit=1)[0]
+    run = run_generation(dataset="sample", model=f"local:{tiny_model}", limit=1, max_tokens=2, home=tmp_path)
+    prompt = build_messages(sample, get_template("paper-open", "vanilla"))
+    assert prompt == [{"role": "user", "content": prompt[0]["content"]}]  # one raw string, no system message
+    # What the text-generation pipeline fed the model: the string tokenized as it is (BOS added).
+    expected = tokenizer(prompt[0]["content"])["input_ids"]
+    assert seen[-1] == expected and expected[0] == tokenizer.bos_token_id
+    assert tokenizer.unk_token_id not in expected  # every word of the prompt is its own token
+    assert tokenizer.convert_tokens_to_ids("<|user|>") not in seen[-1]
+    manifest = run.manifest
+    assert (manifest.template, manifest.template_family, manifest.chat_template) == ("paper-open", "paper", False)
+    assert manifest.parameters["chat_template"] is False
+    on_disk = json.loads((run.path / "manifest.json").read_text())
+    assert on_disk["template"] == "paper-open" and on_disk["chat_template"] is False
+
+    # --chat-template on: the tokenizer's template wraps the same text; another run, other cache keys.
+    wrapped = run_generation(dataset="sample", model=f"local:{tiny_model}", limit=1, max_tokens=2, home=tmp_path,
+                             chat_template=True)
+    chat_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert seen[-1] == list(chat_ids)
+    assert seen[-1][0] == tokenizer.convert_tokens_to_ids("<|user|>")
+    assert wrapped.run_id != run.run_id and wrapped.manifest.chat_template is True
+    assert wrapped.read_table("generations")["cached"].tolist() == [False]
+
+
+def test_default_templates_follow_the_provider_and_chat_apis_reject_raw_text(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    from persobench.generation import GenerationConfig
+
+    api = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", limit=1, mode="cot"), store=store)
+    assert (api.template.name, api.template.mode, api.manifest.template_family) == ("paper", "cot", "paper")
+    assert api.messages[0][0] == {"role": "system", "content": "You are a helpful response generator to output JSON."}
+    assert api.manifest.chat_template is None and "chat_template" not in api.manifest.parameters
+    assert api.paper_style == "closed"
+    local = plan_generation(GenerationConfig(model="local:smollm2", limit=1), store=store)
+    assert (local.template.name, local.manifest.chat_template, local.paper_style) == ("paper-open", False, "open")
+    ours = plan_generation(GenerationConfig(model="local:smollm2", limit=1, template="persobench"), store=store)
+    assert ours.manifest.chat_template is True and ours.manifest.template_family == "persobench"
+    assert ours.keys != local.keys
+    with pytest.raises(ConfigurationError, match="--chat-template off needs a local model"):
+        plan_generation(GenerationConfig(model="openai:gpt-4o-mini", limit=1, chat_template=False), store=store)
+    # paper-open to a chat API: one user message, no system message.
+    open_api = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", limit=1, template="paper-open"),
+                               store=store)
+    assert [m["role"] for m in open_api.messages[0]] == ["user"] and open_api.paper_style == "open"
