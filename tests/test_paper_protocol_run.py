@@ -35,7 +35,7 @@ def tiny_model(tmp_path_factory) -> Path:
     for sample in load_dataset("sample", limit=2):
         for name in ("paper-open", "persobench"):
             texts += [m["content"] for m in build_messages(sample, get_template(name, "vanilla"))]
-    words = sorted({w for text in texts for w in re.findall(r"\w+|[^\w\s]", text)})
+    words = sorted({w for text in texts for w in re.findall(r"\w+|[^\w\s]+", text)})
     specials = ["<unk>", "<s>", "</s>", "<|user|>", "<|system|>", "<|assistant|>", "<|end|>"]
     vocab = {token: i for i, token in enumerate(specials + words)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
