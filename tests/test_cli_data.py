@@ -23,7 +23,12 @@ def test_show_sample_prints_two_annotated_samples_and_prompts(tmp_path: Path) ->
     out = result.stdout
     assert out.count("=== sample ") == 2 and "=== sample 2/2: sample:" in out
     assert out.count("<system>") == 2 and out.count("<user>") == 2
-    assert "[context]" in out and "[reference]" in out and '{"response": "<your reply>"}' in out
+    assert "[context]" in out and "[reference]" in out
+    assert "Participant Personas:" in out and "family paper" in out  # the paper's prompt by default
+    ours = cli("show", "sample", "--limit", "1", "--template", "persobench", home=tmp_path).stdout
+    assert '{"response": "<your reply>"}' in ours and "family persobench" in ours
+    local = cli("show", "sample", "--limit", "1", "--model", "local:smollm2", home=tmp_path).stdout
+    assert "<system>" not in local and "paper-open vanilla" in local and "(in 110 words or less)." in local
 
 
 def test_show_json_is_machine_readable(tmp_path: Path) -> None:
@@ -31,6 +36,16 @@ def test_show_json_is_machine_readable(tmp_path: Path) -> None:
     items = json.loads(result.stdout)
     assert len(items) == 3 and items[0]["messages"][0]["role"] == "system"
     assert '"reasoning"' in items[0]["messages"][1]["content"]
+    assert set(items[0]) == {"sample", "messages"} and items[0]["sample"]["id"].startswith("sample:")
+    # Exactly the messages a run would send: the same text the generation plan builds.
+    from persobench.generation import GenerationConfig, plan_generation
+    from persobench.store import RunStore
+
+    plan = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", mode="cot", limit=3), store=RunStore(tmp_path))
+    assert [item["messages"] for item in items] == plan.messages
+    raw = json.loads(cli("show", "sample", "--limit", "3", "--template", "paper-open", "--format", "json",
+                         home=tmp_path).stdout)
+    assert [[m["role"] for m in item["messages"]] for item in raw] == [["user"]] * 3
 
 
 def test_datasets_lists_sizes(tmp_path: Path) -> None:

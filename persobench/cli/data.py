@@ -17,8 +17,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("dataset", help="registered dataset name or path to a .csv/.jsonl file")
     show.add_argument("--limit", type=int, default=3, help="number of samples (default 3)")
     show.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    show.add_argument("--mode", default="vanilla", help="template: vanilla, cot or a template file")
-    show.add_argument("--format", choices=("text", "json"), default="text")
+    from persobench.cli.generate import add_template_arguments
+
+    add_template_arguments(show)
+    show.add_argument("--model", default=None, metavar="PROVIDER:MODEL",
+                      help="pick the default template for this model (paper-open for local models, else paper)")
+    show.add_argument("--format", choices=("text", "json"), default="text",
+                      help="json: a list of {sample, messages}, the messages exactly as they would be sent")
     show.set_defaults(handler=cmd_show)
 
     runs = subparsers.add_parser("runs", help="list the runs in the store")
@@ -62,12 +67,16 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from persobench.datasets import DatasetError, load_dataset
     from persobench.datasets.user_files import DatasetFileError
-    from persobench.prompts import TemplateError, build_messages, get_template
+    from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, default_template_name, get_template
+    from persobench.providers import ConfigurationError, resolve_model
 
     try:
-        template = get_template(args.mode)
+        name = args.template
+        if name is None:
+            name = default_template_name(resolve_model(args.model).provider) if args.model else DEFAULT_TEMPLATE
+        template = get_template(name, args.mode)
         samples = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
-    except (DatasetError, DatasetFileError, TemplateError) as exc:
+    except (DatasetError, DatasetFileError, TemplateError, ConfigurationError) as exc:
         raise CLIError(str(exc)) from None
     if args.format == "json":
         print(json.dumps(
@@ -87,8 +96,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         for turn in sample.context:
             print(f"  {turn.speaker}: {turn.text}")
         print(f"[reference] {sample.responder}: {sample.reference}")
-        print(f"--- prompt ({template.name}, template {template.version_hash}, max_tokens {template.max_tokens}, "
-              f"temperature {template.temperature:g})")
+        print(f"--- prompt ({template.name} {template.mode}, family {template.family}, template "
+              f"{template.version_hash}, max_tokens {template.max_tokens}, temperature {template.temperature:g})")
         for message in build_messages(sample, template):
             print(f"<{message['role']}>")
             print(message["content"])

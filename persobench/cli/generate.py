@@ -24,8 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="PROVIDER:MODEL (openai, anthropic, local, baseline) or a models-file name "
                           "(default: local:smollm2, offline)")
     run.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, ...)")
-    run.add_argument("--mode", choices=("vanilla", "cot"), default="vanilla", help="prompt mode (default vanilla)")
-    run.add_argument("--template", default=None, help="template name or file (default: the mode's built-in)")
+    add_template_arguments(run)
     run.add_argument("--limit", type=int, default=None, help="number of samples (deterministic subset)")
     run.add_argument("--seed", type=int, default=0, help="subset seed, and sampling seed when temperature > 0")
     run.add_argument("--concurrency", type=int, default=8, help="maximum requests in flight (default 8)")
@@ -51,6 +50,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.set_defaults(handler=cmd_export)
 
 
+def add_template_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--template``, ``--mode`` and ``--chat-template``, shared by ``run`` and ``show``."""
+    parser.add_argument("--mode", choices=("vanilla", "cot"), default="vanilla",
+                        help="vanilla (reply only) or cot (reasoning, then reply); default vanilla")
+    parser.add_argument("--template", default=None, metavar="NAME|FILE",
+                        help="paper (the paper's closed-source prompt), paper-open (its open-source prompt, raw "
+                             "text), persobench (ours) or a template file; default: the paper's protocol, "
+                             "paper-open for local models and paper for the others")
+    parser.add_argument("--chat-template", choices=("on", "off"), default=None,
+                        help="local models: wrap the prompt in the tokenizer's chat template (default: off for "
+                             "paper-open, on otherwise); chat APIs always apply their own")
+
+
 def _parse_options(items: list[str]) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in items:
@@ -69,6 +81,7 @@ def _config(args: argparse.Namespace) -> Any:
 
     return GenerationConfig(
         dataset=args.dataset, model=args.model, base_url=args.base_url, mode=args.mode, template=args.template,
+        chat_template=None if args.chat_template is None else args.chat_template == "on",
         limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_tokens=args.max_tokens,
         temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_parse_options(args.option),
         models_file=args.models, retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
@@ -124,6 +137,9 @@ def _dry_run(plan: Any) -> int:
     print(f"run {plan.run_id}")
     print(f"model: {plan.spec.name}  dataset: {plan.config.dataset}  samples: {len(plan.samples)}  "
           f"mode: {plan.template.mode}  max_tokens: {plan.params.max_tokens}  temperature: {plan.params.temperature}")
+    chat = {None: "n/a (chat API)", True: "on", False: "off (raw text)"}[plan.manifest.chat_template]
+    print(f"template: {plan.template.name} (family {plan.template.family}, {plan.template.version_hash})  "
+          f"chat template: {chat}")
     print(f"requests to send: {plan.n_requests}")
     print(f"cached hits: {len(plan.hits)}")
     print(f"estimated prompt tokens: {plan.estimated_prompt_tokens}")
