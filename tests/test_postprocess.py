@@ -355,8 +355,9 @@ def test_reasoning_is_extracted_exactly_for_cot_files() -> None:
                 assert json.loads(text[start:end])["reasoning"] == parsed.reasoning
     assert missing == _COT_ROWS_WITHOUT_REASONING
     assert checked > 20000
-    strict = parse_output(_column(RAW_DIR / "IT-ConvAI2" / "Llama3-1-8B-Instruct-COT.csv")[972], require_reasoning=True)
-    assert strict.status == Status.MISSING_FIELD
+    # The paper kept such replies; the robust policy does too and notes the missing reasoning.
+    noted = parse_output(_column(RAW_DIR / "IT-ConvAI2" / "Llama3-1-8B-Instruct-COT.csv")[972], require_reasoning=True)
+    assert noted.status == Status.OK and noted.reasoning is None and "reasoning missing" in noted.note
 
 
 @needs_reference

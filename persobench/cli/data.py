@@ -68,7 +68,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from persobench.datasets import DatasetError, load_dataset
     from persobench.datasets.user_files import DatasetFileError
     from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, default_template_name, get_template
-    from persobench.providers import ConfigurationError, resolve_model
+    from persobench.models_registry import resolve_model
+    from persobench.providers import ConfigurationError
 
     try:
         name = args.template
