@@ -66,12 +66,111 @@ def test_rouge_matches_direct_rouge_package_call():
     for _ in range(30):
         ref = " ".join(rng.choices(words, k=rng.randint(3, 16)))
         hyp = " ".join(rng.choices(words, k=rng.randint(2, 16)))
-        if not lexical._has_rouge_words(hyp) or not lexical._has_rouge_words(ref):
+        if not lexical.RougeText(hyp).has_words or not lexical.RougeText(ref).has_words:
             continue
         direct = scorer.get_scores(hyp, ref, avg=True)
         got = lexical.rouge(ref, hyp)
         assert got == pytest.approx((direct["rouge-1"]["f"], direct["rouge-2"]["f"], direct["rouge-l"]["f"]),
                                     abs=1e-12)
+
+
+# --- Own BLEU/ROUGE kernels against the libraries, to the last bit ----------------------------
+
+def _nltk_bleu(reference: str, reply: str) -> float:
+    import warnings
+
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(sentence_bleu([reference.replace("\n", " ").split()], reply.replace("\n", " ").split(),
+                                   smoothing_function=SmoothingFunction().method1))
+
+
+def _package_rouge(reference: str, reply: str) -> tuple[float, float, float]:
+    """rouge==1.0.1 as the notebooks called it; (0, 0, 0) where it raises on a text with no word."""
+    import sys
+
+    from rouge import Rouge
+
+    hyp, ref = reply.replace("\n", " "), reference.replace("\n", " ")
+    if not any(" ".join(p.split()) for p in hyp.split(".")) or not any(" ".join(p.split()) for p in ref.split(".")):
+        return 0.0, 0.0, 0.0
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20 * (len(hyp.split()) + len(ref.split())) + 1000))  # its LCS recursion
+    try:
+        s = Rouge(metrics=["rouge-1", "rouge-2", "rouge-l"], stats=["f"]).get_scores(hyp, ref)[0]
+    finally:
+        sys.setrecursionlimit(limit)
+    return s["rouge-1"]["f"], s["rouge-2"]["f"], s["rouge-l"]["f"]
+
+
+def _assert_same_as_libraries(reference: str, reply: str) -> None:
+    assert lexical.bleu(reference, reply) == _nltk_bleu(reference, reply), (reference, reply)
+    assert lexical.rouge(reference, reply) == _package_rouge(reference, reply), (reference, reply)
+
+
+_WORDS = ["I", "i", "love", "my", "dog", "dogs", "the", "a", "cat", "Cat", "run", "in", "park", ".", "...",
+          ",", "!", "?", "'s", "yes.", "no.", "e.g.", "\u00e9t\u00e9"]
+_SEPARATORS = [" ", " ", " ", "  ", "\n", ". ", ".", "\t", "\u00a0", " . "]
+
+
+def _texts():
+    from hypothesis import strategies as st
+
+    token = st.tuples(st.sampled_from(_WORDS), st.sampled_from(_SEPARATORS)).map("".join)
+    return st.lists(token, min_size=0, max_size=40).map("".join)
+
+
+def test_kernels_equal_nltk_and_rouge_on_generated_texts():
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(reference=_texts(), reply=_texts())
+    def check(reference: str, reply: str) -> None:
+        _assert_same_as_libraries(reference, reply)
+
+    check()
+
+
+def test_kernels_equal_the_libraries_on_published_replies(reference_dir):
+    import pandas as pd
+
+    checked = 0
+    for path in sorted((reference_dir / "Responses").glob("*/*.csv")):
+        prompts = pd.read_csv(reference_dir / "Prompts" / f"{path.parent.name}.csv", keep_default_na=False)
+        replies = pd.read_csv(path, keep_default_na=False)
+        pairs = [(a, g) for g, a in zip(replies["gen_response"], prompts["act_response"]) if g.strip()]
+        for reference, reply in pairs[::97]:  # a spread sample: every file, about 550 replies in all
+            _assert_same_as_libraries(reference, reply)
+            checked += 1
+    assert checked > 500
+
+
+def test_batch_values_equal_single_calls_in_process_and_in_workers(monkeypatch):
+    rng = random.Random(11)
+    words = "we walk the dog . I love cats and the park every day".split()
+    references = [" ".join(rng.choices(words, k=rng.randint(0, 12))) for _ in range(60)]
+    replies = [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(60)]
+    metrics = ["bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2"]
+    expected = {m: [] for m in metrics}
+    for reference, reply in zip(references, replies):
+        has_reference = bool(reference.strip())
+        r1, r2, rl = lexical.rouge(reference, reply)
+        for m, v in (("bleu", lexical.bleu(reference, reply)), ("rouge1", r1), ("rouge2", r2), ("rougeL", rl)):
+            expected[m].append(v if has_reference else None)
+        expected["dist1"].append(lexical.distinct(reply, 1))
+        expected["dist2"].append(lexical.distinct(reply, 2))
+    assert None in expected["bleu"]  # some blank references are in the batch
+    assert lexical.lexical_values(references, replies, metrics, workers=1) == expected
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_REPLIES", 10)
+    assert lexical.lexical_values(references, replies, metrics, workers=2) == expected
+
+
+def test_rouge_long_texts_need_no_recursion():
+    reply = " ".join(f"w{i % 700}" for i in range(6000))
+    r1, r2, rl = lexical.rouge(reply, reply)
+    assert r1 == pytest.approx(1.0, abs=1e-7) and rl == pytest.approx(1.0, abs=1e-7)
 
 
 # --- Distinct-n ----------------------------------------------------------------------------------

@@ -5,8 +5,10 @@
 - ``rouge1``/``rouge2``/``rougeL``: F-scores of the ``rouge`` package (pltrdy, ``rouge==1.0.1``),
   the implementation the notebooks imported (``from rouge import Rouge``): case-sensitive,
   sentences split at ``.``, ROUGE-L at summary level. Google's ``rouge_score`` gives different
-  numbers (it lower-cases and strips punctuation) and does not reproduce the published tables; it
-  is used only when ``rouge`` is not installed, and then labelled ``degraded``.
+  numbers (it lower-cases and strips punctuation) and does not reproduce the published tables.
+
+BLEU and ROUGE are PersoBench's own implementations of those two libraries (see the kernels below),
+equal to them to the last bit and several times faster; the libraries stay installed to test that.
 - ``dist1``/``dist2``: distinct n-grams / n-grams over the reply's whitespace tokens (0 when the
   reply has no n-gram).
 - ``idf_overlap``: TF-IDF cosine between persona text and reply after the notebooks' preprocessing
@@ -20,13 +22,12 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 import string
-import sys
 from collections import Counter
 from functools import lru_cache
-
-from persobench.metrics.backends import package_version
+from typing import Iterable, Sequence
 
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 _TFIDF_TOKEN = re.compile(r"(?u)\b\w\w+\b")
@@ -44,42 +45,171 @@ def stop_words() -> frozenset[str]:
     return ENGLISH
 
 
-# --- BLEU --------------------------------------------------------------------------------------
+# --- BLEU, ROUGE, Distinct-n: one pass over each text ----------------------------------------
+#
+# The notebooks called nltk's ``sentence_bleu`` and the ``rouge`` package once per reply; both
+# rebuild every n-gram table on each call and the package's ROUGE-L fills an O(n*m) dict and
+# walks it recursively for every sentence pair. The kernels below compute the same numbers with
+# the same floating-point operations in the same order (so values are identical, not merely
+# close: ``benchmarks/scoring.py`` checks every published reply against both libraries), but
+# count each text's n-grams once, reuse a reference's analysis across the replies that share it
+# (all models of a dataset answer the same samples), and skip ROUGE-L sentence pairs that cannot
+# change the result.
 
-@lru_cache(maxsize=1)
-def _bleu_parts():
-    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+_BLEU_ORDERS = 4
+_BLEU_WEIGHT = 0.25
+_BLEU_EPSILON = 0.1  # SmoothingFunction().epsilon, used by method1
 
-    return sentence_bleu, SmoothingFunction().method1
+
+class ReplyGrams:
+    """What BLEU and Distinct-n need from one text: its whitespace tokens' n-gram counts."""
+
+    __slots__ = ("length", "counts")
+
+    def __init__(self, text: str) -> None:
+        tokens = str(text).split()  # == whitespace_tokens(text): "\n" is whitespace to split()
+        self.length = len(tokens)
+        self.counts = (Counter(tokens), Counter(zip(tokens, tokens[1:])),
+                       Counter(zip(tokens, tokens[1:], tokens[2:])),
+                       Counter(zip(tokens, tokens[1:], tokens[2:], tokens[3:])))
+
+    def distinct(self, n: int) -> float:
+        total = self.length - n + 1
+        return len(self.counts[n - 1]) / total if total > 0 else 0.0
+
+
+class RougeText:
+    """What ROUGE-1/2/L need from one text, split as the ``rouge`` package splits it.
+
+    The package splits at ``.``, keeps every non-empty piece (a whitespace-only piece becomes one
+    empty word), normalises whitespace and flattens the words of all sentences.
+    """
+
+    __slots__ = ("sentences", "sentence_types", "unigrams", "bigrams")
+
+    def __init__(self, text: str) -> None:
+        sentences = [part.split() or [""] for part in str(text).split(".") if part]
+        words = [w for sentence in sentences for w in sentence]
+        self.sentences = sentences
+        self.sentence_types = [frozenset(sentence) for sentence in sentences]
+        self.unigrams = frozenset(words)
+        self.bigrams = frozenset(zip(words, words[1:]))
+
+    @property
+    def has_words(self) -> bool:
+        return any(sentence != [""] for sentence in self.sentences)
+
+
+@lru_cache(maxsize=8192)
+def reference_grams(text: str) -> ReplyGrams:
+    """A reference's BLEU analysis, cached: every model of a dataset is scored on the same references."""
+    return ReplyGrams(text)
+
+
+@lru_cache(maxsize=8192)
+def reference_rouge_text(text: str) -> RougeText:
+    return RougeText(text)
+
+
+def bleu_of(reference: ReplyGrams, reply: ReplyGrams) -> float:
+    """nltk ``sentence_bleu([reference], reply, smoothing_function=SmoothingFunction().method1)``."""
+    precisions = []
+    for n in range(_BLEU_ORDERS):
+        hyp_counts = reply.counts[n]
+        ref_counts = reference.counts[n]
+        numerator = 0
+        for gram in hyp_counts.keys() & ref_counts.keys():
+            count, ref_count = hyp_counts[gram], ref_counts[gram]
+            numerator += count if count < ref_count else ref_count
+        if n == 0 and numerator == 0:
+            return 0.0
+        denominator = max(1, reply.length - n)
+        precisions.append(numerator / denominator if numerator else (numerator + _BLEU_EPSILON) / denominator)
+    hyp_len, ref_len = reply.length, reference.length
+    brevity = 1 if hyp_len > ref_len else math.exp(1 - ref_len / hyp_len)
+    return float(brevity * math.exp(math.fsum(_BLEU_WEIGHT * math.log(p) for p in precisions)))
+
+
+def _f_score(overlap: int, evaluated: int, reference: int) -> float:
+    # rouge_score.f_r_p_rouge_n / rouge_l_summary_level, operation for operation.
+    precision = overlap / evaluated if evaluated else 0.0
+    recall = overlap / reference if reference else 0.0
+    return 2.0 * ((precision * recall) / (precision + recall + 1e-8))
+
+
+def _position_masks(words: list[str]) -> dict[str, int]:
+    """word -> bit mask of the positions where it occurs in ``words`` (bit j = position j)."""
+    masks: dict[str, int] = {}
+    for j, word in enumerate(words):
+        masks[word] = masks.get(word, 0) | (1 << j)
+    return masks
+
+
+def _lcs_words(x: list[str], y: list[str], y_masks: dict[str, int]) -> set[str]:
+    """The words of the package's ``_recon_lcs(x, y)``: its table and its tie-breaking, no recursion.
+
+    Rows of the LCS table are kept as bit vectors (Crochemore et al. 2001): a zero at bit j of
+    row i means ``table[i][j + 1] = table[i][j] + 1``, so ``table[i][j]`` is ``j`` minus the ones
+    below bit j. One row costs a few integer operations instead of a loop over ``y``.
+    """
+    full = (1 << len(y)) - 1
+    rows = [full]
+    row = full
+    for word in x:
+        matches = row & y_masks.get(word, 0)
+        row = ((row + matches) | (row - matches)) & full
+        rows.append(row)
+
+    words: set[str] = set()
+    i, j = len(x), len(y)
+    length = len(y) - rows[i].bit_count()  # table[len(x)][len(y)]: the matches still to find
+    while length:
+        if x[i - 1] == y[j - 1]:
+            words.add(x[i - 1])
+            i -= 1
+            j -= 1
+            length -= 1
+        elif (rows[i] >> (j - 1)) & 1:
+            # table[i][j - 1] == table[i][j] >= table[i - 1][j]: the package goes left.
+            j -= 1
+        else:
+            # table[i][j - 1] < table[i][j] == max(table[i - 1][j], table[i][j - 1]): up.
+            i -= 1
+    return words
+
+
+def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, float]:
+    """(ROUGE-1, ROUGE-2, ROUGE-L) F-scores as ``rouge==1.0.1``'s ``Rouge().get_scores(reply, reference)``
+    (n-grams as sets; summary-level ROUGE-L: the union of the LCS words of every sentence pair)."""
+    if not reply.has_words or not reference.has_words:
+        return 0.0, 0.0, 0.0
+    r1 = _f_score(len(reply.unigrams & reference.unigrams), len(reply.unigrams), len(reference.unigrams))
+    r2 = _f_score(len(reply.bigrams & reference.bigrams), len(reply.bigrams), len(reference.bigrams))
+    union: set[str] = set()
+    masks: dict[int, dict[str, int]] = {}
+    for ref_sentence, ref_types in zip(reference.sentences, reference.sentence_types):
+        for k, (hyp_sentence, hyp_types) in enumerate(zip(reply.sentences, reply.sentence_types)):
+            shared = ref_types & hyp_types
+            # An LCS only holds shared words; when all are already counted the pair adds nothing.
+            if shared and not shared <= union:
+                if k not in masks:
+                    masks[k] = _position_masks(hyp_sentence)
+                union |= _lcs_words(ref_sentence, hyp_sentence, masks[k])
+    llcs = len(union)
+    r_lcs = llcs / len(reference.unigrams)
+    p_lcs = llcs / len(reply.unigrams)
+    rl = 2.0 * ((p_lcs * r_lcs) / (p_lcs + r_lcs + 1e-8))
+    return r1, r2, rl
 
 
 def bleu(reference: str, reply: str) -> float:
-    sentence_bleu, smoothing = _bleu_parts()
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # nltk warns on 0 n-gram overlaps
-        return float(sentence_bleu([whitespace_tokens(reference)], whitespace_tokens(reply),
-                                   smoothing_function=smoothing))
+    """Sentence BLEU-4 of ``reply`` against ``reference`` (see :func:`bleu_of`)."""
+    return bleu_of(reference_grams(str(reference)), ReplyGrams(reply))
 
 
 def bleu_version() -> str:
-    return f"bleu/1 nltk=={package_version('nltk')} sentence_bleu(whitespace tokens, SmoothingFunction().method1)"
-
-
-# --- ROUGE -------------------------------------------------------------------------------------
-
-@lru_cache(maxsize=1)
-def _rouge_backend():
-    """``("rouge", Rouge())`` (the paper's package) or ``("rouge_score", scorer)`` as the fallback."""
-    try:
-        from rouge import Rouge
-
-        return "rouge", Rouge(metrics=["rouge-1", "rouge-2", "rouge-l"], stats=["f"])
-    except ImportError:
-        from rouge_score import rouge_scorer
-
-        return "rouge_score", rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"])
+    return ("bleu/1 sentence_bleu(whitespace tokens, SmoothingFunction().method1) as nltk, "
+            "reimplemented; equal to nltk on every published reply")
 
 
 def rouge(reference: str, reply: str) -> tuple[float, float, float]:
@@ -88,49 +218,17 @@ def rouge(reference: str, reply: str) -> tuple[float, float, float]:
     A reply or reference with no word left after the package's sentence split (e.g. ``"..."``)
     scores 0, where the package would raise.
     """
-    kind, scorer = _rouge_backend()
-    hyp = str(reply).replace("\n", " ")
-    ref = str(reference).replace("\n", " ")
-    if kind == "rouge_score":
-        s = scorer.score(ref, hyp)
-        return s["rouge1"].fmeasure, s["rouge2"].fmeasure, s["rougeL"].fmeasure
-    if not _has_rouge_words(hyp) or not _has_rouge_words(ref):
-        return 0.0, 0.0, 0.0
-    try:
-        s = scorer.get_scores(hyp, ref)[0]
-    except RecursionError:  # ROUGE-L's LCS reconstruction recurses once per token
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 20 * (len(hyp.split()) + len(ref.split())) + 1000))
-        try:
-            s = scorer.get_scores(hyp, ref)[0]
-        finally:
-            sys.setrecursionlimit(limit)
-    except ValueError:  # "Hypothesis is empty." / "Reference is empty."
-        return 0.0, 0.0, 0.0
-    return float(s["rouge-1"]["f"]), float(s["rouge-2"]["f"]), float(s["rouge-l"]["f"])
-
-
-def _has_rouge_words(text: str) -> bool:
-    return any(" ".join(part.split()) for part in text.split("."))
+    return rouge_of(reference_rouge_text(str(reference)), RougeText(reply))
 
 
 def rouge_status() -> tuple[str, str]:
-    """``(status, reason)``: ``ok`` with the paper's package, ``degraded`` with rouge_score."""
-    kind, _ = _rouge_backend()
-    if kind == "rouge":
-        return "ok", ""
-    return "degraded", "the rouge package (pip install rouge==1.0.1) is missing: rouge_score used instead, " \
-                       "which does not reproduce the paper's numbers"
+    """``(status, reason)``: always ``ok``, the implementation is PersoBench's own."""
+    return "ok", ""
 
 
 def rouge_version() -> str:
-    kind, _ = _rouge_backend()
-    if kind == "rouge":
-        return f"rouge/1 rouge=={package_version('rouge')} (pltrdy) F-score, as the paper"
-    return f"rouge/1 rouge-score=={package_version('rouge-score')} F-score (fallback)"
+    return "rouge/1 F-score as rouge==1.0.1 (pltrdy, the paper's package), reimplemented"
 
-
-# --- Distinct-n --------------------------------------------------------------------------------
 
 def distinct(reply: str, n: int) -> float:
     """Distinct-n of one reply: unique n-grams / n-grams over whitespace tokens (0 if none)."""
@@ -180,3 +278,77 @@ def idf_overlap(persona_text: str, reply: str) -> float:
 def idf_overlap_version() -> str:
     return ("idf_overlap/1 TF-IDF cosine fitted on (persona, reply), lower-cased, punctuation and nltk "
             "English stop words removed")
+
+
+# --- Batches -----------------------------------------------------------------------------------
+
+#: The reference-based metrics :func:`lexical_values` computes, and the reply-only ones.
+REFERENCE_LEXICAL = ("bleu", "rouge1", "rouge2", "rougeL")
+REPLY_LEXICAL = ("dist1", "dist2")
+
+#: Below this many replies a batch is scored in this process: starting worker processes costs
+#: more than it saves (a worker scores about 10,000 replies a second).
+PARALLEL_MIN_REPLIES = 20_000
+
+
+def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
+                   metrics: tuple[str, ...]) -> dict[str, list[float | None]]:
+    want_bleu = "bleu" in metrics
+    want_rouge = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
+    values: dict[str, list[float | None]] = {m: [] for m in metrics}
+    for reference, reply in zip(references, replies):
+        grams = ReplyGrams(reply)
+        has_reference = bool(reference.strip())
+        if want_bleu:
+            values["bleu"].append(bleu_of(reference_grams(reference), grams) if has_reference else None)
+        if want_rouge:
+            scores = (rouge_of(reference_rouge_text(reference), RougeText(reply)) if has_reference
+                      else (None, None, None))
+            for name, value in zip(("rouge1", "rouge2", "rougeL"), scores):
+                if name in values:
+                    values[name].append(value)
+        for n, name in ((1, "dist1"), (2, "dist2")):
+            if name in values:
+                values[name].append(grams.distinct(n))
+    return values
+
+
+def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: Iterable[str],
+                   *, workers: int | None = None) -> dict[str, list[float | None]]:
+    """BLEU, ROUGE-1/2/L and Distinct-1/2 of each ``replies[i]`` against ``references[i]``.
+
+    Returns metric -> one value per reply (``None`` for a reference-based metric when the
+    reference is blank). Batches of at least :data:`PARALLEL_MIN_REPLIES` replies are split over
+    ``workers`` processes (default: every CPU), each sent whole texts so it counts n-grams once.
+    """
+    wanted = tuple(m for m in (*REFERENCE_LEXICAL, *REPLY_LEXICAL) if m in set(metrics))
+    references = [str(r) for r in references]
+    replies = [str(r) for r in replies]
+    if len(references) != len(replies):
+        raise ValueError(f"{len(references)} references for {len(replies)} replies")
+    workers = workers or os.cpu_count() or 1
+    if workers < 2 or len(replies) < PARALLEL_MIN_REPLIES:
+        return _lexical_chunk(references, replies, wanted)
+    # Chunks sorted by reference keep a reference's analysis in one worker's cache.
+    order = sorted(range(len(replies)), key=references.__getitem__)
+    size = -(-len(order) // (workers * 4))
+    chunks = [order[k:k + size] for k in range(0, len(order), size)]
+    values: dict[str, list[float | None]] = {m: [None] * len(replies) for m in wanted}
+    with _process_pool(workers) as pool:
+        futures = [pool.submit(_lexical_chunk, [references[i] for i in chunk], [replies[i] for i in chunk],
+                               wanted) for chunk in chunks]
+        for chunk, future in zip(chunks, futures):
+            part = future.result()
+            for m in wanted:
+                column = values[m]
+                for i, value in zip(chunk, part[m]):
+                    column[i] = value
+    return values
+
+
+def _process_pool(workers: int):
+    import concurrent.futures
+    import multiprocessing
+
+    # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
+    return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
