@@ -4,18 +4,22 @@ they differ most."""
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
 import streamlit as st
 
-from persobench import app_support as sup
+from persobench.app.boards import available_profiles, comparison_table, paired_sample_values, results_frame
+from persobench.app.charts import win_tie_loss_figure
+from persobench.app.cache import current_state
+from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
+from persobench.app.loaders import dialogue_data, runs_table
+from persobench.app.text import md_escape, status_badge
 
-sup.page_setup()
+page_setup()
 st.title("Compare two models")
 
-home, sig = sup.current_state()
-profiles = sup.load_or_stop(sup.available_profiles, home, sig)
-if sup.runs_table(home, sig).empty:
-    sup.empty_store_notice()
+home, sig = current_state()
+profiles = load_or_stop(available_profiles, home, sig)
+if runs_table(home, sig).empty:
+    empty_store_notice()
     st.stop()
 if not profiles:
     st.info("No scored runs yet: score them with `python -m persobench score --profile offline`.")
@@ -27,7 +31,7 @@ f = st.columns([2, 1, 1])
 profile = f[1].selectbox("Profile", profiles, key="cmp_profile")
 invalid = f[2].selectbox("Invalid replies", ["worst", "exclude"], key="cmp_invalid",
                          format_func={"worst": "scored worst (paper)", "exclude": "excluded"}.get)
-results = sup.load_or_stop(sup.results_frame, home, sig, profile)
+results = load_or_stop(results_frame, home, sig, profile)
 runs = results.drop_duplicates("run_id")[["run_id", "dataset", "mode", "model"]]
 datasets = sorted(runs["dataset"].unique())
 dataset = f[0].selectbox("Dataset", datasets, index=datasets.index("sample") if "sample" in datasets else 0,
@@ -48,7 +52,7 @@ run_b = c2.selectbox("Model B", others, format_func=labels.get, key=f"cmp_b_{dat
 
 present = set(results.loc[results["run_id"].isin([run_a, run_b]), "metric"])
 metrics = tuple(m for m in METRICS if m in present and m != "instructability") + ("failure_ratio",)
-table, skipped = sup.comparison_table(home, sig, profile, run_a, run_b, invalid, metrics)
+table, skipped = comparison_table(home, sig, profile, run_a, run_b, invalid, metrics)
 st.subheader("Paired differences (A − B)")
 if table.empty:
     st.warning("These two runs share no sample with values; nothing to compare.")
@@ -59,24 +63,18 @@ st.dataframe(
                    ("mean A", "mean B", "A - B", "CI low", "CI high")}
     | {c: st.column_config.NumberColumn(format="%.3g") for c in ("t-test p", "Wilcoxon p", "bootstrap p")},
 )
-st.caption(f"A = {sup.md_escape(labels[run_a])}; B = {sup.md_escape(labels[run_b])}. Samples both runs answered "
+st.caption(f"A = {md_escape(labels[run_a])}; B = {md_escape(labels[run_b])}. Samples both runs answered "
            f"(n); 95% paired bootstrap CI of the mean difference; wins count samples where A is better in the "
            "metric's direction. Invalid replies "
            + ("get the worst value." if invalid == "worst" else "are left out (pairs need both valid)."))
 for metric, why in skipped:
-    st.caption(f"{sup.md_escape(metric)} skipped: {sup.md_escape(why, max_chars=200)}")
+    st.caption(f"{md_escape(metric)} skipped: {md_escape(why, max_chars=200)}")
 
-figure = go.Figure()
-for column, colour in (("A wins", "#2e7d32"), ("ties", "#9e9e9e"), ("B wins", "#c62828")):
-    figure.add_trace(go.Bar(y=table["metric"], x=table[column], name=column, orientation="h",
-                            marker_color=colour))
-figure.update_layout(barmode="stack", height=max(260, 24 * len(table) + 80), margin={"t": 30},
-                     title="Win / tie / loss per sample")
-st.plotly_chart(figure, width="stretch", key="cmp_wtl")
+st.plotly_chart(win_tie_loss_figure(table), width="stretch", key="cmp_wtl")
 
 st.subheader("Dialogues where they differ most")
 metric = st.selectbox("Metric", list(table["metric"]), key="cmp_metric")
-pairs = sup.paired_sample_values(home, sig, profile, run_a, run_b, metric, invalid)
+pairs = paired_sample_values(home, sig, profile, run_a, run_b, metric, invalid)
 if pairs.empty:
     st.info("No per-sample values for this metric.")
     st.stop()
@@ -87,15 +85,15 @@ row = top.iloc[picked.selection.rows[0] if picked and picked.selection.rows else
 sample_id = str(row["sample_id"])
 st.page_link("pages/explore.py", label=f"Open {sample_id} in Explore", icon=":material/forum:",
              query_params={"dataset": dataset, "sample": sample_id})
-replies = sup.dialogue_data(home, sig, dataset, profile)["replies"]
+replies = dialogue_data(home, sig, dataset, profile)["replies"]
 left, right = st.columns(2)
 for column, run_id, name in ((left, run_a, "A"), (right, run_b, "B")):
     with column, st.container(border=True):
-        st.markdown(f"**{name}: {sup.md_escape(labels[run_id])}** · {metric} = {row[name]:.3f}")
+        st.markdown(f"**{name}: {md_escape(labels[run_id])}** · {metric} = {row[name]:.3f}")
         reply = replies[(replies["run_id"] == run_id) & (replies["sample_id"].astype(str) == sample_id)]
         if reply.empty:
             st.caption("No reply stored.")
         else:
             r = reply.iloc[0]
-            st.markdown(sup.status_badge(r["status"]))
+            st.markdown(status_badge(r["status"]))
             st.text(r["response"] if r["status"] == "ok" and isinstance(r["response"], str) else "(no valid reply)")

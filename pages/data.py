@@ -7,15 +7,20 @@ import os
 
 import streamlit as st
 
-from persobench import app_support as sup
+from persobench.app.cache import current_home, current_state
+from persobench.app.chrome import empty_store_notice, page_setup
+from persobench.app.loaders import dataset_samples, dataset_table, import_preview, runs_table, store_problems
+from persobench.app.text import md_escape
+from persobench.app.widgets import job_card, show_sample
+from persobench.jobs import import_steps, JobManager
 
-sup.page_setup()
+page_setup()
 st.title("Data")
 
 tab_datasets, tab_runs, tab_import = st.tabs(["Datasets", "Runs in the store", "Import published results"])
 
 with tab_datasets:
-    table = sup.dataset_table()
+    table = dataset_table()
     st.dataframe(table, hide_index=True, width="stretch", height=36 * (len(table) + 1) + 3,
                  column_config={"samples": st.column_config.NumberColumn("samples", format="%d"),
                                 "description": st.column_config.TextColumn(width="large")})
@@ -28,23 +33,23 @@ with tab_datasets:
         name = c1.selectbox("Examples from", loadable, key="data_examples_dataset",
                             index=loadable.index("sample") if "sample" in loadable else 0)
         count = c2.number_input("How many", min_value=1, max_value=10, value=2, key="data_examples_n")
-        samples = list(sup.dataset_samples(name).values())
+        samples = list(dataset_samples(name).values())
         for sample in samples[: int(count)]:
             with st.container(border=True):
-                sup.show_sample(sample)
+                show_sample(sample)
 
 with tab_runs:
-    home, sig = sup.current_state()
-    runs = sup.runs_table(home, sig)
+    home, sig = current_state()
+    runs = runs_table(home, sig)
     if runs.empty:
-        sup.empty_store_notice()
+        empty_store_notice()
     else:
         st.dataframe(runs.drop(columns=["has_generations"]), hide_index=True, width="stretch",
                      column_config={"has_scores": st.column_config.CheckboxColumn("scored"),
                                     "baseline": st.column_config.CheckboxColumn("baseline")})
-        st.caption(f"{len(runs)} runs in {sup.md_escape(home)}. Export one: "
+        st.caption(f"{len(runs)} runs in {md_escape(home)}. Export one: "
                    "`python -m persobench export RUN --format csv`.")
-    problems = sup.store_problems(home, sig)
+    problems = store_problems(home, sig)
     if problems:
         st.warning(f"{len(problems)} run folder(s) could not be read:")
         for path, reason in problems:
@@ -60,9 +65,9 @@ with tab_import:
     folder = st.text_input("Folder", value=default, key="data_import_folder",
                            placeholder="/path/to/PersoBench (a checkout of the paper's repository)")
     if folder.strip():
-        preview, problem = sup.import_preview(folder.strip())
+        preview, problem = import_preview(folder.strip())
         if problem:
-            st.warning(sup.md_escape(problem))
+            st.warning(md_escape(problem))
         else:
             st.caption(f"{len(preview)} response files: "
                        f"{preview['dataset'].nunique()} datasets, {preview['model'].nunique()} models.")
@@ -74,24 +79,14 @@ with tab_import:
                              "none": "do not score"}.get,
             )
             if st.button("Import in the background", type="primary", key="data_import_go"):
-                job_id, started = sup.JobManager(home).launch(f"import {folder.strip()}",
-                                                               sup.import_steps(folder.strip(), score=score))
+                job_id, started = JobManager(home).launch(f"import {folder.strip()}",
+                                                               import_steps(folder.strip(), score=score))
                 st.toast("Import started." if started else "This import is already running.")
 
     @st.fragment(run_every=2.0)
     def import_jobs() -> None:
-        manager = sup.JobManager(sup.current_home())
-        imports = [j for j in manager.jobs() if j.steps and j.steps[0].kind == "import"]
-        for job in imports[:5]:
-            with st.container(border=True):
-                st.markdown(f"**{sup.md_escape(job.title)}** · {sup.md_escape(job.state)}")
-                step = job.steps[min(job.step_index, len(job.steps) - 1)]
-                if job.active:
-                    st.caption(f"Running: {sup.md_escape(step.label)}")
-                if job.message and job.state != "completed":
-                    st.caption(sup.md_escape(job.message))
-                if job.log_tail:
-                    with st.expander("Log (last lines)"):
-                        st.code(job.log_tail, language=None)
+        manager = JobManager(current_home())
+        for job in [j for j in manager.jobs() if j.steps and j.steps[0].kind == "import"][:5]:
+            job_card(manager, job)
 
     import_jobs()

@@ -1,7 +1,7 @@
 """Explore: one dialogue at a time: personas, context, reference and every model's reply with scores.
 
 Direct link: ``/explore?dataset=NAME&sample=SAMPLE_ID``. All dialogue text is untrusted and shown
-with ``st.text`` or escaped Markdown (``app_support.md_escape``).
+with ``st.text`` or escaped Markdown (``persobench.app.text.md_escape``).
 """
 
 from __future__ import annotations
@@ -9,17 +9,21 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from persobench import app_support as sup
+from persobench.app.cache import current_state
+from persobench.app.chrome import empty_store_notice, page_setup
+from persobench.app.dialogues import coverage_threshold, persona_marks
+from persobench.app.loaders import dataset_error, dataset_samples, dialogue_data, profiles_in_store, runs_table
+from persobench.app.text import md_escape, status_badge
 
-sup.page_setup()
+page_setup()
 
 st.title("Explore dialogues")
 
-home, sig = sup.current_state()
-runs = sup.runs_table(home, sig)
+home, sig = current_state()
+runs = runs_table(home, sig)
 runs = runs[runs["has_generations"]]
 if runs.empty:
-    sup.empty_store_notice()
+    empty_store_notice()
     st.stop()
 
 params = st.query_params
@@ -30,7 +34,7 @@ if wanted_dataset not in datasets and wanted_sample:
     prefix = str(wanted_sample).rsplit(":", 1)[0]
     wanted_dataset = prefix if prefix in datasets else None
 
-profiles = sup.profiles_in_store(home, sig)
+profiles = profiles_in_store(home, sig)
 
 top = st.columns([2, 2, 3, 2])
 default_dataset = wanted_dataset if wanted_dataset in datasets else ("sample" if "sample" in datasets else datasets[0])
@@ -41,7 +45,7 @@ profile = None if profile == "(none)" else profile
 query = top[2].text_input("Search text", key="explore_query",
                           help="Case-insensitive search in personas, context, reference and replies.")
 
-data = sup.dialogue_data(home, sig, dataset, profile)
+data = dialogue_data(home, sig, dataset, profile)
 replies: pd.DataFrame = data["replies"]
 scores: pd.DataFrame = data["scores"]
 
@@ -110,7 +114,7 @@ nav[2].button("Next ▶", disabled=position == len(ids) - 1, on_click=go_to,
               args=(ids[min(position + 1, len(ids) - 1)],), key="explore_next", width="stretch")
 if st.session_state.get("explore_pick") != current:
     st.session_state["explore_pick"] = current
-samples = sup.dataset_samples(dataset)
+samples = dataset_samples(dataset)
 
 
 def describe(sample_id: str) -> str:
@@ -125,14 +129,14 @@ nav[1].selectbox(f"Dialogue ({position + 1} of {len(ids)} matching)", ids, key="
                  on_change=on_pick, format_func=describe)
 
 sample = samples.get(current)
-st.subheader(f"Dialogue {sup.md_escape(current)}")
+st.subheader(f"Dialogue {md_escape(current)}")
 if sample is None:
-    reason = sup.dataset_error(dataset)
+    reason = dataset_error(dataset)
     st.warning("The dataset's source is not available here, so personas and context cannot be shown"
-               + (f": {sup.md_escape(reason)}" if reason else "."))
+               + (f": {md_escape(reason)}" if reason else "."))
 else:
     topic = (sample.metadata or {}).get("topic")
-    st.caption(f"Responder: {sup.md_escape(sample.responder)}" + (f" · topic: {sup.md_escape(topic)}" if topic else ""))
+    st.caption(f"Responder: {md_escape(sample.responder)}" + (f" · topic: {md_escape(topic)}" if topic else ""))
 
 current_replies = shown[shown["sample_id"].astype(str) == current].sort_values(["model", "mode"])
 labels = [f"{r.model} · {r.mode}" for r in current_replies.itertuples()]
@@ -153,8 +157,8 @@ with left:
             marks = details[(details["run_id"] == run_id) & (details["sample_id"].astype(str) == current)]
         for persona in sample.personas:
             role = " (responder)" if persona.speaker == sample.responder else ""
-            st.markdown(f"**{sup.md_escape(persona.speaker)}**{role}")
-            st.dataframe(sup.persona_marks(persona, marks), hide_index=True, width="stretch",
+            st.markdown(f"**{md_escape(persona.speaker)}**{role}")
+            st.dataframe(persona_marks(persona, marks), hide_index=True, width="stretch",
                          column_config={"sentence": st.column_config.TextColumn(width="medium"),
                                         "mark": st.column_config.TextColumn(width="small"),
                                         "similarity": st.column_config.NumberColumn(format="%.2f", width="small")})
@@ -163,7 +167,7 @@ with left:
                        "persona details (`python -m persobench score`).")
         elif mark_by and not ("nli_label" in marks.columns and marks["nli_label"].notna().any()):
             st.caption(f"Without an NLI model (offline profile), a sentence counts as used when its embedding "
-                       f"similarity to the reply is at least {sup.coverage_threshold():.2f}; contradictions need "
+                       f"similarity to the reply is at least {coverage_threshold():.2f}; contradictions need "
                        "the standard profile.")
 with right:
     st.markdown("#### Context")
@@ -173,9 +177,9 @@ with right:
         for turn in sample.context:
             avatar = ":material/person:" if turn.speaker == sample.responder else ":material/person_outline:"
             with st.chat_message("user", avatar=avatar):
-                st.markdown(f"**{sup.md_escape(turn.speaker)}**")
+                st.markdown(f"**{md_escape(turn.speaker)}**")
                 st.text(turn.text)
-        st.markdown(f"#### Reference reply ({sup.md_escape(sample.responder)})")
+        st.markdown(f"#### Reference reply ({md_escape(sample.responder)})")
         st.text(sample.reference)
 
 st.markdown("#### Replies")
@@ -190,12 +194,12 @@ elif profile is None:
     st.caption("No scores yet: run `python -m persobench score --profile offline`.")
 for reply in current_replies.itertuples():
     with st.container(border=True):
-        st.markdown(f"**{sup.md_escape(reply.model)}** · {sup.md_escape(reply.mode)} · "
-                    f"status: {sup.status_badge(reply.status)}")
+        st.markdown(f"**{md_escape(reply.model)}** · {md_escape(reply.mode)} · "
+                    f"status: {status_badge(reply.status)}")
         if reply.status == "ok" and isinstance(reply.response, str):
             st.text(reply.response)
         else:
-            st.caption("No valid reply" + (": " + sup.md_escape(reply.error, max_chars=300) if reply.error else "."))
+            st.caption("No valid reply" + (": " + md_escape(reply.error, max_chars=300) if reply.error else "."))
         if isinstance(reply.reasoning, str) and reply.reasoning:
             with st.expander("Reasoning"):
                 st.text(reply.reasoning)

@@ -3,18 +3,23 @@ and the prompt that produced it (all shown as plain text)."""
 
 from __future__ import annotations
 
-import plotly.express as px
 import streamlit as st
 
-from persobench import app_support as sup
+from persobench.app.charts import failure_bars_figure
+from persobench.app.cache import current_state
+from persobench.app.chrome import empty_store_notice, page_setup
+from persobench.app.dialogues import prompt_text
+from persobench.app.loaders import failed_replies, FAILURE_STATUSES, status_counts
+from persobench.app.text import md_escape, natural_key, status_badge
+from persobench.secrets import redact
 
-sup.page_setup()
+page_setup()
 st.title("Failures")
 
-home, sig = sup.current_state()
-counts = sup.status_counts(home, sig)
+home, sig = current_state()
+counts = status_counts(home, sig)
 if counts.empty:
-    sup.empty_store_notice()
+    empty_store_notice()
     st.stop()
 
 f1, f2, f3 = st.columns(3)
@@ -34,14 +39,14 @@ if view.empty:
 
 summary = view.pivot_table(index=["dataset", "model", "mode"], columns="status", values="count", aggfunc="sum",
                            fill_value=0)
-for status in ("ok", *sup.FAILURE_STATUSES):
+for status in ("ok", *FAILURE_STATUSES):
     if status not in summary.columns:
         summary[status] = 0
 summary["total"] = summary.sum(axis=1)
 summary["failed"] = summary["total"] - summary["ok"]
 summary["failure ratio"] = summary["failed"] / summary["total"].where(summary["total"] > 0)
-extra = [c for c in summary.columns if c not in ("ok", *sup.FAILURE_STATUSES, "total", "failed", "failure ratio")]
-summary = summary[["total", "ok", "failed", "failure ratio", *sup.FAILURE_STATUSES, *extra]].reset_index()
+extra = [c for c in summary.columns if c not in ("ok", *FAILURE_STATUSES, "total", "failed", "failure ratio")]
+summary = summary[["total", "ok", "failed", "failure ratio", *FAILURE_STATUSES, *extra]].reset_index()
 st.subheader("Reply statuses per model")
 st.dataframe(summary, hide_index=True, width="stretch",
              column_config={"failure ratio": st.column_config.ProgressColumn(
@@ -51,18 +56,13 @@ failed_counts = view[view["status"] != "ok"]
 if failed_counts.empty:
     st.success("Every reply in this selection parsed as valid JSON with a response.")
     st.stop()
-chart = failed_counts.groupby(["model", "mode", "status"], as_index=False)["count"].sum()
-chart["model"] = chart["model"].map(sup.plot_escape)
-figure = px.bar(chart, x="model", y="count", color="status", facet_col="mode", barmode="stack",
-                title="Invalid replies by status", height=360)
-figure.update_layout(margin={"t": 60, "b": 10}, legend_title_text="status")
-st.plotly_chart(figure, width="stretch", key="fail_chart")
+st.plotly_chart(failure_bars_figure(failed_counts), width="stretch", key="fail_chart")
 
 st.subheader("Inspect invalid replies")
 run_ids = tuple(sorted(view["run_id"].unique()))
-failures = sup.failed_replies(home, sig, run_ids)
+failures = failed_replies(home, sig, run_ids)
 g1, g2 = st.columns(2)
-statuses = [s for s in (*sup.FAILURE_STATUSES, *sorted(set(failures["status"]) - set(sup.FAILURE_STATUSES)))
+statuses = [s for s in (*FAILURE_STATUSES, *sorted(set(failures["status"]) - set(FAILURE_STATUSES)))
             if s in set(failures["status"])]
 status = g1.selectbox("Status", statuses, format_func=lambda s: f"{s} ({(failures['status'] == s).sum()})",
                       key="fail_status")
@@ -70,8 +70,8 @@ of_status = failures[failures["status"] == status]
 labels = sorted({f"{m} · {mode}" for m, mode in zip(of_status["model"], of_status["mode"])})
 label = g2.selectbox("Model", labels, key="fail_model")
 rows = of_status[[f"{m} · {mode}" == label for m, mode in zip(of_status["model"], of_status["mode"])]]
-rows = rows.sort_values("sample_id", key=lambda c: c.map(sup.natural_key)).reset_index(drop=True)
-st.caption(f"{len(rows)} {sup.md_escape(status)} repl{'y' if len(rows) == 1 else 'ies'}. Select a row to see "
+rows = rows.sort_values("sample_id", key=lambda c: c.map(natural_key)).reset_index(drop=True)
+st.caption(f"{len(rows)} {md_escape(status)} repl{'y' if len(rows) == 1 else 'ies'}. Select a row to see "
            "its raw output and prompt.")
 selection = st.dataframe(rows[["dataset", "sample_id", "error", "finish_reason"]], hide_index=True, width="stretch",
                          on_select="rerun", selection_mode="single-row", key=f"fail_table_{status}_{label}",
@@ -81,20 +81,20 @@ if rows.empty:
     st.stop()
 row = rows.iloc[min(picked, len(rows) - 1)]
 with st.container(border=True):
-    st.markdown(f"**{sup.md_escape(row['sample_id'])}** · {sup.md_escape(row['model'])} · "
-                f"{sup.md_escape(row['mode'])} · {sup.status_badge(row['status'])}")
+    st.markdown(f"**{md_escape(row['sample_id'])}** · {md_escape(row['model'])} · "
+                f"{md_escape(row['mode'])} · {status_badge(row['status'])}")
     st.page_link("pages/explore.py", label="Open this dialogue in Explore", icon=":material/forum:",
                  query_params={"dataset": str(row["dataset"]), "sample": str(row["sample_id"])})
     st.markdown("**Parse error**")
-    st.text(sup.redact(row["error"]) if isinstance(row["error"], str) and row["error"] else "(none recorded)")
+    st.text(redact(row["error"]) if isinstance(row["error"], str) and row["error"] else "(none recorded)")
     if isinstance(row["finish_reason"], str) and row["finish_reason"]:
-        st.caption(f"Finish reason: {sup.md_escape(row['finish_reason'])}")
+        st.caption(f"Finish reason: {md_escape(row['finish_reason'])}")
     st.markdown("**Raw output**")
     raw = row["raw_text"]
     st.code(raw if isinstance(raw, str) and raw else "(empty)", language=None, wrap_lines=True)
     st.markdown("**Prompt**")
-    prompt, note = sup.prompt_text(row["prompt"], str(row["dataset"]), str(row["sample_id"]), str(row["mode"]))
+    prompt, note = prompt_text(row["prompt"], str(row["dataset"]), str(row["sample_id"]), str(row["mode"]))
     if note:
-        st.caption(sup.md_escape(note))
+        st.caption(md_escape(note))
     if prompt:
         st.code(prompt, language=None, wrap_lines=True)

@@ -7,20 +7,24 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-import plotly.express as px
-import plotly.graph_objects as go
 import streamlit as st
 
-from persobench import app_support as sup
+from persobench.aggregate import rank_with_ties
+from persobench.app.charts import distribution_figure, metric_bars_figure, modes_figure, radar_figure
+from persobench.app.boards import available_profiles, board_for, overall_with_ci, sample_values
+from persobench.app.cache import current_state
+from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
+from persobench.app.loaders import runs_table
+from persobench.app.text import cell_text, md_escape, model_kind
 
-sup.page_setup()
+page_setup()
 st.title("Leaderboard")
 
-home, sig = sup.current_state()
-runs = sup.runs_table(home, sig)
-profiles = sup.load_or_stop(sup.available_profiles, home, sig)
+home, sig = current_state()
+runs = runs_table(home, sig)
+profiles = load_or_stop(available_profiles, home, sig)
 if runs.empty:
-    sup.empty_store_notice()
+    empty_store_notice()
     st.stop()
 if not profiles:
     st.info("The store has runs but none is scored yet. Score them with "
@@ -46,11 +50,11 @@ invalid = f[3].selectbox("Invalid replies", ["worst", "exclude"], key="lb_invali
                          help="The paper scores an invalid reply with the metric's worst value (0, or -1 for "
                               "c_score). 'excluded' averages valid replies only.")
 
-board_all = sup.load_or_stop(sup.board_for, home, sig, profile, dataset, invalid)
+board_all = load_or_stop(board_for, home, sig, profile, dataset, invalid)
 if board_all.empty:
-    st.info(f"No completed run of {sup.md_escape(dataset)} has scores in the {sup.md_escape(profile)} profile yet.")
+    st.info(f"No completed run of {md_escape(dataset)} has scores in the {md_escape(profile)} profile yet.")
     st.stop()
-overall_all = sup.load_or_stop(sup.overall_with_ci, home, sig, profile, dataset, invalid)
+overall_all = load_or_stop(overall_with_ci, home, sig, profile, dataset, invalid)
 models_here = sorted(board_all.loc[board_all["mode"] == mode, "model"].unique())
 chosen = st.multiselect("Models", models_here, default=models_here, key=f"lb_models_{dataset}_{mode}")
 board = board_all[(board_all["mode"] == mode) & board_all["model"].isin(chosen)]
@@ -77,7 +81,7 @@ rank_by = st.selectbox("Rank by", rank_choices, index=rank_choices.index(default
 
 # ---- ranking table -----------------------------------------------------------------------------
 summary = pd.DataFrame({"model": chosen})
-summary["kind"] = summary["model"].map(sup.model_kind)
+summary["kind"] = summary["model"].map(model_kind)
 ov = overall.set_index("model")
 for column in ("overall", "overall_paper", "overall_ci_low", "overall_ci_high",
                "overall_paper_ci_low", "overall_paper_ci_high"):
@@ -98,10 +102,10 @@ else:
     summary["_hi"] = summary["model"].map(means["ci_high"])
     higher = METRICS[rank_by].higher_is_better if rank_by in METRICS else True
     summary[rank_by] = summary["_v"]
-    summary[f"{rank_by} 95% CI"] = [sup.cell_text(v, None, lo, hi) for v, lo, hi in
+    summary[f"{rank_by} 95% CI"] = [cell_text(v, None, lo, hi) for v, lo, hi in
                                     zip(summary["_v"], summary["_lo"], summary["_hi"])]
-ranked = sup.rank_with_ties(summary, "_v", "_lo", "_hi", higher_is_better=higher)
-ranked["overall 95% CI"] = [sup.cell_text(v, None, lo, hi, digits=2) for v, lo, hi in
+ranked = rank_with_ties(summary, "_v", "_lo", "_hi", higher_is_better=higher)
+ranked["overall 95% CI"] = [cell_text(v, None, lo, hi, digits=2) for v, lo, hi in
                             zip(ranked["overall"], ranked["overall_ci_low"], ranked["overall_ci_high"])]
 columns = ["rank", "model", "kind"]
 if rank_by not in ("overall", "overall_paper"):
@@ -129,16 +133,16 @@ st.dataframe(
 if not has_overall:
     lacking = [m for m in OVERALL_COMPONENTS if m not in set(available["metric"])]
     st.info("No overall score: it averages " + ", ".join(OVERALL_COMPONENTS) + " and the "
-            f"{sup.md_escape(profile)} profile has no number for " + sup.md_escape(", ".join(lacking))
+            f"{md_escape(profile)} profile has no number for " + md_escape(", ".join(lacking))
             + " (they need NLI and UniEval models; see below). Ranked by "
-            f"{sup.md_escape(rank_by)} instead; score with `--profile standard` for the paper's overall score.")
+            f"{md_escape(rank_by)} instead; score with `--profile standard` for the paper's overall score.")
 no_valid = [m for m in chosen if summary.set_index("model").loc[m, "failure_ratio"] == 1.0]
 if no_valid:
-    st.warning(", ".join(sup.md_escape(m) for m in no_valid) + " produced no valid reply (every reply failed to "
+    st.warning(", ".join(md_escape(m) for m in no_valid) + " produced no valid reply (every reply failed to "
                "parse): " + ("every metric takes its worst value" if invalid == "worst" else
                              "with invalid replies excluded there is nothing left to average (n/a)")
                + ". See **Failures** for why.")
-st.caption(f"Profile {sup.md_escape(profile)}; invalid replies "
+st.caption(f"Profile {md_escape(profile)}; invalid replies "
            f"{'scored with the worst value (paper)' if invalid == 'worst' else 'excluded'}; mean ± population "
            "std and 95% bootstrap CI over samples (Wilson interval for the failure ratio). Baselines are not "
            "models: reference = the gold reply (ceiling), persona-echo = a persona sentence (floor).")
@@ -149,23 +153,23 @@ with st.expander("All metrics: mean ± std [95% CI]", expanded=True):
     wide = pd.DataFrame({"model": ranked["model"]})
     for metric in metric_order:
         means = metric_means(metric)
-        wide[metric] = [sup.cell_text(*(means.loc[m, ["mean", "std", "ci_low", "ci_high"]] if m in means.index
+        wide[metric] = [cell_text(*(means.loc[m, ["mean", "std", "ci_low", "ci_high"]] if m in means.index
                                         else (math.nan,) * 4)) for m in wide["model"]]
     wide["n"] = wide["model"].map(n_map)
     st.dataframe(wide, hide_index=True, width="stretch")
     degraded = board[board["status"] == "degraded"].drop_duplicates("metric")
     for row in degraded.itertuples():
-        st.caption(f"{sup.md_escape(row.metric)} is degraded: {sup.md_escape(row.reason, max_chars=300)}")
+        st.caption(f"{md_escape(row.metric)} is degraded: {md_escape(row.reason, max_chars=300)}")
     mixed = available.groupby("metric")["model_id"].agg(lambda ids: len({i for i in ids if i}))
     for metric in mixed[mixed > 1].index:
-        st.warning(f"{sup.md_escape(metric)} was computed with different models across these runs; "
+        st.warning(f"{md_escape(metric)} was computed with different models across these runs; "
                    "its numbers are not comparable.")
 if not unavailable.empty:
     by_reason: dict[str, list[str]] = {}
     for r in unavailable.itertuples():
         by_reason.setdefault(r.reason or "no model for it in this profile", []).append(r.metric)
     st.info("Unavailable in this profile (no number is shown rather than a fake one):  \n"
-            + "  \n".join(f"**{sup.md_escape(', '.join(metrics))}**: {sup.md_escape(reason, max_chars=300)}"
+            + "  \n".join(f"**{md_escape(', '.join(metrics))}**: {md_escape(reason, max_chars=300)}"
                            for reason, metrics in by_reason.items()))
 
 # ---- charts ------------------------------------------------------------------------------------
@@ -183,13 +187,7 @@ with tab_radar:
                 f"{', '.join(aspects) or 'none'}. Missing: "
                 + ", ".join(f"{a} ({RADAR_ASPECTS[a]})" for a in missing) + ".")
     else:
-        figure = go.Figure()
-        for row in radar.itertuples():
-            values = [getattr(row, a) for a in aspects]
-            figure.add_trace(go.Scatterpolar(r=values + values[:1], theta=aspects + aspects[:1], fill="toself",
-                                             name=sup.plot_escape(row.model)))
-        figure.update_layout(polar={"radialaxis": {"range": [0, 1]}}, height=480, margin={"t": 30})
-        st.plotly_chart(figure, width="stretch", key="lb_radar")
+        st.plotly_chart(radar_figure(radar, aspects), width="stretch", key="lb_radar")
         st.caption("Each aspect's mean mapped onto [0, 1] by the metric's range: "
                    + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
                    + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
@@ -200,34 +198,22 @@ with tab_bars:
     if bars.empty:
         st.info("No response time, failure ratio or engagingness numbers for these runs.")
     else:
-        bars = bars.assign(model=bars["model"].map(sup.plot_escape),
-                           err_plus=(bars["ci_high"] - bars["mean"]).clip(lower=0),
-                           err_minus=(bars["mean"] - bars["ci_low"]).clip(lower=0))
-        figure = px.bar(bars, x="model", y="mean", color="model", facet_col="metric", error_y="err_plus",
-                        error_y_minus="err_minus", height=380,
-                        category_orders={"metric": [m for m in wanted if m in set(bars["metric"])]})
-        figure.update_yaxes(matches=None, showticklabels=True)
-        figure.update_layout(showlegend=False, margin={"t": 40})
-        st.plotly_chart(figure, width="stretch", key="lb_bars")
+        st.plotly_chart(metric_bars_figure(bars, wanted), width="stretch", key="lb_bars")
     if "unieval_engagingness" not in set(bars["metric"]):
         reason = unavailable.set_index("metric")["reason"].get("unieval_engagingness", "not scored in this profile")
-        st.caption(f"Engagingness: unavailable ({sup.md_escape(reason, max_chars=300)}).")
+        st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
 
 with tab_dist:
     d1, d2 = st.columns([2, 1])
     dist_metric = d1.selectbox("Metric", [m for m in metric_order if METRICS[m].level == "sample"
                                           or m == "response_time"], key="lb_dist_metric")
     shape = d2.radio("Shape", ["box", "violin"], horizontal=True, key="lb_dist_shape")
-    values = sup.sample_values(home, sig, profile, dataset, mode, dist_metric, invalid)
+    values = sample_values(home, sig, profile, dataset, mode, dist_metric, invalid)
     values = values[values["model"].isin(chosen)]
     if values.empty:
         st.info("No per-sample values for this metric.")
     else:
-        values = values.assign(model=values["model"].map(sup.plot_escape))
-        plot = px.violin if shape == "violin" else px.box
-        figure = plot(values, x="model", y="value", color="model", points="outliers", height=420)
-        figure.update_layout(showlegend=False, margin={"t": 30})
-        st.plotly_chart(figure, width="stretch", key="lb_dist")
+        st.plotly_chart(distribution_figure(values, shape), width="stretch", key="lb_dist")
 
 with tab_modes:
     both = board_all[board_all["model"].isin(chosen)]
@@ -242,10 +228,7 @@ with tab_modes:
             pick["cot - vanilla"] = pick["cot"] - pick["vanilla"]
         st.dataframe(pick.reset_index(), hide_index=True, width="stretch")
         long = both[both["metric"] == mode_metric][["model", "mode", "mean"]]
-        long = long.assign(model=long["model"].map(sup.plot_escape))
-        figure = px.bar(long, x="model", y="mean", color="mode", barmode="group", height=380)
-        figure.update_layout(margin={"t": 30})
-        st.plotly_chart(figure, width="stretch", key="lb_modes")
+        st.plotly_chart(modes_figure(long), width="stretch", key="lb_modes")
 
 # ---- export ------------------------------------------------------------------------------------
 st.subheader("Export")

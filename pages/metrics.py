@@ -5,9 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from persobench import app_support as sup
+from persobench.app.boards import metric_provenance, profile_slots, unavailable_metrics
+from persobench.app.cache import current_state
+from persobench.app.chrome import page_setup
+from persobench.app.text import md_escape
 
-sup.page_setup()
+page_setup()
 st.title("Metrics")
 
 from persobench.metrics import METRICS  # noqa: E402
@@ -38,8 +41,8 @@ st.dataframe(table, hide_index=True, width="stretch", height=36 * (len(table) + 
              column_config={"what it says": st.column_config.TextColumn(width="large")})
 
 st.subheader("Backends that produced the stored numbers")
-home, sig = sup.current_state()
-provenance = sup.metric_provenance(home, sig)
+home, sig = current_state()
+provenance = metric_provenance(home, sig)
 if provenance.empty:
     st.info("No scored runs in the store yet. Score runs with `python -m persobench score --profile offline` "
             "(packaged models, no network) or `--profile standard` (the paper's models from the hub).")
@@ -53,15 +56,15 @@ else:
     st.dataframe(mine, hide_index=True, width="stretch",
                  column_config={"runs": st.column_config.NumberColumn("runs", help="Runs scored with this backend"),
                                 "reason": st.column_config.TextColumn(width="large")})
-    unavailable = sup.unavailable_metrics(provenance, profile)
+    unavailable = unavailable_metrics(provenance, profile)
     if unavailable:
-        st.warning(f"{len(unavailable)} metric(s) have no number under the {sup.md_escape(profile)} profile: "
-                   + ", ".join(sup.md_escape(m) for m in unavailable)
+        st.warning(f"{len(unavailable)} metric(s) have no number under the {md_escape(profile)} profile: "
+                   + ", ".join(md_escape(m) for m in unavailable)
                    + ". The reason column says which model they need; the standard profile downloads it.")
     mixed = mine.groupby("metric")["model_id"].nunique()
     if (mixed > 1).any():
         st.warning("Some metrics were computed with different models in different runs: "
-                   + ", ".join(sup.md_escape(m) for m in mixed[mixed > 1].index)
+                   + ", ".join(md_escape(m) for m in mixed[mixed > 1].index)
                    + ". Their leaderboard numbers are not comparable across those runs.")
 
 st.subheader("Profiles")
@@ -69,6 +72,6 @@ cols = st.columns(2)
 for column, name in zip(cols, ("offline", "standard")):
     with column:
         st.markdown(f"**{name}**")
-        st.dataframe(sup.profile_slots(name), hide_index=True, width="stretch")
+        st.dataframe(profile_slots(name), hide_index=True, width="stretch")
 st.caption("Override any slot's model with a hub id or a local path: "
            "`python -m persobench score --profile standard --model nli=/models/my-nli`.")

@@ -1,7 +1,7 @@
 """New run: choose datasets, models, modes, a sample limit and the metric profile; launch in the
 background; follow progress; cancel; resume.
 
-The run executes in a separate, detached process (``persobench.app_support.JobManager``): reruns of
+The run executes in a separate, detached process (``persobench.jobs.JobManager``): reruns of
 this page, closing the tab or a second click neither stop it nor start it twice. API keys are read
 from the app's environment by that process; this page never asks for, stores or shows one.
 """
@@ -11,19 +11,23 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from persobench import app_support as sup
+from persobench.app.cache import current_home
+from persobench.app.chrome import app_environment, page_setup
+from persobench.app.text import md_escape
+from persobench.app.widgets import job_card
+from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
 
-sup.page_setup()
+page_setup()
 st.title("New run")
 
-home = sup.current_home()
-jobs = sup.JobManager(home)
+home = current_home()
+jobs = JobManager(home)
 
 from persobench.datasets import dataset_names, get_dataset_info  # noqa: E402
 from persobench.providers import PROVIDERS  # noqa: E402
 
 names = dataset_names()
-registry, registry_note = sup.registry_models(home)
+registry, registry_note = registry_models(home)
 if "custom_models" not in st.session_state:
     st.session_state["custom_models"] = {}
 custom: dict[str, str] = st.session_state["custom_models"]
@@ -35,11 +39,11 @@ with st.container(border=True):
         help="The paper's tables need $PERSOBENCH_REFERENCE; hub datasets need the internet.",
         format_func=lambda n: f"{n} ({get_dataset_info(n).kind})",
     )
-    model_choices = list(dict.fromkeys([*sup.BUILTIN_MODEL_CHOICES, *registry, *custom]))
+    model_choices = list(dict.fromkeys([*BUILTIN_MODEL_CHOICES, *registry, *custom]))
     chosen_models = c2.multiselect("Models", model_choices, default=["baseline:reference"], key="new_models",
                                    help="Built-in offline models and baselines, names from the models file, "
                                         "and models you add below.")
-    c2.caption(sup.md_escape(registry_note))
+    c2.caption(md_escape(registry_note))
     with st.expander("Add a model by provider, name and base URL"):
         a1, a2, a3 = st.columns([1, 2, 2])
         provider = a1.selectbox("Provider", PROVIDERS.names(), index=PROVIDERS.names().index("openai"),
@@ -64,13 +68,13 @@ with st.container(border=True):
     profile = d4.selectbox("Metric profile", ["offline", "standard", "(do not score)"], key="new_profile",
                            help="offline: packaged models, no network. standard: the paper's models from the hub.")
 
-choices = [sup.LaunchChoice(d, m, mode, custom.get(m) or None)
+choices = [LaunchChoice(d, m, mode, custom.get(m) or None)
            for d in chosen_datasets for m in chosen_models for mode in chosen_modes]
 if not choices:
     st.info("Pick at least one dataset, one model and one mode to see the estimate.")
 else:
-    key_env = sup.app_environment()
-    plans = sup.plan_launch(home, choices, limit=int(limit) or None, seed=int(seed), env=key_env)
+    key_env = app_environment()
+    plans = plan_launch(home, choices, limit=int(limit) or None, seed=int(seed), env=key_env)
     table = pd.DataFrame(plans)
     shown = table[["dataset", "model", "mode", "samples", "requests", "cached", "prompt_tokens",
                    "max_cost_usd", "problem"]]
@@ -99,7 +103,7 @@ else:
         st.caption("local:smollm2 runs on this machine's CPU: roughly 25 tokens per second on 2 cores, so "
                    "about 5 to 10 seconds per reply.")
     if st.button("Launch", type="primary", disabled=not ready, key="new_launch"):
-        steps = sup.launch_steps(ready, limit=int(limit) or None, seed=int(seed),
+        steps = launch_steps(ready, limit=int(limit) or None, seed=int(seed),
                                  profile=None if profile == "(do not score)" else profile)
         title = f"{len(ready)} run(s): " + ", ".join(sorted({p['dataset'] for p in ready}))
         job_id, started = jobs.launch(title, steps, env=key_env)
@@ -118,40 +122,7 @@ def show_jobs() -> None:
                    "appear on the other pages when they finish.")
         return
     for status in statuses[:20]:
-        with st.container(border=True):
-            head = st.columns([5, 1, 1])
-            head[0].markdown(f"**{sup.md_escape(status.title)}** · {sup.md_escape(status.state)} · "
-                             f"started {sup.md_escape(status.created_at)}")
-            if status.active:
-                if head[1].button("Cancel", key=f"cancel-{status.job_id}"):
-                    jobs.cancel(status.job_id)
-                    st.rerun(scope="fragment")
-            elif status.resumable:
-                if head[1].button("Resume", key=f"resume-{status.job_id}",
-                                  help="Start it again: replies already received come from the cache."):
-                    jobs.resume(status.job_id, env=sup.app_environment())
-                    st.rerun(scope="fragment")
-            if not status.active and head[2].button("Remove", key=f"forget-{status.job_id}",
-                                                    help="Forget this entry; its runs stay in the store."):
-                jobs.forget(status.job_id)
-                st.rerun(scope="fragment")
-            for row in jobs.progress(status):
-                total, done = int(row.get("total") or 0), int(row.get("done") or 0)
-                label = (f"{row['step']}: {row.get('state', '')}"
-                         + (f" · {done}/{total} done, {int(row.get('failed') or 0)} failed, "
-                            f"{int(row.get('cached') or 0)} cached" if total else ""))
-                eta = row.get("eta")
-                if isinstance(eta, (int, float)) and row.get("state") == "running":
-                    label += f" · ETA {sup.format_seconds(eta)}"
-                if row["kind"] == "run":
-                    st.progress(min(done / total, 1.0) if total else 0.0, text=sup.md_escape(label))
-                else:
-                    st.caption(sup.md_escape(label))
-            if status.message and status.state != "completed":
-                st.caption(sup.md_escape(status.message))
-            if status.log_tail:
-                with st.expander("Log (last lines)"):
-                    st.code(status.log_tail, language=None)
+        job_card(jobs, status)
 
 
 show_jobs()

@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BOARD_COLUMNS", "CSV_COLUMNS", "INVALID_POLICIES", "OVERALL_COMPONENTS", "RADAR_ASPECTS",
     "RESULT_COLUMNS", "available_profiles", "compare_models", "export_board", "leaderboard", "load_metric_status",
-    "load_results", "overall_table", "radar_aspects", "results_fingerprint", "run_samples",
+    "load_results", "overall_table", "radar_aspects", "rank_with_ties", "results_fingerprint", "run_samples",
 ]
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
@@ -509,6 +509,52 @@ def radar_aspects(board: pd.DataFrame, *, normalize: bool = False) -> pd.DataFra
                 values = (values - lo) / (hi - lo)
         out[aspect] = values
     return out.reset_index(drop=True)
+
+
+def rank_with_ties(frame: pd.DataFrame, value: str, low: str, high: str, *, higher_is_better: bool) -> pd.DataFrame:
+    """Rank rows by ``value`` and show ties where confidence intervals overlap.
+
+    ``rank`` is 1 + the number of rows whose CI lies entirely on the better side of this row's CI
+    (so rows that cannot be told apart share a rank, marked with "="); ``overlaps`` lists the other
+    rows whose CI overlaps this one. Rows without a value are unranked.
+    """
+    frame = frame.copy()
+    values = frame[value].to_numpy(dtype="float64")
+    lows = frame[low].to_numpy(dtype="float64")
+    highs = frame[high].to_numpy(dtype="float64")
+    # Without a CI (a single sample, or a run-level number) a row's interval is its value.
+    lows = np.where(np.isnan(lows), values, lows)
+    highs = np.where(np.isnan(highs), values, highs)
+    labels = frame["model"].astype(str).tolist()
+    ranks: list[str] = []
+    overlaps: list[str] = []
+    numeric: list[float] = []
+    for i in range(len(frame)):
+        if np.isnan(values[i]):
+            ranks.append("–")
+            overlaps.append("")
+            numeric.append(np.inf)
+            continue
+        valid = ~np.isnan(values)
+        if higher_is_better:
+            better = valid & (lows > highs[i])
+        else:
+            better = valid & (highs < lows[i])
+        rank = 1 + int(better.sum())
+        overlap = [labels[j] for j in range(len(frame)) if j != i and valid[j]
+                   and not (lows[j] > highs[i] or highs[j] < lows[i])]
+        numeric.append(rank)
+        ranks.append(str(rank))
+        overlaps.append(", ".join(overlap))
+    counts: dict[str, int] = {}
+    for r in ranks:
+        counts[r] = counts.get(r, 0) + 1
+    frame["rank"] = [f"{r}=" if r != "–" and counts[r] > 1 else r for r in ranks]
+    frame["overlaps"] = overlaps
+    frame["_rank"] = numeric
+    frame["_value"] = -values if higher_is_better else values
+    frame = frame.sort_values(["_rank", "_value"], na_position="last").drop(columns=["_rank", "_value"])
+    return frame.reset_index(drop=True)
 
 
 # --- paired comparison -------------------------------------------------------------------------

@@ -24,14 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from persobench.secrets import SECRET_KEYS, strip_secrets, url_without_credentials  # noqa: F401 - re-exported
+
 if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
     import pandas as pd
 
 MANIFEST = "manifest.json"
 RUN_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 
-#: Keys that must never reach disk even if a caller passes them inside a model spec.
-SECRET_KEYS = frozenset({"api_key", "apikey", "key", "token", "secret", "password", "authorization"})
 
 
 class StoreError(RuntimeError):
@@ -45,37 +45,6 @@ def default_home() -> Path:
 
 def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def strip_secrets(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``spec`` without credentials (recursively), safe to write to disk."""
-    clean: dict[str, Any] = {}
-    for key, value in spec.items():
-        if key.lower() in SECRET_KEYS or key.lower().endswith(("_key", "_token", "_secret")):
-            continue
-        clean[key] = strip_secrets(value) if isinstance(value, Mapping) else value
-    return clean
-
-
-def url_without_credentials(url: str) -> str:
-    """``url`` without user info (``user:pw@``) and without query values; safe to write or show.
-
-    ``http://user:pw@host:8000/v1?api-key=abc`` -> ``http://host:8000/v1?api-key=``.
-    A URL too malformed to split still loses its user info and query.
-    """
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:  # still drop what could be a credential: user info and the query
-        return re.sub(r"//[^/?#]*@", "//", url).split("?", 1)[0].split("#", 1)[0]
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    netloc = f"{host}:{port}" if port is not None else host
-    query = "&".join(item.split("=", 1)[0] + "=" for item in parts.query.split("&") if item)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def canonical_json(value: Any) -> str:

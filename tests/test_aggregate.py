@@ -348,3 +348,27 @@ def test_runs_sharing_no_sample_are_each_over_their_own(tmp_path):
     board = aggregate.leaderboard(aggregate.load_results(store))
     assert board.set_index(["model", "metric"]).loc[("b", "dist1"), "n"] == 7
     assert "share no sample id" in aggregate.export_board(board, "table")
+
+
+# ---- ranking with ties (moved from the app) -----------------------------------------------------
+
+
+def test_rank_with_ties_shares_ranks_when_intervals_overlap():
+    frame = pd.DataFrame({
+        "model": ["a", "b", "c", "d"],
+        "v": [0.90, 0.88, 0.50, math.nan],
+        "lo": [0.85, 0.80, 0.45, math.nan],
+        "hi": [0.95, 0.92, 0.55, math.nan],
+    })
+    ranked = aggregate.rank_with_ties(frame, "v", "lo", "hi", higher_is_better=True)
+    assert list(ranked["model"]) == ["a", "b", "c", "d"]
+    assert list(ranked["rank"]) == ["1=", "1=", "3", "–"]
+    assert ranked.loc[0, "overlaps"] == "b" and ranked.loc[2, "overlaps"] == ""
+
+
+def test_rank_with_ties_lower_is_better():
+    frame = pd.DataFrame({"model": ["fast", "slow"], "v": [1.0, 5.0], "lo": [0.9, 4.0], "hi": [1.1, 6.0]})
+    ranked = aggregate.rank_with_ties(frame, "v", "lo", "hi", higher_is_better=False)
+    assert list(ranked["model"]) == ["fast", "slow"] and list(ranked["rank"]) == ["1", "2"]
+
+

@@ -371,7 +371,7 @@ def wait_for(predicate, timeout: float = 90.0, interval: float = 0.3):
 
 
 def test_new_run_estimate_then_launch_in_the_background(tmp_path, monkeypatch):
-    from persobench.app_support import JobManager
+    from persobench.jobs import JobManager
 
     home = tmp_path / "home"
     monkeypatch.setenv("PERSOBENCH_HOME", str(home))
@@ -428,7 +428,7 @@ def test_new_run_takes_the_key_from_streamlit_secrets_and_never_shows_it(tmp_pat
 def test_job_runs_once_cancels_and_resumes_without_repeating_requests(tmp_path, monkeypatch):
     """A second launch while running starts nothing; cancel stops it; resume finishes it and the
     server never sees a prompt twice (the replies received before the cancel come from the cache)."""
-    from persobench.app_support import JobManager, plan_launch, LaunchChoice, launch_steps
+    from persobench.jobs import JobManager, plan_launch, LaunchChoice, launch_steps
     from tests.fakes import FakeLLMServer
 
     home = tmp_path / "home"
@@ -464,7 +464,7 @@ def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
     import os
     import signal
 
-    from persobench.app_support import JobManager, JobStep
+    from persobench.jobs import JobManager, JobStep
     from tests.fakes import FakeLLMServer
 
     home = tmp_path / "home"

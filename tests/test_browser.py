@@ -9,6 +9,7 @@ Playwright is missing (``make browser`` installs Chromium).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -46,8 +47,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@contextlib.contextmanager
+def streamlit_server(tmp_path_factory):
+    """``streamlit run app.py`` on a free port over the test store; yields url and store."""
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium not installed (run `make browser`)")
     pytest.importorskip("playwright.sync_api")
@@ -82,6 +84,12 @@ def server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with streamlit_server(tmp_path_factory) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +210,20 @@ def test_injected_persona_and_context_stay_inert(server, browser):
         screenshot(page, SCREENSHOT_DIR / "explore-untrusted-dataset.png")
     finally:
         page.close()
+
+
+def test_deep_link_as_the_first_request_gets_the_app_layout(tmp_path_factory, browser):
+    """A fresh server whose very first request is a deep link still shows the page inside app.py's
+    navigation (sidebar with every page and the store summary), with its query parameters kept."""
+    with streamlit_server(tmp_path_factory) as fresh:
+        page = load(browser, fresh["url"] + "/explore?dataset=sample&sample=sample:3")
+        try:
+            check_page(page, "explore (first request)")
+            sidebar = page.inner_text('[data-testid="stSidebar"]')
+            for title in ("Leaderboard", "New run", "Explore", "Failures", "Compare", "Data", "Metrics"):
+                assert title in sidebar, f"{title} missing from the navigation: {sidebar!r}"
+            assert "Run store:" in sidebar
+            assert "Dialogue sample:3" in page.inner_text('[data-testid="stMain"]')
+            assert "sample=sample" in page.url
+        finally:
+            page.close()

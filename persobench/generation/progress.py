@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from persobench.processes import pid_alive
+
 from persobench.store import atomic_write_json, utc_now
 
 PROGRESS_FILE = "progress.json"
@@ -63,7 +65,7 @@ def read_progress(run_path: str | os.PathLike[str]) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    data["alive"] = _pid_alive(int(data.get("pid") or 0))
+    data["alive"] = pid_alive(int(data.get("pid") or 0))
     return data
 
 
@@ -82,14 +84,3 @@ def clear_cancel(run_path: str | os.PathLike[str]) -> None:
     """Forget an earlier cancel request (a run starting again)."""
     (Path(run_path) / CANCEL_FILE).unlink(missing_ok=True)
 
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

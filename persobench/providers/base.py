@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+from persobench.secrets import scrub
+
 if TYPE_CHECKING:
     from persobench.records import Sample
 
@@ -229,14 +231,6 @@ def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = 
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def scrub(text: str, secrets: Sequence[str | None]) -> str:
-    """``text`` with every secret replaced, so keys cannot leak through error messages."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
-
-
 def error_from_http(
     status: int, headers: Mapping[str, str] | None, body: Any, message: str, *, secrets: Sequence[str | None] = (),
 ) -> ProviderError:
@@ -318,7 +312,7 @@ def parse_base_url(url: str) -> tuple[str, str, int]:
     from urllib.parse import urlsplit
 
     def invalid(why: str) -> ConfigurationError:
-        from persobench.store import url_without_credentials
+        from persobench.secrets import url_without_credentials
 
         return ConfigurationError(f"invalid base URL {url_without_credentials(url)!r}: {why}; "
                                   "expected http(s)://host[:port][/path]")

@@ -46,14 +46,14 @@ class ModelSpec:
     @property
     def output_options(self) -> dict[str, Any]:
         """Options that change the output (part of the cache key)."""
-        from persobench.store import strip_secrets
+        from persobench.secrets import strip_secrets
 
         return strip_secrets({k: v for k, v in self.options.items() if k not in NON_OUTPUT_OPTIONS})
 
     def to_public_dict(self) -> dict[str, Any]:
         """The spec as recorded in run manifests (secrets stripped, transport options kept
         only when harmless)."""
-        from persobench.store import strip_secrets
+        from persobench.secrets import strip_secrets
 
         data: dict[str, Any] = {"provider": self.provider, "model": self.model}
         if self.base_url:

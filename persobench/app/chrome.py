@@ -1,0 +1,118 @@
+"""What every page shares: the navigation, the set-up call at the top of a page, the sidebar, the
+empty-store notice, errors without tracebacks, and the environment background runs get.
+
+Only Streamlit's public multipage API is used: ``app.py`` builds ``st.navigation`` over
+:func:`app_pages` and runs the chosen page inside :func:`inside_app`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any, Callable, Iterator, Mapping
+
+from persobench.app.cache import current_state
+from persobench.app.loaders import runs_table, store_problems
+from persobench.app.text import safe_message
+from persobench.secrets import secret_environment
+
+#: (file, title, icon, URL path) of every page, in the navigation's order; the first is the default.
+PAGES = (
+    ("pages/leaderboard.py", "Leaderboard", ":material/leaderboard:", "leaderboard"),
+    ("pages/new_run.py", "New run", ":material/play_circle:", "new-run"),
+    ("pages/explore.py", "Explore", ":material/forum:", "explore"),
+    ("pages/failures.py", "Failures", ":material/error:", "failures"),
+    ("pages/compare.py", "Compare", ":material/compare_arrows:", "compare"),
+    ("pages/data.py", "Data", ":material/dataset:", "data"),
+    ("pages/metrics.py", "Metrics", ":material/straighten:", "metrics"),
+)
+
+_running = threading.local()  # each browser session's script runs in its own thread
+
+
+def app_pages() -> list[Any]:
+    """The ``st.Page`` objects of :data:`PAGES` (paths relative to ``app.py``)."""
+    import streamlit as st
+
+    return [st.Page(path, title=title, icon=icon, url_path=url, default=index == 0)
+            for index, (path, title, icon, url) in enumerate(PAGES)]
+
+
+@contextlib.contextmanager
+def inside_app() -> Iterator[None]:
+    """Wrap ``page.run()`` in ``app.py``: tells :func:`page_setup` the page runs in the app's layout."""
+    _running.inside = True
+    try:
+        yield
+    finally:
+        _running.inside = False
+
+
+def page_setup() -> None:
+    """Call first in every page: make sure the page runs inside ``app.py``'s navigation.
+
+    Streamlit runs a script of the ``pages/`` folder on its own (without ``app.py``'s layout and
+    sidebar) when a deep link (``/explore?sample=...``) is the server's very first request, because
+    ``st.navigation`` has not run yet. Here the page then declares the app's navigation itself (the
+    public ``st.navigation``, which turns that legacy mode off) and reruns, which goes through
+    ``app.py``; query parameters are kept.
+    """
+    if getattr(_running, "inside", False):
+        return
+    import streamlit as st
+
+    st.navigation(app_pages(), position="hidden")
+    st.rerun()
+
+
+def sidebar_store_summary() -> None:
+    """Sidebar: which store is shown, how many runs, and any unreadable run folder."""
+    import streamlit as st
+
+    home, sig = current_state()
+    runs = runs_table(home, sig)
+    with st.sidebar:
+        st.caption(f"Run store: `{home.replace('`', '')}` · {len(runs)} runs")
+        problems = store_problems(home, sig)
+        if problems:
+            with st.expander(f"{len(problems)} unreadable run folder(s)"):
+                for path, reason in problems:
+                    st.text(f"{path}: {reason}")
+
+
+def empty_store_notice() -> None:
+    """What to do when the store has no runs yet."""
+    import streamlit as st
+
+    st.info(
+        "No runs in the store yet. Prepare the offline demo with `python -m persobench demo` "
+        "(or `make run`), launch one from **New run**, or import the paper's published replies on the "
+        "**Data** page (`python -m persobench import-persobench DIR`), then score them with "
+        "`python -m persobench score --profile offline`."
+    )
+
+
+def load_or_stop(loader: Callable[..., Any], *args: Any) -> Any:
+    """Call a data loader; on failure show a redacted, escaped error and stop the page (no traceback)."""
+    try:
+        return loader(*args)
+    except Exception as exc:  # noqa: BLE001 - any broken table must not take the page down
+        import streamlit as st
+
+        st.error("Could not load the results: " + safe_message(exc))
+        st.caption("Fix or delete the run folder named above (see also the sidebar), then reload.")
+        st.stop()
+
+
+def app_environment(secrets: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The environment background runs get: the app's environment plus credentials from Streamlit
+    secrets (keys only ever travel through environments, never to disk)."""
+    if secrets is None:
+        try:
+            import streamlit as st
+
+            secrets = st.secrets
+        except Exception:  # noqa: BLE001 - outside a Streamlit app
+            secrets = None
+    return {**os.environ, **secret_environment(secrets)}

@@ -1,0 +1,116 @@
+"""One dialogue, made readable: how a reply treated each persona sentence, and the prompt as plain text."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Sequence, Mapping
+
+from persobench.app.loaders import dataset_samples
+from persobench.secrets import redact
+
+if TYPE_CHECKING:  # pandas is imported inside the functions that need it
+    import pandas as pd
+
+
+#: Plain words (not emoji): data grids draw on a canvas whose font may lack symbol glyphs.
+MARK_USED = "used"
+MARK_CONTRADICTED = "contradicted"
+MARK_NEUTRAL = "not engaged"
+
+
+def _first_column(frame: "pd.DataFrame", *names: str) -> str | None:
+    return next((n for n in names if n in frame.columns), None)
+
+
+def coverage_threshold() -> float:
+    """Similarity at or above which a persona sentence counts as engaged without an NLI model."""
+    try:
+        from persobench.metrics.scoring import COVERAGE_SIMILARITY_THRESHOLD
+
+        return float(COVERAGE_SIMILARITY_THRESHOLD)
+    except Exception:  # noqa: BLE001 - the scoring stage is optional for the app
+        return 0.45
+
+
+def persona_marks(persona: Any, marks: "pd.DataFrame") -> "pd.DataFrame":
+    """A persona's sentences with how one reply treated each (used, contradicted, not engaged).
+
+    ``marks`` holds that reply's rows of the run's ``persona_details`` table (``sentence``,
+    ``speaker``, ``nli_label``, ``similarity``). With an NLI label, entailment = used and
+    contradiction = contradicted; without one (offline profile), a sentence whose embedding
+    similarity to the reply reaches the coverage threshold counts as used.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame({"sentence": list(persona.sentences)}, columns=["sentence"])
+    if marks is None or marks.empty:
+        return frame
+    text_col = _first_column(marks, "sentence", "persona_sentence", "text")
+    if text_col is None:
+        return frame
+    label_col = _first_column(marks, "nli_label", "label", "nli")
+    sim_col = _first_column(marks, "similarity", "embedding_similarity", "cosine")
+    if "speaker" in marks.columns:
+        mine = marks[marks["speaker"].astype(str) == str(persona.speaker)]
+        marks = mine if not mine.empty else marks
+    by_text = {str(row[text_col]): row for _, row in marks.iterrows()}
+    threshold = coverage_threshold()
+    mark_values, sims, labels = [], [], []
+    for sentence in persona.sentences:
+        row = by_text.get(sentence)
+        label = row[label_col] if row is not None and label_col else None
+        label = None if label is None or (isinstance(label, float) and label != label) else str(label)
+        sim = row[sim_col] if row is not None and sim_col else None
+        sim = None if sim is None or (isinstance(sim, float) and sim != sim) else float(sim)
+        if row is None:
+            mark = ""
+        elif label is not None:
+            mark = (MARK_CONTRADICTED if label.startswith("contradict") else
+                    MARK_USED if label.startswith("entail") else MARK_NEUTRAL)
+        elif sim is not None:
+            mark = MARK_USED if sim >= threshold else MARK_NEUTRAL
+        else:
+            mark = MARK_NEUTRAL
+        mark_values.append(mark)
+        sims.append(sim)
+        labels.append(label)
+    frame["mark"] = mark_values
+    if any(v is not None for v in sims):
+        frame["similarity"] = sims
+    if any(v is not None for v in labels):
+        frame["nli"] = labels
+    return frame
+
+
+def prompt_text(prompt: Any, dataset: str, sample_id: str, mode: str) -> tuple[str, str]:
+    """(the prompt as plain text, a note). Uses the stored prompt; for runs that did not store one
+    (imported results) it is rebuilt from the sample with the current built-in template."""
+    if isinstance(prompt, str) and prompt.strip():
+        try:
+            messages = json.loads(prompt)
+        except ValueError:
+            return prompt, ""
+        if isinstance(messages, list):
+            return format_messages(messages), ""
+        return prompt, ""
+    sample = dataset_samples(dataset).get(sample_id)
+    if sample is None:
+        return "", "the run did not store its prompt and the dataset is not available here to rebuild it"
+    try:
+        from persobench.prompts import build_messages, get_template
+
+        return (format_messages(build_messages(sample, get_template(mode))),
+                f"rebuilt with the current built-in {mode} template (the run did not store its prompt)")
+    except Exception as exc:  # noqa: BLE001
+        return "", f"cannot rebuild the prompt: {redact(exc)}"
+
+
+def format_messages(messages: Sequence[Any]) -> str:
+    """Chat messages as readable plain text (role headers, then content)."""
+    parts = []
+    for message in messages:
+        if isinstance(message, Mapping):
+            parts.append(f"[{str(message.get('role', '?')).upper()}]\n{message.get('content', '')}")
+        else:
+            parts.append(str(message))
+    return "\n\n".join(parts)

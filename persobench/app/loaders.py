@@ -1,0 +1,308 @@
+"""Cached tables for the pages, read through the run store: runs, dialogues, failures, datasets, imports.
+
+Each loader takes ``(home, signature)`` (see :mod:`persobench.app.cache`) so its result is reused
+until a run changes on disk. Text that could hold a credential is redacted here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from persobench.app.cache import cache_data, cache_resource
+from persobench.app.text import natural_key
+from persobench.secrets import redact
+
+if TYPE_CHECKING:  # pandas is imported inside the functions that need it
+    import pandas as pd
+
+
+def model_label(model: Mapping[str, Any]) -> str:
+    label = model.get("label")
+    if label:
+        return str(label)
+    return f"{model.get('provider', '?')}:{model.get('model', '?')}"
+
+
+@cache_data(show_spinner=False, max_entries=8)
+def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (signature is the cache key)
+    """One row per readable run: id, dataset, mode, model, source, status, size, scored profiles."""
+    import pandas as pd
+
+    from persobench.store import RunStore
+
+    runs, _ = RunStore(home).scan()
+    rows = []
+    for run in runs:
+        m = run.manifest
+        scores = (m.extra or {}).get("scores") or {}
+        rows.append({
+            "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": model_label(m.model),
+            "baseline": bool((m.model or {}).get("baseline")) or (m.model or {}).get("provider") == "baseline",
+            "source": m.source, "status": m.status, "samples": len(m.sample_ids),
+            "has_generations": run.has_table("generations"), "has_scores": run.has_table("scores"),
+            "profiles": ", ".join(sorted(scores)) if isinstance(scores, Mapping) else "",
+            "created_at": m.created_at, "updated_at": m.updated_at,
+        })
+    columns = ["run_id", "dataset", "mode", "model", "baseline", "source", "status", "samples",
+               "has_generations", "has_scores", "profiles", "created_at", "updated_at"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+@cache_data(show_spinner=False, max_entries=8)
+def store_problems(home: str, signature: str) -> list[tuple[str, str]]:  # noqa: ARG001
+    from persobench.store import RunStore
+
+    _, problems = RunStore(home).scan()
+    return [(str(p.path), redact(p.reason)) for p in problems]
+
+
+@cache_data(show_spinner=False, max_entries=4)
+def manifests(home: str, signature: str) -> dict[str, dict[str, Any]]:  # noqa: ARG001
+    """run id -> manifest dict (secrets already stripped by the store)."""
+    from persobench.store import RunStore
+
+    runs, _ = RunStore(home).scan()
+    return {r.run_id: r.manifest.to_dict() for r in runs}
+
+
+def read_columns(path: Path, columns: Sequence[str] | None) -> "pd.DataFrame":
+    """Read the wanted columns of a Parquet table (those that exist)."""
+    import pyarrow.parquet as pq
+
+    from persobench.store import StoreError
+
+    try:
+        if columns is not None:
+            names = set(pq.read_schema(path).names)
+            columns = [c for c in columns if c in names]
+        return pq.read_table(path, columns=columns).to_pandas()
+    except FileNotFoundError as exc:
+        raise StoreError(f"{path}: table not found") from exc
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises unrelated types for damaged files
+        raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__})") from exc
+
+
+def scores_wide(frame: "pd.DataFrame", profile: str | None = None) -> "pd.DataFrame":
+    """A scores table as one row per sample id and one column per metric.
+
+    Accepts the long layout (``sample_id, metric, value[, profile]``) and the wide one.
+    """
+    import pandas as pd
+
+    if frame is None or frame.empty or "sample_id" not in frame.columns:
+        return pd.DataFrame(columns=["sample_id"])
+    if {"metric", "value"} <= set(frame.columns):
+        long = frame
+        if profile is not None and "profile" in long.columns:
+            long = long[long["profile"] == profile]
+        wide = long.pivot_table(index="sample_id", columns="metric", values="value", aggfunc="first")
+        wide.columns.name = None
+        return wide.reset_index()
+    drop = [c for c in ("profile",) if c in frame.columns]
+    if profile is not None and "profile" in frame.columns:
+        frame = frame[frame["profile"] == profile]
+    return frame.drop(columns=drop)
+
+
+@cache_resource(show_spinner=False, max_entries=16)
+def dataset_samples(name: str) -> dict[str, Any]:
+    """sample id -> Sample for a registered dataset; ``{}`` when it cannot be loaded here."""
+    from persobench.datasets import samples_by_id
+
+    try:
+        return samples_by_id(name)
+    except Exception:  # noqa: BLE001 - a dataset whose source is absent still has runs to show
+        return {}
+
+
+@cache_data(show_spinner=False, max_entries=16)
+def dataset_error(name: str) -> str:
+    """Why a dataset cannot be loaded here ('' when it can)."""
+    from persobench.datasets import samples_by_id
+
+    try:
+        samples_by_id(name)
+    except Exception as exc:  # noqa: BLE001
+        return redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    return ""
+
+
+def score_profiles(manifest: Mapping[str, Any]) -> list[str]:
+    scores = (manifest.get("extra") or {}).get("scores") or {}
+    return sorted(scores) if isinstance(scores, Mapping) else []
+
+
+REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "error", "prompt")
+
+
+@cache_data(show_spinner="Loading dialogues…", max_entries=6)
+def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) -> dict[str, Any]:
+    """Everything the Explore page needs for one dataset, in long tables keyed by run and sample.
+
+    ``replies``: run_id, model, mode, sample_id, status, response, reasoning, raw_text, error ...
+    ``scores``: run_id, sample_id and one column per metric (the chosen profile's).
+    ``details``: the per-persona-sentence rows (run_id, sample_id, ...), when the run has them.
+    ``order``: sample ids in dataset order; ``search``: sample id -> lower-cased text to search.
+    """
+    import pandas as pd
+
+    runs = runs_table(home, signature)
+    runs = runs[(runs["dataset"] == dataset) & runs["has_generations"]]
+    replies, scores, details = [], [], []
+    for run in runs.itertuples():
+        run_dir = Path(home) / "runs" / run.run_id
+        try:
+            g = read_columns(run_dir / "generations.parquet", list(REPLY_COLUMNS))
+        except Exception:  # noqa: BLE001 - a broken table is reported on the Data page, not fatal here
+            continue
+        g = g.assign(run_id=run.run_id, model=run.model, mode=run.mode)
+        replies.append(g)
+        if (run_dir / "scores.parquet").exists():
+            try:
+                wide = scores_wide(read_columns(run_dir / "scores.parquet", None), profile)
+                scores.append(wide.assign(run_id=run.run_id))
+            except Exception:  # noqa: BLE001
+                pass
+        if (run_dir / "persona_details.parquet").exists():
+            try:
+                d = read_columns(run_dir / "persona_details.parquet", None)
+                if profile is not None and "profile" in d.columns:
+                    d = d[d["profile"] == profile]
+                details.append(d.assign(run_id=run.run_id))
+            except Exception:  # noqa: BLE001
+                pass
+    reply_frame = pd.concat(replies, ignore_index=True) if replies else pd.DataFrame(
+        columns=[*REPLY_COLUMNS, "run_id", "model", "mode"])
+    for column in REPLY_COLUMNS:
+        if column not in reply_frame.columns:
+            reply_frame[column] = None
+    score_frame = pd.concat(scores, ignore_index=True) if scores else pd.DataFrame(columns=["sample_id", "run_id"])
+    detail_frame = pd.concat(details, ignore_index=True) if details else pd.DataFrame(columns=["sample_id", "run_id"])
+    samples = dataset_samples(dataset)
+    ids = set(reply_frame["sample_id"].astype(str))
+    order = sorted(ids, key=natural_key)
+    text: dict[str, list[str]] = {i: [] for i in order}
+    for sample_id, group in reply_frame.groupby("sample_id")["response"]:
+        text[str(sample_id)].extend(str(v) for v in group.dropna())
+    for sample_id in order:
+        sample = samples.get(sample_id)
+        if sample is not None:
+            text[sample_id].extend(sample.persona_sentences())
+            text[sample_id].extend(t.text for t in sample.context)
+            text[sample_id].append(sample.reference)
+    search = {i: " \n".join(parts).lower() for i, parts in text.items()}
+    return {"replies": reply_frame, "scores": score_frame, "details": detail_frame, "order": order,
+            "search": search}
+
+
+def profiles_in_store(home: str, signature: str) -> list[str]:
+    """Score profiles recorded in any run's manifest, ``offline`` first."""
+    found: set[str] = set()
+    for manifest in manifests(home, signature).values():
+        found.update(score_profiles(manifest))
+    return sorted(found, key=lambda p: (p != "offline", p))
+
+
+FAILURE_STATUSES = ("truncated", "invalid_json", "missing_field", "empty", "refused", "api_error")
+
+
+@cache_data(show_spinner="Counting reply statuses…", max_entries=4)
+def status_counts(home: str, signature: str) -> "pd.DataFrame":
+    """One row per run and status: run_id, dataset, mode, model, status, count."""
+    import pandas as pd
+
+    runs = runs_table(home, signature)
+    parts = []
+    for run in runs[runs["has_generations"]].itertuples():
+        try:
+            g = read_columns(Path(home) / "runs" / run.run_id / "generations.parquet", ["status"])
+        except Exception:  # noqa: BLE001 - unreadable tables are listed in the sidebar
+            continue
+        counts = g["status"].astype(str).value_counts()
+        parts.append(pd.DataFrame({"run_id": run.run_id, "dataset": run.dataset, "mode": run.mode,
+                                   "model": run.model, "status": counts.index, "count": counts.values}))
+    if not parts:
+        return pd.DataFrame(columns=["run_id", "dataset", "mode", "model", "status", "count"])
+    return pd.concat(parts, ignore_index=True)
+
+
+@cache_data(show_spinner="Loading failed replies…", max_entries=4)
+def failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.DataFrame":
+    """The invalid replies of the given runs: run_id, model, mode, dataset, sample_id, status, error,
+    finish_reason, raw_text, prompt (None when the run did not store it)."""
+    import pandas as pd
+
+    runs = runs_table(home, signature).set_index("run_id")
+    parts = []
+    for run_id in run_ids:
+        if run_id not in runs.index:
+            continue
+        try:
+            g = read_columns(Path(home) / "runs" / run_id / "generations.parquet",
+                              ["sample_id", "status", "error", "finish_reason", "raw_text", "prompt"])
+        except Exception:  # noqa: BLE001
+            continue
+        g = g[g["status"].astype(str) != "ok"]
+        if g.empty:
+            continue
+        info = runs.loc[run_id]
+        parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], dataset=info["dataset"]))
+    columns = ["run_id", "model", "mode", "dataset", "sample_id", "status", "error", "finish_reason", "raw_text", "prompt"]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    frame = pd.concat(parts, ignore_index=True)
+    for column in columns:
+        if column not in frame.columns:
+            frame[column] = None
+    return frame[columns]
+
+
+@cache_data(show_spinner="Measuring datasets…", max_entries=2)
+def dataset_table() -> "pd.DataFrame":
+    """Every registered dataset: name, kind, samples (when loadable here), description, note."""
+    import pandas as pd
+
+    from persobench.datasets import dataset_names, get_dataset_info
+
+    rows = []
+    for name in dataset_names():
+        info = get_dataset_info(name)
+        size: int | None = None
+        note = ""
+        if info.kind in ("hub", "file"):
+            note = "loaded on demand (hub or file)"
+        else:
+            samples = dataset_samples(name)
+            if samples:
+                size = len(samples)
+            else:
+                note = "unavailable here: " + dataset_error(name)
+        rows.append({"dataset": name, "kind": info.kind, "samples": size, "description": info.description,
+                     "note": note})
+    return pd.DataFrame(rows, columns=["dataset", "kind", "samples", "description", "note"])
+
+
+@cache_data(show_spinner=False, ttl=10)
+def import_preview(folder: str) -> tuple["pd.DataFrame", str]:
+    """(what an import of ``folder`` would bring in, a problem message or '')."""
+    import pandas as pd
+
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        return pd.DataFrame(), f"{path}: no such folder"
+    if not (path / "Prompts").is_dir():
+        return pd.DataFrame(), f"{path}: no Prompts/ folder (expected the paper's layout: Prompts/, Responses/, Raw Responses/)"
+    try:
+        from persobench.importer import dataset_for_folder, find_response_files
+
+        entries = find_response_files(path)
+    except Exception as exc:  # noqa: BLE001
+        return pd.DataFrame(), redact(str(exc))
+    rows = [{"folder": e["dataset_folder"], "dataset": dataset_for_folder(e["dataset_folder"]) or "(unknown)",
+             "model": e["model"], "mode": e["mode"],
+             "replies from": "Raw Responses (paper policy)" if e["raw"] else "Responses (processed)"}
+            for e in entries]
+    if not rows:
+        return pd.DataFrame(), f"{path}: no response files under Responses/ or Raw Responses/"
+    return pd.DataFrame(rows), ""

@@ -1,0 +1,80 @@
+"""Reusable widgets: a dataset sample, and the card of a background job (New run and Data pages)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persobench.app.chrome import app_environment
+from persobench.app.text import format_seconds, md_escape
+from persobench.jobs import JobManager, JobStatus
+
+
+def show_sample(sample: Any) -> None:
+    """A sample as personas by speaker, context turn by turn and the reference (all plain text)."""
+    import streamlit as st
+
+    st.markdown(f"**{md_escape(sample.id)}** · responder {md_escape(sample.responder)}"
+                + (" · single question" if sample.is_single_query else f" · {len(sample.context)} turns"))
+    left, right = st.columns([2, 3])
+    with left:
+        if not sample.personas:
+            st.caption("No personas.")
+        for persona in sample.personas:
+            st.markdown(f"*Persona of {md_escape(persona.speaker)}*")
+            st.text("\n".join(f"• {s}" for s in persona.sentences))
+    with right:
+        for turn in sample.context:
+            st.markdown(f"**{md_escape(turn.speaker)}**")
+            st.text(turn.text)
+        st.markdown(f"*Reference ({md_escape(sample.responder)})*")
+        st.text(sample.reference)
+
+
+def step_label(row: dict[str, Any]) -> str:
+    """One progress row of :meth:`JobManager.progress` as text: state, counts and ETA."""
+    total, done = int(row.get("total") or 0), int(row.get("done") or 0)
+    label = (f"{row['step']}: {row.get('state', '')}"
+             + (f" · {done}/{total} done, {int(row.get('failed') or 0)} failed, "
+                f"{int(row.get('cached') or 0)} cached" if total else ""))
+    eta = row.get("eta")
+    if isinstance(eta, (int, float)) and row.get("state") == "running":
+        label += f" · ETA {format_seconds(eta)}"
+    return label
+
+
+def job_card(manager: JobManager, status: JobStatus) -> None:
+    """A job in a bordered box: title and state, cancel / resume / remove buttons, one progress bar
+    per run step, the failure message and, for failed or interrupted jobs, the end of its log.
+
+    Call it inside an ``st.fragment``; a button reruns that fragment.
+    """
+    import streamlit as st
+
+    with st.container(border=True):
+        head = st.columns([5, 1, 1])
+        head[0].markdown(f"**{md_escape(status.title)}** · {md_escape(status.state)} · "
+                         f"started {md_escape(status.created_at)}")
+        if status.active:
+            if head[1].button("Cancel", key=f"cancel-{status.job_id}"):
+                manager.cancel(status.job_id)
+                st.rerun(scope="fragment")
+        elif status.resumable:
+            if head[1].button("Resume", key=f"resume-{status.job_id}",
+                              help="Start it again: replies already received come from the cache."):
+                manager.resume(status.job_id, env=app_environment())
+                st.rerun(scope="fragment")
+        if not status.active and head[2].button("Remove", key=f"forget-{status.job_id}",
+                                                help="Forget this entry; its runs stay in the store."):
+            manager.forget(status.job_id)
+            st.rerun(scope="fragment")
+        for row in manager.progress(status):
+            total, done = int(row.get("total") or 0), int(row.get("done") or 0)
+            if row["kind"] == "run":
+                st.progress(min(done / total, 1.0) if total else 0.0, text=md_escape(step_label(row)))
+            else:
+                st.caption(md_escape(step_label(row)))
+        if status.message and status.state != "completed":
+            st.caption(md_escape(status.message))
+        if status.log_tail:
+            with st.expander("Log (last lines)"):
+                st.code(status.log_tail, language=None)

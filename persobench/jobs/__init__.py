@@ -1,0 +1,39 @@
+"""Background jobs: generation runs, scoring and imports launched from the app, run in a detached
+process that writes to the run store. No Streamlit here: the app, the runner and the tests share it.
+
+* :mod:`~persobench.jobs.model`: what a job is (:class:`JobStep`, :class:`JobStatus`, its files).
+* :mod:`~persobench.jobs.planning`: estimates before launching and the steps of a job.
+* :mod:`~persobench.jobs.manager`: :class:`JobManager` launches, lists, cancels, resumes.
+* :mod:`~persobench.jobs.runner`: the detached process, ``python -m persobench.jobs job DIR``.
+
+A lock file makes a second click or a page rerun a no-op while the job is alive; progress is read
+from each run's ``progress.json`` and a ``cancel`` file stops it. Relaunching a cancelled or crashed
+job resumes it (the generation cache keeps every reply already received).
+"""
+
+from persobench.jobs.manager import JobManager, lock_alive, tail_text
+from persobench.jobs.model import (
+    CANCEL_GRACE_S,
+    JOB_STATES,
+    LAUNCH_GRACE_S,
+    JobStatus,
+    JobStep,
+    job_id_for,
+    score_step_marker,
+)
+from persobench.jobs.planning import (
+    BUILTIN_MODEL_CHOICES,
+    LEXICAL_METRICS,
+    LaunchChoice,
+    import_steps,
+    launch_steps,
+    missing_key,
+    plan_launch,
+    registry_models,
+)
+
+__all__ = [
+    "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "LEXICAL_METRICS", "JobManager",
+    "JobStatus", "JobStep", "LaunchChoice", "import_steps", "job_id_for", "launch_steps", "lock_alive",
+    "missing_key", "plan_launch", "registry_models", "score_step_marker", "tail_text",
+]

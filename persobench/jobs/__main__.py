@@ -1,0 +1,7 @@
+"""``python -m persobench.jobs job DIR``: the detached runner of one background job."""
+
+import sys
+
+from persobench.jobs.runner import main
+
+sys.exit(main())

@@ -1,0 +1,221 @@
+"""Launching, listing, cancelling and resuming background jobs (the app's side of a job).
+
+The job itself runs in a detached process (``python -m persobench.jobs job DIR``,
+:mod:`persobench.jobs.runner`): reruns of a page, a closed tab or a second click neither stop it
+nor start it twice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from persobench.jobs.model import (
+    LAUNCH_GRACE_S,
+    RUNNER_MODULE,
+    JobStatus,
+    JobStep,
+    job_id_for,
+    read_json,
+)
+from persobench.processes import pid_alive
+from persobench.secrets import redact
+from persobench.store import atomic_write_json, default_home, utc_now
+
+
+def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
+    """The last lines of a log file, redacted (progress-bar carriage returns collapsed)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    cleaned = [line.rsplit("\r", 1)[-1] for line in data.split("\n")]
+    kept = [line for line in cleaned if line.strip()][-lines:]
+    return redact("\n".join(kept))
+
+
+def lock_alive(lock: Path) -> bool:
+    """True while the runner that wrote ``lock`` (its pid) is alive, or a fresh lock awaits its pid."""
+    try:
+        text = lock.read_text().strip()
+        age = time.time() - lock.stat().st_mtime
+    except OSError:
+        return False
+    if not text:
+        return age < LAUNCH_GRACE_S
+    try:
+        pid = int(text.split()[0])
+    except ValueError:
+        return False
+    # Right after the launch the child may not have exec'd yet (its command line is still the
+    # app's); later, the marker guards against a recycled pid.
+    return pid_alive(pid, marker=None if age < LAUNCH_GRACE_S else RUNNER_MODULE)
+
+
+class JobManager:
+    """Launches, lists, cancels and resumes background jobs under ``<home>/jobs``."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.jobs_dir = self.home / "jobs"
+
+    def job_dir(self, job_id: str) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", job_id):
+            raise ValueError(f"invalid job id {job_id!r}")
+        return self.jobs_dir / job_id
+
+    # -- launching -----------------------------------------------------------------------------
+    def launch(self, title: str, steps: Sequence[JobStep], *, env: Mapping[str, str] | None = None) -> tuple[str, bool]:
+        """Start the job in a detached process; ``(job_id, started)``.
+
+        ``started`` is False when the same job is already running (a second click, a page rerun or
+        another browser tab): nothing new is started. A finished, cancelled or crashed job with the
+        same configuration is started again, which resumes it from the caches.
+        """
+        steps = list(steps)
+        job_id = job_id_for(title, steps)
+        wanted = {s.run_id for s in steps if s.run_id}
+        for other in self.jobs():  # another job already writing one of these runs: do not race it
+            if other.job_id != job_id and other.active and wanted & {s.run_id for s in other.steps if s.run_id}:
+                return other.job_id, False
+        folder = self.job_dir(job_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = folder / "lock"
+        if not self._acquire(lock):
+            return job_id, False
+        try:
+            (folder / "cancel").unlink(missing_ok=True)
+            atomic_write_json(folder / "job.json", {"job_id": job_id, "title": title,
+                                                    "steps": [s.to_dict() for s in steps],
+                                                    "created_at": utc_now(), "home": str(self.home.resolve())})
+            atomic_write_json(folder / "state.json", {"state": "launching", "step": 0, "updated_at": utc_now()})
+            child_env = dict(os.environ if env is None else env)
+            child_env["PERSOBENCH_HOME"] = str(self.home.resolve())
+            child_env.setdefault("PYTHONUNBUFFERED", "1")
+            # The child imports this same persobench, installed or not.
+            package_root = str(Path(__file__).resolve().parents[2])
+            paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+            child_env["PYTHONPATH"] = os.pathsep.join([package_root, *[p for p in paths if p != package_root]])
+            log = open(folder / "log.txt", "ab")
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", RUNNER_MODULE, "job", str(folder.resolve())],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child_env,
+                    cwd=str(Path.cwd()), start_new_session=True, close_fds=True,
+                )
+            finally:
+                log.close()
+            lock.write_text(f"{proc.pid}\n")
+        except BaseException:
+            lock.unlink(missing_ok=True)
+            raise
+        return job_id, True
+
+    def _acquire(self, lock: Path) -> bool:
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if lock_alive(lock):
+                    return False
+                lock.unlink(missing_ok=True)  # stale: the runner died without cleaning up
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write("")
+            return True
+        return False
+
+    # -- reading -------------------------------------------------------------------------------
+    def job_ids(self) -> list[str]:
+        if not self.jobs_dir.exists():
+            return []
+        folders = [p for p in self.jobs_dir.iterdir() if (p / "job.json").exists()]
+        folders.sort(key=lambda p: (p / "job.json").stat().st_mtime, reverse=True)
+        return [p.name for p in folders]
+
+    def status(self, job_id: str) -> JobStatus | None:
+        folder = self.job_dir(job_id)
+        spec = read_json(folder / "job.json")
+        if spec is None:
+            return None
+        state = read_json(folder / "state.json") or {}
+        value = str(state.get("state") or "launching")
+        if value in ("launching", "running") and not lock_alive(folder / "lock"):
+            value = "interrupted"  # the process died (killed, machine restart) without finishing
+        log_tail = tail_text(folder / "log.txt") if value in ("failed", "interrupted") else ""
+        return JobStatus(
+            job_id=job_id, title=str(spec.get("title", job_id)), state=value,
+            steps=tuple(JobStep.from_dict(s) for s in spec.get("steps", [])),
+            step_index=int(state.get("step") or 0), message=redact(state.get("message") or ""),
+            created_at=str(spec.get("created_at", "")), finished_at=str(state.get("finished_at") or ""),
+            log_tail=log_tail, run_ids=tuple(state.get("run_ids") or ()),
+        )
+
+    def jobs(self) -> list[JobStatus]:
+        return [s for s in (self.status(j) for j in self.job_ids()) if s is not None]
+
+    # -- acting --------------------------------------------------------------------------------
+    def cancel(self, job_id: str) -> None:
+        """Ask the job to stop: the runner forwards it to the run in progress (its ``cancel`` file)."""
+        from persobench.generation import request_cancel
+
+        folder = self.job_dir(job_id)
+        (folder / "cancel").write_text(utc_now())
+        status = self.status(job_id)
+        if status is not None:
+            for run_dir in self._run_dirs(status):
+                request_cancel(run_dir)
+
+    def resume(self, job_id: str, *, env: Mapping[str, str] | None = None) -> tuple[str, bool]:
+        """Start a cancelled, failed or interrupted job again (cached replies are not requested again)."""
+        spec = read_json(self.job_dir(job_id) / "job.json")
+        if spec is None:
+            raise ValueError(f"no job {job_id!r}")
+        return self.launch(spec["title"], [JobStep.from_dict(s) for s in spec["steps"]], env=env)
+
+    def forget(self, job_id: str) -> None:
+        """Remove a finished job's folder (its runs stay in the store)."""
+        import shutil
+
+        status = self.status(job_id)
+        if status is not None and status.active:
+            raise ValueError("the job is still running; cancel it first")
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    def _run_dirs(self, status: JobStatus) -> list[Path]:
+        runs_dir = self.home / "runs"
+        dirs = [runs_dir / r for r in status.run_ids if (runs_dir / r).is_dir()]
+        for step in status.steps:
+            found = step.run_dir(self.home)
+            if found is not None and found not in dirs:
+                dirs.append(found)
+        return dirs
+
+    def progress(self, status: JobStatus) -> list[dict[str, Any]]:
+        """One row per step: label, kind, state and, for run steps, the run's ``progress.json`` counts."""
+        from persobench.generation import read_progress
+
+        rows = []
+        for index, step in enumerate(status.steps):
+            row: dict[str, Any] = {"step": step.label, "kind": step.kind}
+            run_dir = step.run_dir(self.home)
+            if run_dir is not None:
+                row["run_id"] = run_dir.name
+                row.update(read_progress(run_dir) or {})
+            if index < status.step_index:
+                row.setdefault("state", "done")
+            elif index == status.step_index and status.active:
+                row["state"] = "running"
+            else:
+                row.setdefault("state", "done" if status.state == "completed" else "waiting")
+            rows.append(row)
+        return rows

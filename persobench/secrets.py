@@ -1,0 +1,128 @@
+"""Secret handling, in one place: every credential that could reach a screen, a log or a file passes here.
+
+* :func:`scrub` replaces the exact secrets a caller holds (a provider's API key) with ``***``: used in
+  provider error messages, whatever a server echoes back.
+* :func:`redact` removes credentials the caller does not hold: values of secret-looking environment
+  variables, values registered from Streamlit secrets and strings shaped like API keys or bearer
+  tokens become ``[redacted]``. Used for everything the app shows or a job writes to its log.
+* :func:`secret_environment` takes key variables from Streamlit secrets (so background runs get them
+  through their environment, never through a file) and registers their values for :func:`redact`.
+* :func:`strip_secrets` drops credential fields from a mapping before it is written to disk, and
+  :func:`url_without_credentials` user info and query values from a URL.
+
+Only the standard library is imported: providers, generation, the job runner and the app all use it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping, Sequence
+
+__all__ = ["SECRET_KEYS", "is_secret_name", "redact", "register_secret", "scrub", "secret_environment",
+           "strip_secrets", "url_without_credentials"]
+
+#: (pattern, keep the first group) pairs; the rest of each match becomes "[redacted]".
+_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
+    (re.compile(r"\b(?:sk|rk|pk)-(?:ant-)?[A-Za-z0-9_\-]{8,}"), False),  # OpenAI / Anthropic keys
+    (re.compile(r"\b(?:hf|gsk|xai|ghp|gho|github_pat)_[A-Za-z0-9_]{8,}"), False),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"), False),  # Google API keys
+    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-~+/=]{8,}"), True),
+    (re.compile(r"(?i)((?:api[_-]?key|token|secret|password|authorization)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]{4,}"), True),
+)
+#: Environment variable names whose values are secrets.
+_SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD)")
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+#: Secret values read from Streamlit secrets; ``redact`` removes them like environment secrets.
+_REGISTERED: set[str] = set()
+
+#: Mapping keys that must never reach disk even if a caller passes them inside a model spec.
+SECRET_KEYS = frozenset({"api_key", "apikey", "key", "token", "secret", "password", "authorization"})
+
+
+def is_secret_name(name: str) -> bool:
+    """True for an environment variable name that holds a credential (``OPENAI_API_KEY``, ``HF_TOKEN``)."""
+    return bool(_SECRET_NAME.search(str(name)))
+
+
+def scrub(text: str, secrets: Sequence[str | None]) -> str:
+    """``text`` with every given secret replaced by ``***``, so keys cannot leak through error messages."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def register_secret(value: str) -> None:
+    """Have :func:`redact` remove ``value`` from now on (values shorter than 8 characters are ignored:
+    they would erase ordinary words)."""
+    if isinstance(value, str) and len(value) >= 8:
+        _REGISTERED.add(value)
+
+
+def redact(text: Any) -> str:
+    """``text`` with credentials removed: values of secret-looking environment variables, registered
+    secrets and strings shaped like API keys or bearer tokens become ``[redacted]``."""
+    if text is None:
+        return ""
+    value = str(text)
+    for name, secret in os.environ.items():
+        if is_secret_name(name) and secret and len(secret) >= 8 and secret in value:
+            value = value.replace(secret, "[redacted]")
+    for secret in _REGISTERED:
+        value = value.replace(secret, "[redacted]")
+    for pattern, keep_prefix in _SECRET_PATTERNS:
+        if keep_prefix:
+            value = pattern.sub(lambda m: m.group(1) + "[redacted]", value)
+        else:
+            value = pattern.sub("[redacted]", value)
+    return value
+
+
+def secret_environment(secrets: Mapping[str, Any] | None) -> dict[str, str]:
+    """Environment-style credentials (``OPENAI_API_KEY = "..."``) found at the top level of
+    Streamlit secrets. Only names that look like key variables are taken; their values are
+    registered for :func:`redact`."""
+    found: dict[str, str] = {}
+    if secrets is None:
+        return found
+    try:
+        items = list(secrets.items())
+    except Exception:  # noqa: BLE001 - st.secrets raises on any access when no secrets file exists
+        return found
+    for name, value in items:
+        if isinstance(value, str) and value and _ENV_NAME.match(str(name)) and is_secret_name(str(name)):
+            found[str(name)] = value
+            register_secret(value)
+    return found
+
+
+def strip_secrets(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``spec`` without credentials (recursively), safe to write to disk."""
+    clean: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key.lower() in SECRET_KEYS or key.lower().endswith(("_key", "_token", "_secret")):
+            continue
+        clean[key] = strip_secrets(value) if isinstance(value, Mapping) else value
+    return clean
+
+
+def url_without_credentials(url: str) -> str:
+    """``url`` without user info (``user:pw@``) and without query values; safe to write or show.
+
+    ``http://user:pw@host:8000/v1?api-key=abc`` -> ``http://host:8000/v1?api-key=``.
+    A URL too malformed to split still loses its user info and query.
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:  # still drop what could be a credential: user info and the query
+        return re.sub(r"//[^/?#]*@", "//", url).split("?", 1)[0].split("#", 1)[0]
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    query = "&".join(item.split("=", 1)[0] + "=" for item in parts.query.split("&") if item)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
