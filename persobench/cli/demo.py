@@ -166,24 +166,24 @@ def _score(store: Any, run_ids: list[str], no_progress: bool) -> int:
 
 
 class _Bar:
-    """A tqdm bar on stderr that can be moved to an absolute count."""
+    """A progress bar on stderr that can be moved to an absolute count."""
 
     def __init__(self, *, total: int, desc: str, disabled: bool) -> None:
-        from tqdm import tqdm
+        from persobench.cli.progress import ProgressBar
 
-        self._bar = tqdm(total=total, desc=desc, unit="reply" if "generat" in desc else "run",
-                         file=sys.stderr, disable=disabled, dynamic_ncols=True)
+        self._bar = ProgressBar(total=total, desc=desc, unit="reply" if "generat" in desc else "run",
+                                disabled=disabled)
 
     @property
     def n(self) -> int:
-        return int(self._bar.n)
+        return self._bar.n
 
     def set_description(self, text: str) -> None:
         self._bar.set_description(text)
 
     def update_to(self, count: int) -> None:
         if count > self._bar.n:
-            self._bar.update(count - self._bar.n)
+            self._bar.update_to(count)
 
     def close(self) -> None:
         self._bar.close()

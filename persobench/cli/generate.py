@@ -149,7 +149,7 @@ def _dry_run(plan: Any) -> int:
 
 
 class _ProgressBar:
-    """tqdm bar showing done/failed/cached and the ETA (on stderr)."""
+    """Progress with done/failed/cached and the ETA on stderr (plain lines every few seconds off a terminal)."""
 
     def __init__(self, *, disabled: bool) -> None:
         self.bar: Any = None
@@ -159,12 +159,10 @@ class _ProgressBar:
         if self.disabled:
             return
         if self.bar is None:
-            from tqdm import tqdm
+            from persobench.cli.progress import ProgressBar
 
-            self.bar = tqdm(total=info.total, unit="sample", file=sys.stderr, dynamic_ncols=True)
-        self.bar.n = info.done
-        self.bar.set_postfix(failed=info.failed, cached=info.cached, refresh=False)
-        self.bar.refresh()
+            self.bar = ProgressBar(total=info.total, unit="sample")
+        self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
 
     def close(self) -> None:
         if self.bar is not None:

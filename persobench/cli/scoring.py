@@ -40,7 +40,7 @@ def _parse_models(items: list[str]) -> dict[str, str]:
 
 
 class _StageBar:
-    """One tqdm bar per scoring stage, on stderr."""
+    """One progress bar per scoring stage, on stderr (plain lines every few seconds off a terminal)."""
 
     def __init__(self, label: str, disabled: bool) -> None:
         self.label = label
@@ -53,13 +53,11 @@ class _StageBar:
             return
         if stage != self.stage or self.bar is None:
             self.close()
-            from tqdm import tqdm
+            from persobench.cli.progress import ProgressBar
 
             self.stage = stage
-            self.bar = tqdm(total=total, desc=f"{self.label} {stage}", unit="item", file=sys.stderr,
-                            dynamic_ncols=True, leave=False)
-        self.bar.n = done
-        self.bar.refresh()
+            self.bar = ProgressBar(total=total, desc=f"{self.label} {stage}", unit="item", leave=False)
+        self.bar.update_to(done)
 
     def close(self) -> None:
         if self.bar is not None:

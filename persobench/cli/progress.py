@@ -1,0 +1,96 @@
+"""Progress on stderr: a live tqdm bar on a terminal, a plain line every few seconds anywhere else.
+
+A tqdm bar redrawn after every item is what a person at a terminal wants, but written to a file or
+a pipe (the app's job log, CI, ``2> log``) every redraw is another line: one ``score`` wrote
+thousands. Off a terminal, :class:`ProgressBar` therefore prints ``desc: done/total unit (pct%)``
+at most once per :data:`QUIET_INTERVAL_S` seconds and a final line when it closes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+#: Seconds between two progress lines when stderr is not a terminal.
+QUIET_INTERVAL_S = 5.0
+
+
+def is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+class ProgressBar:
+    """One progress display for ``total`` items, moved to absolute counts with :meth:`update_to`."""
+
+    def __init__(self, *, total: int | None, desc: str = "", unit: str = "item", disabled: bool = False,
+                 leave: bool = True, stream: TextIO | None = None, interval: float = QUIET_INTERVAL_S) -> None:
+        self.total = total
+        self.desc = desc
+        self.unit = unit
+        self.disabled = disabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval = interval
+        self.postfix: dict[str, Any] = {}
+        self._n = 0
+        self._bar: Any = None
+        self._printed_n: int | None = None
+        self._last_line = time.monotonic()  # a job shorter than the interval prints one final line
+        if not disabled and is_terminal(self.stream):
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True, leave=leave)
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    def set_description(self, text: str) -> None:
+        self.desc = text
+        if self._bar is not None:
+            self._bar.set_description(text)
+
+    def set_total(self, total: int) -> None:
+        self.total = total
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
+
+    def update_to(self, done: int, **postfix: Any) -> None:
+        """Move to ``done`` items; ``postfix`` (e.g. ``failed=2``) is shown after the count."""
+        if self.disabled:
+            return
+        self.postfix.update(postfix)
+        if self._bar is not None:
+            if postfix:
+                self._bar.set_postfix(self.postfix, refresh=False)
+            if done != self._bar.n:
+                self._bar.update(done - self._bar.n)  # tqdm redraws at most every mininterval
+            self._n = done
+            return
+        self._n = done
+        now = time.monotonic()
+        if now - self._last_line >= self.interval:
+            self._line(now)
+
+    def close(self) -> None:
+        if self.disabled:
+            return
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        elif self._printed_n != self._n or self._printed_n is None:
+            self._line(time.monotonic())  # the final count, unless the last line already said it
+        self.disabled = True
+
+    def _line(self, now: float) -> None:
+        count = f"{self._n}/{self.total}" if self.total else f"{self._n}"
+        percent = f" ({100 * self._n / self.total:.0f}%)" if self.total else ""
+        extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
+        label = f"{self.desc}: " if self.desc else ""
+        print(f"{label}{count} {self.unit}{percent}{extra}", file=self.stream, flush=True)
+        self._printed_n = self._n
+        self._last_line = now
