@@ -23,6 +23,8 @@ import io
 import re
 from typing import TYPE_CHECKING, Any
 
+from persobench.errors import DatasetError
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -35,7 +37,7 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 _PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 
 
-class CSVFormatError(ValueError):
+class CSVFormatError(DatasetError):
     """CSV text that cannot be read without losing rows; the message names the origin, row and line."""
 
 

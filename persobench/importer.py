@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from persobench.errors import DatasetError
 from persobench.store import RunManifest, RunStore, make_run_id, sha256_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,7 +60,7 @@ IMPORT_VERSION = 1
 COT_SUFFIX = "-COT"
 
 
-class ImportFolderError(ValueError):
+class ImportFolderError(DatasetError):
     """The folder is not in the paper's layout, or a file is malformed; the message names the files."""
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from persobench.errors import ConfigurationError
 from persobench.records import Sample
 
 MODES = ("vanilla", "cot")
@@ -129,7 +130,7 @@ def _paper_output_format(mode: str, response_line: str) -> str:
 CELL_STYLES = ("annotated", "paper")
 
 
-class TemplateError(ValueError):
+class TemplateError(ConfigurationError):
     """A template file is unreadable or uses unknown placeholders; the message names the file."""
 
 

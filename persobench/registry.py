@@ -9,10 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
+from persobench.errors import ConfigurationError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(ConfigurationError, KeyError):
     """Raised for a name that is not registered; the message lists the known names."""
 
     def __str__(self) -> str:  # KeyError would repr-quote the message

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from persobench.errors import StoreError
 from persobench.secrets import SECRET_KEYS, strip_secrets, url_without_credentials  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
@@ -31,11 +32,6 @@ if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
 
 MANIFEST = "manifest.json"
 RUN_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
-
-
-
-class StoreError(RuntimeError):
-    """A run folder or table is missing, unreadable or corrupt; the message names the file."""
 
 
 def default_home() -> Path:

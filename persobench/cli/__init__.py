@@ -11,6 +11,8 @@ import importlib
 import sys
 from typing import Sequence
 
+from persobench.errors import ConfigurationError, PersoBenchError
+
 #: Modules that add subcommands, in help order. Each defines ``register(subparsers)``.
 COMMAND_MODULES = (
     "persobench.cli.data",
@@ -21,8 +23,8 @@ COMMAND_MODULES = (
 )
 
 
-class CLIError(Exception):
-    """A configuration or input error: printed as one line, exit status 2."""
+class CLIError(ConfigurationError):
+    """A bad flag or argument found by the CLI itself: printed as one line, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.handler(args) or 0)
-    except CLIError as exc:
+    except PersoBenchError as exc:  # every deliberate error: its message says what to change
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

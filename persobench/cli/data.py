@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from persobench.cli import CLIError, store_from_args
+from persobench.cli import store_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,20 +65,15 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from persobench.datasets import DatasetError, load_dataset
-    from persobench.datasets.user_files import DatasetFileError
-    from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, default_template_name, get_template
+    from persobench.datasets import load_dataset
     from persobench.models_registry import resolve_model
-    from persobench.providers import ConfigurationError
+    from persobench.prompts import DEFAULT_TEMPLATE, build_messages, default_template_name, get_template
 
-    try:
-        name = args.template
-        if name is None:
-            name = default_template_name(resolve_model(args.model).provider) if args.model else DEFAULT_TEMPLATE
-        template = get_template(name, args.mode)
-        samples = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
-    except (DatasetError, DatasetFileError, TemplateError, ConfigurationError) as exc:
-        raise CLIError(str(exc)) from None
+    name = args.template
+    if name is None:
+        name = default_template_name(resolve_model(args.model).provider) if args.model else DEFAULT_TEMPLATE
+    template = get_template(name, args.mode)
+    samples = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
     if args.format == "json":
         print(json.dumps(
             [{"sample": s.to_dict(), "messages": build_messages(s, template)} for s in samples],

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args
+from persobench.errors import PersoBenchError
 
 DEMO_DATASET = "sample"
 DEMO_MODELS = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
@@ -95,10 +96,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     limit = None if args.full else args.limit
     if limit is not None and limit < 1:
         raise CLIError("--limit must be at least 1")
-    try:
-        plans = [plan_generation(config, store=store) for config in demo_configs(limit=limit, local=not args.no_local)]
-    except ConfigurationError as exc:
-        raise CLIError(str(exc)) from None
+    plans = [plan_generation(config, store=store) for config in demo_configs(limit=limit, local=not args.no_local)]
     to_generate = [p for p in plans if not _generated(store, p.run_id)]
     to_score = [p for p in plans if not _scored(store, p.run_id)]
     if not to_generate and not to_score:
@@ -144,9 +142,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def _score(store: Any, run_ids: list[str], no_progress: bool) -> int:
     from persobench.datasets import samples_by_id
     from persobench.metrics import score_run
-    from persobench.metrics.scoring import ScoringError
-    from persobench.store import StoreError
-
     if not run_ids:
         return 0
     samples = samples_by_id(DEMO_DATASET)
@@ -156,7 +151,7 @@ def _score(store: Any, run_ids: list[str], no_progress: bool) -> int:
         for run_id in run_ids:
             try:
                 score_run(store.get(run_id), samples, profile=DEMO_PROFILE)
-            except (ScoringError, StoreError) as exc:
+            except PersoBenchError as exc:
                 print(f"{run_id}: not scored: {exc}", file=sys.stderr)
                 failures += 1
             bar.update_to(bar.n + 1)

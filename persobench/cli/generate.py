@@ -91,7 +91,6 @@ def _config(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from persobench.generation import RunAborted, plan_generation, run_generation
-    from persobench.providers.base import ConfigurationError
 
     store = store_from_args(args)
     try:
@@ -110,8 +109,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             if in_main:
                 signal.signal(signal.SIGTERM, previous)
             bar.close()
-    except ConfigurationError as exc:
-        raise CLIError(str(exc)) from None
     except RunAborted as exc:
         raise CLIError(f"run {exc.run.run_id} stopped: {exc}") from None
     manifest = run.manifest
@@ -187,13 +184,9 @@ def resolve_run(store: Any, name: str) -> Any:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from persobench.generation import COLUMNS, TABLE
-    from persobench.store import StoreError
 
     run = resolve_run(store_from_args(args), args.run)
-    try:
-        frame = run.read_table(TABLE)
-    except StoreError as exc:
-        raise CLIError(str(exc)) from None
+    frame = run.read_table(TABLE)
     frame = frame[[c for c in COLUMNS if c in frame.columns]]
     if args.format == "csv":
         from persobench.csv_io import csv_text  # replies and dataset text are untrusted: no formulas

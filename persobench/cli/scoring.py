@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
+from persobench.errors import PersoBenchError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,16 +67,13 @@ class _StageBar:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from persobench.metrics import UnknownMetricError, validate_metric_names
+    from persobench.metrics import validate_metric_names
     from persobench.metrics.backends import get_profile
 
     requested = None
     if args.metrics:
         requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
-        try:
-            validate_metric_names(requested)
-        except UnknownMetricError as exc:
-            raise CLIError(str(exc)) from None
+        validate_metric_names(requested)
     try:
         profile = get_profile(args.profile, _parse_models(args.model))
     except ValueError as exc:
@@ -94,8 +92,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"no runs with generations in {store.runs_dir}")
             return 0
 
-    from persobench.metrics.scoring import ScoringError, score_run
-    from persobench.store import StoreError
+    from persobench.metrics.scoring import score_run
 
     print(f"profile {profile.key} on {profile.device}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
@@ -115,7 +112,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                 summary = score_run(run, samples, profile=profile, metrics=requested, progress=bar)
             finally:
                 bar.close()
-        except (ScoringError, StoreError, CLIError) as exc:
+        except PersoBenchError as exc:
             print(f"{run.run_id}: not scored: {exc}")
             failures += 1
             continue
@@ -157,7 +154,7 @@ def _report(title: str, items: dict[str, str]) -> None:
 def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
     """Samples of ``run`` by id: an imported run's own prompt table when it has one (importer),
     else the registered dataset named in its manifest (loaded once per command)."""
-    from persobench.datasets import DatasetError, samples_by_id
+    from persobench.datasets import samples_by_id
 
     try:
         if (run.manifest.extra.get("import") or {}).get("prompts_file"):
@@ -168,5 +165,5 @@ def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
         if name not in cache:
             cache[name] = samples_by_id(name)
         return cache[name]
-    except (DatasetError, KeyError, ValueError, OSError) as exc:
+    except (PersoBenchError, KeyError, ValueError, OSError) as exc:  # KeyError: a sample id missing
         raise CLIError(f"cannot load the samples of dataset {run.manifest.dataset!r}: {exc}") from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from persobench.errors import DatasetError
 from persobench.records import Sample
 from persobench.registry import Registry, UnknownNameError
 
@@ -25,10 +26,6 @@ __all__ = [
     "DatasetInfo", "DatasetError", "REGISTRY", "dataset_names", "get_dataset_info", "load_dataset",
     "select_samples", "reference_dir", "is_file_dataset",
 ]
-
-
-class DatasetError(ValueError):
-    """A dataset cannot be loaded; the message says which file, row and field, or what to set."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import ast
 import re
 from typing import Any, Mapping
 
+from persobench.errors import DatasetError
 from persobench.records import USER1, USER2, PersonaSet, Sample, Turn, other_speaker
 
 #: A speaker label at the start of a context line or reply: "User1:", "User 1 :".
@@ -32,7 +33,7 @@ MISSING_STOP_BEFORE_I = re.compile(r"(?<=[a-z])(?=I[ '’])")
 PEC_SEPARATOR = re.compile(r"(?<! ),\s+")
 
 
-class PromptTableError(ValueError):
+class PromptTableError(DatasetError):
     """A prompt-table row cannot be annotated; the message names file, row and column."""
 
 

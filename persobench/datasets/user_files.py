@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from persobench.errors import DatasetError
 from persobench.datasets.prompt_tables import PromptTableError, parse_prompt_row
 from persobench.records import Sample
 
@@ -21,7 +22,7 @@ DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 MAX_REPORTED_PROBLEMS = 50
 
 
-class DatasetFileError(ValueError):
+class DatasetFileError(DatasetError):
     """A user file has problems; ``problems`` lists each as "file: row N, column C: what"."""
 
     def __init__(self, path: Path, problems: list[str]) -> None:

@@ -14,7 +14,8 @@ from persobench.cache import ResponseCache, cache_key, default_cache_dir
 from persobench.generation.config import GenerationConfig
 from persobench.models_registry import resolve_model
 from persobench.providers import PROVIDERS, ModelSpec
-from persobench.providers.base import Completion, ConfigurationError, GenerationParams
+from persobench.errors import ConfigurationError, PersoBenchError
+from persobench.providers.base import Completion, GenerationParams
 from persobench.store import RunManifest, RunStore, make_run_id
 
 if TYPE_CHECKING:
@@ -66,11 +67,10 @@ class GenerationPlan:
 
 def _load_samples(config: GenerationConfig) -> list["Sample"]:
     from persobench.datasets import load_dataset
-    from persobench.registry import UnknownNameError
 
     try:
         return load_dataset(config.dataset, limit=config.limit, seed=config.seed)
-    except (UnknownNameError, ValueError, OSError) as exc:  # DatasetError is a ValueError
+    except (PersoBenchError, ValueError, OSError) as exc:  # a bad dataset is a bad configuration of this run
         raise ConfigurationError(" ".join(str(exc).split())) from None
 
 

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from persobench.cache import ResponseCache
+from persobench.errors import RunAborted
 from persobench.generation.config import GenerationConfig
 from persobench.generation.plan import GenerationPlan, plan_generation
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
@@ -29,15 +30,6 @@ from persobench.store import Run, RunStore, utc_now
 
 if TYPE_CHECKING:
     from persobench.records import Sample
-
-
-class RunAborted(RuntimeError):
-    """The run stopped early because its first requests all failed for the same non-retryable
-    reason (bad key, unknown model, no quota ...). The finished samples are saved."""
-
-    def __init__(self, reason: str, run: Run) -> None:
-        super().__init__(reason)
-        self.run = run
 
 
 def run_generation(

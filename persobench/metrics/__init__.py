@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from persobench.errors import MetricError
+
 if TYPE_CHECKING:  # pragma: no cover
     from persobench.metrics.backends import Profile
     from persobench.metrics.scoring import ScoreResult
@@ -133,7 +135,7 @@ UNIEVAL_METRICS: tuple[str, ...] = tuple(n for n in METRIC_NAMES if n.startswith
 NLI_METRICS: tuple[str, ...] = ("ue_score", "c_score", "p_consistency")
 
 
-class UnknownMetricError(KeyError):
+class UnknownMetricError(MetricError, KeyError):
     """A metric name that is not registered; the message lists the known names."""
 
     def __str__(self) -> str:

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from persobench.errors import MetricError
+
 SLOTS = ("bertscore", "nli", "word_vectors", "unieval", "wordnet", "embedding")
 PROFILE_NAMES = ("offline", "standard")
 
@@ -54,7 +56,7 @@ HUB_WORD2VEC = "fse/word2vec-google-news-300"
 NONE_VALUES = frozenset({"none", "off", "disabled", ""})
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(MetricError, RuntimeError):
     """A slot's model cannot be used here; the message says why and how to get it."""
 
 

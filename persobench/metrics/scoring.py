@@ -24,6 +24,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from persobench.errors import MetricError
 from persobench.metrics import NLI_METRICS, UNIEVAL_METRICS, metric_info, validate_metric_names
 from persobench.metrics.backends import BackendUnavailable, Profile, get_profile, model_identity, package_version
 
@@ -50,7 +51,7 @@ PERSONA_METRICS = frozenset({"c_score", "p_consistency", "ue_score", "persona_di
 ProgressFn = Callable[[str, int, int], None]
 
 
-class ScoringError(ValueError):
+class ScoringError(MetricError, ValueError):
     """Inputs that cannot be scored (e.g. a run's sample ids missing from its dataset)."""
 
 

@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
-import enum
 import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+# The error types live in persobench.errors; providers import them from here as before.
+from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.secrets import scrub
 
 if TYPE_CHECKING:
     from persobench.records import Sample
-
-
-class ConfigurationError(ValueError):
-    """The run cannot start: unknown provider or model, missing key, bad option, unreachable server.
-
-    The message is one line that says what to change.
-    """
 
 
 class MissingKeyError(ConfigurationError):
@@ -123,59 +117,8 @@ class Completion:
         )
 
 
-class ErrorKind(str, enum.Enum):
-    """Why a request failed. The value is what the generations table shows in ``error``."""
-
-    RATE_LIMIT = "rate_limit"
-    SERVER = "server_error"
-    OVERLOADED = "overloaded"
-    TIMEOUT = "timeout"
-    CONNECTION = "connection_error"
-    BAD_RESPONSE = "bad_response"
-    BAD_REQUEST = "bad_request"
-    AUTH = "authentication"
-    PERMISSION = "permission_denied"
-    NOT_FOUND = "not_found"
-    QUOTA = "quota_exceeded"
-    CONFLICT = "conflict"
-    OTHER = "other"
-
-
-#: Kinds worth another attempt: the same request may well succeed a moment later.
-RETRYABLE_KINDS = frozenset(
-    {ErrorKind.RATE_LIMIT, ErrorKind.SERVER, ErrorKind.OVERLOADED, ErrorKind.TIMEOUT,
-     ErrorKind.CONNECTION, ErrorKind.BAD_RESPONSE, ErrorKind.CONFLICT}
-)
-
 #: Phrases in a 429/403 body meaning "out of credit", which waiting does not fix.
 _QUOTA_MARKERS = ("insufficient_quota", "quota", "billing", "credit balance", "spend limit", "exceeded your current")
-
-
-class ProviderError(Exception):
-    """A classified request failure. ``str()`` never contains credentials (providers scrub them)."""
-
-    def __init__(
-        self, kind: ErrorKind, message: str, *, status_code: int | None = None, retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status_code = status_code
-        self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in RETRYABLE_KINDS
-
-    @property
-    def signature(self) -> tuple[str, int | None]:
-        """What "the same reason" means when deciding that a run is failing for one cause."""
-        return (self.kind.value, self.status_code)
-
-    def describe(self) -> str:
-        """One line for the ``error`` column: kind, HTTP status and the server's message."""
-        status = f" HTTP {self.status_code}" if self.status_code is not None else ""
-        message = " ".join(str(self).split())[:500]
-        return f"{self.kind.value}{status}: {message}"
 
 
 def kind_for_status(status: int, body_text: str = "") -> ErrorKind:

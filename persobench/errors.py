@@ -1,0 +1,107 @@
+"""Every error PersoBench raises on purpose derives from :class:`PersoBenchError`.
+
+Its message is one line that names what to change (the file, row and field, the flag, the
+environment variable), so callers catch the base class once and show the message as is: the CLI
+prints ``error: <message>`` and exits 2. A few families sit under it::
+
+    PersoBenchError
+    ├── ConfigurationError   (ValueError)    the run cannot start as asked: flag, model, key, template
+    ├── DatasetError         (ValueError)    a dataset, prompt table, user file or import folder is bad
+    ├── StoreError           (RuntimeError)  a run folder or table is missing, unreadable or corrupt
+    ├── ProviderError                        a model request failed (classified by :class:`ErrorKind`)
+    ├── MetricError                          a metric cannot be computed or is unknown
+    └── RunAborted           (RuntimeError)  a run stopped early: its first requests all failed alike
+
+The builtin bases are kept from before the hierarchy existed, so ``except ValueError`` around
+configuration and dataset errors still works. Specific classes (``MissingKeyError``,
+``CSVFormatError``, ``ScoringError`` ...) live beside the code that raises them.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class PersoBenchError(Exception):
+    """The base of every error PersoBench raises on purpose; ``str()`` is one line for a user."""
+
+
+class ConfigurationError(PersoBenchError, ValueError):
+    """The run cannot start: unknown provider or model, missing key, bad option, unreachable server.
+
+    The message is one line that says what to change.
+    """
+
+
+class DatasetError(PersoBenchError, ValueError):
+    """A dataset cannot be loaded; the message says which file, row and field, or what to set."""
+
+
+class StoreError(PersoBenchError, RuntimeError):
+    """A run folder or table is missing, unreadable or corrupt; the message names the file."""
+
+
+class MetricError(PersoBenchError):
+    """A metric cannot be computed (its model is unavailable, its inputs are bad) or is unknown."""
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a request failed. The value is what the generations table shows in ``error``."""
+
+    RATE_LIMIT = "rate_limit"
+    SERVER = "server_error"
+    OVERLOADED = "overloaded"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection_error"
+    BAD_RESPONSE = "bad_response"
+    BAD_REQUEST = "bad_request"
+    AUTH = "authentication"
+    PERMISSION = "permission_denied"
+    NOT_FOUND = "not_found"
+    QUOTA = "quota_exceeded"
+    CONFLICT = "conflict"
+    OTHER = "other"
+
+
+#: Kinds worth another attempt: the same request may well succeed a moment later.
+RETRYABLE_KINDS = frozenset(
+    {ErrorKind.RATE_LIMIT, ErrorKind.SERVER, ErrorKind.OVERLOADED, ErrorKind.TIMEOUT,
+     ErrorKind.CONNECTION, ErrorKind.BAD_RESPONSE, ErrorKind.CONFLICT}
+)
+
+
+class ProviderError(PersoBenchError):
+    """A classified request failure. ``str()`` never contains credentials (providers scrub them)."""
+
+    def __init__(
+        self, kind: ErrorKind, message: str, *, status_code: int | None = None, retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE_KINDS
+
+    @property
+    def signature(self) -> tuple[str, int | None]:
+        """What "the same reason" means when deciding that a run is failing for one cause."""
+        return (self.kind.value, self.status_code)
+
+    def describe(self) -> str:
+        """One line for the ``error`` column: kind, HTTP status and the server's message."""
+        status = f" HTTP {self.status_code}" if self.status_code is not None else ""
+        message = " ".join(str(self).split())[:500]
+        return f"{self.kind.value}{status}: {message}"
+
+
+class RunAborted(PersoBenchError, RuntimeError):
+    """The run stopped early because its first requests all failed for the same non-retryable
+    reason (bad key, unknown model, no quota ...). The finished samples are saved."""
+
+    def __init__(self, reason: str, run: object) -> None:
+        super().__init__(reason)
+        self.run = run
+        """The :class:`~persobench.store.Run` that stopped (its finished rows are on disk)."""

@@ -1,0 +1,113 @@
+"""One exception hierarchy: every error PersoBench raises on purpose is a PersoBenchError (keeping
+its builtin base), and the CLI turns any of them into one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from persobench.cli import main as cli_main
+from persobench.errors import (
+    ConfigurationError,
+    DatasetError,
+    MetricError,
+    PersoBenchError,
+    ProviderError,
+    RunAborted,
+    StoreError,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _exception_classes() -> dict[str, type]:
+    """Every class defined in persobench/ whose bases look like exceptions, imported for real."""
+    found: dict[str, type] = {}
+    for path in sorted((REPO / "persobench").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [
+            node.name for node in tree.body if isinstance(node, ast.ClassDef)
+            and any((getattr(b, "id", None) or getattr(b, "attr", "")).endswith(("Error", "Exception", "Aborted", "Unavailable"))
+                    for b in node.bases)
+        ]
+        if not names:
+            continue
+        module_name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        module = importlib.import_module(module_name)
+        for name in names:
+            cls = getattr(module, name)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                found[f"{module_name}.{name}"] = cls
+    return found
+
+
+def test_every_exception_class_is_a_persobench_error():
+    classes = _exception_classes()
+    assert len(classes) >= 16, sorted(classes)  # the scan found the classes (not vacuously true)
+    strays = sorted(name for name, cls in classes.items() if not issubclass(cls, PersoBenchError))
+    assert strays == [], f"exception classes outside the hierarchy: {strays}"
+
+
+@pytest.mark.parametrize(
+    "path, family, builtin",
+    [
+        ("persobench.providers.base:MissingKeyError", ConfigurationError, ValueError),
+        ("persobench.registry:UnknownNameError", ConfigurationError, KeyError),
+        ("persobench.prompts:TemplateError", ConfigurationError, ValueError),
+        ("persobench.cli:CLIError", ConfigurationError, ValueError),
+        ("persobench.datasets:DatasetError", DatasetError, ValueError),
+        ("persobench.datasets.sources:SourceFormatError", DatasetError, ValueError),
+        ("persobench.datasets.prompt_tables:PromptTableError", DatasetError, ValueError),
+        ("persobench.datasets.user_files:DatasetFileError", DatasetError, ValueError),
+        ("persobench.datasets.paper_archive:PaperArchiveError", DatasetError, ValueError),
+        ("persobench.csv_io:CSVFormatError", DatasetError, ValueError),
+        ("persobench.importer:ImportFolderError", DatasetError, ValueError),
+        ("persobench.store:StoreError", StoreError, RuntimeError),
+        ("persobench.metrics:UnknownMetricError", MetricError, KeyError),
+        ("persobench.metrics.scoring:ScoringError", MetricError, ValueError),
+        ("persobench.metrics.backends:BackendUnavailable", MetricError, RuntimeError),
+        ("persobench.providers.base:ProviderError", ProviderError, Exception),
+        ("persobench.generation:RunAborted", RunAborted, RuntimeError),
+    ],
+)
+def test_each_error_sits_in_its_family_and_keeps_its_builtin_base(path, family, builtin):
+    module_name, _, name = path.partition(":")
+    cls = getattr(importlib.import_module(module_name), name)
+    assert issubclass(cls, family) and issubclass(cls, builtin) and issubclass(cls, PersoBenchError)
+
+
+def _cli_error(tmp_path, capsys, *args: str) -> str:
+    assert cli_main(["--home", str(tmp_path), *args]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+def test_cli_prints_one_line_and_exits_2_for_each_family(tmp_path, capsys):
+    # configuration: an unknown dataset name (UnknownNameError, a KeyError as well)
+    assert "nosuch" in _cli_error(tmp_path, capsys, "show", "nosuch")
+    # metric: an unknown metric name
+    assert "nosuch_metric" in _cli_error(tmp_path, capsys, "score", "--metrics", "nosuch_metric")
+    # dataset: a folder that is not in the paper's layout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert str(empty) in _cli_error(tmp_path, capsys, "import-persobench", str(empty))
+    # dataset: a user file with a bad row
+    bad = tmp_path / "bad.csv"
+    bad.write_text('persona,context\n"unclosed,quote\n')
+    assert "bad.csv" in _cli_error(tmp_path, capsys, "show", str(bad))
+    # store: a run whose generations table is gone
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(json.dumps({
+        "run_id": "r1", "dataset": "sample", "sample_ids": [], "model": {"provider": "baseline", "model": "reference"},
+        "mode": "vanilla", "template": "vanilla", "template_hash": "x", "parameters": {}, "status": "completed",
+    }))
+    message = _cli_error(tmp_path, capsys, "export", "r1")
+    assert "r1" in message
