@@ -101,7 +101,7 @@ def bench_bertscore(hyps: list[str], refs: list[str]) -> dict:
 def bench_nli(hyps: list[str], refs: list[str]) -> dict:
     from persobench.metrics.backends import get_profile
     from persobench.metrics.nli import load_nli
-    from persobench.metrics.tiny import build_tiny_nli
+    from tests.fakes.tiny_models import build_tiny_nli
 
     words = sorted({w for text in hyps + refs for w in text.lower().split()})[:5000]
     with tempfile.TemporaryDirectory() as tmp:

@@ -15,7 +15,7 @@ from persobench.metrics.nli import c_score_of, load_nli, normalise_label, p_cons
 from persobench.metrics.unieval import (  # noqa: E402
     DIMENSIONS, load_unieval, question, score_dialog, split_sentences,
 )
-from persobench.metrics.tiny import build_tiny_nli, build_tiny_t5  # noqa: E402
+from tests.fakes.tiny_models import build_tiny_nli, build_tiny_t5  # noqa: E402
 from persobench.records import PersonaSet, Sample, Turn  # noqa: E402
 
 pytestmark = pytest.mark.hub_loading

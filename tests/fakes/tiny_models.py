@@ -1,8 +1,9 @@
-"""Tiny NLI and UniEval-style models built in code (random weights, word-level tokenizers).
+"""Test doubles: tiny NLI and UniEval-style models built in code (random weights, word-level tokenizers).
 
-They exercise the real loading path (``save_pretrained`` to a folder, then a profile override
-pointing at it) in tests and benchmarks, where the hub models cannot be downloaded. Their numbers
-mean nothing; only the code paths (label mapping, batching, question format) are under test.
+Test-only (tests/ and benchmarks/scoring.py use them, the library never does). They exercise the
+real loading path (``save_pretrained`` to a folder, then a profile override pointing at it) where
+the hub models cannot be downloaded. Their numbers mean nothing; only the code paths (label
+mapping, batching, question format) are under test.
 """
 
 from __future__ import annotations
