@@ -34,15 +34,15 @@ APP = str(ROOT / "app.py")
 PAGES = ["pages/leaderboard.py", "pages/new_run.py", "pages/explore.py", "pages/failures.py",
          "pages/compare.py", "pages/data.py", "pages/metrics.py"]
 TARGET_S = 2.0
-LEXICAL = ["bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap"]
 
 
 def build_store(home: Path, reference: Path) -> tuple[int, int]:
     """Import and score the published runs (skipped when already done); (runs, replies)."""
     from persobench.importer import import_persobench
-    from persobench.metrics import score_run
+    from persobench.metrics import metric_names, score_run
     from persobench.store import RunStore
 
+    lexical = metric_names(needs="none")  # the metrics that need no model
     store = RunStore(home)
     started = time.perf_counter()
     report = import_persobench(store, reference)
@@ -55,12 +55,12 @@ def build_store(home: Path, reference: Path) -> tuple[int, int]:
     scored = 0
     for run in store.runs():
         entry = ((run.manifest.extra or {}).get("scores") or {}).get("offline") or {}
-        if all(m in (entry.get("metrics") or {}) for m in LEXICAL):
+        if all(m in (entry.get("metrics") or {}) for m in lexical):
             continue
         key = run.manifest.dataset
         if key not in samples_cache:
             samples_cache[key] = samples_for_run(run)
-        score_run(run, samples_cache[key], profile="offline", metrics=LEXICAL)
+        score_run(run, samples_cache[key], profile="offline", metrics=lexical)
         scored += 1
     if scored:
         print(f"scored {scored} runs with the lexical metrics in {time.perf_counter() - started:.1f} s")

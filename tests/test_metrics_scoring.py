@@ -40,8 +40,20 @@ def test_registry_names_and_info():
     assert metrics.validate_metric_names(["dist2", "bleu", "bleu"]) == ("bleu", "dist2")
 
 
-def test_every_sample_metric_has_a_backend_slot_entry():
-    assert set(backends.METRIC_SLOTS) == set(metrics.METRIC_NAMES)
+def test_every_sample_metric_has_a_family_and_a_known_backend_slot():
+    infos = [metrics.metric_info(n) for n in metrics.METRIC_NAMES]
+    assert all(i.family in metrics.family_names() for i in infos)
+    assert {i.slot for i in infos} - {None} <= set(backends.SLOTS)
+    assert metrics.metric_info("meteor").slot == "wordnet" and metrics.metric_info("bleu").slot is None
+    # The facts the scorer used to keep in parallel lists, now read from MetricInfo.
+    assert metrics.metric_names(needs="none") == ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2",
+                                                  "idf_overlap")
+    assert metrics.metric_names(family="nli") == ("ue_score", "c_score", "p_consistency")
+    assert {n for n in metrics.METRIC_NAMES if metrics.metric_info(n).needs_reference} == {
+        "bleu", "rouge1", "rouge2", "rougeL", "meteor", "bertscore_p", "bertscore_r", "bertscore_f1", "ue_score"}
+    assert {n for n in metrics.METRIC_NAMES if metrics.metric_info(n).needs_persona} == {
+        "c_score", "p_consistency", "ue_score", "persona_distance", "idf_overlap", "persona_coverage",
+        "unieval_groundedness", "unieval_overall"}
 
 
 def test_importing_the_registry_is_light():

@@ -23,7 +23,6 @@ from persobench.jobs.model import (
 )
 from persobench.jobs.planning import (
     BUILTIN_MODEL_CHOICES,
-    LEXICAL_METRICS,
     LaunchChoice,
     import_steps,
     launch_steps,
@@ -33,7 +32,7 @@ from persobench.jobs.planning import (
 )
 
 __all__ = [
-    "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "LEXICAL_METRICS", "JobManager",
+    "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "JobManager",
     "JobStatus", "JobStep", "LaunchChoice", "import_steps", "job_id_for", "launch_steps", "lock_alive",
     "missing_key", "plan_launch", "registry_models", "score_step_marker", "tail_text",
 ]

@@ -14,10 +14,6 @@ from persobench.secrets import redact
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
 
-#: Metrics that need no model: fast enough to score all published replies right after an import.
-LEXICAL_METRICS = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap")
-
-
 def missing_key(spec: Any, env: Mapping[str, str] | None = None) -> str | None:
     """Name of the environment variable a model needs and ``env`` (default: this process's
     environment) lacks, else None. Only the variable's name is ever reported, never a value."""
@@ -112,8 +108,11 @@ def import_steps(folder: str, *, score: str) -> list[JobStep]:
     steps = [JobStep(label="import", argv=("import-persobench", str(Path(folder).expanduser().resolve())),
                      kind="import")]
     if score == "lexical":
+        # The metrics that need no model: fast enough to score all published replies right after an import.
+        from persobench.metrics import metric_names
+
         steps.append(JobStep(label="score (lexical metrics)", kind="score",
-                             argv=("score", "--profile", "offline", "--metrics", ",".join(LEXICAL_METRICS),
+                             argv=("score", "--profile", "offline", "--metrics", ",".join(metric_names(needs="none")),
                                    "--no-progress")))
     elif score == "offline":
         steps.append(JobStep(label="score (offline profile)", kind="score",

@@ -38,18 +38,6 @@ from persobench.errors import MetricError
 SLOTS = ("bertscore", "nli", "word_vectors", "unieval", "wordnet", "embedding")
 PROFILE_NAMES = ("offline", "standard")
 
-#: Which backend slot each per-sample metric needs (``None``: pure code, no model).
-METRIC_SLOTS: dict[str, str | None] = {
-    "bleu": None, "rouge1": None, "rouge2": None, "rougeL": None, "dist1": None, "dist2": None,
-    "idf_overlap": None, "meteor": "wordnet",
-    "bertscore_p": "bertscore", "bertscore_r": "bertscore", "bertscore_f1": "bertscore",
-    "persona_distance": "word_vectors",
-    "ue_score": "nli", "c_score": "nli", "p_consistency": "nli",
-    "unieval_coherence": "unieval", "unieval_groundedness": "unieval", "unieval_naturalness": "unieval",
-    "unieval_engagingness": "unieval", "unieval_understandability": "unieval", "unieval_overall": "unieval",
-    "persona_coverage": "embedding",
-}
-
 HUB_NLI = "cross-encoder/nli-deberta-v3-base"
 HUB_UNIEVAL = "MingZhong/unieval-dialog"
 HUB_WORD2VEC = "fse/word2vec-google-news-300"
@@ -202,6 +190,14 @@ def _spec_for_override(slot: str, value: str, options: Mapping[str, Any]) -> Mod
     return ModelSpec(slot, value, "hub", dict(options))
 
 
+def _slot_of_metric(name: str) -> str | None:
+    """The backend slot of a per-sample metric (``None`` for unknown metrics and those needing no model)."""
+    from persobench.metrics import METRICS
+
+    info = METRICS.get(name)
+    return info.slot if info is not None and info.level == "sample" else None
+
+
 def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] | None = None) -> Profile:
     """The profile ``name`` with ``overrides`` (slot or metric name -> hub id or local path) applied."""
     if isinstance(name, Profile):  # already resolved
@@ -217,7 +213,7 @@ def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] 
     layers: int | None = None
     for raw_key, value in (overrides or {}).items():
         key, _, option = str(raw_key).partition(".")
-        slot = key if key in SLOTS else METRIC_SLOTS.get(key)
+        slot = key if key in SLOTS else _slot_of_metric(key)
         if slot is None:
             raise ValueError(f"cannot override {raw_key!r}: not a model slot ({', '.join(SLOTS)}) "
                              "or a model-backed metric")

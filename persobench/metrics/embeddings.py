@@ -21,8 +21,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from persobench.metrics.backends import (
-    BackendUnavailable, ModelSpec, cached, packaged_glove_dir, package_version, resolve_transformers_path,
+    BackendUnavailable, ModelSpec, cached, model_identity, packaged_glove_dir, package_version,
+    resolve_transformers_path,
 )
+from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.metrics.lexical import stop_words
 
 # --- BERTScore -----------------------------------------------------------------------------------
@@ -89,6 +91,30 @@ def bertscore(loaded: LoadedBERTScorer, replies: Sequence[str], references: Sequ
 def bertscore_version(loaded: LoadedBERTScorer) -> str:
     return (f"bertscore/1 bert-score=={package_version('bert-score')} layer {loaded.num_layers}, "
             "no idf, no baseline rescaling")
+
+
+class BertScoreMetrics(MetricFamily):
+    """BERTScore precision, recall and F1 from one batched pass of the ``bertscore`` slot's model."""
+
+    name = "bertscore"
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:
+        result = FamilyResult()
+        loaded, _ = batch.load_model("bertscore", load_bertscorer, result)
+        if loaded is None:
+            return result
+        items = batch.applicable("bertscore_f1")
+        advance = batch.progress.stage("bertscore", len(items))
+        p, r, f = bertscore(loaded, [it.reply for it in items], [it.reference for it in items])
+        advance(len(items))
+        values = {"bertscore_p": p, "bertscore_r": r, "bertscore_f1": f}
+        model_id, revision = model_identity(batch.profile.spec("bertscore"), loaded.scorer._model)
+        for m in batch.metrics:
+            for it, v in zip(items, values[m]):
+                result.add(it.sid, m, v)
+            result.record(m, "ok", model_id=model_id, revision=revision, version=bertscore_version(loaded),
+                          backend=f"bert_score.BERTScorer on {batch.profile.device}", n=len(items))
+        return result
 
 
 # --- Word vectors ----------------------------------------------------------------------------------
@@ -244,6 +270,27 @@ def persona_distance(persona_text: str, reply: str, vectors: WordVectors,
 def persona_distance_version(vectors: WordVectors) -> str:
     return ("persona_distance/1 cosine of mean word vectors, lower-cased whitespace tokens, nltk English "
             f"stop words and unknown words dropped ({vectors.name})")
+
+
+class PersonaDistanceMetrics(MetricFamily):
+    """``persona_distance`` from the ``word_vectors`` slot."""
+
+    name = "persona_distance"
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:
+        result = FamilyResult()
+        vectors, _ = batch.load_model("word_vectors", lambda spec, _device: load_word_vectors(spec), result)
+        if vectors is None:
+            return result
+        items = batch.applicable("persona_distance")
+        advance = batch.progress.stage("persona_distance", len(items))
+        for it in items:
+            result.add(it.sid, "persona_distance", persona_distance(it.persona_text, it.reply, vectors))
+            advance()
+        model_id, revision = model_identity(batch.profile.spec("word_vectors"))
+        result.record("persona_distance", "ok", model_id=model_id, revision=revision,
+                      version=persona_distance_version(vectors), backend="numpy", n=len(items))
+        return result
 
 
 # --- Sentence embeddings -------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from collections import Counter
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
+
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 _TFIDF_TOKEN = re.compile(r"(?u)\b\w\w+\b")
 
@@ -352,3 +354,48 @@ def _process_pool(workers: int):
 
     # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
     return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+# --- The family --------------------------------------------------------------------------------
+
+class LexicalMetrics(MetricFamily):
+    """BLEU, ROUGE, Distinct-n and IDF overlap: pure code, one pass over the replies."""
+
+    name = "lexical"
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:
+        metrics = batch.metrics
+        result = FamilyResult()
+        advance = batch.progress.stage("lexical", len(batch.items))
+        rouge_wanted = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
+        counts = dict.fromkeys(metrics, 0)
+        for it in batch.items:
+            has_ref = bool(it.reference.strip())
+            if "bleu" in metrics and has_ref:
+                result.add(it.sid, "bleu", bleu(it.reference, it.reply))
+                counts["bleu"] += 1
+            if rouge_wanted and has_ref:
+                for name, value in zip(("rouge1", "rouge2", "rougeL"), rouge(it.reference, it.reply)):
+                    if name in metrics:
+                        result.add(it.sid, name, value)
+                        counts[name] += 1
+            for n, name in ((1, "dist1"), (2, "dist2")):
+                if name in metrics:
+                    result.add(it.sid, name, distinct(it.reply, n))
+                    counts[name] += 1
+            if "idf_overlap" in metrics and it.persona_sentences:
+                result.add(it.sid, "idf_overlap", idf_overlap(it.persona_text, it.reply))
+                counts["idf_overlap"] += 1
+            advance()
+        for m in metrics:
+            if m == "bleu":
+                result.record(m, "ok", version=bleu_version(), backend="nltk", n=counts[m])
+            elif m.startswith("rouge"):
+                status, reason = rouge_status()
+                result.record(m, status, reason=reason, version=rouge_version(),
+                              backend="rouge" if status == "ok" else "rouge_score", n=counts[m])
+            elif m.startswith("dist"):
+                result.record(m, "ok", version=distinct_version(int(m[-1])), backend="python", n=counts[m])
+            else:
+                result.record(m, "ok", version=idf_overlap_version(), backend="python", n=counts[m])
+        return result

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from persobench.metrics.backends import BackendUnavailable, ModelSpec, load_wordnet, package_version
+from persobench.metrics.backends import BackendUnavailable, ModelSpec, load_wordnet, model_identity, package_version
+from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.metrics.lexical import whitespace_tokens
 
 DEGRADED = "degraded: exact+stem"
@@ -42,3 +43,27 @@ def resolve_wordnet(spec: ModelSpec) -> tuple[Any | None, str]:
 def meteor_version(with_wordnet: bool) -> str:
     stages = "exact+stem+wordnet" if with_wordnet else "exact+stem"
     return f"meteor/1 nltk=={package_version('nltk')} meteor_score(whitespace tokens, {stages})"
+
+
+class MeteorMetrics(MetricFamily):
+    """METEOR, with WordNet from the ``wordnet`` slot (degraded to exact+stem without it)."""
+
+    name = "meteor"
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:
+        result = FamilyResult()
+        spec = batch.profile.spec("wordnet")
+        wordnet, reason = resolve_wordnet(spec)
+        items = batch.applicable("meteor")
+        advance = batch.progress.stage("meteor", len(items))
+        for it in items:
+            result.add(it.sid, "meteor", meteor(it.reference, it.reply, wordnet))
+            advance()
+        if wordnet is not None:
+            model_id, revision = model_identity(spec)
+            result.record("meteor", "ok", model_id=model_id, revision=revision, version=meteor_version(True),
+                          backend="nltk", n=len(items))
+        else:
+            result.record("meteor", "degraded", reason=f"{DEGRADED} ({reason})", version=meteor_version(False),
+                          backend="nltk", n=len(items))
+        return result

@@ -11,8 +11,9 @@ Pairs, with *persona text* = all persona sentences of the sample joined by a spa
 - ``p_consistency``: same pair -> 0 for contradiction, else 1.
 - ``ue_score``: (persona text, reply) and (reference, reply) -> 2 if both are entailment, 1 if only
   the persona pair is, else 0.
-- per persona sentence: (sentence, reply) -> its label, stored in ``persona_details.nli_label``;
-  ``persona_coverage`` is then the share of sentences labelled entailment.
+- per persona sentence: (sentence, reply) -> its label: the family's ``sentence_labels`` output
+  (:class:`SentenceLabels`), which the ``persona_coverage`` family requires; it stores them in
+  ``persona_details.nli_label`` and counts the share of sentences labelled entailment.
 
 The paper used two BERT models it fine-tuned on SNLI and DNLI (not published); the standard
 profile's cross-encoder is the documented stand-in, so absolute numbers differ from the paper's.
@@ -21,13 +22,14 @@ profile's cross-encoder is the documented stand-in, so absolute numbers differ f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from persobench.metrics.backends import (
     BackendUnavailable, ModelSpec, cached, model_identity, package_version, resolve_transformers_path,
 )
+from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily
 
 LABELS = ("entailment", "neutral", "contradiction")
 
@@ -139,3 +141,90 @@ def nli_version(metric: str) -> str:
 
 def nli_identity(spec: ModelSpec, model: NLIModel) -> tuple[str, str]:
     return model_identity(spec, model.model)
+
+
+SENTENCE_LABELS = "sentence_labels"
+
+
+@dataclass(frozen=True)
+class SentenceLabels:
+    """The NLI family's per-persona-sentence labels, handed to the families that require them."""
+
+    labels: Mapping[str, list[str]] | None
+    """Sample id -> the label of each persona sentence (sentence -> reply), in persona order; ``None``
+    when no NLI model could be loaded."""
+    model_id: str = ""
+    """Identity of the NLI model that produced the labels."""
+    revision: str = ""
+    """Its hub revision or file hash."""
+    backend: str = ""
+    """How it ran (library and device)."""
+    reason: str = ""
+    """Why ``labels`` is ``None``."""
+
+
+class NLIMetrics(MetricFamily):
+    """``ue_score``, ``c_score`` and ``p_consistency``, and per-persona-sentence labels for later
+    families, all classified in one batched pass of the ``nli`` slot's model."""
+
+    name = "nli"
+    provides = (SENTENCE_LABELS,)
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:
+        metrics = batch.metrics
+        need_labels = SENTENCE_LABELS in batch.outputs_wanted
+        result = FamilyResult()
+        model, reason = batch.load_model("nli", load_nli, result)
+        if model is None:
+            if need_labels:
+                result.outputs[SENTENCE_LABELS] = SentenceLabels(None, reason=reason)
+            return result
+        persona_items = [it for it in batch.items if it.persona_sentences]
+        pairs: list[tuple[str, str]] = []
+        slots: list[tuple[str, Item, int]] = []  # (kind, item, persona index)
+        if metrics:
+            for it in persona_items:
+                pairs.append((it.persona_text, it.reply))
+                slots.append(("persona", it, -1))
+                if "ue_score" in metrics and it.reference.strip():
+                    pairs.append((it.reference, it.reply))
+                    slots.append(("reference", it, -1))
+        if need_labels:
+            for it in persona_items:
+                for index, (_, sentence) in enumerate(it.persona_sentences):
+                    pairs.append((sentence, it.reply))
+                    slots.append(("sentence", it, index))
+        advance = batch.progress.stage("nli", len(pairs))
+        predictions = model.predict(pairs, progress=advance)
+        persona_label: dict[str, str] = {}
+        reference_label: dict[str, str] = {}
+        labels: dict[str, list[str]] = {it.sid: [""] * len(it.persona_sentences) for it in persona_items}
+        for (kind, it, index), pred in zip(slots, predictions):
+            if kind == "persona":
+                persona_label[it.sid] = pred.label
+            elif kind == "reference":
+                reference_label[it.sid] = pred.label
+            else:
+                labels[it.sid][index] = pred.label
+        model_id, revision = nli_identity(batch.profile.spec("nli"), model)
+        backend = f"transformers sequence classification on {batch.profile.device}"
+        counts = dict.fromkeys(metrics, 0)
+        for it in persona_items:
+            label = persona_label.get(it.sid)
+            if label is None:
+                continue
+            if "c_score" in metrics:
+                result.add(it.sid, "c_score", c_score_of(label))
+                counts["c_score"] += 1
+            if "p_consistency" in metrics:
+                result.add(it.sid, "p_consistency", p_consistency_of(label))
+                counts["p_consistency"] += 1
+            if "ue_score" in metrics and it.sid in reference_label:
+                result.add(it.sid, "ue_score", ue_score_of(label, reference_label[it.sid]))
+                counts["ue_score"] += 1
+        for m in metrics:
+            result.record(m, "ok", model_id=model_id, revision=revision, version=nli_version(m), backend=backend,
+                          n=counts[m])
+        if need_labels:
+            result.outputs[SENTENCE_LABELS] = SentenceLabels(labels, model_id, revision, backend)
+        return result

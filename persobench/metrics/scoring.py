@@ -8,11 +8,16 @@ What gets a number:
 - only valid replies (a non-empty reply for the sample id; in a run, rows whose ``status`` is
   ``ok``). Invalid replies get **no** row here; aggregation decides whether they count as the
   paper's worst value or are excluded.
-- reference-based metrics (BLEU, ROUGE, METEOR, BERTScore, ``ue_score``) only for samples with a
-  non-empty reference; persona-based metrics (``c_score``, ``p_consistency``, ``ue_score``,
-  ``persona_distance``, ``idf_overlap``, ``persona_coverage``, ``unieval_groundedness``,
-  ``unieval_overall``) only for samples with at least one persona sentence.
+- metrics whose :class:`~persobench.metrics.MetricInfo` says ``needs_reference`` (BLEU, ROUGE,
+  METEOR, BERTScore, ``ue_score``) only for samples with a non-empty reference; those that say
+  ``needs_persona`` (``c_score``, ``p_consistency``, ``ue_score``, ``persona_distance``,
+  ``idf_overlap``, ``persona_coverage``, ``unieval_groundedness``, ``unieval_overall``) only for
+  samples with at least one persona sentence.
 - metrics whose model is unavailable get no rows, and their provenance says ``unavailable`` and why.
+
+Who computes what: :func:`family_plan` picks the metric families of the requested metrics (and the
+families they require), orders them so a family runs after those it requires, and each family
+scores the whole batch in one pass (:mod:`persobench.metrics.family`).
 
 Persona sentences: all of the sample's persona sentences (every speaker), in source order; the
 persona *text* joins them with one space.
@@ -22,11 +27,15 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.errors import MetricError
-from persobench.metrics import NLI_METRICS, UNIEVAL_METRICS, metric_info, validate_metric_names
-from persobench.metrics.backends import BackendUnavailable, Profile, get_profile, model_identity, package_version
+from persobench.metrics import (
+    MetricRegistryError, family_names, get_family, metric_info, metric_names, validate_metric_names,
+)
+from persobench.metrics.backends import Profile, get_profile
+from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
+from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401 - re-exported for callers
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -34,21 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from persobench.records import Sample
     from persobench.store import Run
 
-#: Cosine similarity (all-MiniLM-L6-v2 sentence embeddings, persona sentence vs reply) at or above
-#: which a persona sentence counts as engaged when no NLI model is available. Calibrated on 965
-#: persona sentences of IT-ConvAI2 and Blended Skill Talk with published replies: paired with an
-#: unrelated reply, under 1% of sentences reach 0.45; pairs near 0.45 restate or build on the fact
-#: ("two dogs live with me." / "I have two adorable dogs at home.").
-COVERAGE_SIMILARITY_THRESHOLD = 0.45
-
 SCORE_COLUMNS = ("sample_id", "metric", "value")
 DETAIL_COLUMNS = ("sample_id", "persona_index", "speaker", "sentence", "nli_label", "similarity")
-REFERENCE_METRICS = frozenset({"bleu", "rouge1", "rouge2", "rougeL", "meteor", "bertscore_p", "bertscore_r",
-                               "bertscore_f1", "ue_score"})
-PERSONA_METRICS = frozenset({"c_score", "p_consistency", "ue_score", "persona_distance", "idf_overlap",
-                             "persona_coverage", "unieval_groundedness", "unieval_overall"})
-
-ProgressFn = Callable[[str, int, int], None]
 
 
 class ScoringError(MetricError, ValueError):
@@ -83,349 +79,91 @@ class ScoreResult:
         return self.scores.pivot(index="sample_id", columns="metric", values="value")
 
 
-@dataclass
-class _Item:
-    sample: "Sample"
-    reply: str
-    reference: str
-    persona_sentences: list[tuple[str, str]]  # (speaker, sentence)
-
-    @property
-    def sid(self) -> str:
-        return self.sample.id
-
-    @property
-    def persona_text(self) -> str:
-        return " ".join(s for _, s in self.persona_sentences)
-
-
 def applicable(metric: str, reference: str, has_persona: bool) -> bool:
     """Whether ``metric`` is defined for a sample with this reference and persona presence."""
-    if metric in REFERENCE_METRICS and not reference.strip():
-        return False
-    if metric in PERSONA_METRICS and not has_persona:
-        return False
-    return True
+    return metric_info(metric).defined_for(reference, has_persona)
 
 
-def _prov(status: str, *, reason: str = "", model_id: str = "", revision: str = "", version: str = "",
-          backend: str = "", n: int = 0) -> dict[str, Any]:
-    return {"status": status, "reason": reason, "model_id": model_id, "revision_or_hash": revision,
-            "metric_version": version, "backend": backend, "n": n}
+# --- Running the families ------------------------------------------------------------------------
 
 
-class _Progress:
-    def __init__(self, fn: ProgressFn | None) -> None:
-        self.fn = fn
+@dataclass(frozen=True)
+class FamilyStep:
+    """One family in a scoring plan."""
 
-    def stage(self, name: str, total: int) -> Callable[[int], None]:
-        done = [0]
-        if self.fn is not None:
-            self.fn(name, 0, total)
-
-        def advance(k: int = 1) -> None:
-            done[0] += k
-            if self.fn is not None:
-                self.fn(name, min(done[0], total), total)
-
-        return advance
+    family: MetricFamily
+    metrics: tuple[str, ...]
+    """The family's requested metrics (empty when it runs only for an output a later family reads)."""
+    outputs_wanted: frozenset[str]
+    """Which of its outputs later families in the plan read."""
 
 
-class _Scorer:
-    def __init__(self, items: list[_Item], wanted: tuple[str, ...], profile: Profile, progress: _Progress) -> None:
-        self.items = items
-        self.wanted = wanted
-        self.profile = profile
-        self.progress = progress
-        self.rows: list[tuple[str, str, float]] = []
-        self.details: list[tuple[str, int, str, str, Any, float]] = []
-        self.provenance: dict[str, dict[str, Any]] = {}
-        self.persona_labels: dict[str, list[str]] | None = None
-        self.nli_reason = "not requested"
-        self.nli_identity: tuple[str, str, str] = ("", "", "")
+def family_plan(wanted: Sequence[str]) -> list[FamilyStep]:
+    """The families that compute ``wanted`` (registered metric names), plus the families they require,
+    each after every family it requires; families no dependency orders keep registration order.
 
-    # helpers -------------------------------------------------------------------------------
-    def want(self, *names: str) -> list[str]:
-        return [n for n in names if n in self.wanted]
+    Raises :class:`~persobench.metrics.MetricRegistryError` for a requirement on an unknown family or on
+    an output that family does not provide, and for a dependency cycle."""
+    own: dict[str, list[str]] = {}
+    for metric in wanted:
+        own.setdefault(metric_info(metric).family, []).append(metric)
+    needed: dict[str, MetricFamily] = {}
+    outputs: dict[str, set[str]] = {}
+    pending = list(own)
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        family = needed[name] = get_family(name)
+        for req in family.requires:
+            provider = get_family(req.family)
+            if req.output not in provider.provides:
+                raise MetricRegistryError(f"metric family {name!r} requires {req.output!r} of {req.family!r}, "
+                                          f"which provides {', '.join(provider.provides) or 'nothing'}")
+            outputs.setdefault(req.family, set()).add(req.output)
+            pending.append(req.family)
+    order: list[str] = []
+    remaining = [n for n in family_names() if n in needed]
+    while remaining:
+        ready = next((n for n in remaining if all(r.family in order for r in needed[n].requires)), None)
+        if ready is None:
+            raise MetricRegistryError(f"metric families {', '.join(remaining)} require each other in a cycle")
+        order.append(ready)
+        remaining.remove(ready)
+    known = set(wanted)
+    return [FamilyStep(needed[n], tuple(m for m in metric_names(family=n) if m in known),
+                       frozenset(outputs.get(n, ()))) for n in order]
 
-    def for_metric(self, metric: str) -> list[_Item]:
-        return [it for it in self.items if applicable(metric, it.reference, bool(it.persona_sentences))]
 
-    def add(self, sid: str, metric: str, value: float) -> None:
-        self.rows.append((sid, metric, float(value)))
-
-    def unavailable(self, metrics: Iterable[str], reason: str, model_id: str = "") -> None:
-        for m in metrics:
-            self.provenance[m] = _prov("unavailable", reason=reason, model_id=model_id)
-
-    # families ------------------------------------------------------------------------------
-    def lexical(self) -> None:
-        from persobench.metrics import lexical
-
-        metrics = self.want("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap")
-        if not metrics:
-            return
-        advance = self.progress.stage("lexical", len(self.items))
-        rouge_wanted = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
-        counts = dict.fromkeys(metrics, 0)
-        for it in self.items:
-            has_ref = bool(it.reference.strip())
-            if "bleu" in metrics and has_ref:
-                self.add(it.sid, "bleu", lexical.bleu(it.reference, it.reply))
-                counts["bleu"] += 1
-            if rouge_wanted and has_ref:
-                r1, r2, rl = lexical.rouge(it.reference, it.reply)
-                for name, value in (("rouge1", r1), ("rouge2", r2), ("rougeL", rl)):
-                    if name in metrics:
-                        self.add(it.sid, name, value)
-                        counts[name] += 1
-            for n, name in ((1, "dist1"), (2, "dist2")):
-                if name in metrics:
-                    self.add(it.sid, name, lexical.distinct(it.reply, n))
-                    counts[name] += 1
-            if "idf_overlap" in metrics and it.persona_sentences:
-                self.add(it.sid, "idf_overlap", lexical.idf_overlap(it.persona_text, it.reply))
-                counts["idf_overlap"] += 1
-            advance()
-        for m in metrics:
-            if m == "bleu":
-                self.provenance[m] = _prov("ok", version=lexical.bleu_version(), backend="nltk", n=counts[m])
-            elif m.startswith("rouge"):
-                status, reason = lexical.rouge_status()
-                self.provenance[m] = _prov(status, reason=reason, version=lexical.rouge_version(),
-                                           backend="rouge" if status == "ok" else "rouge_score", n=counts[m])
-            elif m.startswith("dist"):
-                self.provenance[m] = _prov("ok", version=lexical.distinct_version(int(m[-1])), backend="python",
-                                           n=counts[m])
-            else:
-                self.provenance[m] = _prov("ok", version=lexical.idf_overlap_version(), backend="python",
-                                           n=counts[m])
-
-    def meteor(self) -> None:
-        if "meteor" not in self.wanted:
-            return
-        from persobench.metrics import meteor as meteor_mod
-
-        spec = self.profile.spec("wordnet")
-        wordnet, reason = meteor_mod.resolve_wordnet(spec)
-        items = self.for_metric("meteor")
-        advance = self.progress.stage("meteor", len(items))
-        for it in items:
-            self.add(it.sid, "meteor", meteor_mod.meteor(it.reference, it.reply, wordnet))
-            advance()
-        if wordnet is not None:
-            model_id, revision = model_identity(spec)
-            self.provenance["meteor"] = _prov("ok", model_id=model_id, revision=revision,
-                                              version=meteor_mod.meteor_version(True), backend="nltk",
-                                              n=len(items))
-        else:
-            self.provenance["meteor"] = _prov("degraded", reason=f"{meteor_mod.DEGRADED} ({reason})",
-                                              version=meteor_mod.meteor_version(False), backend="nltk",
-                                              n=len(items))
-
-    def bertscore(self) -> None:
-        metrics = self.want("bertscore_p", "bertscore_r", "bertscore_f1")
-        if not metrics:
-            return
-        from persobench.metrics import embeddings
-
-        spec = self.profile.spec("bertscore")
-        try:
-            loaded = embeddings.load_bertscorer(spec, self.profile.device)
-        except BackendUnavailable as exc:
-            self.unavailable(metrics, str(exc), spec.model_id or "")
-            return
-        items = self.for_metric("bertscore_f1")
-        advance = self.progress.stage("bertscore", len(items))
-        p, r, f = embeddings.bertscore(loaded, [it.reply for it in items], [it.reference for it in items])
-        advance(len(items))
-        values = {"bertscore_p": p, "bertscore_r": r, "bertscore_f1": f}
-        model_id, revision = model_identity(spec, loaded.scorer._model)
-        for m in metrics:
-            for it, v in zip(items, values[m]):
-                self.add(it.sid, m, v)
-            self.provenance[m] = _prov("ok", model_id=model_id, revision=revision,
-                                       version=embeddings.bertscore_version(loaded),
-                                       backend=f"bert_score.BERTScorer on {self.profile.device}", n=len(items))
-
-    def persona_distance(self) -> None:
-        if "persona_distance" not in self.wanted:
-            return
-        from persobench.metrics import embeddings
-
-        spec = self.profile.spec("word_vectors")
-        try:
-            vectors = embeddings.load_word_vectors(spec)
-        except BackendUnavailable as exc:
-            self.unavailable(["persona_distance"], str(exc), spec.model_id or "")
-            return
-        items = self.for_metric("persona_distance")
-        advance = self.progress.stage("persona_distance", len(items))
-        for it in items:
-            self.add(it.sid, "persona_distance", embeddings.persona_distance(it.persona_text, it.reply, vectors))
-            advance()
-        model_id, revision = model_identity(spec)
-        self.provenance["persona_distance"] = _prov(
-            "ok", model_id=model_id, revision=revision, version=embeddings.persona_distance_version(vectors),
-            backend="numpy", n=len(items))
-
-    def nli(self) -> None:
-        metrics = self.want(*NLI_METRICS)
-        need_labels = "persona_coverage" in self.wanted
-        if not metrics and not need_labels:
-            return
-        from persobench.metrics import nli as nli_mod
-
-        spec = self.profile.spec("nli")
-        try:
-            model = nli_mod.load_nli(spec, self.profile.device)
-        except BackendUnavailable as exc:
-            self.unavailable(metrics, str(exc), spec.model_id or "")
-            self.nli_reason = str(exc)
-            return
-        persona_items = [it for it in self.items if it.persona_sentences]
-        pairs: list[tuple[str, str]] = []
-        slots: list[tuple[str, _Item, int]] = []  # (kind, item, persona index)
-        if metrics:
-            for it in persona_items:
-                pairs.append((it.persona_text, it.reply))
-                slots.append(("persona", it, -1))
-                if "ue_score" in metrics and it.reference.strip():
-                    pairs.append((it.reference, it.reply))
-                    slots.append(("reference", it, -1))
-        if need_labels:
-            for it in persona_items:
-                for index, (_, sentence) in enumerate(it.persona_sentences):
-                    pairs.append((sentence, it.reply))
-                    slots.append(("sentence", it, index))
-        advance = self.progress.stage("nli", len(pairs))
-        predictions = model.predict(pairs, progress=advance)
-        persona_label: dict[str, str] = {}
-        reference_label: dict[str, str] = {}
-        labels: dict[str, list[str]] = {it.sid: [""] * len(it.persona_sentences) for it in persona_items}
-        for (kind, it, index), pred in zip(slots, predictions):
-            if kind == "persona":
-                persona_label[it.sid] = pred.label
-            elif kind == "reference":
-                reference_label[it.sid] = pred.label
-            else:
-                labels[it.sid][index] = pred.label
-        model_id, revision = nli_mod.nli_identity(spec, model)
-        backend = f"transformers sequence classification on {self.profile.device}"
-        counts = dict.fromkeys(metrics, 0)
-        for it in persona_items:
-            label = persona_label.get(it.sid)
-            if label is None:
-                continue
-            if "c_score" in metrics:
-                self.add(it.sid, "c_score", nli_mod.c_score_of(label))
-                counts["c_score"] += 1
-            if "p_consistency" in metrics:
-                self.add(it.sid, "p_consistency", nli_mod.p_consistency_of(label))
-                counts["p_consistency"] += 1
-            if "ue_score" in metrics and it.sid in reference_label:
-                self.add(it.sid, "ue_score", nli_mod.ue_score_of(label, reference_label[it.sid]))
-                counts["ue_score"] += 1
-        for m in metrics:
-            self.provenance[m] = _prov("ok", model_id=model_id, revision=revision, version=nli_mod.nli_version(m),
-                                       backend=backend, n=counts[m])
-        if need_labels:
-            self.persona_labels = labels
-            self.nli_identity = (model_id, revision, backend)
-
-    def persona(self) -> None:
-        """Per-persona-sentence details and ``persona_coverage``."""
-        if "persona_coverage" not in self.wanted:
-            return
-        from persobench.metrics import embeddings, nli as nli_mod
-
-        items = [it for it in self.items if it.persona_sentences]
-        spec = self.profile.spec("embedding")
-        similarities: dict[str, list[float]] = {}
-        embed_reason = ""
-        try:
-            model = embeddings.load_embedding(spec, self.profile.device)
-        except BackendUnavailable as exc:
-            model, embed_reason = None, str(exc)
-        if model is not None:
-            left = [s for it in items for _, s in it.persona_sentences]
-            right = [it.reply for it in items for _ in it.persona_sentences]
-            advance = self.progress.stage("persona similarity", len(left))
-            flat = embeddings.pair_similarities(model, left, right)
-            advance(len(left))
-            cursor = 0
-            for it in items:
-                similarities[it.sid] = flat[cursor:cursor + len(it.persona_sentences)]
-                cursor += len(it.persona_sentences)
-        labels = self.persona_labels
-        for it in items:
-            for index, (speaker, sentence) in enumerate(it.persona_sentences):
-                label = labels[it.sid][index] if labels is not None else None
-                sim = similarities[it.sid][index] if it.sid in similarities else float("nan")
-                self.details.append((it.sid, index, speaker, sentence, label or None, sim))
-        if labels is not None:
-            for it in items:
-                got = labels[it.sid]
-                self.add(it.sid, "persona_coverage", sum(1 for g in got if g == "entailment") / len(got))
-            model_id, revision, backend = self.nli_identity
-            self.provenance["persona_coverage"] = _prov(
-                "ok", model_id=model_id, revision=revision, version=nli_mod.nli_version("persona_coverage"),
-                backend=f"nli-entailment; {backend}", n=len(items))
-        elif model is not None:
-            for it in items:
-                sims = similarities[it.sid]
-                self.add(it.sid, "persona_coverage",
-                         sum(1 for s in sims if s >= COVERAGE_SIMILARITY_THRESHOLD) / len(sims))
-            model_id, revision = model_identity(spec)
-            self.provenance["persona_coverage"] = _prov(
-                "ok", model_id=model_id, revision=revision,
-                reason=f"no NLI model ({self.nli_reason}); embedding similarity used",
-                version=(f"persona_coverage/1-embedding share of persona sentences with cosine >= "
-                         f"{COVERAGE_SIMILARITY_THRESHOLD} to the reply (sentence-transformers=="
-                         f"{package_version('sentence-transformers')})"),
-                backend=f"embedding-similarity>={COVERAGE_SIMILARITY_THRESHOLD}", n=len(items))
-        else:
-            self.unavailable(["persona_coverage"], f"needs an NLI or an embedding model ({embed_reason})")
-
-    def unieval(self) -> None:
-        metrics = self.want(*UNIEVAL_METRICS)
-        if not metrics:
-            return
-        from persobench.metrics import unieval as ue
-
-        spec = self.profile.spec("unieval")
-        try:
-            model = ue.load_unieval(spec, self.profile.device)
-        except BackendUnavailable as exc:
-            self.unavailable(metrics, str(exc), spec.model_id or "")
-            return
-        dims = [d for d in ue.DIMENSIONS if f"unieval_{d}" in metrics or "unieval_overall" in metrics]
-        replies = [it.reply for it in self.items]
-        histories, facts = ue.histories_and_facts([it.sample for it in self.items])
-        advance = self.progress.stage("unieval", ue.count_inputs(dims, replies))
-        results = ue.score_dialog(model, replies, histories, facts, dims, progress=advance)
-        model_id, revision = model_identity(spec, model.model)
-        for m in metrics:
-            values = results.get(m.removeprefix("unieval_"), [])
-            n = 0
-            for it, v in zip(self.items, values):
-                if applicable(m, it.reference, bool(it.persona_sentences)):
-                    self.add(it.sid, m, v)
-                    n += 1
-            self.provenance[m] = _prov("ok", model_id=model_id, revision=revision, version=ue.unieval_version(m),
-                                       backend=f"transformers seq2seq on {self.profile.device}", n=n)
+def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
+                  progress: Progress) -> FamilyResult:
+    """Every family of the plan in order, each given the outputs it requires; results concatenated."""
+    total = FamilyResult()
+    delivered: dict[tuple[str, str], Any] = {}
+    for step in family_plan(wanted):
+        family = step.family
+        inputs = {req.output: delivered[(req.family, req.output)] for req in family.requires}
+        result = family.score(FamilyBatch(items, step.metrics, profile, progress, inputs, step.outputs_wanted))
+        missing = sorted(step.outputs_wanted - set(result.outputs))
+        if missing:
+            raise MetricRegistryError(f"metric family {family.name!r} did not deliver {', '.join(missing)}")
+        delivered.update(((family.name, k), v) for k, v in result.outputs.items())
+        total.rows.extend(result.rows)
+        total.details.extend(result.details)
+        total.provenance.update(result.provenance)
+    return total
 
 
 def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
-           references: Mapping[str, str] | None) -> list[_Item]:
-    items: list[_Item] = []
+           references: Mapping[str, str] | None) -> list[Item]:
+    items: list[Item] = []
     for sample in samples:
         reply = replies.get(sample.id)
         if reply is None or not isinstance(reply, str) or not reply.strip():
             continue
         reference = references.get(sample.id, sample.reference) if references else sample.reference
-        personas = [(p.speaker, s) for p in sample.personas for s in p.sentences if str(s).strip()]
-        items.append(_Item(sample, reply, str(reference or ""), personas))
+        personas = tuple((p.speaker, s) for p in sample.personas for s in p.sentences if str(s).strip())
+        items.append(Item(sample, reply, str(reference or ""), personas))
     return items
 
 
@@ -463,16 +201,15 @@ def score_samples(
     if isinstance(profile, Profile) and overrides:
         prof = get_profile(profile.name, {**profile.overrides, **overrides})
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    scorer = _Scorer(_items(samples, replies, references), wanted, prof, _Progress(progress))
-    for family in (scorer.lexical, scorer.meteor, scorer.bertscore, scorer.persona_distance, scorer.nli,
-                   scorer.persona, scorer.unieval):
-        family()
-    scores, details = _frames(scorer.rows, scorer.details)
-    provenance = {m: scorer.provenance[m] for m in wanted if m in scorer.provenance}
+    items = _items(samples, replies, references)
+    scored = _run_families(items, wanted, prof, Progress(progress))
+    scores, details = _frames(scored.rows, scored.details)
+    provenance = {m: scored.provenance[m] for m in wanted if m in scored.provenance}
     if references:
-        overridden = sum(1 for it in scorer.items if it.sid in references)
-        for m in REFERENCE_METRICS & set(provenance):
-            provenance[m]["reference"] = f"given by the caller for {overridden} sample(s)"
+        overridden = sum(1 for it in items if it.sid in references)
+        for m in provenance:
+            if metric_info(m).needs_reference:
+                provenance[m]["reference"] = f"given by the caller for {overridden} sample(s)"
     return ScoreResult(scores, details, provenance, prof.key)
 
 

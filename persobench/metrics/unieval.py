@@ -21,7 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from persobench.metrics.backends import ModelSpec, cached, package_version, resolve_transformers_path
+from persobench.metrics.backends import (
+    ModelSpec, cached, model_identity, package_version, resolve_transformers_path,
+)
+from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 
 DIMENSIONS = ("naturalness", "coherence", "engagingness", "groundedness", "understandability")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -167,3 +170,33 @@ def histories_and_facts(samples: Sequence[Any]) -> tuple[list[str], list[str]]:
     histories = ["\n".join(f"{t.speaker}: {t.text}" for t in s.context) for s in samples]
     facts = [" ".join(s.persona_sentences()) for s in samples]
     return histories, facts
+
+
+class UniEvalMetrics(MetricFamily):
+    """The ``unieval_*`` dimensions: every question of every requested dimension in one batched pass."""
+
+    name = "unieval"
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:
+        metrics = batch.metrics
+        result = FamilyResult()
+        model, _ = batch.load_model("unieval", load_unieval, result)
+        if model is None:
+            return result
+        dims = [d for d in DIMENSIONS if f"unieval_{d}" in metrics or "unieval_overall" in metrics]
+        replies = [it.reply for it in batch.items]
+        histories, facts = histories_and_facts([it.sample for it in batch.items])
+        advance = batch.progress.stage("unieval", count_inputs(dims, replies))
+        results = score_dialog(model, replies, histories, facts, dims, progress=advance)
+        model_id, revision = model_identity(batch.profile.spec("unieval"), model.model)
+        for m in metrics:
+            values = results.get(m.removeprefix("unieval_"), [])
+            applicable = {it.sid for it in batch.applicable(m)}
+            n = 0
+            for it, v in zip(batch.items, values):
+                if it.sid in applicable:
+                    result.add(it.sid, m, v)
+                    n += 1
+            result.record(m, "ok", model_id=model_id, revision=revision, version=unieval_version(m),
+                          backend=f"transformers seq2seq on {batch.profile.device}", n=n)
+        return result

@@ -1,0 +1,166 @@
+"""What a metric family is: the small object that computes the metrics sharing one model or one pass.
+
+A family (HELM's ``Metric`` is the model) scores one batch of valid replies for the metrics of its
+own that were asked for, and returns rows, provenance and, for families later ones depend on, named
+outputs. Which metrics a family owns, and whether each needs a reference or a persona, is read from
+the registry (:class:`persobench.metrics.MetricInfo`), never listed again here.
+
+A family that reads another family's results says so in :attr:`MetricFamily.requires` (for example
+persona coverage reads the NLI family's per-sentence labels); the scorer then runs the provider
+first, asks it for that output, and fails loudly if the provider does not deliver it. There is no
+other ordering between families.
+
+Cheap to import: no numpy, torch or pandas here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.metrics.backends import ModelSpec, Profile
+    from persobench.records import Sample
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One valid reply to score, with what its metrics compare it to."""
+
+    sample: "Sample"
+    """The dataset sample the reply answers."""
+    reply: str
+    """The reply text (never blank)."""
+    reference: str
+    """The reference reply ("" when the sample has none; reference metrics then skip it)."""
+    persona_sentences: tuple[tuple[str, str], ...]
+    """(speaker, sentence) of every non-blank persona sentence of the sample, in source order."""
+
+    @property
+    def sid(self) -> str:
+        return self.sample.id
+
+    @property
+    def persona_text(self) -> str:
+        """All persona sentences joined by one space (as the paper's flattened ``personas``)."""
+        return " ".join(s for _, s in self.persona_sentences)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """An output of another family that a family reads."""
+
+    family: str
+    """Name of the family that provides it."""
+    output: str
+    """Name of the output, one of that family's :attr:`MetricFamily.provides`."""
+
+
+class Progress:
+    """Turns ``progress(stage, done, total)`` callbacks into per-stage ``advance(k)`` functions."""
+
+    def __init__(self, fn: ProgressFn | None) -> None:
+        self.fn = fn
+
+    def stage(self, name: str, total: int) -> Callable[[int], None]:
+        done = [0]
+        if self.fn is not None:
+            self.fn(name, 0, total)
+
+        def advance(k: int = 1) -> None:
+            done[0] += k
+            if self.fn is not None:
+                self.fn(name, min(done[0], total), total)
+
+        return advance
+
+
+@dataclass(frozen=True)
+class FamilyBatch:
+    """What a family is given: the replies, its requested metrics, the profile and its inputs."""
+
+    items: Sequence[Item]
+    """Every valid reply of the batch (a family filters with :meth:`applicable`)."""
+    metrics: tuple[str, ...]
+    """This family's requested metrics, in display order (may be empty when the family runs only
+    because a later family requires one of its outputs)."""
+    profile: "Profile"
+    """Which model fills each backend slot."""
+    progress: Progress
+    """Progress reporting: ``advance = batch.progress.stage(name, total)``."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """The outputs this family :attr:`~MetricFamily.requires`, by output name."""
+    outputs_wanted: frozenset[str] = frozenset()
+    """Which of this family's :attr:`~MetricFamily.provides` a later family reads in this batch."""
+
+    def applicable(self, metric: str) -> list[Item]:
+        """The items ``metric`` is defined for (reference / persona present when it needs one)."""
+        from persobench.metrics import metric_info
+
+        info = metric_info(metric)
+        return [it for it in self.items if info.defined_for(it.reference, bool(it.persona_sentences))]
+
+    def load_model(self, slot: str, loader: Callable[["ModelSpec", str], Any],
+                   result: "FamilyResult") -> tuple[Any | None, str]:
+        """``(model, "")`` from ``loader(spec, device)`` for the profile's ``slot``; when the model cannot
+        be loaded, ``(None, reason)`` after recording this batch's metrics as unavailable."""
+        from persobench.metrics.backends import BackendUnavailable
+
+        spec = self.profile.spec(slot)
+        try:
+            return loader(spec, self.profile.device), ""
+        except BackendUnavailable as exc:
+            result.unavailable(self.metrics, str(exc), spec.model_id or "")
+            return None, str(exc)
+
+
+@dataclass
+class FamilyResult:
+    """What a family returns."""
+
+    rows: list[tuple[str, str, float]] = field(default_factory=list)
+    """``(sample_id, metric, value)`` per computed value."""
+    provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per requested metric: see :func:`provenance`."""
+    details: list[tuple] = field(default_factory=list)
+    """Rows of ``persona_details`` (:data:`persobench.metrics.scoring.DETAIL_COLUMNS`)."""
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """Named results later families read (only those in :attr:`FamilyBatch.outputs_wanted`)."""
+
+    def add(self, sid: str, metric: str, value: float) -> None:
+        self.rows.append((sid, metric, float(value)))
+
+    def record(self, metric: str, status: str, **facts: Any) -> None:
+        """Provenance of ``metric``; ``facts`` are the keyword arguments of :func:`provenance`."""
+        self.provenance[metric] = provenance(status, **facts)
+
+    def unavailable(self, metrics: Iterable[str], reason: str, model_id: str = "") -> None:
+        for metric in metrics:
+            self.record(metric, "unavailable", reason=reason, model_id=model_id)
+
+
+def provenance(status: str, *, reason: str = "", model_id: str = "", revision: str = "", version: str = "",
+               backend: str = "", n: int = 0) -> dict[str, Any]:
+    """One metric's provenance record as stored in run manifests (``extra.scores.<profile>.metrics``)."""
+    return {"status": status, "reason": reason, "model_id": model_id, "revision_or_hash": revision,
+            "metric_version": version, "backend": backend, "n": n}
+
+
+class MetricFamily:
+    """Base of every metric family: a name, what it reads from other families, what it offers them,
+    and :meth:`score`. Register a new one with :func:`persobench.metrics.register_family`."""
+
+    name: str = ""
+    """Registry name; every :class:`~persobench.metrics.MetricInfo` of the family has ``family=name``."""
+    requires: tuple[Requirement, ...] = ()
+    """Outputs of other families this one reads; those families run first."""
+    provides: tuple[str, ...] = ()
+    """Outputs this family can deliver to later families when asked (:attr:`FamilyBatch.outputs_wanted`)."""
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<metric family {self.name}>"
