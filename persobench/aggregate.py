@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BOARD_COLUMNS", "CSV_COLUMNS", "INVALID_POLICIES", "OVERALL_COMPONENTS", "RADAR_ASPECTS",
     "RESULT_COLUMNS", "available_profiles", "compare_models", "export_board", "leaderboard", "load_metric_status",
-    "load_results", "overall_table", "radar_aspects", "rank_with_ties", "results_fingerprint", "run_samples",
+    "load_results", "overall_table", "radar_aspects", "rank_with_ties", "run_samples",
 ]
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
@@ -80,7 +80,6 @@ RADAR_ASPECTS = {
     "groundedness": "unieval_groundedness",
     "persona_consistency": "c_score",
 }
-RUN_LEVEL = ("failure_ratio", "instructability")
 OK = "ok"
 
 
@@ -103,21 +102,6 @@ def _completed_runs(store: "RunStore", include_incomplete: bool, runs: "Iterable
     if not include_incomplete:
         runs = [r for r in runs if r.manifest.status == "completed"]
     return sorted(runs, key=lambda r: r.run_id)
-
-
-def results_fingerprint(store: "RunStore") -> tuple:
-    """A cheap key that changes whenever a run's manifest or tables change (for caching)."""
-    key = []
-    for run in sorted(store.runs(), key=lambda r: r.run_id):
-        stamps = []
-        for path in (run.path / "manifest.json", run.table_path("generations"), run.table_path("scores")):
-            try:
-                stat = path.stat()
-                stamps.append((stat.st_mtime_ns, stat.st_size))
-            except OSError:
-                stamps.append(None)
-        key.append((run.run_id, tuple(stamps)))
-    return tuple(key)
 
 
 def _unique_labels(runs: Sequence["Run"]) -> dict[str, str]:

@@ -286,11 +286,6 @@ def metric_info(name: str) -> MetricInfo:
         ) from None
 
 
-def metrics_by_dimension(dimension: str) -> list[str]:
-    """Names of the metrics of one dimension, in display order."""
-    return [i.name for i in _INFOS.values() if i.dimension == dimension]
-
-
 def validate_metric_names(names: "list[str] | tuple[str, ...] | None") -> tuple[str, ...]:
     """``names`` checked against :data:`METRIC_NAMES` (``None`` = all), deduplicated, in display order."""
     known = metric_names()
@@ -354,6 +349,6 @@ def score_run(
 __all__ = [
     "DIMENSIONS", "METRICS", "METRIC_NAMES", "MetricInfo", "MetricRegistryError", "NEEDS", "RUN_METRIC_NAMES",
     "UnknownMetricError", "family_names", "get_family", "get_profile", "metric_info", "metric_names",
-    "metrics_by_dimension", "register_family", "score_run", "score_samples", "unregister_family",
+    "register_family", "score_run", "score_samples", "unregister_family",
     "validate_metric_names",
 ]

@@ -282,13 +282,6 @@ def cached(key: tuple, factory: Callable[[], Any]) -> Any:
     return value
 
 
-def clear_cache() -> None:
-    """Forget every loaded model (tests; freeing memory)."""
-    with _LOCK:
-        _CACHE.clear()
-        _FAILURES.clear()
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else ""
