@@ -64,6 +64,10 @@ def run_signature(run_dir: Path) -> tuple[tuple[str, int, int], ...]:
         except OSError:
             continue
         entries.append((name, stat.st_mtime_ns, stat.st_size))
+    if entries and os.path.exists(run_dir / "lock"):  # a killed run changes no file: watch its lock too
+        from persobench.generation.lock import lock_holder
+
+        entries.append(("lock", int(lock_holder(run_dir) is not None), 0))
     return tuple(entries)
 
 

@@ -31,20 +31,24 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (si
 
     from persobench.store import RunStore
 
+    from persobench.generation.lock import interruption
+
     runs, _ = RunStore(home).scan()
     rows = []
     for run in runs:
         m = run.manifest
         scores = (m.extra or {}).get("scores") or {}
+        killed = interruption(run)
         rows.append({
             "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": model_label(m.model),
             "baseline": bool((m.model or {}).get("baseline")) or (m.model or {}).get("provider") == "baseline",
-            "source": m.source, "status": m.status, "samples": len(m.sample_ids),
+            "source": m.source, "status": "interrupted" if killed else m.status, "samples": len(m.sample_ids),
+            "note": killed.describe() if killed else "",
             "has_generations": run.has_table("generations"), "has_scores": run.has_table("scores"),
             "profiles": ", ".join(sorted(scores)) if isinstance(scores, Mapping) else "",
             "created_at": m.created_at, "updated_at": m.updated_at,
         })
-    columns = ["run_id", "dataset", "mode", "model", "baseline", "source", "status", "samples",
+    columns = ["run_id", "dataset", "mode", "model", "baseline", "source", "status", "samples", "note",
                "has_generations", "has_scores", "profiles", "created_at", "updated_at"]
     return pd.DataFrame(rows, columns=columns)
 

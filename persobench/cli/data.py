@@ -102,11 +102,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from persobench.generation.lock import interruption
+
     store = store_from_args(args)
     runs, problems = store.scan()
+    killed = {r.run_id: info for r in runs if (info := interruption(r)) is not None}
     if args.format == "json":
         print(json.dumps({
-            "runs": [r.manifest.to_dict() | {"path": str(r.path)} for r in runs],
+            "runs": [r.manifest.to_dict() | {"path": str(r.path)} | _interrupted_fields(killed.get(r.run_id))
+                     for r in runs],
             "problems": [{"path": str(p.path), "reason": p.reason} for p in problems],
         }, indent=2, ensure_ascii=False))
         return 0
@@ -117,7 +121,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
         m = run.manifest
         counts = m.extra.get("counts") or {}
         count_text = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) if counts else ""
-        print(f"{m.run_id}  {m.status:<9}  {m.dataset}  {m.model_label}  {m.mode}  n={len(m.sample_ids)}  {count_text}".rstrip())
+        status = "interrupted" if m.run_id in killed else m.status
+        print(f"{m.run_id}  {status:<9}  {m.dataset}  {m.model_label}  {m.mode}  n={len(m.sample_ids)}  {count_text}".rstrip())
+        if m.run_id in killed:
+            print(f"  {killed[m.run_id].describe()}")
     for problem in problems:
         print(f"unreadable: {problem.path}: {problem.reason}")
     return 0
+
+
+def _interrupted_fields(info) -> dict:
+    """JSON fields of a run whose process died while generating (none for other runs)."""
+    if info is None:
+        return {}
+    return {"status": "interrupted", "cached_replies": info.cached, "resume_command": info.command}

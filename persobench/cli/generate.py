@@ -184,8 +184,13 @@ def resolve_run(store: Any, name: str) -> Any:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from persobench.generation import COLUMNS, TABLE
+    from persobench.generation.lock import interruption
 
     run = resolve_run(store_from_args(args), args.run)
+    if not run.has_table(TABLE):
+        killed = interruption(run)
+        if killed is not None:
+            raise CLIError(f"run {run.run_id} was {killed.describe()} (then export again)")
     frame = run.read_table(TABLE)
     frame = frame[[c for c in COLUMNS if c in frame.columns]]
     if args.format == "csv":

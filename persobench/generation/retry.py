@@ -9,12 +9,15 @@ every worker, since rate limits are per account, not per prompt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable, TypeVar
 
 from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,13 +79,37 @@ async def sleep_or_stop(delay: float, stopping: asyncio.Event) -> None:
         pass
 
 
+class Stopped(Exception):
+    """The run stopped while a request was in flight; the request was cancelled."""
+
+
+async def unless_stopping(coro: Awaitable[T], stopping: asyncio.Event) -> T:
+    """Await ``coro``, but cancel it at once (raising :class:`Stopped`) when ``stopping`` is set
+    first: a cancel or SIGTERM must not wait for the slowest request's timeout. A result that
+    arrives together with the stop is kept."""
+    task = asyncio.ensure_future(coro)
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        done, _ = await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task  # let the SDK close its connection
+    raise Stopped()
+
+
 async def call_with_retries(
     provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
-    rng: random.Random, on_attempt: Callable[[], None] = lambda: None,
+    rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
 ) -> CallOutcome | None:
     """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
     stopping before the request could finish. ``on_attempt`` is called before each attempt (the
-    runner counts HTTP requests with it)."""
+    runner counts HTTP requests with it). A request in flight is cancelled at once when
+    ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish."""
+    interrupt = stopping if interrupt is None else interrupt
     attempt = 0
     while True:
         await gate.wait(stopping)
@@ -92,8 +119,10 @@ async def call_with_retries(
         on_attempt()
         started = time.monotonic()
         try:
-            completion = await provider.generate(request)
+            completion = await unless_stopping(provider.generate(request), interrupt)
             return CallOutcome(completion, None, time.monotonic() - started, attempt)
+        except Stopped:  # cancelled in flight: the sample stays pending (resumable)
+            return None
         except ProviderError as exc:
             error = exc
         except Exception as exc:  # an adapter bug must cost one sample, not the run

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from persobench.cache import ResponseCache
 from persobench.errors import RunAborted
 from persobench.generation.config import GenerationConfig
+from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
 from persobench.generation.retry import PauseGate, call_with_retries
@@ -67,20 +68,24 @@ def run_generation(
         provider = make_provider(plan.spec, api_key=api_key, timeout=config.retry.timeout)
         provider.check()
     run = store.create(plan.manifest)
-    clear_cancel(run.path)
-    run.update(status="running", extra={"started_at": utc_now(), "failure_reason": None})
-    runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
-    try:
-        run_coroutine(runner.main())
-    except BaseException as exc:
-        # Ctrl-C or a bug: keep what was received (it is cached anyway) and say what happened.
-        status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
-        runner.finish(status, reason=f"{type(exc).__name__}: {exc}" if status == "failed" else None)
-        raise
-    if runner.abort_reason:
-        runner.finish("failed", reason=runner.abort_reason)
-        raise RunAborted(runner.abort_reason, run)
-    runner.finish("cancelled" if runner.cancelled and runner.pending else "completed")
+    # One process per run folder: a second identical run stops here (RunLocked, naming the pid)
+    # instead of paying for every request again and overwriting the table.
+    with hold_run_lock(run.path):
+        write_resume_file(run, plan, store.home)
+        clear_cancel(run.path)
+        run.update(status="running", extra={"started_at": utc_now(), "failure_reason": None})
+        runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
+        try:
+            run_coroutine(runner.main())
+        except BaseException as exc:
+            # Ctrl-C or a bug: keep what was received (it is cached anyway) and say what happened.
+            status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+            runner.finish(status, reason=f"{type(exc).__name__}: {exc}" if status == "failed" else None)
+            raise
+        if runner.abort_reason:
+            runner.finish("failed", reason=runner.abort_reason)
+            raise RunAborted(runner.abort_reason, run)
+        runner.finish("cancelled" if runner.cancelled and runner.pending else "completed")
     return run
 
 
@@ -142,6 +147,9 @@ class Runner:
         for i, (completion, latency) in plan.hits.items():
             self.rows[i] = build_row(plan, i, completion, None, latency=latency, attempts=0, cached=True)
         self.stopping = asyncio.Event()
+        # Set by a cancel only: requests in flight are abandoned at once, while a fail-fast abort
+        # (stopping alone) lets them finish so their outcome is recorded.
+        self.interrupt = asyncio.Event()
         todo = iter(i for i in range(len(plan.samples)) if i not in self.rows)
         self._report(force=True)
         if not plan.n_requests:
@@ -161,6 +169,7 @@ class Runner:
         while not self.stopping.is_set():
             if cancel_requested(self.run.path) or (self.cancel_event is not None and self.cancel_event.is_set()):
                 self.cancelled = True
+                self.interrupt.set()
                 self.stopping.set()
                 return
             await asyncio.sleep(0.1)
@@ -180,7 +189,7 @@ class Runner:
         request = Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
         outcome = await call_with_retries(
             self.provider, request, policy=self.config.retry, gate=self.gate, stopping=self.stopping,
-            rng=self.rng, on_attempt=self._count_request,
+            rng=self.rng, on_attempt=self._count_request, interrupt=self.interrupt,
         )
         if outcome is None:  # stopped during a retry wait: the sample stays pending (resumable)
             return
