@@ -180,7 +180,7 @@ def test_dataset_path_that_is_a_folder(tmp_path, capsys):
 def test_template_field_of_wrong_type(tmp_path, capsys, toml, field):
     path = tmp_path / "t.toml"
     path.write_text(toml)
-    one_line_error(capsys, ["show", "sample", "--mode", str(path)], str(path), field)
+    one_line_error(capsys, ["show", "sample", "--template", str(path)], str(path), field)
 
 
 @pytest.mark.parametrize("url, needle", [("http://[::1", "IPv6"), ("http://127.0.0.1:99999/v1", "out of range"),
