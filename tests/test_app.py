@@ -114,8 +114,10 @@ def test_corrupt_tables_and_manifests_do_not_break_pages(broken_store, monkeypat
     monkeypatch.setenv("PERSOBENCH_HOME", str(broken_store))
     at = open_page(page)
     text = rendered_text(at)
+    # the broken runs are skipped with a warning on every page; the readable one still shows
+    assert "2 unreadable run folder(s)" in " ".join(str(e.label) for e in at.sidebar.expander)
     if page == "pages/leaderboard.py":
-        assert "Could not load the results" in text and "scores\\.parquet" in text  # escaped Markdown
+        assert "Could not load the results" not in text and "baseline:reference" in text
 
 
 @pytest.fixture(scope="module")
@@ -454,8 +456,11 @@ def test_job_runs_once_cancels_and_resumes_without_repeating_requests(tmp_path, 
         assert started
         status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
         assert status.state == "completed", status.message
-        assert max(server.counts.values()) == 1, "no prompt was requested twice"
-        assert len(server.requests) == 12
+        # A cancel abandons the request in flight at once (issue 9 item 11): that one prompt, never
+        # answered, is the only one sent again; every reply received before the cancel is cached.
+        repeated = [prompt for prompt, n in server.counts.items() if n > 1]
+        assert len(repeated) <= 1 and max(server.counts.values()) <= 2, "no received reply was requested again"
+        assert len(server.counts) == 12 and len(server.requests) == 12 + len(repeated)
     progress = jobs.progress(status)
     assert progress[0]["done"] == 12 and progress[0]["total"] == 12
 
