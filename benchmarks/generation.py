@@ -1,13 +1,18 @@
-"""Generation throughput: sequential (how the paper's notebooks ran) vs. concurrency 8, and a rerun
-served from the cache.
+"""Generation throughput: sequential (how the paper's notebooks ran) vs. concurrency 8, a rerun
+served from the cache, and ``--concurrency auto`` against a server that refuses load.
 
-200 prompts against the fake OpenAI-compatible server (a separate process, real HTTP on 127.0.0.1)
-answering each request after 100 ms. All three runs go through ``run_generation`` in this process,
-each with a fresh store, so the ratio measures concurrency and nothing else.
+1. 200 prompts against the fake OpenAI-compatible server (a separate process, real HTTP on
+   127.0.0.1) answering each request after 100 ms. All runs go through ``run_generation`` in this
+   process, each with a fresh store, so the ratio measures concurrency and nothing else.
+2. ``--prompts-auto`` prompts against a second fake server that answers 429 (``retry-after-ms``)
+   to any request arriving while more than ``--capacity`` are in flight: fixed concurrencies
+   (half, equal, double and four times the capacity) and ``auto`` (ceiling 32). Prints each one's
+   throughput and auto's share of the best fixed one (target: at least 80%).
 
     python benchmarks/generation.py [--prompts 200] [--latency 0.1] [--concurrency 8]
+                                    [--prompts-auto 600] [--capacity 8] [--retry-after-ms 200]
 
-Prints the figures and one JSON line; exits 1 when the speed-up is below the 6x target.
+Prints the figures and one JSON line; exits 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -29,6 +35,7 @@ from persobench.generation import run_generation  # noqa: E402
 from persobench.records import Sample, Turn  # noqa: E402
 
 TARGET_RATIO = 6.0
+TARGET_AUTO_SHARE = 0.8
 
 
 def make_samples(n: int) -> list[Sample]:
@@ -43,7 +50,7 @@ def make_samples(n: int) -> list[Sample]:
     return samples
 
 
-def timed_run(samples: list[Sample], home: Path, base_url: str, concurrency: int) -> tuple[float, dict]:
+def timed_run(samples: list[Sample], home: Path, base_url: str, concurrency: int | str) -> tuple[float, dict]:
     start = time.perf_counter()
     run = run_generation(dataset="bench", model="openai:bench", base_url=base_url, samples=samples, home=home,
                          concurrency=concurrency, checkpoint_every=100)
@@ -56,12 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--prompts-auto", type=int, default=600)
+    parser.add_argument("--capacity", type=int, default=8)
+    parser.add_argument("--retry-after-ms", type=int, default=200)
     args = parser.parse_args(argv)
+    print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes", "--flavour", "openai", "--latency", str(args.latency)],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
+    server = fake_server("--latency", str(args.latency))
     try:
         base_url = server.stdout.readline().strip()
         samples = make_samples(args.prompts)
@@ -86,7 +94,47 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"prompts": args.prompts, "latency": args.latency, "sequential_s": round(seq_s, 3),
                       "concurrent_s": round(par_s, 3), "concurrency": args.concurrency, "speedup": round(ratio, 2),
                       "cached_rerun_s": round(cached_s, 3), "cached_s_per_1000": round(per_1000, 3)}))
-    return 0 if ratio >= TARGET_RATIO else 1
+    auto_ok = bench_auto(args)
+    return 0 if ratio >= TARGET_RATIO and auto_ok else 1
+
+
+def fake_server(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tests.fakes", "--flavour", "openai", *args],
+                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def bench_auto(args: argparse.Namespace) -> bool:
+    samples = make_samples(args.prompts_auto)
+    fixed = sorted({max(1, args.capacity // 2), args.capacity, 2 * args.capacity, 4 * args.capacity})
+    server = fake_server("--latency", str(args.latency), "--capacity", str(args.capacity),
+                         "--retry-after-ms", str(args.retry_after_ms))
+    results: dict[str, tuple[float, dict]] = {}
+    try:
+        base_url = server.stdout.readline().strip()
+        with tempfile.TemporaryDirectory() as tmp:
+            for concurrency in [*fixed, "auto"]:
+                results[str(concurrency)] = timed_run(samples, Path(tmp) / str(concurrency), base_url, concurrency)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=10)
+    print(f"{args.prompts_auto} prompts, server latency {args.latency * 1000:.0f} ms, 429 "
+          f"(retry-after-ms {args.retry_after_ms}) above {args.capacity} requests in flight")
+    rates = {}
+    for name, (seconds, extra) in results.items():
+        assert extra["counts"]["ok"] == args.prompts_auto, f"concurrency {name} lost samples: {extra['counts']}"
+        rates[name] = args.prompts_auto / seconds
+        note = ""
+        if name == "auto":
+            c = extra["concurrency"]
+            note = f"  (limit reached {c['highest']}, halved {c['decreases']} times, ended at {c['final']})"
+        print(f"  concurrency {name:>4}: {seconds:7.2f} s  ({rates[name]:6.1f} req/s){note}")
+    best = max((k for k in rates if k != "auto"), key=rates.__getitem__)
+    share = rates["auto"] / rates[best]
+    print(f"  auto / best fixed ({best}): {share:.0%}  (target >= {TARGET_AUTO_SHARE:.0%})")
+    print(json.dumps({"capacity": args.capacity, "prompts": args.prompts_auto,
+                      "req_per_s": {k: round(v, 2) for k, v in rates.items()}, "best_fixed": best,
+                      "auto_share": round(share, 3)}))
+    return share >= TARGET_AUTO_SHARE
 
 
 if __name__ == "__main__":

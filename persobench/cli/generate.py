@@ -27,7 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_template_arguments(run)
     run.add_argument("--limit", type=int, default=None, help="number of samples (deterministic subset)")
     run.add_argument("--seed", type=int, default=0, help="subset seed, and sampling seed when temperature > 0")
-    run.add_argument("--concurrency", type=int, default=8, help="maximum requests in flight (default 8)")
+    run.add_argument("--concurrency", type=_concurrency, default=8, metavar="N|auto",
+                     help="maximum requests in flight (default 8), or auto: start at 2, raise while replies "
+                          "come back, halve on a 429 or 5xx")
+    run.add_argument("--max-concurrency", type=int, default=32, metavar="N",
+                     help="ceiling for --concurrency auto (default 32)")
     run.add_argument("--max-tokens", type=int, default=None, help="completion budget (default 110 vanilla, 220 cot)")
     run.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0)")
     run.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (default: provider's)")
@@ -63,6 +67,15 @@ def add_template_arguments(parser: argparse.ArgumentParser) -> None:
                              "paper-open, on otherwise); chat APIs always apply their own")
 
 
+def _concurrency(text: str) -> int | str:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)  # below 1 is refused with the other configuration errors
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
+
+
 def _parse_options(items: list[str]) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in items:
@@ -82,7 +95,8 @@ def _config(args: argparse.Namespace) -> Any:
     return GenerationConfig(
         dataset=args.dataset, model=args.model, base_url=args.base_url, mode=args.mode, template=args.template,
         chat_template=None if args.chat_template is None else args.chat_template == "on",
-        limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_tokens=args.max_tokens,
+        limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_concurrency=args.max_concurrency,
+        max_tokens=args.max_tokens,
         temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_parse_options(args.option),
         models_file=args.models, retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
         checkpoint_every=args.checkpoint_every,

@@ -31,8 +31,11 @@ class GenerationConfig:
     """Number of samples (a deterministic subset chosen by ``seed``); ``None`` for all."""
     seed: int = 0
     """Subset seed, and the sampling seed when temperature > 0."""
-    concurrency: int = 8
-    """Maximum requests in flight."""
+    concurrency: int | str = 8
+    """Maximum requests in flight, or ``"auto"``: found while the run goes, raised while replies
+    come back and halved on a 429 or 5xx (:mod:`persobench.generation.concurrency`)."""
+    max_concurrency: int = 32
+    """The most requests in flight ``"auto"`` may reach."""
     max_tokens: int | None = None
     """Completion budget; default from the template (110 vanilla, 220 cot)."""
     temperature: float | None = None

@@ -82,8 +82,11 @@ def plan_generation(
 
     if config.mode not in MODES:
         raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
-    if config.concurrency < 1:
-        raise ConfigurationError(f"concurrency must be at least 1, got {config.concurrency}")
+    if config.concurrency != "auto" and (not isinstance(config.concurrency, int) or config.concurrency < 1):
+        raise ConfigurationError(f"concurrency must be a whole number of at least 1 or 'auto', "
+                                 f"got {config.concurrency!r}")
+    if config.max_concurrency < 1:
+        raise ConfigurationError(f"max concurrency must be at least 1, got {config.max_concurrency}")
     if config.retry.max_attempts < 1:
         raise ConfigurationError("max_attempts must be at least 1")
     from persobench.postprocess import POLICIES

@@ -13,9 +13,12 @@ import contextlib
 import random
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
+
+if TYPE_CHECKING:
+    from persobench.generation.concurrency import AdaptiveLimit
 
 T = TypeVar("T")
 
@@ -104,30 +107,44 @@ async def unless_stopping(coro: Awaitable[T], stopping: asyncio.Event) -> T:
 async def call_with_retries(
     provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
     rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
+    limit: "AdaptiveLimit | None" = None,
 ) -> CallOutcome | None:
     """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
     stopping before the request could finish. ``on_attempt`` is called before each attempt (the
     runner counts HTTP requests with it). A request in flight is cancelled at once when
-    ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish."""
+    ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish.
+    With ``limit`` (``--concurrency auto``) each attempt waits for a slot and reports back how it went."""
     interrupt = stopping if interrupt is None else interrupt
     attempt = 0
     while True:
-        await gate.wait(stopping)
-        if stopping.is_set():
-            return None
-        attempt += 1
-        on_attempt()
-        started = time.monotonic()
+        if limit is not None:
+            await limit.acquire()
+        error: ProviderError | None = None
+        started: float | None = None  # set once the attempt is sent
+        latency = 0.0
         try:
-            completion = await unless_stopping(provider.generate(request), interrupt)
-            return CallOutcome(completion, None, time.monotonic() - started, attempt)
-        except Stopped:  # cancelled in flight: the sample stays pending (resumable)
-            return None
-        except ProviderError as exc:
-            error = exc
-        except Exception as exc:  # an adapter bug must cost one sample, not the run
-            error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
-        latency = time.monotonic() - started
+            await gate.wait(stopping)  # after the slot: a Retry-After may have come in meanwhile
+            if stopping.is_set():
+                return None
+            attempt += 1
+            on_attempt()
+            started = time.monotonic()
+            try:
+                completion = await unless_stopping(provider.generate(request), interrupt)
+                latency = time.monotonic() - started
+                return CallOutcome(completion, None, latency, attempt)
+            except Stopped:  # cancelled in flight: the sample stays pending (resumable)
+                started = None  # tells the limit nothing
+                return None
+            except ProviderError as exc:
+                error = exc
+            except Exception as exc:  # an adapter bug must cost one sample, not the run
+                error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
+            latency = time.monotonic() - started
+        finally:
+            if limit is not None:
+                limit.release(started, error, latency)
+        assert error is not None
         if not error.retryable or attempt >= policy.max_attempts:
             return CallOutcome(None, error, latency, attempt)
         if error.retry_after is not None and error.retry_after > policy.max_retry_after:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from persobench.cache import ResponseCache
 from persobench.errors import RunAborted
+from persobench.generation.concurrency import AdaptiveLimit
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
@@ -135,6 +136,7 @@ class Runner:
         self.gate = PauseGate()
         self.first_outcomes: list[ProviderError | None] = []
         self.since_checkpoint = 0
+        self.limit: AdaptiveLimit | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -156,10 +158,13 @@ class Runner:
             return
         assert self.provider is not None
         self.cache = ResponseCache(plan.cache_dir)
-        limit = min(self.config.concurrency, self.provider.max_concurrency or self.config.concurrency, plan.n_requests)
+        ceiling = self.config.max_concurrency if self.config.concurrency == "auto" else int(self.config.concurrency)
+        workers = min(ceiling, self.provider.max_concurrency or ceiling, plan.n_requests)
+        if self.config.concurrency == "auto":
+            self.limit = AdaptiveLimit(min(ceiling, self.provider.max_concurrency or ceiling))
         watcher = asyncio.create_task(self._watch_cancel())
         try:
-            await asyncio.gather(*(self._worker(todo) for _ in range(limit)))
+            await asyncio.gather(*(self._worker(todo) for _ in range(workers)))
         finally:
             watcher.cancel()
             self.cache.close()
@@ -189,7 +194,7 @@ class Runner:
         request = Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
         outcome = await call_with_retries(
             self.provider, request, policy=self.config.retry, gate=self.gate, stopping=self.stopping,
-            rng=self.rng, on_attempt=self._count_request, interrupt=self.interrupt,
+            rng=self.rng, on_attempt=self._count_request, interrupt=self.interrupt, limit=self.limit,
         )
         if outcome is None:  # stopped during a retry wait: the sample stays pending (resumable)
             return
@@ -275,5 +280,7 @@ class Runner:
             "finished_at": utc_now(),
             "baseline": self.plan.spec.provider == "baseline",
         }
+        if self.limit is not None:
+            extra["concurrency"] = {"mode": "auto", **dataclasses.asdict(self.limit.stats())}
         self.run.update(status=status, extra=extra)
         self._report(force=True, status=status)

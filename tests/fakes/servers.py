@@ -133,7 +133,7 @@ class FakeLLMServer:
     """A threaded HTTP server; ``flavour`` is "openai" or "anthropic"."""
 
     def __init__(self, flavour: str = "openai", *, script: Script | None = None, latency: float = 0.0,
-                 port: int = 0) -> None:
+                 port: int = 0, capacity: int | None = None, retry_after_ms: int | None = None) -> None:
         if flavour not in ("openai", "anthropic"):
             raise ValueError(flavour)
         self.flavour = flavour
@@ -145,6 +145,13 @@ class FakeLLMServer:
         self.max_inflight = 0
         self.replies_sent = 0
         """Successful replies fully written to the socket."""
+        self.capacity = capacity
+        """When set, a request arriving while more than this many are in flight gets a 429 (like a
+        provider's per-account limit on concurrent requests), with ``retry-after-ms`` when
+        ``retry_after_ms`` is set."""
+        self.retry_after_ms = retry_after_ms
+        self.refusals: list[tuple[float, float]] = []
+        """(monotonic time the 429 was sent, seconds its retry-after-ms asked to wait) per refusal."""
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"fake": self})
         self.httpd = _Server(("127.0.0.1", port), handler)
@@ -181,6 +188,7 @@ class FakeLLMServer:
         with self._lock:
             self.requests.clear()
             self.counts.clear()
+            self.refusals.clear()
             self.max_inflight = 0
             self.replies_sent = 0
 
@@ -245,7 +253,13 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         info = fake._arrive(body, headers, self.path)
         try:
-            action = (fake.script(info) if fake.script else None) or reply()
+            action = None
+            with fake._lock:
+                over = fake.capacity is not None and fake.inflight > fake.capacity
+            if over:
+                wait = {"retry-after-ms": str(fake.retry_after_ms)} if fake.retry_after_ms is not None else {}
+                action = error(429, "too many requests in flight", headers=wait, delay=fake.latency / 10)
+            action = action or (fake.script(info) if fake.script else None) or reply()
             delay = fake.latency if action.delay is None else action.delay
             if action.kind == "hang":
                 time.sleep(delay)
@@ -260,6 +274,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif action.kind == "error":
                 self._send_json(action.status, action.body if action.body is not None else self._error_body(action),
                                 action.headers)
+                if over:
+                    with fake._lock:
+                        fake.refusals.append((time.monotonic(), (fake.retry_after_ms or 0) / 1000))
             else:
                 self._send_json(200, self._reply_body(info, action))
                 with fake._lock:
@@ -331,14 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flavour", choices=("openai", "anthropic"), default="openai")
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--capacity", type=int, default=None,
+                        help="answer 429 to a request arriving while more than this many are in flight")
+    parser.add_argument("--retry-after-ms", type=int, default=None, help="retry-after-ms header on those 429s")
     args = parser.parse_args(argv)
-    server = FakeLLMServer(args.flavour, latency=args.latency, port=args.port).start()
+    server = FakeLLMServer(args.flavour, latency=args.latency, port=args.port, capacity=args.capacity,
+                           retry_after_ms=args.retry_after_ms).start()
     print(server.base_url, flush=True)
     try:
         sys.stdin.read()  # the parent closes our stdin (or dies) to stop us
     except KeyboardInterrupt:
         pass
-    print(json.dumps({"requests": len(server.requests), "max_inflight": server.max_inflight}), flush=True)
+    print(json.dumps({"requests": len(server.requests), "max_inflight": server.max_inflight,
+                      "refused": len(server.refusals)}), flush=True)
     server.stop()
     return 0
 

@@ -1,0 +1,148 @@
+"""``--concurrency auto``: how many requests may be in flight, found by AIMD while the run goes.
+
+A server's capacity is unknown in advance and shared with everyone else on the account, so a fixed
+concurrency is either too timid or sends requests that come back 429. :class:`AdaptiveLimit` starts
+low and adjusts after every attempt (additive increase, multiplicative decrease, as TCP does):
+
+- a reply without a 429 or 5xx raises the limit while the latency holds: by one per reply until the
+  first overload or back up to the last level known to be safe, then by one per round of replies
+  (one reply per request in flight) to probe above it;
+- a 429 or 5xx halves the limit, once per round: replies to requests sent before the decrease tell
+  nothing about the new limit; the level just below the one that was refused becomes the safe one,
+  and each refusal around the same level doubles the rounds spent there before the next probe (a
+  server with a hard cap is not asked again and again);
+- the latency holds while the recent average stays under :data:`LATENCY_TOLERANCE` times the
+  fastest reply seen: a server queueing requests slows down before it refuses them, and then the
+  limit stops growing;
+- never above the ceiling (``--max-concurrency``) nor below 1.
+
+A Retry-After is honoured apart from this (the retry loop's pause gate holds every worker back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from persobench.providers.base import ErrorKind, ProviderError
+
+#: ``--concurrency auto`` starts with this many requests in flight.
+START = 2
+#: ``--max-concurrency`` default.
+DEFAULT_CEILING = 32
+#: The limit stops growing while the recent latency exceeds this multiple of the fastest reply.
+LATENCY_TOLERANCE = 2.0
+#: Weight of the newest latency in the recent average.
+_LATENCY_WEIGHT = 0.2
+
+_OVERLOAD_KINDS = frozenset({ErrorKind.RATE_LIMIT, ErrorKind.SERVER, ErrorKind.OVERLOADED})
+
+
+def is_overload(error: ProviderError | None) -> bool:
+    """A 429 or a 5xx: the server refuses load (as opposed to a bad request or a timeout)."""
+    if error is None:
+        return False
+    status = error.status_code
+    if status is not None:
+        return status == 429 or status >= 500
+    return error.kind in _OVERLOAD_KINDS
+
+
+@dataclass(frozen=True)
+class LimitStats:
+    """What the limit did during a run (recorded in the manifest)."""
+
+    final: int
+    """The limit when the run ended."""
+    highest: int
+    """The highest limit reached."""
+    decreases: int
+    """How many times a 429 or 5xx halved it."""
+    ceiling: int
+    """``--max-concurrency``."""
+
+
+class AdaptiveLimit:
+    """The number of requests allowed in flight, adjusted after every attempt (see the module)."""
+
+    def __init__(self, ceiling: int = DEFAULT_CEILING, *, start: int = START) -> None:
+        if ceiling < 1:
+            raise ValueError(f"the concurrency ceiling must be at least 1, got {ceiling}")
+        self.ceiling = ceiling
+        self.limit = max(1, min(start, ceiling))
+        self.in_flight = 0
+        self.safe: int | None = None
+        """The level just below the last one a server refused (None before the first refusal)."""
+        self.highest = self.limit
+        self.decreases = 0
+        self._grown_at = 0  # replies counted towards the next additive step
+        self._probe_rounds = 1  # rounds at the safe level before probing above it
+        self._decreased_at = float("-inf")  # monotonic time of the last decrease
+        self._fastest: float | None = None
+        self._recent: float | None = None
+        self._changed = asyncio.Event()
+
+    # -- slots ----------------------------------------------------------------------------------
+
+    async def acquire(self) -> None:
+        """Wait for a free slot and take it; every call is paired with one :meth:`release`."""
+        while self.in_flight >= self.limit:
+            self._changed.clear()
+            await self._changed.wait()
+        self.in_flight += 1
+
+    def release(self, sent_at: float | None, error: ProviderError | None, latency: float) -> None:
+        """Give the slot back and learn from the attempt sent at ``sent_at`` (monotonic time;
+        ``None`` when it was never sent, e.g. the run stopped first)."""
+        self.in_flight -= 1
+        if sent_at is not None:
+            if is_overload(error):
+                self._overloaded(sent_at)
+            elif error is None:
+                self._replied(latency)
+        self._changed.set()
+
+    # -- the rule -------------------------------------------------------------------------------
+
+    def latency_holds(self) -> bool:
+        if self._fastest is None or self._recent is None:
+            return True
+        return self._recent <= LATENCY_TOLERANCE * self._fastest
+
+    def _replied(self, latency: float) -> None:
+        self._fastest = latency if self._fastest is None else min(self._fastest, latency)
+        self._recent = latency if self._recent is None else (
+            _LATENCY_WEIGHT * latency + (1 - _LATENCY_WEIGHT) * self._recent)
+        if self.limit >= self.ceiling or not self.latency_holds():
+            return
+        if self.safe is None or self.limit < self.safe:
+            self._set(self.limit + 1)  # fast: nothing refused yet, or climbing back to a known-safe level
+            return
+        self._grown_at += 1
+        rounds = self._probe_rounds if self.limit == self.safe else 1
+        if self._grown_at >= self.limit * rounds:  # probe one above the safe level
+            if self.limit > self.safe + 1:
+                self._probe_rounds = 1  # two levels above the refused one: the capacity has grown
+            self._set(self.limit + 1)
+
+    def _overloaded(self, sent_at: float) -> None:
+        if sent_at < self._decreased_at:
+            return  # sent under the old, larger limit: already answered by the last decrease
+        safe = max(1, self.limit - 1)
+        if self.safe is not None and safe <= self.safe + 1:
+            self._probe_rounds = min(self._probe_rounds * 2, 64)  # refused again around the same level
+        else:
+            self._probe_rounds = 1
+        self.safe = safe
+        self.decreases += 1
+        self._decreased_at = time.monotonic()
+        self._set(max(1, self.limit // 2))
+
+    def _set(self, limit: int) -> None:
+        self.limit = max(1, min(limit, self.ceiling))
+        self.highest = max(self.highest, self.limit)
+        self._grown_at = 0
+
+    def stats(self) -> LimitStats:
+        return LimitStats(final=self.limit, highest=self.highest, decreases=self.decreases, ceiling=self.ceiling)

@@ -1,0 +1,147 @@
+"""``--concurrency auto``: the AIMD rule, and a whole run against a server that refuses load.
+
+The server is the real fake OpenAI-compatible server (HTTP on 127.0.0.1) with a capacity: a request
+arriving while more than N are in flight gets a 429 with ``retry-after-ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from persobench.cli import main as cli_main
+from persobench.generation import RetryPolicy, run_generation
+from persobench.generation.concurrency import LATENCY_TOLERANCE, START, AdaptiveLimit, is_overload
+from persobench.providers.base import ErrorKind, ProviderError
+from tests.fakes.fixtures import openai_server  # noqa: F401
+
+TOO_MANY = ProviderError(ErrorKind.RATE_LIMIT, "429", status_code=429)
+BAD_GATEWAY = ProviderError(ErrorKind.SERVER, "502", status_code=502)
+BAD_REQUEST = ProviderError(ErrorKind.BAD_REQUEST, "400", status_code=400)
+
+
+def attempt(limit: AdaptiveLimit, error: ProviderError | None = None, latency: float = 0.1, sent_at: float = 1e9):
+    """One attempt through the limit: take a slot, give it back with this outcome."""
+    asyncio.run(limit.acquire())
+    limit.release(sent_at, error, latency)
+
+
+def test_starts_low_and_grows_while_replies_come_back():
+    limit = AdaptiveLimit(ceiling=32)
+    assert limit.limit == START
+    for _ in range(10):
+        attempt(limit)
+    assert limit.limit == START + 10  # nothing refused yet: one more per reply
+
+
+def test_never_above_the_ceiling():
+    limit = AdaptiveLimit(ceiling=5)
+    for _ in range(50):
+        attempt(limit)
+    assert limit.limit == 5 and limit.highest == 5
+
+
+def test_halves_on_429_and_5xx_but_not_on_other_errors():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(14):
+        attempt(limit)
+    assert limit.limit == 16
+    attempt(limit, BAD_REQUEST)
+    assert limit.limit == 16
+    attempt(limit, TOO_MANY)
+    assert limit.limit == 8 and limit.safe == 15
+    attempt(limit, BAD_GATEWAY, sent_at=float("inf"))  # sent after the decrease: halves again
+    assert limit.limit == 4 and limit.decreases == 2
+
+
+def test_refusals_of_requests_sent_before_a_decrease_count_once():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(14):
+        attempt(limit)
+    attempt(limit, TOO_MANY, sent_at=0.0)
+    assert limit.limit == 8
+    for _ in range(5):  # the burst sent under the old limit comes back refused too
+        attempt(limit, TOO_MANY, sent_at=0.0)
+    assert limit.limit == 8 and limit.decreases == 1
+
+
+def test_after_a_refusal_climbs_fast_to_the_safe_level_then_probes_slowly():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(7):
+        attempt(limit)
+    attempt(limit, TOO_MANY)  # refused at 9: 8 is safe, back to 4
+    assert (limit.limit, limit.safe) == (4, 8)
+    for _ in range(4):
+        attempt(limit)
+    assert limit.limit == 8  # one per reply up to the safe level
+    for _ in range(7):
+        attempt(limit)
+    assert limit.limit == 8  # then one per round (8 replies) ...
+    attempt(limit)
+    assert limit.limit == 9  # ... to probe above it
+
+
+def test_stops_growing_while_latency_does_not_hold():
+    limit = AdaptiveLimit(ceiling=32)
+    attempt(limit, latency=0.1)
+    grown = limit.limit
+    for _ in range(20):
+        attempt(limit, latency=0.1 * LATENCY_TOLERANCE * 3)
+    assert not limit.latency_holds()
+    assert limit.limit <= grown + 3  # the slow average catches up within a few replies, then it holds
+
+
+def test_overload_means_429_or_5xx():
+    assert is_overload(TOO_MANY) and is_overload(BAD_GATEWAY)
+    assert is_overload(ProviderError(ErrorKind.OVERLOADED, "overloaded"))
+    assert not is_overload(BAD_REQUEST) and not is_overload(None)
+    assert not is_overload(ProviderError(ErrorKind.TIMEOUT, "slow"))
+
+
+def test_auto_against_a_server_that_refuses_load(openai_server, tmp_path):
+    server = openai_server
+    server.latency, server.capacity, server.retry_after_ms = 0.05, 4, 300
+    policy = RetryPolicy(base_delay=0.01, max_delay=0.05, timeout=30.0)
+    samples = _many_samples(90)
+    run = run_generation(dataset="bench", model="openai:fake", base_url=server.base_url, home=tmp_path,
+                         samples=samples, concurrency="auto", max_concurrency=12, retry=policy)
+    frame = run.read_table("generations")
+    # No sample lost: every one has a row, every one succeeded in the end.
+    assert sorted(frame["sample_id"]) == sorted(s.id for s in samples)
+    assert (frame["status"] == "ok").all(), frame["status"].value_counts()
+    stats = run.manifest.extra["concurrency"]
+    assert server.refusals, "the run never went above the server's capacity: the 429 path was not exercised"
+    assert stats["mode"] == "auto" and stats["decreases"] >= 1 and stats["highest"] <= 12
+    assert server.max_inflight <= 12
+    # No request sent before a Retry-After: nothing arrives between a 429 (plus the moment it takes
+    # to reach the client, whose other workers may already be sending) and the end of its wait.
+    arrivals = sorted(r.arrived for r in server.requests)
+    for sent, wait in server.refusals:
+        early = [t for t in arrivals if sent + 0.1 < t < sent + wait - 0.01]
+        assert not early, f"{len(early)} request(s) within the {wait}s Retry-After of a 429"
+
+
+def test_cli_accepts_auto_and_rejects_nonsense(tmp_path, capsys):
+    assert cli_main(["--home", str(tmp_path), "run", "--model", "baseline:reference", "--concurrency", "auto",
+                     "--max-concurrency", "4", "--no-progress"]) == 0
+    with pytest.raises(SystemExit) as info:
+        cli_main(["--home", str(tmp_path), "run", "--concurrency", "lots"])
+    assert info.value.code == 2
+    assert "expected a whole number or 'auto', got 'lots'" in capsys.readouterr().err
+
+
+def _many_samples(n: int):
+    import dataclasses
+
+    from persobench.datasets import load_dataset
+    from persobench.records import Turn
+
+    base = load_dataset("sample")
+    samples = []
+    for i in range(n):
+        src = base[i % len(base)]
+        last = src.context[-1]
+        context = src.context[:-1] + (Turn(last.speaker, f"{last.text} (variant {i})"),)
+        samples.append(dataclasses.replace(src, id=f"bench:{i}", dataset="bench", context=context))
+    return samples
