@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+from benchmarks.generation import make_samples
 from persobench.cli import main as cli_main
 from persobench.generation import RetryPolicy, run_generation
 from persobench.generation.concurrency import LATENCY_TOLERANCE, START, AdaptiveLimit, is_overload
@@ -103,7 +104,7 @@ def test_auto_against_a_server_that_refuses_load(openai_server, tmp_path):
     server = openai_server
     server.latency, server.capacity, server.retry_after_ms = 0.05, 4, 300
     policy = RetryPolicy(base_delay=0.01, max_delay=0.05, timeout=30.0)
-    samples = _many_samples(90)
+    samples = make_samples(90)  # distinct prompts, as the benchmark sends
     run = run_generation(dataset="bench", model="openai:fake", base_url=server.base_url, home=tmp_path,
                          samples=samples, concurrency="auto", max_concurrency=12, retry=policy)
     frame = run.read_table("generations")
@@ -130,18 +131,3 @@ def test_cli_accepts_auto_and_rejects_nonsense(tmp_path, capsys):
     assert info.value.code == 2
     assert "expected a whole number or 'auto', got 'lots'" in capsys.readouterr().err
 
-
-def _many_samples(n: int):
-    import dataclasses
-
-    from persobench.datasets import load_dataset
-    from persobench.records import Turn
-
-    base = load_dataset("sample")
-    samples = []
-    for i in range(n):
-        src = base[i % len(base)]
-        last = src.context[-1]
-        context = src.context[:-1] + (Turn(last.speaker, f"{last.text} (variant {i})"),)
-        samples.append(dataclasses.replace(src, id=f"bench:{i}", dataset="bench", context=context))
-    return samples
