@@ -61,12 +61,15 @@ with st.container(border=True):
             st.session_state["new_model_name"] = ""
 
         st.button("Add model", key="new_add_model", disabled=not model_name.strip(), on_click=add_model)
-    d1, d2, d3, d4 = st.columns(4)
+    d1, d2, d3, d4, d5 = st.columns(5)
     chosen_modes = d1.multiselect("Modes", ["vanilla", "cot"], default=["vanilla"], key="new_modes")
     limit = d2.number_input("Samples per dataset (0 = all)", min_value=0, value=10, step=5, key="new_limit")
     seed = d3.number_input("Subset seed", min_value=0, value=0, step=1, key="new_seed")
     profile = d4.selectbox("Metric profile", ["offline", "standard", "(do not score)"], key="new_profile",
                            help="offline: packaged models, no network. standard: the paper's models from the hub.")
+    concurrency = d5.selectbox("Requests in flight", ["8", "auto", "1", "4", "16", "32"], key="new_concurrency",
+                               help="auto: start at 2, raise while replies come back, halve on a 429 or 5xx "
+                                    "(at most 32).")
 
 choices = [LaunchChoice(d, m, mode, custom.get(m) or None)
            for d in chosen_datasets for m in chosen_models for mode in chosen_modes]
@@ -103,8 +106,8 @@ else:
         st.caption("local:smollm2 runs on this machine's CPU: roughly 25 tokens per second on 2 cores, so "
                    "about 5 to 10 seconds per reply.")
     if st.button("Launch", type="primary", disabled=not ready, key="new_launch"):
-        steps = launch_steps(ready, limit=int(limit) or None, seed=int(seed),
-                                 profile=None if profile == "(do not score)" else profile)
+        steps = launch_steps(ready, limit=int(limit) or None, seed=int(seed), concurrency=concurrency,
+                             profile=None if profile == "(do not score)" else profile)
         title = f"{len(ready)} run(s): " + ", ".join(sorted({p['dataset'] for p in ready}))
         job_id, started = jobs.launch(title, steps, env=key_env)
         if started:

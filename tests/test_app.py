@@ -383,12 +383,14 @@ def test_new_run_estimate_then_launch_in_the_background(tmp_path, monkeypatch):
     estimate = frame_by_columns(at, "dataset", "model", "mode", "requests", "cached")
     assert estimate.iloc[0]["requests"] == 4 and estimate.iloc[0]["cached"] == 0
     at.selectbox(key="new_profile").set_value("(do not score)").run()
+    at.selectbox(key="new_concurrency").set_value("auto").run()
     at.button(key="new_launch").click().run()
     assert not at.exception
     jobs = JobManager(home)
     job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
     assert job.state == "completed", job.message
     assert len(job.run_ids) == 1
+    assert "--concurrency auto" in " ".join(job.steps[0].argv)
     # The same estimate now comes from the cache.
     at.run()
     estimate = frame_by_columns(at, "dataset", "model", "mode", "requests", "cached")

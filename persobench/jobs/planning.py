@@ -87,8 +87,9 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
 
 
 def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed: int = 0,
-                 profile: str | None = "offline") -> list[JobStep]:
-    """The job for planned runs: one ``run`` step each, then one ``score`` step for them all."""
+                 profile: str | None = "offline", concurrency: int | str | None = None) -> list[JobStep]:
+    """The job for planned runs: one ``run`` step each, then one ``score`` step for them all.
+    ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's)."""
     steps = []
     for plan in plans:
         argv = ["run", "--dataset", plan["dataset"], "--model", plan["model"], "--mode", plan["mode"],
@@ -97,6 +98,8 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed:
             argv += ["--limit", str(limit)]
         if plan.get("base_url"):
             argv += ["--base-url", plan["base_url"]]
+        if concurrency is not None:
+            argv += ["--concurrency", str(concurrency)]
         steps.append(JobStep(label=f"{plan['model']} · {plan['mode']} · {plan['dataset']}", argv=tuple(argv),
                              expect={"dataset": plan["dataset"], "model": plan["model"], "mode": plan["mode"]},
                              kind="run", run_id=plan.get("run_id") or None))
