@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from persobench.errors import DatasetError
+from persobench.run_records import ImportRecord, RunExtra
 from persobench.store import RunManifest, RunStore, make_run_id, sha256_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -343,17 +344,17 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
     parameters: dict[str, Any] = {}
     run_id = make_run_id(dataset=dataset, model=model, mode=mode, template_hash=template_hash,
                          sample_ids=sample_ids, parameters=parameters)
-    provenance = {
-        "folder": str(root.resolve()),
-        "responses_file": str(path.resolve()),
-        "source": "raw" if raw else "processed",
-        "policy": "paper" if raw else None,
-        "sha256": file_sha,
-        "processed_twin": str(entry["processed"].resolve()) if raw and entry["processed"] else None,
-        "prompts_file": str(prompt_path.resolve()),
-        "prompts_sha256": prompt_sha,
-        "import_version": IMPORT_VERSION,
-    }
+    provenance = ImportRecord(
+        folder=str(root.resolve()),
+        responses_file=str(path.resolve()),
+        source="raw" if raw else "processed",
+        policy="paper" if raw else None,
+        sha256=file_sha,
+        processed_twin=str(entry["processed"].resolve()) if raw and entry["processed"] else None,
+        prompts_file=str(prompt_path.resolve()),
+        prompts_sha256=prompt_sha,
+        import_version=IMPORT_VERSION,
+    )
     action = "created"
     existing = None
     try:
@@ -361,15 +362,15 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
     except Exception:
         existing = None
     if existing is not None:
-        old = dict(existing.manifest.extra.get("import") or {})
-        same = (old.get("sha256") == file_sha and old.get("prompts_sha256") == prompt_sha
-                and old.get("import_version") == IMPORT_VERSION and existing.has_table("generations"))
+        old = existing.manifest.details
+        same = (old.imported is not None and old.imported.sha256 == file_sha
+                and old.imported.prompts_sha256 == prompt_sha and old.imported.import_version == IMPORT_VERSION
+                and existing.has_table("generations"))
         if same:
             if existing.manifest.template != template:  # recorded before templates were named per notebook
                 existing.update(template=template)
-            counts = dict(existing.manifest.extra.get("counts") or {})
-            return ImportedRun(run_id, dataset, model_name, mode, n_rows, int(counts.get("invalid", 0)),
-                               provenance["source"], str(path), "unchanged")
+            return ImportedRun(run_id, dataset, model_name, mode, n_rows, int((old.counts or {}).get("invalid", 0)),
+                               provenance.source, str(path), "unchanged")
         action = "updated"
     generations = build_generations(frame, sample_ids, raw=raw)
     invalid = int((generations["status"] != "ok").sum())
@@ -378,7 +379,7 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
         manifest = RunManifest(
             run_id=run_id, dataset=dataset, sample_ids=tuple(sample_ids), model=model, mode=mode,
             template=template, template_hash=template_hash, parameters=parameters, status="running",
-            source="imported", extra={"import": provenance, "counts": counts},
+            source="imported", extra=RunExtra(imported=provenance, counts=counts).to_extra(),
         )
         run = store.create(manifest)
     else:
@@ -386,8 +387,8 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
         _drop_stale_scores(run)
         run.update(status="running")
     run.write_table("generations", generations)
-    run.update(status="completed", extra={"import": provenance, "counts": counts})
-    return ImportedRun(run_id, dataset, model_name, mode, n_rows, invalid, provenance["source"], str(path), action)
+    run.update(status="completed", extra=RunExtra(imported=provenance, counts=counts).to_extra())
+    return ImportedRun(run_id, dataset, model_name, mode, n_rows, invalid, provenance.source, str(path), action)
 
 
 def _drop_stale_scores(run: "Run") -> None:
@@ -396,16 +397,16 @@ def _drop_stale_scores(run: "Run") -> None:
         path = run.table_path(name)
         if path.exists():
             path.unlink()
-    if "scores" in run.manifest.extra:
-        run.update(extra={"scores": {}})
+    if run.manifest.details.scores is not None:
+        run.update(extra=RunExtra(scores={}).to_extra())
 
 
 def samples_for_run(run: "Run") -> dict[str, "Sample"]:
     """The samples of ``run`` by id; an imported run reads the prompt table it was imported with."""
     from persobench.datasets import load_all, samples_by_id
 
-    info = run.manifest.extra.get("import") or {}
-    prompts_file = info.get("prompts_file")
+    imported = run.manifest.details.imported
+    prompts_file = imported.prompts_file if imported is not None else None
     if prompts_file and Path(prompts_file).exists():
         everything = {s.id: s for s in load_all(run.manifest.dataset, source=prompts_file)}
         return {i: everything[i] for i in run.manifest.sample_ids}

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from persobench.errors import StoreError
+from persobench.run_records import SCHEMA_VERSION, RunExtra
 from persobench.secrets import SECRET_KEYS, strip_secrets, url_without_credentials  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
@@ -165,7 +166,8 @@ class RunManifest:
     source: str = "generated"
     """"generated" for runs made here, "imported" for published results imported from a folder."""
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Stage-specific notes: counts, usage and cost, import provenance, the failure reason."""
+    """Stage-specific notes: counts, usage and cost, import provenance, the failure reason, scoring
+    provenance. The JSON form; read it typed through :attr:`details`."""
     template_family: str = ""
     """Family of the prompt template ("paper" for ``paper`` and ``paper-open``); "" in manifests written
     before families existed (:func:`persobench.protocol.template_family` derives it from the name)."""
@@ -173,6 +175,15 @@ class RunManifest:
     """Local models: whether the prompt was wrapped in the tokenizer's chat template (``False``: sent as
     raw text, the paper's open-source protocol); ``None`` for chat APIs and baselines (not applicable)
     and for older manifests."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Layout version of this manifest and its ``extra`` (:data:`persobench.run_records.SCHEMA_VERSION`);
+    manifests written before the field existed read as 1."""
+
+    @property
+    def details(self) -> RunExtra:
+        """``extra`` as typed records (generation, counts, import, scoring provenance)."""
+        return RunExtra.from_extra(self.extra)
 
     @property
     def model_label(self) -> str:
@@ -197,6 +208,10 @@ class RunManifest:
         if missing:
             raise ValueError(f"manifest lacks {', '.join(sorted(missing))}")
         check_manifest_types(data)
+        version = data.get("schema_version", 1)
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"schema_version {version} was written by a newer PersoBench; this version reads "
+                             f"up to {SCHEMA_VERSION} (upgrade persobench)")
         values = {k: v for k, v in data.items() if k in names}
         values["sample_ids"] = tuple(values["sample_ids"])
         values["model"] = strip_secrets(dict(values["model"]))
@@ -207,9 +222,9 @@ class RunManifest:
 MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
     "run_id": str, "dataset": str, "sample_ids": list, "model": dict, "mode": str, "template": str,
     "template_hash": str, "parameters": dict, "package_version": str, "created_at": str, "updated_at": str,
-    "status": str, "source": str, "extra": dict,
+    "status": str, "source": str, "extra": dict, "schema_version": int,
 }
-_JSON_NAMES = {str: "text", list: "a list", dict: "an object"}
+_JSON_NAMES = {str: "text", list: "a list", dict: "an object", int: "a whole number"}
 
 
 def check_manifest_types(data: Mapping[str, Any]) -> None:

@@ -119,7 +119,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     for run in runs:
         m = run.manifest
-        counts = m.extra.get("counts") or {}
+        counts = m.details.counts or {}
         count_text = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) if counts else ""
         status = "interrupted" if m.run_id in killed else m.status
         print(f"{m.run_id}  {status:<9}  {m.dataset}  {m.model_label}  {m.mode}  n={len(m.sample_ids)}  {count_text}".rstrip())

@@ -82,8 +82,7 @@ def _scored(store: Any, run_id: str) -> bool:
         run = store.get(run_id)
     except StoreError:
         return False
-    entry = ((run.manifest.extra or {}).get("scores") or {}).get(DEMO_PROFILE) or {}
-    recorded = entry.get("metrics") or {}
+    recorded = run.manifest.details.profile_scores(DEMO_PROFILE).metrics
     return all(metric in recorded for metric in METRIC_NAMES)
 
 

@@ -126,17 +126,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunAborted as exc:
         raise CLIError(f"run {exc.run.run_id} stopped: {exc}") from None
     manifest = run.manifest
-    counts = {k: v for k, v in manifest.extra.get("counts", {}).items() if v}
-    usage = manifest.extra.get("usage", {})
-    cost = manifest.extra.get("cost_usd")
+    details = manifest.details
+    counts = {k: v for k, v in (details.counts or {}).items() if v}
+    usage, cost = details.usage, details.cost_usd
     print(f"run {manifest.run_id}: {manifest.status}")
     print(f"  statuses: {', '.join(f'{k}={v}' for k, v in counts.items()) or '-'}")
-    print(f"  requests: {usage.get('requests', 0)}  cached: {usage.get('cached', 0)}  "
-          f"tokens: {usage.get('prompt_tokens', 0)} in / {usage.get('completion_tokens', 0)} out"
+    print(f"  requests: {usage.requests}  cached: {usage.cached}  "
+          f"tokens: {usage.prompt_tokens} in / {usage.completion_tokens} out"
           + (f"  est. cost: ${cost:.4f}" if cost is not None else ""))
     print(f"  table: {run.table_path('generations')}")
     if manifest.status == "cancelled":
-        pending = manifest.extra.get("counts", {}).get("pending", 0)
+        pending = (details.counts or {}).get("pending", 0)
         print(f"run {manifest.run_id} cancelled with {pending} sample(s) pending; run the same command "
               "again to resume", file=sys.stderr)
         return 1

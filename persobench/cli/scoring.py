@@ -157,7 +157,8 @@ def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
     from persobench.datasets import samples_by_id
 
     try:
-        if (run.manifest.extra.get("import") or {}).get("prompts_file"):
+        imported = run.manifest.details.imported
+        if imported is not None and imported.prompts_file:
             from persobench.importer import samples_for_run
 
             return samples_for_run(run)

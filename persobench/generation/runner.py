@@ -28,6 +28,7 @@ from persobench.generation.retry import PauseGate, call_with_retries
 from persobench.generation.rows import TABLE, build_row, rows_frame
 from persobench.providers import make_provider
 from persobench.providers.base import ErrorKind, Provider, ProviderError, Request
+from persobench.run_records import GenerationRecord, Usage
 from persobench.store import Run, RunStore, utc_now
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def run_generation(
     with hold_run_lock(run.path):
         write_resume_file(run, plan, store.home)
         clear_cancel(run.path)
-        run.update(status="running", extra={"started_at": utc_now(), "failure_reason": None})
+        run.update(status="running", extra=GenerationRecord(started_at=utc_now()).to_extra())
         runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
         try:
             run_coroutine(runner.main())
@@ -268,19 +269,17 @@ class Runner:
         reported = sum(1 for r in rows if r["prompt_tokens"] is not None)
         counts = summarize(r["status"] for r in rows)
         counts["pending"] = self.pending
-        extra = {
-            "counts": counts,
-            "usage": {
-                "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                "samples_with_usage": reported, "requests": self.requests,
-                "cached": sum(1 for r in rows if r["cached"]),
-            },
-            "cost_usd": estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
-            "failure_reason": reason,
-            "finished_at": utc_now(),
-            "baseline": self.plan.spec.provider == "baseline",
-        }
-        if self.limit is not None:
+        usage = Usage(
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, samples_with_usage=reported,
+            requests=self.requests, cached=sum(1 for r in rows if r["cached"]),
+        )
+        record = GenerationRecord(  # started_at stays as written when the run started
+            failure_reason=reason, finished_at=utc_now(), usage=usage,
+            cost_usd=estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
+            baseline=self.plan.spec.provider == "baseline",
+        )
+        extra = {**record.to_extra(), "counts": counts}
+        if self.limit is not None:  # --concurrency auto: how the limit moved (kept as RunExtra.other)
             extra["concurrency"] = {"mode": "auto", **dataclasses.asdict(self.limit.stats())}
         self.run.update(status=status, extra=extra)
         self._report(force=True, status=status)
