@@ -49,6 +49,7 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "gpt-4.1-mini": (0.40, 1.60),
     "gpt-4.1": (2.00, 8.00),
     "gpt-3.5-turbo": (0.50, 1.50),
+    "gpt-4-turbo": (10.00, 30.00),
     "claude-3-5-haiku": (0.80, 4.00),
     "claude-3-haiku": (0.25, 1.25),
     "claude-3-5-sonnet": (3.00, 15.00),
@@ -157,8 +158,11 @@ def resolve_model(
     name: str, *, base_url: str | None = None, options: Mapping[str, Any] | None = None,
     models_file: str | None = None, home: Any = None,
 ) -> ModelSpec:
-    """A registry-file name or a ``provider:model`` spec, with CLI overrides applied on top."""
-    entry = find_model(name, path=models_file, home=home)
+    """A registry-file name, a preset (:mod:`persobench.presets`: the paper's eight models) or a
+    ``provider:model`` spec, with CLI overrides applied on top."""
+    from persobench.presets import preset
+
+    entry = find_model(name, path=models_file, home=home) or preset(name)
     if entry is None:
         return parse_spec(name, base_url=base_url, options=options)
     if entry.provider not in PROVIDERS:
