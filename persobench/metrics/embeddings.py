@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from persobench.metrics.backends import (
-    BackendUnavailable, ModelSpec, cached, model_identity, packaged_glove_dir, package_version,
+    BackendUnavailable, SlotModel, cached, model_identity, packaged_glove_dir, package_version,
     resolve_transformers_path,
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
@@ -53,7 +53,7 @@ def _bertscore_layers(model_type: str, options: dict) -> int:
     return int(layers)
 
 
-def load_bertscorer(spec: ModelSpec, device: str) -> LoadedBERTScorer:
+def load_bertscorer(spec: SlotModel, device: str) -> LoadedBERTScorer:
     model_type = resolve_transformers_path(spec)
     options = dict(spec.options)
 
@@ -226,7 +226,7 @@ def _load_vectors_path(path: Path) -> WordVectors:
     return _load_gensim(str(path), str(path))
 
 
-def load_word_vectors(spec: ModelSpec) -> WordVectors:
+def load_word_vectors(spec: SlotModel) -> WordVectors:
     if spec.model_id is None:
         raise BackendUnavailable(spec.unavailable_reason or "no word vectors")
 
@@ -296,7 +296,7 @@ class PersonaDistanceMetrics(MetricFamily):
 # --- Sentence embeddings -------------------------------------------------------------------------------
 
 
-def load_embedding(spec: ModelSpec, device: str) -> Any:
+def load_embedding(spec: SlotModel, device: str) -> Any:
     path = resolve_transformers_path(spec)
 
     def factory() -> Any:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import ModelSpec, Profile
+    from persobench.metrics.backends import SlotModel, Profile
     from persobench.records import Sample
 
 ProgressFn = Callable[[str, int, int], None]
@@ -102,7 +102,7 @@ class FamilyBatch:
         info = metric_info(metric)
         return [it for it in self.items if info.defined_for(it.reference, bool(it.persona_sentences))]
 
-    def load_model(self, slot: str, loader: Callable[["ModelSpec", str], Any],
+    def load_model(self, slot: str, loader: Callable[["SlotModel", str], Any],
                    result: "FamilyResult") -> tuple[Any | None, str]:
         """``(model, "")`` from ``loader(spec, device)`` for the profile's ``slot``; when the model cannot
         be loaded, ``(None, reason)`` after recording this batch's metrics as unavailable."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from persobench.metrics.backends import BackendUnavailable, ModelSpec, load_wordnet, model_identity, package_version
+from persobench.metrics.backends import BackendUnavailable, SlotModel, load_wordnet, model_identity, package_version
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.metrics.lexical import whitespace_tokens
 
@@ -32,7 +32,7 @@ def meteor(reference: str, reply: str, wordnet: Any | None) -> float:
                               wordnet=wordnet if wordnet is not None else _NoSynonyms()))
 
 
-def resolve_wordnet(spec: ModelSpec) -> tuple[Any | None, str]:
+def resolve_wordnet(spec: SlotModel) -> tuple[Any | None, str]:
     """``(reader, "")`` or ``(None, reason)`` when WordNet cannot be used."""
     try:
         return load_wordnet(spec), ""

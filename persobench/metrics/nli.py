@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from persobench.metrics.backends import (
-    BackendUnavailable, ModelSpec, cached, model_identity, package_version, resolve_transformers_path,
+    BackendUnavailable, SlotModel, cached, model_identity, package_version, resolve_transformers_path,
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily
 
@@ -98,7 +98,7 @@ class NLIModel:
         return results  # type: ignore[return-value]
 
 
-def load_nli(spec: ModelSpec, device: str) -> NLIModel:
+def load_nli(spec: SlotModel, device: str) -> NLIModel:
     """The ``nli`` slot's model, loaded once per process (raises :class:`BackendUnavailable`)."""
     path = resolve_transformers_path(spec)
 
@@ -139,7 +139,7 @@ def nli_version(metric: str) -> str:
     return f"{metric}/1 transformers=={package_version('transformers')} NLI {what}"
 
 
-def nli_identity(spec: ModelSpec, model: NLIModel) -> tuple[str, str]:
+def nli_identity(spec: SlotModel, model: NLIModel) -> tuple[str, str]:
     return model_identity(spec, model.model)
 
 

@@ -22,7 +22,7 @@ import re
 from typing import Any, Sequence
 
 from persobench.metrics.backends import (
-    ModelSpec, cached, model_identity, package_version, resolve_transformers_path,
+    SlotModel, cached, model_identity, package_version, resolve_transformers_path,
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 
@@ -95,7 +95,7 @@ class UniEvalModel:
         return scores
 
 
-def load_unieval(spec: ModelSpec, device: str) -> UniEvalModel:
+def load_unieval(spec: SlotModel, device: str) -> UniEvalModel:
     path = resolve_transformers_path(spec)
 
     def factory() -> UniEvalModel:
