@@ -19,8 +19,8 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
-__all__ = ["SECRET_KEYS", "is_secret_name", "redact", "register_secret", "scrub", "secret_environment",
-           "strip_secrets", "url_without_credentials"]
+__all__ = ["REDACTED", "SECRET_KEYS", "is_secret_name", "is_secret_option", "known_secrets", "redact",
+           "register_secret", "scrub", "secret_environment", "strip_secrets", "url_without_credentials"]
 
 #: (pattern, keep the first group) pairs; the rest of each match becomes "[redacted]".
 _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
@@ -97,14 +97,71 @@ def secret_environment(secrets: Mapping[str, Any] | None) -> dict[str, str]:
     return found
 
 
+#: Option or header names whose values are credentials (``x-api-key``, ``authorization``, ``*token*``).
+_SECRET_OPTION = re.compile(r"(?i)(key|token|secret|password|passwd|authorization|auth|credential|cookie|signature)")
+REDACTED = "[redacted]"
+
+
+def is_secret_option(name: str) -> bool:
+    """True for an option, header or query-parameter name whose value is a credential."""
+    return bool(_SECRET_OPTION.search(str(name)))
+
+
 def strip_secrets(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``spec`` without credentials (recursively), safe to write to disk."""
+    """A copy of ``spec`` without credentials (recursively), safe to write to disk.
+
+    Fields named like a key (``api_key``, ``token`` ...) are dropped; other secret-looking names
+    (``x-api-key``, ``authorization``, ``session_token_v2``) keep their name with the value
+    ``[redacted]``, so a manifest still shows which options were set."""
     clean: dict[str, Any] = {}
     for key, value in spec.items():
         if key.lower() in SECRET_KEYS or key.lower().endswith(("_key", "_token", "_secret")):
             continue
+        if is_secret_option(key) and not isinstance(value, Mapping):
+            clean[key] = REDACTED
+            continue
         clean[key] = strip_secrets(value) if isinstance(value, Mapping) else value
     return clean
+
+
+def known_secrets(*, api_keys: Sequence[str | None] = (), base_url: str | None = None,
+                  options: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Every credential a run knows, for :func:`scrub`: its API keys, the values of secret-looking
+    environment variables and Streamlit secrets, user info and query values of its base URL, and
+    values of secret-looking options and headers (also as HTTP Basic ``user:password`` base64)."""
+    import base64
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    found: list[str] = [k for k in api_keys if k]
+    source = os.environ if env is None else env
+    found += [v for name, v in source.items() if is_secret_name(name) and v]
+    found += list(_REGISTERED)
+    if base_url:
+        try:
+            parts = urlsplit(base_url)
+            user, password = parts.username, parts.password
+        except ValueError:
+            parts, user, password = None, None, None
+        for item in (user, password):
+            if item:
+                found += [item, unquote(item)]
+        if user and password:
+            found.append(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
+        if parts is not None:
+            found += [value for _name, value in parse_qsl(parts.query) if value]
+
+    def walk(mapping: Mapping[str, Any]) -> None:
+        for name, value in mapping.items():
+            if isinstance(value, Mapping):
+                walk(value)
+            elif is_secret_option(name) and isinstance(value, str) and value:
+                found.append(value)
+                if value.lower().startswith(("bearer ", "basic ")):
+                    found.append(value.split(None, 1)[1])
+
+    walk(options or {})
+    # longest first, so a secret containing another is replaced whole
+    return tuple(sorted({s for s in found if len(s) >= 4}, key=len, reverse=True))
 
 
 def url_without_credentials(url: str) -> str:

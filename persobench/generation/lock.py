@@ -100,7 +100,7 @@ def resume_command(plan: "GenerationPlan", home: str | os.PathLike[str]) -> str:
     """The ``python -m persobench run`` command that runs ``plan``'s configuration again (and so
     resumes it from the cache). Option values whose names look secret are left out."""
     from persobench.generation.config import GenerationConfig
-    from persobench.store import strip_secrets, url_without_credentials
+    from persobench.secrets import strip_secrets, url_without_credentials
 
     config, default = plan.config, GenerationConfig()
     argv = ["python", "-m", "persobench", "--home", str(home), "run"]

@@ -27,8 +27,9 @@ from persobench.generation.progress import ProgressInfo, cancel_requested, clear
 from persobench.generation.retry import PauseGate, call_with_retries
 from persobench.generation.rows import TABLE, build_row, rows_frame
 from persobench.providers import make_provider
-from persobench.providers.base import ErrorKind, Provider, ProviderError, Request
+from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
 from persobench.run_records import GenerationRecord, Usage
+from persobench.secrets import known_secrets, scrub
 from persobench.store import Run, RunStore, utc_now
 
 if TYPE_CHECKING:
@@ -138,6 +139,9 @@ class Runner:
         self.first_outcomes: list[ProviderError | None] = []
         self.since_checkpoint = 0
         self.limit: AdaptiveLimit | None = None
+        spec = plan.spec
+        self.secrets = known_secrets(api_keys=getattr(provider, "_secrets", ()) or (), base_url=spec.base_url,
+                                     options=spec.options)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -148,7 +152,8 @@ class Runner:
     async def main(self) -> None:
         plan = self.plan
         for i, (completion, latency) in plan.hits.items():
-            self.rows[i] = build_row(plan, i, completion, None, latency=latency, attempts=0, cached=True)
+            self.rows[i] = self._scrub_row(build_row(plan, i, self._scrubbed(completion), None, latency=latency,
+                                                     attempts=0, cached=True))
         self.stopping = asyncio.Event()
         # Set by a cancel only: requests in flight are abandoned at once, while a fail-fast abort
         # (stopping alone) lets them finish so their outcome is recorded.
@@ -199,13 +204,14 @@ class Runner:
         )
         if outcome is None:  # stopped during a retry wait: the sample stays pending (resumable)
             return
-        if outcome.completion is not None:
+        completion = self._scrubbed(outcome.completion)
+        if completion is not None:
             # Store first: from here on a crash cannot lose this reply.
-            self.cache.set(plan.keys[i], outcome.completion, latency=outcome.latency)
-        self.rows[i] = build_row(
-            plan, i, outcome.completion, outcome.error, latency=outcome.latency, attempts=outcome.attempts,
+            self.cache.set(plan.keys[i], completion, latency=outcome.latency)
+        self.rows[i] = self._scrub_row(build_row(
+            plan, i, completion, outcome.error, latency=outcome.latency, attempts=outcome.attempts,
             cached=False,
-        )
+        ))
         self.new_done += 1
         self._fail_fast(outcome.error)
         self.since_checkpoint += 1
@@ -213,6 +219,19 @@ class Runner:
             self.since_checkpoint = 0
             self._write_table()
         self._report()
+
+    def _scrubbed(self, completion: Completion | None) -> Completion | None:
+        """``completion`` with every credential the run knows removed from its text: a server that
+        echoes the key back must not get it into the cache, the table, exports or pages."""
+        if completion is None or not self.secrets:
+            return completion
+        return dataclasses.replace(completion, text=scrub(completion.text, self.secrets),
+                                   model=scrub(completion.model, self.secrets) if completion.model else completion.model)
+
+    def _scrub_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        if not self.secrets:
+            return row
+        return {k: scrub(v, self.secrets) if isinstance(v, str) else v for k, v in row.items()}
 
     def _fail_fast(self, error: ProviderError | None) -> None:
         """Stop when the first N requests all failed for one reason that retrying cannot fix."""
@@ -225,7 +244,7 @@ class Runner:
         first = self.first_outcomes[0]
         hopeless = first is not None and (not first.retryable or first.kind is ErrorKind.CONNECTION)
         if hopeless and all(e is not None and e.signature == first.signature for e in self.first_outcomes):
-            self.abort_reason = f"the first {threshold} requests all failed: {first.describe()}"
+            self.abort_reason = scrub(f"the first {threshold} requests all failed: {first.describe()}", self.secrets)
             self.stopping.set()
 
     # -- files ------------------------------------------------------------------------------------
@@ -274,7 +293,7 @@ class Runner:
             requests=self.requests, cached=sum(1 for r in rows if r["cached"]),
         )
         record = GenerationRecord(  # started_at stays as written when the run started
-            failure_reason=reason, finished_at=utc_now(), usage=usage,
+            failure_reason=scrub(reason, self.secrets) if reason else reason, finished_at=utc_now(), usage=usage,
             cost_usd=estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
             baseline=self.plan.spec.provider == "baseline",
         )

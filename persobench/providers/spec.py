@@ -53,11 +53,11 @@ class ModelSpec:
     def to_public_dict(self) -> dict[str, Any]:
         """The spec as recorded in run manifests (secrets stripped, transport options kept
         only when harmless)."""
-        from persobench.secrets import strip_secrets
+        from persobench.secrets import strip_secrets, url_without_credentials
 
         data: dict[str, Any] = {"provider": self.provider, "model": self.model}
         if self.base_url:
-            data["base_url"] = self.base_url
+            data["base_url"] = url_without_credentials(self.base_url)  # no user:pw@, no ?api-key=...
         options = {k: v for k, v in self.options.items() if k != "headers"}
         if options:
             data["options"] = strip_secrets(options)

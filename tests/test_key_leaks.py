@@ -1,0 +1,65 @@
+"""No byte of a credential the run knows reaches disk, exports or output (issue 9 item 3), whatever a
+real (fake) server echoes back: the Authorization header in a 200 reply without choices, the key in
+the reply text, credentials in the base URL and in secret-looking options."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from persobench.cli import main as cli_main
+from persobench.store import RunStore
+from tests.fakes import error, reply
+from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
+
+URL_PASSWORD = "pw-Hunter2-urlsecret"
+OPTION_SECRET = "opt-5ecret-value-77"
+
+
+def _echo_script(info):
+    """Sample 0..: alternately a 200 without choices echoing the Authorization header in ``id``, and a
+    reply whose text (inside and outside the JSON) contains the key."""
+    auth = info.headers.get("authorization", "")
+    if info.index % 2 == 0:
+        return error(200, body={"id": f"echo {auth}", "object": "chat.completion", "created": 0})
+    key = auth.removeprefix("Bearer ")
+    return reply(f'Your key is {key}. {{"response": "I saw {key} and {auth}"}}')
+
+
+def _all_bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("credentials_in_url", [False, True])
+def test_echoed_keys_never_reach_store_cache_exports_or_output(openai_server, tmp_path, capsys, credentials_in_url):
+    openai_server.script = _echo_script
+    home = tmp_path / "home"
+    host = openai_server.base_url.split("://", 1)[1]
+    # with user info in the URL, httpx sends it as HTTP Basic instead of the Bearer key: echoed too
+    base_url = f"http://persouser:{URL_PASSWORD}@{host}" if credentials_in_url else openai_server.base_url
+    assert cli_main(["--home", str(home), "run", "--model", "openai:fake", "--base-url", base_url, "--limit", "6",
+                     "--no-progress", "--max-attempts", "1", "--option", f"x-api-key={OPTION_SECRET}",
+                     "--option", "session_token=tok-" + OPTION_SECRET]) == 0
+    # the server really saw and echoed the key
+    basic = base64.b64encode(f"persouser:{URL_PASSWORD}".encode()).decode()
+    sent = OPENAI_SECRET if not credentials_in_url else basic
+    assert all(sent in r.headers.get("authorization", "") for r in openai_server.requests)
+    [run] = RunStore(home).runs()
+    table = run.read_table("generations")
+    assert set(table["status"]) >= {"api_error"} and (table["status"] == "api_error").sum() == 3
+    assert table["error"].str.contains("echo", na=False).any()  # the echo is there, without the key
+
+    assert cli_main(["--home", str(home), "export", run.run_id, "--format", "csv", "-o", str(tmp_path / "x.csv")]) == 0
+    assert cli_main(["--home", str(home), "export", run.run_id, "--format", "jsonl", "-o", str(tmp_path / "x.jsonl")]) == 0
+    assert cli_main(["--home", str(home), "runs", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    everything = _all_bytes(home) + _all_bytes(tmp_path) + (captured.out + captured.err).encode()
+    for secret in (OPENAI_SECRET, URL_PASSWORD, OPTION_SECRET, basic):
+        assert secret.encode() not in everything, secret
+
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert manifest["model"]["base_url"] == openai_server.base_url
+    assert manifest["model"]["options"]["x-api-key"] == "[redacted]"  # the name is kept, not the value
