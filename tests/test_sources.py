@@ -93,7 +93,10 @@ def test_blended_skill_talk_from_hub_layout_folder() -> None:
     samples = sources.load_blended_skill_talk(str(BST_DIR), split="validation")
     _assert_clean(samples)
     assert len(samples) == len(raw) == 3
-    assert [s.id for s in samples] == [s.id for s in sources.load_blended_skill_talk(str(BST_DIR))]
+    assert [s.id for s in samples] == [s.id for s in sources.load_blended_skill_talk(str(BST_FILE))]
+    # The default split is the paper's (test), which this validation-only folder lacks: said in one line.
+    with pytest.raises(DatasetError, match=r'\[test\].*Unknown split "test"'):
+        sources.load_blended_skill_talk(str(BST_DIR))
     assert [s.id for s in samples] == ["blended-skill-talk-hub:0/3", "blended-skill-talk-hub:1/3", "blended-skill-talk-hub:2/3"]
     for record, sample in zip(raw, samples):
         # The hub's persona is the guided worker's, who gives the reference reply.
@@ -111,7 +114,7 @@ def test_blended_skill_talk_from_hub_layout_folder() -> None:
 
 def test_blended_skill_talk_single_parquet_file_matches_folder() -> None:
     from_file = sources.load_blended_skill_talk(str(BST_FILE))
-    from_folder = sources.load_blended_skill_talk(str(BST_DIR))
+    from_folder = sources.load_blended_skill_talk(str(BST_DIR), split="validation")
     assert from_file == from_folder  # metadata is excluded from equality; content and ids are not
     assert from_file[0].metadata["source"] == str(BST_FILE)
 
@@ -123,7 +126,8 @@ def test_synthetic_personachat_csv() -> None:
     samples = sources.load_synthetic_personachat(str(SPC_DIR), split="validation")
     _assert_clean(samples)
     assert len(samples) == 3
-    assert [s.id for s in samples] == [s.id for s in sources.load_synthetic_personachat(str(SPC_DIR))]
+    with pytest.raises(DatasetError, match=r"\[test\]"):  # the paper's split, absent from this folder
+        sources.load_synthetic_personachat(str(SPC_DIR))
     first, bold, short = samples
 
     # Personas come from the two columns, split on the source's \r\n, grouped by speaker.
@@ -165,10 +169,10 @@ def test_spc_conversion_is_pure_and_strips_labels() -> None:
 
 def test_pec_jsonl() -> None:
     raw = _records(PEC_FILE)
-    samples = sources.load_pec(str(PEC_FILE), split="validation")
+    samples = sources.load_pec(str(PEC_FILE), split="validation", paper_sample=False)
     _assert_clean(samples)
     assert len(samples) == 3
-    assert [s.id for s in samples] == [s.id for s in sources.load_pec(str(PEC_FILE))]
+    assert sorted(s.id for s in samples) == sorted(s.id for s in sources.load_pec(str(PEC_FILE)))  # 3 distinct threads
     for record, sample in zip(raw, samples):
         assert sample.responder == USER2
         assert [p.speaker for p in sample.personas] == [USER2]
@@ -377,3 +381,34 @@ def test_hub_names_go_to_load_dataset_with_config_and_split(monkeypatch: pytest.
     with pytest.raises(ConnectionError) as caught:
         sources.load_blended_skill_talk()
     assert any("pass their local path" in note for note in getattr(caught.value, "__notes__", []))
+
+
+def test_pec_paper_sampling_matches_the_notebooks_pandas_code() -> None:
+    """pre_processing.ipynb: group by context_speakers, one row per group with random_state=42, then
+    1,000 rows with random_state=42. Run here with pandas beside the pandas-free selection."""
+    import random
+
+    import pandas as pd
+
+    rng = random.Random(7)
+    names = [f"user{i}" for i in range(900)]
+    speakers = [[rng.choice(names) for _ in range(rng.randint(1, 3))] for _ in range(3000)]
+    ds = pd.DataFrame({"context_speakers": [str(s) for s in speakers], "row": range(len(speakers))})
+    # The notebook's cell (include_groups=False: pandas 3 refuses True; the rows picked are the same).
+    grouped = ds.groupby("context_speakers")
+    sampled_df = grouped.apply(lambda x: x.sample(n=1, random_state=42), include_groups=False).reset_index(drop=True)
+    sampled_df = sampled_df.sample(n=1000, random_state=42).reset_index(drop=True)
+    assert sources.paper_pec_selection(speakers) == sampled_df["row"].tolist()
+    assert len(set(sources.paper_pec_selection(speakers))) == 1000
+
+
+def test_pec_hub_defaults_to_the_papers_split_and_sample(tmp_path: Path) -> None:
+    records = [json.loads(line) for line in PEC_FILE.read_text().splitlines() if line.strip()]
+    # Two records from the same thread speaker list: the paper keeps one of them.
+    doubled = tmp_path / "pec_test.jsonl"
+    doubled.write_text("".join(json.dumps(r) + "\n" for r in records + [dict(records[0], response="another reply")]))
+    every = sources.load_pec(str(doubled), paper_sample=False)
+    sampled = sources.load_pec(str(doubled))
+    assert every[0].metadata["split"] == "test" and len(every) == len(records) + 1
+    assert len(sampled) == len({str(r["context_speakers"]) for r in records})
+    assert {s.id for s in sampled} <= {s.id for s in every}  # ids are record indices, not sample positions

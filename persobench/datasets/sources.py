@@ -438,7 +438,7 @@ def _convert_all(records: Iterable[Mapping[str, Any]], convert: Callable[[Mappin
 
 
 def load_blended_skill_talk(
-    source: str = "blended_skill_talk", *, split: str = "validation", dataset: str = "blended-skill-talk-hub"
+    source: str = "blended_skill_talk", *, split: str = "test", dataset: str = "blended-skill-talk-hub"
 ) -> list[Sample]:
     """Blended Skill Talk from the hub (or a local file/folder in the hub's schema), one sample per dialogue."""
     records, label = _load_with_datasets(source, split=split)
@@ -446,19 +446,59 @@ def load_blended_skill_talk(
 
 
 def load_synthetic_personachat(
-    source: str = "google/Synthetic-Persona-Chat", *, split: str = "validation", dataset: str = "synthetic-personachat-hub"
+    source: str = "google/Synthetic-Persona-Chat", *, split: str = "test", dataset: str = "synthetic-personachat-hub"
 ) -> list[Sample]:
     """Synthetic-Persona-Chat from the hub (or its CSV files), one sample per dialogue."""
     records, label = _load_with_datasets(source, split=split)
     return _convert_all(records, lambda r, i: spc_record_to_sample(r, i, dataset, source=label, split=split))
 
 
-def load_pec(source: str = "pec", *, split: str = "validation", dataset: str = "pec-hub", subset: str = "all") -> list[Sample]:
-    """PEC (``subset`` "happy", "offmychest" or "all") from the hub or a local file, one sample per record."""
+#: The paper's PEC sample: one record per distinct ``context_speakers``, then this many, both
+#: drawn with ``random_state=42`` (``pre_processing.ipynb``).
+PEC_PAPER_SIZE = 1000
+PEC_PAPER_SEED = 42
+
+
+def paper_pec_selection(speaker_lists: Sequence[Sequence[str]], *, size: int = PEC_PAPER_SIZE,
+                        seed: int = PEC_PAPER_SEED) -> list[int]:
+    """Record positions the paper's PEC sampling picks, in the order it lists them.
+
+    The notebook grouped the test split by ``context_speakers`` (the list's text, groups in sorted
+    order), took ``x.sample(n=1, random_state=42)`` from each group, then ``sample(n=1000,
+    random_state=42)`` of those rows. pandas' ``sample`` is ``RandomState(seed).choice(n, k,
+    replace=False)`` with a fresh state per call, which is what this does without pandas. With
+    ``size`` or fewer groups, every group's pick is kept (in group order).
+    """
+    import numpy as np
+
+    groups: dict[str, list[int]] = {}
+    for position, speakers in enumerate(speaker_lists):
+        groups.setdefault(str(list(speakers)), []).append(position)
+    picks = [rows[int(np.random.RandomState(seed).choice(len(rows), 1, replace=False)[0])]
+             for _, rows in sorted(groups.items())]
+    if len(picks) <= size:
+        return picks
+    chosen = np.random.RandomState(seed).choice(len(picks), size, replace=False)
+    return [picks[int(i)] for i in chosen]
+
+
+def load_pec(
+    source: str = "pec", *, split: str = "test", dataset: str = "pec-hub", subset: str = "all",
+    paper_sample: bool = True,
+) -> list[Sample]:
+    """PEC (``subset`` "happy", "offmychest" or "all") from the hub or a local file.
+
+    By default the paper's split (test) and its sample (:func:`paper_pec_selection`, 1,000 records);
+    ``paper_sample=False`` keeps one sample per record. Sample ids keep the record's index in the
+    split, so they do not depend on the sampling.
+    """
     records, label = _load_with_datasets(source, split=split, config=subset)
-    return _convert_all(
+    samples = _convert_all(
         records, lambda r, i: pec_record_to_sample(r, i, dataset, source=label, split=split, subset=subset)
     )
+    if not paper_sample:
+        return samples
+    return [samples[i] for i in paper_pec_selection([s.metadata["context_speakers"] for s in samples])]
 
 
 # ---------------------------------------------------------------------------------------------
