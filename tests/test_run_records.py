@@ -115,3 +115,20 @@ def test_writers_keep_the_keys_old_readers_know(tmp_path):
         usage=Usage(**on_disk["extra"]["usage"]), cost_usd=on_disk["extra"]["cost_usd"], baseline=True,
     )
     assert generation.usage.requests == 2 and on_disk["extra"]["counts"]["ok"] == 2
+
+
+def test_the_scoring_writer_keeps_the_keys_old_readers_know(tmp_path):
+    from persobench.datasets import samples_by_id
+    from persobench.metrics.scoring import score_run
+
+    run = run_generation(dataset="sample", model="baseline:reference", limit=2, home=tmp_path)
+    score_run(run, samples_by_id("sample"), profile="offline", metrics=["bleu", "ue_score"])
+    score_run(run, samples_by_id("sample"), profile="offline", metrics=["bleu", "dist1"])  # a second pass
+    on_disk = json.loads((run.path / "manifest.json").read_text())["extra"]["scores"]["offline"]
+    old = _load("baseline_scored_twice.json")["extra"]["scores"]["offline"]
+    assert set(on_disk) == set(old)
+    for metric in ("bleu", "ue_score"):
+        assert set(on_disk["metrics"][metric]) == set(old["metrics"][metric]), metric
+    assert on_disk["metrics"]["bleu"]["n"] == 2 and "mixed_with" not in on_disk["metrics"]["bleu"]
+    assert on_disk["metrics"]["ue_score"]["status"] == "unavailable"
+    assert set(on_disk["metrics"]) == {"bleu", "ue_score", "dist1"}

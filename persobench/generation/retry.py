@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
+from persobench.errors import PersoBenchError
 from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
 
 if TYPE_CHECKING:
@@ -82,8 +83,9 @@ async def sleep_or_stop(delay: float, stopping: asyncio.Event) -> None:
         pass
 
 
-class Stopped(Exception):
-    """The run stopped while a request was in flight; the request was cancelled."""
+class Stopped(PersoBenchError):
+    """The run stopped while a request was in flight; the request was cancelled. A signal inside
+    the retry loop, never shown to a user (a PersoBenchError only so the hierarchy has no exception)."""
 
 
 async def unless_stopping(coro: Awaitable[T], stopping: asyncio.Event) -> T:

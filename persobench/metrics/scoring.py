@@ -25,6 +25,7 @@ persona *text* joins them with one space.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -36,6 +37,7 @@ from persobench.metrics import (
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401 - re-exported for callers
+from persobench.run_records import MetricProvenance, RunExtra
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -308,10 +310,9 @@ def score_run(
         if need:
             todo[metric] = need
 
-    old_extra = dict(run.manifest.extra)
-    scores_extra = dict(old_extra.get("scores") or {})
-    entry = dict(scores_extra.get(prof.key) or {})
-    stored_prov: dict[str, dict[str, Any]] = dict(entry.get("metrics") or {})
+    recorded = run.manifest.details
+    entry = recorded.profile_scores(prof.key)
+    stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
 
     new_prov: dict[str, dict[str, Any]] = {}
     if todo:
@@ -341,16 +342,17 @@ def score_run(
 
     for metric in wanted:
         if metric in new_prov:
-            record = dict(new_prov[metric])
+            record = MetricProvenance.from_dict(new_prov[metric])
             previous = stored_prov.get(metric)
-            if previous and previous.get("status") != "unavailable":
-                record["n"] = int(previous.get("n", 0)) + int(record.get("n", 0))
-                if (previous.get("model_id"), previous.get("revision_or_hash")) != (
-                        record.get("model_id"), record.get("revision_or_hash")) and record["status"] != "unavailable":
-                    record["mixed_with"] = {k: previous.get(k) for k in ("model_id", "revision_or_hash",
-                                                                         "metric_version")}
-                elif record["status"] == "unavailable":
+            if previous is not None and previous.status != "unavailable":
+                if record.status == "unavailable":
                     record = previous  # keep what the stored numbers were made with
+                else:
+                    record = dataclasses.replace(record, n=previous.n + record.n)
+                    if (previous.model_id, previous.revision_or_hash) != (record.model_id, record.revision_or_hash):
+                        record = dataclasses.replace(record, mixed_with={
+                            "model_id": previous.model_id, "revision_or_hash": previous.revision_or_hash,
+                            "metric_version": previous.metric_version})
             stored_prov[metric] = record
     recorded_empty = False
     if not replies:
@@ -363,17 +365,15 @@ def score_run(
             slot = metric_info(metric).needs
             spec = prof.specs.get(slot)
             if spec is not None and not spec.available:
-                stored_prov[metric] = {"status": "unavailable", "reason": spec.unavailable_reason,
-                                       "model_id": "", "backend": slot, "n": 0}
+                stored_prov[metric] = MetricProvenance("unavailable", reason=spec.unavailable_reason, backend=slot)
             else:
                 # No model ran, so no model id: comparisons must not see a second "model" here.
-                stored_prov[metric] = {"status": "ok", "reason": "no valid reply to score", "n": 0,
-                                       "model_id": "", "backend": slot}
+                stored_prov[metric] = MetricProvenance("ok", reason="no valid reply to score", backend=slot)
             recorded_empty = True
-    summary.provenance = {m: stored_prov[m] for m in wanted if m in stored_prov}
+    summary.provenance = {m: stored_prov[m].to_dict() for m in wanted if m in stored_prov}
     if new_prov or recorded_empty:
-        entry.update({"profile": prof.describe(), "metrics": stored_prov,
-                      "updated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
-        scores_extra[prof.key] = entry
-        run.update(extra={"scores": scores_extra})
+        entry = dataclasses.replace(
+            entry, profile=prof.describe(), metrics=stored_prov,
+            updated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        run.update(extra=RunExtra(scores={**(recorded.scores or {}), prof.key: entry}).to_extra())
     return summary
