@@ -38,7 +38,7 @@ from persobench.providers.spec import ModelSpec
 CANDIDATE_FILES = ("models.toml", "models.yaml", "models.yml")
 
 _FIELDS = {"provider", "model", "spec", "base_url", "api_key_env", "label", "options",
-           "price_input_per_mtok", "price_output_per_mtok", "description"}
+           "price_input_per_mtok", "price_output_per_mtok", "description", "structured", "structured_format"}
 
 #: USD per million tokens (input, output) for well-known hosted models, by name prefix; the
 #: registry file overrides these. Prices change: treat costs as estimates.
@@ -132,8 +132,26 @@ def load_registry(path: str | os.PathLike[str]) -> dict[str, ModelSpec]:
             api_key_env=raw.get("api_key_env") or None,
             price_input_per_mtok=_price(raw, "price_input_per_mtok", where),
             price_output_per_mtok=_price(raw, "price_output_per_mtok", where),
+            structured=_structured(raw, where),
+            structured_format=_structured_format(raw, where),
         )
     return entries
+
+
+def _structured(raw: Mapping[str, Any], where: str) -> bool:
+    value = raw.get("structured", False)
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{where}: structured must be true or false, got {value!r}")
+    return value
+
+
+def _structured_format(raw: Mapping[str, Any], where: str) -> str | None:
+    from persobench.structured import FORMS
+
+    value = raw.get("structured_format")
+    if value is not None and value not in FORMS:
+        raise ConfigurationError(f"{where}: structured_format must be one of {', '.join(FORMS)}, got {value!r}")
+    return value
 
 
 def _price(raw: Mapping[str, Any], field_name: str, where: str) -> float | None:

@@ -187,11 +187,12 @@ class RunManifest:
 
     @property
     def model_label(self) -> str:
-        """Short display name of the model ("provider:model", or the imported model's name)."""
-        label = self.model.get("label")
-        if label:
-            return str(label)
-        return f"{self.model.get('provider', '?')}:{self.model.get('model', '?')}"
+        """Short display name of the model ("provider:model", or the imported model's name), marked
+        ``+structured`` when the run asked for structured output (a different configuration)."""
+        from persobench.structured import structured_label
+
+        label = self.model.get("label") or f"{self.model.get('provider', '?')}:{self.model.get('model', '?')}"
+        return structured_label(str(label), bool((self.parameters or {}).get("structured")))
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

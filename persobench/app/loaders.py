@@ -17,13 +17,6 @@ if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
 
 
-def model_label(model: Mapping[str, Any]) -> str:
-    label = model.get("label")
-    if label:
-        return str(label)
-    return f"{model.get('provider', '?')}:{model.get('model', '?')}"
-
-
 @cache_data(show_spinner=False, max_entries=8)
 def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (signature is the cache key)
     """One row per readable run: id, dataset, mode, model, source, status, size, scored profiles."""
@@ -40,7 +33,7 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (si
         scores = (m.extra or {}).get("scores") or {}
         killed = interruption(run)
         rows.append({
-            "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": model_label(m.model),
+            "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": m.model_label,
             "baseline": bool((m.model or {}).get("baseline")) or (m.model or {}).get("provider") == "baseline",
             "source": m.source, "status": "interrupted" if killed else m.status, "samples": len(m.sample_ids),
             "note": killed.describe() if killed else "",

@@ -35,6 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--max-tokens", type=int, default=None, help="completion budget (default 110 vanilla, 220 cot)")
     run.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0)")
     run.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (default: provider's)")
+    run.add_argument("--structured", action="store_true",
+                     help="ask the provider to guarantee the reply's JSON shape (response_format json_schema, "
+                          "Anthropic output_config, grammar-constrained local decoding); a separate configuration: "
+                          "it no longer measures instruction following")
+    run.add_argument("--batch-size", type=int, default=None,
+                     help="local models: samples per forward pass (default: measured, see README)")
     run.add_argument("--policy", choices=("robust", "paper"), default="robust", help="post-processing policy")
     run.add_argument("--models", default=None, metavar="FILE", help="model registry file (TOML or YAML)")
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -99,7 +105,7 @@ def _config(args: argparse.Namespace) -> Any:
         max_tokens=args.max_tokens,
         temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_parse_options(args.option),
         models_file=args.models, retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
-        checkpoint_every=args.checkpoint_every,
+        checkpoint_every=args.checkpoint_every, structured=args.structured, batch_size=args.batch_size,
     )
 
 
@@ -151,6 +157,8 @@ def _dry_run(plan: Any) -> int:
     chat = {None: "n/a (chat API)", True: "on", False: "off (raw text)"}[plan.manifest.chat_template]
     print(f"template: {plan.template.name} (family {plan.template.family}, {plan.template.version_hash})  "
           f"chat template: {chat}")
+    if plan.params.response_schema is not None:
+        print("structured output: on (reply schema " + json.dumps(plan.params.response_schema) + ")")
     print(f"requests to send: {plan.n_requests}")
     print(f"cached hits: {len(plan.hits)}")
     print(f"estimated prompt tokens: {plan.estimated_prompt_tokens}")

@@ -57,3 +57,10 @@ class GenerationConfig:
     """Stop the run when this many first requests all fail for the same non-retryable reason."""
     cache_dir: str | None = None
     """Response cache folder; default ``<home>/responses``."""
+    structured: bool = False
+    """Ask the provider to guarantee the reply's JSON shape (:mod:`persobench.structured`); a models
+    file entry with ``structured = true`` turns it on too. Part of the cache key, run id and protocol.
+    Baselines ignore it (their replies are already well-formed)."""
+    batch_size: int | None = None
+    """Samples per forward pass for in-process models; ``None``: the provider's measured default.
+    Not part of the cache key (greedy outputs do not depend on it)."""

@@ -6,6 +6,7 @@ a run would cost before it starts.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from persobench.providers import PROVIDERS, ModelSpec
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.providers.base import Completion, GenerationParams
 from persobench.store import RunManifest, RunStore, make_run_id
+from persobench.structured import reply_schema
 
 if TYPE_CHECKING:
     from persobench.prompts import PromptTemplate
@@ -109,10 +111,17 @@ def plan_generation(
     max_tokens = template.max_tokens if config.max_tokens is None else int(config.max_tokens)
     if temperature < 0 or max_tokens < 1:
         raise ConfigurationError("temperature must be >= 0 and max_tokens >= 1")
+    if config.batch_size is not None:
+        if config.batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, got {config.batch_size}")
+        spec = dataclasses.replace(spec, options={**dict(spec.options), "batch_size": int(config.batch_size)})
+    # A baseline's reply is well-formed by construction: structured output would change nothing.
+    structured = (config.structured or spec.structured) and spec.provider != "baseline"
     params = GenerationParams(
         temperature=temperature, max_tokens=max_tokens, top_p=config.top_p,
         seed=config.seed if temperature > 0 else None,  # greedy decoding has nothing to seed
         chat_template=chat_template is not False,
+        response_schema=reply_schema(mode, max_tokens) if structured else None,
     )
     if samples is None:
         samples = _load_samples(config)
@@ -142,6 +151,8 @@ def plan_generation(
         parameters["top_p"] = config.top_p
     if chat_template is False:  # raw text changes what the model writes; "on" is how runs always were
         parameters["chat_template"] = False
+    if structured:  # only when on, so the ids of plain runs stay what they were
+        parameters["structured"] = True
     identity = {"provider": spec.provider, "model": spec.model, "base_url": spec.base_url,
                 "options": options, "label": spec.label}
     sample_ids = tuple(s.id for s in samples)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import anthropic
 
@@ -67,12 +67,25 @@ class AnthropicProvider:
         if params.top_p is not None:
             body["top_p"] = params.top_p
         kwargs["extra_body"] = {**body, **self._body}
+        if params.response_schema is not None:
+            kwargs["output_config"] = {"format": structured_output_format(params.response_schema)}
         with translated_sdk_errors(anthropic, self._secrets):
             response = await self.client.messages.create(**kwargs)
         return _to_completion(response)
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def structured_output_format(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The Messages API's structured-output format (``output_config.format``) for ``schema``.
+
+    The SDK's own ``transform_schema`` rewrites the schema into the subset the API enforces: the
+    API does not enforce ``maxLength``, so the SDK moves the bound into the field's description,
+    where the model reads it as an instruction. The reply comes back as one text block holding the
+    JSON object, read like any other reply.
+    """
+    return {"type": "json_schema", "schema": anthropic.transform_schema(dict(schema))}
 
 
 def _to_completion(response: Any) -> Completion:

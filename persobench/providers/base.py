@@ -49,6 +49,9 @@ class GenerationParams:
     """Local models: wrap the messages in the tokenizer's chat template (``False``: the text goes to
     the model as it is, as the paper's ``text-generation`` pipeline did). Chat APIs always apply their
     own template, so only the local provider reads this."""
+    response_schema: Mapping[str, Any] | None = None
+    """JSON Schema the reply must match (structured output, see :mod:`persobench.structured`);
+    ``None`` asks for free text and leaves the format to the prompt."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; fields left at "provider default" are omitted so adding a new optional
@@ -62,6 +65,8 @@ class GenerationParams:
             data["stop"] = list(self.stop)
         if not self.chat_template:
             data["chat_template"] = False
+        if self.response_schema is not None:
+            data["response_schema"] = dict(self.response_schema)
         return data
 
 

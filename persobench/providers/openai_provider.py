@@ -3,7 +3,8 @@ Gemini's compatible endpoint) through the official ``openai`` SDK and ``base_url
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Mapping
 
 import openai
 
@@ -17,12 +18,24 @@ from persobench.providers.base import (
     check_reachable,
     resolve_api_key,
 )
+from persobench.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
 
 #: Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK insists on a non-empty one.
 PLACEHOLDER_KEY = "not-needed"
 
 #: Spec options consumed here rather than sent in the request body.
-_TRANSPORT_OPTIONS = frozenset({"timeout", "headers", "max_tokens_param", "organization", "project"})
+_TRANSPORT_OPTIONS = frozenset(
+    {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format"}
+)
+
+#: The ``response_format`` form each server takes, learned in this process: normalised base URL
+#: (``""`` for the official API) -> "json_schema" or "json_object". A server that rejects the first
+#: form is asked once, then always gets the second.
+_SERVER_FORMS: dict[str, str] = {}
+
+#: Words in an error that mean "this server does not take that response_format", whatever its
+#: status (llama-cpp-python answers the json_schema form with HTTP 500 and a validation message).
+_FORM_REJECTION_WORDS = ("response_format", "json_schema")
 
 
 class OpenAIProvider:
@@ -50,6 +63,14 @@ class OpenAIProvider:
                 f"option max_tokens_param must be 'max_tokens' or 'max_completion_tokens', got {self._max_tokens_param!r}"
             )
         self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self._server = (spec.base_url or "").rstrip("/")
+        declared = options.get("structured_format") or getattr(spec, "structured_format", None)
+        if declared is not None and declared not in FORMS:
+            raise ConfigurationError(
+                f"structured_format must be one of {', '.join(FORMS)}, got {declared!r}"
+            )
+        self._declared_form: str | None = declared
+        self._probe_lock = asyncio.Lock()
         self.client = openai.AsyncOpenAI(
             api_key=key or PLACEHOLDER_KEY,
             base_url=spec.base_url,
@@ -80,9 +101,54 @@ class OpenAIProvider:
             kwargs["stop"] = list(params.stop)
         if self._body:
             kwargs["extra_body"] = self._body
+        if params.response_schema is not None:
+            return await self._structured(kwargs, params.response_schema)
+        return await self._send(kwargs)
+
+    async def _send(self, kwargs: Mapping[str, Any]) -> Completion:
         with translated_sdk_errors(openai, self._secrets):
             response = await self.client.chat.completions.create(**kwargs)
         return _to_completion(response)
+
+    @property
+    def structured_form(self) -> str | None:
+        """The ``response_format`` form this server takes: declared in the models file
+        (``structured_format``), learned earlier in this process, or ``None`` (not known yet)."""
+        return self._declared_form or _SERVER_FORMS.get(self._server)
+
+    async def _structured(self, kwargs: dict[str, Any], schema: Mapping[str, Any]) -> Completion:
+        """Send with the server's form; an unknown server is probed by ONE request at a time, so a
+        server that rejects ``json_schema`` sees that form once per process, not once per sample."""
+        form = self.structured_form
+        if form is not None:
+            return await self._send_form(kwargs, schema, form)
+        async with self._probe_lock:
+            form = self.structured_form
+            if form is not None:  # another request found out while this one waited
+                return await self._send_form(kwargs, schema, form)
+            try:
+                completion = await self._send(_with_format(kwargs, schema, JSON_SCHEMA))
+            except ProviderError as exc:
+                if not _rejects_form(exc):
+                    raise  # an ordinary failure: the next request probes again
+                _SERVER_FORMS[self._server] = JSON_OBJECT
+            else:
+                _SERVER_FORMS[self._server] = JSON_SCHEMA
+                return completion
+        return await self._send_form(kwargs, schema, JSON_OBJECT)
+
+    async def _send_form(self, kwargs: dict[str, Any], schema: Mapping[str, Any], form: str) -> Completion:
+        try:
+            return await self._send(_with_format(kwargs, schema, form))
+        except ProviderError as exc:
+            if form == JSON_OBJECT and _rejects_form(exc):
+                # Neither form is accepted: retrying cannot help, and the run should say why.
+                raise ProviderError(
+                    ErrorKind.BAD_REQUEST,
+                    f"the server takes neither response_format form for structured output; run without "
+                    f"--structured ({exc})", status_code=exc.status_code,
+                ) from None
+            raise
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -111,3 +177,24 @@ def _to_completion(response: Any) -> Completion:
         completion_tokens=getattr(usage, "completion_tokens", None) if usage else None,
         model=getattr(response, "model", None),
     )
+
+
+def _with_format(kwargs: Mapping[str, Any], schema: Mapping[str, Any], form: str) -> dict[str, Any]:
+    """``kwargs`` with ``response_format`` in ``form``: a strict json_schema, or llama-cpp-python's
+    json_object with the schema inside."""
+    if form == JSON_SCHEMA:
+        response_format: dict[str, Any] = {
+            "type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": True, "schema": dict(schema)},
+        }
+    else:
+        response_format = {"type": "json_object", "schema": dict(schema)}
+    return {**kwargs, "response_format": response_format}
+
+
+def _rejects_form(exc: ProviderError) -> bool:
+    """True when a failure is the server refusing the response_format form (any 4xx/5xx whose
+    message names it), not an ordinary outage."""
+    if exc.status_code is None or exc.status_code in (401, 403, 404, 408, 409, 429):
+        return False
+    message = str(exc).lower()
+    return any(word in message for word in _FORM_REJECTION_WORDS)

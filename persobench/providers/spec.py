@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 #: Spec options that do not change what the model writes: kept out of cache keys and run ids.
 NON_OUTPUT_OPTIONS = frozenset(
-    {"timeout", "headers", "max_tokens_param", "device", "dtype", "organization", "project"}
+    {"timeout", "headers", "max_tokens_param", "device", "dtype", "organization", "project",
+     "structured_format", "batch_size"}
 )
 
 
@@ -38,6 +39,11 @@ class ModelSpec:
     """USD per million prompt tokens, for the cost estimate; ``None`` = use the built-in table."""
     price_output_per_mtok: float | None = None
     """USD per million completion tokens."""
+    structured: bool = False
+    """The models file asks for structured output with this model (as ``run --structured`` does)."""
+    structured_format: str | None = None
+    """The ``response_format`` form an OpenAI-compatible server takes for structured output,
+    ``"json_schema"`` or ``"json_object"`` (llama-cpp-python); ``None``: found out on first use."""
 
     @property
     def name(self) -> str:

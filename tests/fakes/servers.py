@@ -111,12 +111,61 @@ def prompt_id(prompt: str) -> str:
 
 
 def default_text(info: RequestInfo) -> str:
-    """A valid PersoBench reply; adds "reasoning" when the prompt asks for it (cot)."""
+    """A valid PersoBench reply; adds "reasoning" when the prompt asks for it (cot). With a schema
+    in the request (structured output), exactly the schema's fields, each within its maxLength."""
+    schema = requested_schema(info.body)
     obj: dict[str, str] = {}
+    if schema is not None:
+        for name, prop in schema.get("properties", {}).items():
+            text = f"{name} for {info.prompt_id}, " * 40
+            obj[name] = text[: int(prop.get("maxLength", 60))]
+        return json.dumps(obj)
     if '"reasoning"' in info.prompt:
         obj["reasoning"] = "It fits the persona."
     obj["response"] = f"Reply to {info.prompt_id}"
     return json.dumps(obj)
+
+
+def requested_schema(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The JSON schema a request asks the reply to match: OpenAI ``response_format`` (either form)
+    or Anthropic ``output_config.format``; ``None`` for a plain request."""
+    fmt = body.get("response_format")
+    if isinstance(fmt, Mapping):
+        if fmt.get("type") == "json_schema":
+            return (fmt.get("json_schema") or {}).get("schema")
+        return fmt.get("schema")
+    output = (body.get("output_config") or {}).get("format")
+    return output.get("schema") if isinstance(output, Mapping) else None
+
+
+def response_format_problem(body: Mapping[str, Any], accepted: tuple[str, ...]) -> tuple[int, Any] | None:
+    """Check an OpenAI request's ``response_format`` the way servers do; (status, error body) when
+    it is rejected. A form not in ``accepted`` is answered as llama-cpp-python's server answers the
+    json_schema form: HTTP 500 wrapping the request-validation error."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind not in accepted:
+        message = (
+            "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be "
+            f"'text' or 'json_object' [type=literal_error, input_value={kind!r}, input_type=str]"
+        )
+        return 500, {"error": {"message": message, "type": "internal_server_error", "param": None, "code": None}}
+    if kind == "json_schema":
+        spec = fmt.get("json_schema") or {}
+        if not spec.get("name") or not isinstance(spec.get("schema"), Mapping):
+            return 400, {"error": {"message": "response_format.json_schema needs name and schema",
+                                   "type": "invalid_request_error"}}
+        if spec.get("strict") is not True:
+            return 400, {"error": {"message": "this fake wants strict json_schema", "type": "invalid_request_error"}}
+        schema = spec["schema"]
+    else:
+        schema = fmt.get("schema")
+    if not isinstance(schema, Mapping) or schema.get("type") != "object" or not schema.get("properties"):
+        return 400, {"error": {"message": f"response_format {kind}: schema must be an object schema",
+                               "type": "invalid_request_error"}}
+    return None
 
 
 Script = Callable[[RequestInfo], "Action | None"]
@@ -133,10 +182,14 @@ class FakeLLMServer:
     """A threaded HTTP server; ``flavour`` is "openai" or "anthropic"."""
 
     def __init__(self, flavour: str = "openai", *, script: Script | None = None, latency: float = 0.0,
-                 port: int = 0, capacity: int | None = None, retry_after_ms: int | None = None) -> None:
+                 port: int = 0, capacity: int | None = None, retry_after_ms: int | None = None,
+                 response_formats: tuple[str, ...] = ("json_schema", "json_object")) -> None:
         if flavour not in ("openai", "anthropic"):
             raise ValueError(flavour)
         self.flavour = flavour
+        self.response_formats = response_formats
+        """OpenAI ``response_format`` types this server takes; ``("json_object",)`` behaves like
+        llama-cpp-python's server (json_schema answered with HTTP 500)."""
         self.script = script
         self.latency = latency
         self.requests: list[RequestInfo] = []
@@ -253,6 +306,10 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         info = fake._arrive(body, headers, self.path)
         try:
+            problem = response_format_problem(body, fake.response_formats) if fake.flavour == "openai" else None
+            if problem is not None:
+                self._send_json(*problem)
+                return
             action = None
             with fake._lock:
                 over = fake.capacity is not None and fake.inflight > fake.capacity
