@@ -26,11 +26,12 @@ removed from PEC and Synthetic-Persona-Chat) was a CSV workaround, not part of t
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from persobench.records import USER1, USER2, Sample
 
-__all__ = ["FORMS", "paper_cells", "paper_form"]
+__all__ = ["FORMS", "paper_cells", "paper_form", "paper_persona_text"]
 
 #: Dataset name -> table form, for samples that do not say (``metadata["paper_form"]``).
 FORMS = {
@@ -103,3 +104,26 @@ def _generic(sample: Sample) -> tuple[str, str]:
 _RENDERERS: dict[str, Callable[[Sample], tuple[str, str]]] = {
     "bst": _bst, "spc": _spc, "pec": _pec, "focus": _glued, "it-convai2": _glued, "generic": _generic,
 }
+
+
+#: What ``evaluation.ipynb`` stripped from the ``personas`` cell before scoring, by table form: the
+#: speaker label, brackets and quotes of the BST and PEC cells; the other tables' cells were used as
+#: they are.
+_EVALUATION_CLEANING = {
+    "bst": re.compile(r"\[User 1 persona\]:|\[|\]|\"|'"),
+    "pec": re.compile(r"\[Responder persona\]:|\[|\]|\"|'"),
+}
+#: Prepared tables (which carry their own cells) by registered name -> their table form.
+_TABLE_FORMS = {"blended-skill-talk": "bst", "pec": "pec"}
+
+
+def paper_persona_text(sample: Sample) -> str:
+    """The persona text the paper's evaluation gave its persona metrics (IDF overlap, persona
+    distance, the NLI and UniEval inputs): the sample's ``personas`` cell, cleaned as
+    ``evaluation.ipynb`` cleaned it (label, brackets and quotes removed for BST and PEC)."""
+    personas, _ = paper_cells(sample)
+    form = paper_form(sample)
+    if form == "table":
+        form = _TABLE_FORMS.get(sample.dataset, form)
+    cleaning = _EVALUATION_CLEANING.get(form)
+    return cleaning.sub("", personas).strip() if cleaning is not None else personas
