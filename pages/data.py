@@ -1,5 +1,6 @@
-"""Data: the registered datasets with sizes and examples, the runs in the store, and importing a
-folder in the layout of the paper's repository (in the background)."""
+"""Data: the registered datasets with sizes and examples, the runs in the store, downloading the
+paper's published data, and importing a folder in the layout of the paper's repository (both in the
+background)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.loaders import dataset_samples, dataset_table, import_preview, runs_table, store_problems
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card, show_sample
-from persobench.jobs import import_steps, JobManager
+from persobench.datasets.paper_archive import PAPER_ARCHIVE, download_progress, fetched_reference
+from persobench.jobs import JobManager, fetch_paper_steps, import_steps
 
 page_setup()
 st.title("Data")
@@ -56,8 +58,26 @@ with tab_runs:
             st.text(f"{path}: {reason}")
 
 with tab_import:
+    score = st.radio(
+        "After importing, score with", ["lexical", "offline", "none"], horizontal=True, key="data_import_score",
+        format_func={"lexical": "lexical metrics (fast: BLEU, ROUGE, Distinct, IDF overlap)",
+                     "offline": "the full offline profile (BERTScore, GloVe, METEOR: slow on CPU)",
+                     "none": "do not score"}.get,
+    )
+    st.markdown(f"**The paper's data in one step**: download {PAPER_ARCHIVE.repository} at commit "
+                f"`{PAPER_ARCHIVE.commit[:12]}`, check it, unpack its prompts, replies and evaluations into "
+                "the store's `reference` folder (then the default reference) and import the published runs.")
+    fetched = fetched_reference(home)
+    if fetched is not None:
+        st.caption(f"Already fetched into {md_escape(fetched)}; fetching again replaces it.")
+    mirror = st.text_input("Mirror URL (optional)", key="data_fetch_url", placeholder=PAPER_ARCHIVE.url)
+    if st.button("Download and import in the background", type="primary", key="data_fetch_go"):
+        _, started = JobManager(home).launch("fetch the paper's data",
+                                             fetch_paper_steps(score=score, url=mirror.strip() or None))
+        st.toast("Download started." if started else "This download is already running.")
+    st.divider()
     st.markdown(
-        "Import replies laid out like the paper's repository: `Prompts/*.csv`, "
+        "Or import replies laid out like the paper's repository: `Prompts/*.csv`, "
         "`Responses/<dataset>/<model>[-COT].csv` and, when present, `Raw Responses/` (parsed with the paper's "
         "own post-processing). One run per dataset, model and mode; importing again is a no-op."
     )
@@ -72,12 +92,6 @@ with tab_import:
             st.caption(f"{len(preview)} response files: "
                        f"{preview['dataset'].nunique()} datasets, {preview['model'].nunique()} models.")
             st.dataframe(preview, hide_index=True, width="stretch", height=240)
-            score = st.radio(
-                "Then score", ["lexical", "offline", "none"], horizontal=True, key="data_import_score",
-                format_func={"lexical": "lexical metrics (fast: BLEU, ROUGE, Distinct, IDF overlap)",
-                             "offline": "the full offline profile (BERTScore, GloVe, METEOR: slow on CPU)",
-                             "none": "do not score"}.get,
-            )
             if st.button("Import in the background", type="primary", key="data_import_go"):
                 job_id, started = JobManager(home).launch(f"import {folder.strip()}",
                                                                import_steps(folder.strip(), score=score))
@@ -88,5 +102,11 @@ with tab_import:
         manager = JobManager(current_home())
         for job in [j for j in manager.jobs() if j.steps and j.steps[0].kind == "import"][:5]:
             job_card(manager, job)
+            download = download_progress(manager.home) if job.active and job.step_index == 0 else None
+            if download is not None and job.steps[0].argv[0] == "fetch-paper":
+                done, total = int(download["done"]), download.get("total")
+                st.progress(min(done / total, 1.0) if total else 0.0,
+                            text=f"downloaded {done / 2**20:.1f}" + (f" of {total / 2**20:.1f}" if total else "")
+                            + " MiB")
 
     import_jobs()

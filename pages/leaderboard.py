@@ -11,7 +11,7 @@ import streamlit as st
 
 from persobench.aggregate import rank_with_ties
 from persobench.app.charts import distribution_figure, metric_bars_figure, modes_figure, radar_figure
-from persobench.app.boards import available_profiles, board_for, overall_with_ci, sample_values
+from persobench.app.boards import available_profiles, board_choices, board_for, overall_with_ci, sample_values
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
@@ -31,7 +31,8 @@ if not profiles:
             "`python -m persobench score --profile offline` (packaged models, no network), then reload.")
     st.stop()
 
-from persobench.aggregate import OVERALL_COMPONENTS, RADAR_ASPECTS, export_board  # noqa: E402
+from persobench.aggregate import (  # noqa: E402
+    OVERALL_COMPONENTS, RADAR_ASPECTS, export_board, protocol_heading, sample_notes)
 from persobench.metrics import METRICS  # noqa: E402
 
 scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
@@ -50,15 +51,31 @@ invalid = f[3].selectbox("Invalid replies", ["worst", "exclude"], key="lb_invali
                          help="The paper scores an invalid reply with the metric's worst value (0, or -1 for "
                               "c_score). 'excluded' averages valid replies only.")
 
-board_all = load_or_stop(board_for, home, sig, profile, dataset, invalid)
+p = st.columns([4, 1, 1])
+side_by_side = p[1].toggle("Protocols side by side", key="lb_side_by_side",
+                           help="One board with every protocol, each named in its row label. Default: one board "
+                                "per protocol (template family, max tokens, temperature, parse policy, structured).")
+all_samples = p[2].toggle("All samples", key="lb_all_samples",
+                          help="Aggregate each run over all its samples. Default: runs of a board are compared on "
+                               "the sample ids they all answered.")
+board_all = load_or_stop(board_for, home, sig, profile, dataset, invalid, side_by_side, all_samples)
 if board_all.empty:
     st.info(f"No completed run of {md_escape(dataset)} has scores in the {md_escape(profile)} profile yet.")
     st.stop()
-overall_all = load_or_stop(overall_with_ci, home, sig, profile, dataset, invalid)
-models_here = sorted(board_all.loc[board_all["mode"] == mode, "model"].unique())
+overall_all = load_or_stop(overall_with_ci, home, sig, profile, dataset, invalid, side_by_side, all_samples)
+protocols = board_choices(board_all, mode)
+protocol = p[0].selectbox("Protocol", protocols, key=f"lb_protocol_{mode}",
+                          help="A board compares like with like: one dataset, mode and protocol. The paper's "
+                               "protocol (templates paper/paper-open, 110/220 tokens, T=0, paper parsing) holds "
+                               "the published models.")
+here = board_all[(board_all["mode"] == mode) & (board_all["board"] == protocol)]
+models_here = sorted(here["model"].unique())
+if not set(st.session_state.get(f"lb_models_{dataset}_{mode}") or models_here) & set(models_here):
+    st.session_state[f"lb_models_{dataset}_{mode}"] = models_here  # another protocol's models were picked
 chosen = st.multiselect("Models", models_here, default=models_here, key=f"lb_models_{dataset}_{mode}")
-board = board_all[(board_all["mode"] == mode) & board_all["model"].isin(chosen)]
-overall = overall_all[(overall_all["mode"] == mode) & overall_all["model"].isin(chosen)]
+board = here[here["model"].isin(chosen)]
+overall = overall_all[(overall_all["mode"] == mode) & (overall_all["board"] == protocol)
+                      & overall_all["model"].isin(chosen)]
 if board.empty:
     st.warning("No model selected.")
     st.stop()
@@ -113,7 +130,10 @@ if rank_by not in ("overall", "overall_paper"):
 if has_overall:
     columns += ["overall", "overall 95% CI", "overall_paper"]
 columns += ["n", "failure_ratio", "instructability", "response_time", "overlaps"]
-st.subheader(f"{dataset} · {mode}")
+st.subheader(f"{dataset} · {protocol_heading(protocol, mode)}")
+counts = board[board["metric"] == "failure_ratio"]
+for note in sample_notes({r.model: (int(r.n), int(r.run_n)) for r in counts.itertuples()}):
+    st.info(md_escape(note.replace("--all-samples uses", "'All samples' uses")))
 st.dataframe(
     ranked[columns], hide_index=True, width="stretch",
     column_config={

@@ -53,8 +53,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BOARD_COLUMNS", "CSV_COLUMNS", "INVALID_POLICIES", "OVERALL_COMPONENTS", "RADAR_ASPECTS",
-    "RESULT_COLUMNS", "available_profiles", "compare_models", "export_board", "leaderboard", "load_metric_status",
-    "load_results", "overall_table", "radar_aspects", "rank_with_ties", "run_samples",
+    "RESULT_COLUMNS", "SIDE_BY_SIDE", "available_profiles", "compare_models", "export_board", "leaderboard",
+    "load_metric_status", "load_results", "overall_table", "protocol_heading", "radar_aspects", "rank_with_ties",
+    "run_samples", "sample_notes",
 ]
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
@@ -629,7 +630,7 @@ def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
         cells = {(r["model"], r["metric"]): r for r in group.to_dict("records")}
         counts = group[group["metric"] == "failure_ratio"]
         sizes = {r["model"]: (int(r["n"]), int(r["run_n"])) for r in counts.to_dict("records")}
-        notes = _sample_notes(sizes)
+        notes = sample_notes(sizes)
         unavailable = group[group["status"] == "unavailable"].drop_duplicates("metric")
         for r in unavailable.to_dict("records"):
             notes.append(f"{r['metric']}: unavailable ({r['reason'] or 'no reason recorded'})")
@@ -652,7 +653,7 @@ def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
     return blocks
 
 
-def _sample_notes(sizes: Mapping[str, tuple[int, int]]) -> list[str]:
+def sample_notes(sizes: Mapping[str, tuple[int, int]]) -> list[str]:
     """Say when runs answered different sample sets and what was compared."""
     if not sizes:
         return []

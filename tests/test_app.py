@@ -156,7 +156,7 @@ def test_leaderboard_filters_change_the_table(env):
     at.selectbox(key="lb_mode").set_value("cot").run()
     assert not at.exception
     cot = ranking(at)
-    assert at.subheader[0].value == "sample · cot"
+    assert at.subheader[0].value.startswith("sample · protocol ") and " · cot · " in at.subheader[0].value
     assert not cot.equals(vanilla)
 
     at.selectbox(key="lb_invalid").set_value("exclude").run()
@@ -326,7 +326,67 @@ def test_compare_paired_tests_and_top_differences(env):
     assert len(top) > 0 and top["difference"].abs().is_monotonic_decreasing
 
 
+def test_leaderboard_boards_are_one_protocol_and_compare_common_samples(tmp_path, monkeypatch):
+    from persobench.store import RunStore
+    from tests.test_aggregate import ALL, PAPER_LABEL, make_protocol_run
+
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="gpt-4o-mini", ids=ALL, source="imported", template="paper-vanilla")
+    make_protocol_run(store, model="small", ids=ALL[:3], template="paper-open")
+    make_protocol_run(store, model="hot", ids=ALL, temperature=0.7)
+    monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
+    at = open_page("pages/leaderboard.py")
+    assert at.selectbox(key="lb_protocol_vanilla").options[0] == PAPER_LABEL
+    assert len(at.selectbox(key="lb_protocol_vanilla").options) == 2
+    assert at.subheader[0].value == f"focus · protocol {PAPER_LABEL}"
+    table = ranking(at).set_index("model")
+    assert set(table.index) == {"gpt-4o-mini", "small"} and set(table["n"]) == {3}
+    assert any("compared on the 3 sample ids common to all 2 runs" in str(i.value) for i in at.info)
+
+    at.toggle(key="lb_all_samples").set_value(True).run()
+    assert ranking(at).set_index("model").loc["gpt-4o-mini", "n"] == 10
+    assert not any("common to all" in str(i.value) for i in at.info)
+
+    protocol = at.selectbox(key="lb_protocol_vanilla")
+    protocol.set_value(protocol.options[1]).run()
+    assert set(ranking(at)["model"]) == {"hot"} and "T=0.7" in at.subheader[0].value
+
+    at.toggle(key="lb_side_by_side").set_value(True).run()
+    assert not at.exception
+    labels = set(ranking(at)["model"])
+    assert len(labels) == 3 and all(" (paper · vanilla · 110 tokens · T=" in label for label in labels)
+    assert "protocols side by side" in at.subheader[0].value
+
+
 # ---- data and metrics --------------------------------------------------------------------------
+
+
+def test_data_page_fetches_the_paper_data_in_the_background(tmp_path, monkeypatch, reference_dir):
+    import hashlib
+
+    from persobench.jobs import JobManager, fetch_paper_steps
+    from persobench.store import RunStore
+    from tests.test_fetch_paper import ArchiveServer, build_archive
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    monkeypatch.delenv("PERSOBENCH_REFERENCE", raising=False)
+    body = build_archive(reference_dir, "zip")
+    at = open_page("pages/data.py")
+    assert "The paper's data in one step" in rendered_text(at) and at.button(key="data_fetch_go")
+    with ArchiveServer(body) as server:
+        # Exactly what the button launches (AppTest does not deliver clicks to the buttons of the Data
+        # page's import tab, the existing import button included, so the job is launched directly).
+        jobs = JobManager(home)
+        jobs.launch("fetch the paper's data", fetch_paper_steps(score="none", url=server.url()))
+        job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
+    assert job.state == "completed", job.message
+    marker = (home / "reference" / "FETCHED.json").read_text()
+    assert hashlib.sha256(body).hexdigest() in marker
+    assert {r.manifest.model_label for r in RunStore(home).runs()} == {"gpt-4o-mini", "Gemma-7B-Instruct"}
+    at.run()
+    assert "Already fetched" in rendered_text(at)
+
 
 
 def test_data_page_lists_datasets_and_previews_imports(env, tmp_path):

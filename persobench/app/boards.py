@@ -101,33 +101,47 @@ def available_profiles(home: str, signature: str) -> list[str]:  # noqa: ARG001
 
 
 @cache_data(show_spinner="Aggregating…", max_entries=48)
-def board_for(home: str, signature: str, profile: str, dataset: str, invalid: str) -> "pd.DataFrame":
-    """The leaderboard of one dataset (both modes): one row per run and metric."""
+def board_for(home: str, signature: str, profile: str, dataset: str, invalid: str, side_by_side: bool = False,
+              all_samples: bool = False) -> "pd.DataFrame":
+    """The leaderboards of one dataset (both modes, every protocol): one row per run and metric; the
+    ``board`` column tells the boards apart (see :func:`persobench.aggregate.leaderboard`)."""
     from persobench.aggregate import leaderboard
 
     results = results_frame(home, signature, profile)
-    return leaderboard(results, dataset=dataset, invalid=invalid, profile=profile)
+    return leaderboard(results, dataset=dataset, invalid=invalid, profile=profile, side_by_side=side_by_side,
+                       all_samples=all_samples)
 
 
-def overall_with_ci(home: str, signature: str, profile: str, dataset: str, invalid: str) -> "pd.DataFrame":
+def board_choices(board: "pd.DataFrame", mode: str) -> list[str]:
+    """The boards (protocol labels) of one mode, the paper protocol's first."""
+    from persobench.protocol import paper_protocol
+
+    names = sorted(set(board.loc[board["mode"] == mode, "board"]))
+    paper = paper_protocol(mode).label
+    return sorted(names, key=lambda name: (name != paper, name))
+
+
+def overall_with_ci(home: str, signature: str, profile: str, dataset: str, invalid: str, side_by_side: bool = False,
+                    all_samples: bool = False) -> "pd.DataFrame":
     """``aggregate.overall_table`` plus a bootstrap 95% CI of each overall score.
 
     The CI resamples the samples of the per-sample composite (the four per-sample components x100
     and the run's instructability, averaged), which has the overall score as its mean when every
     component is defined on the same samples.
     """
-    return _overall_with_ci(home, signature, profile, dataset, invalid)
+    return _overall_with_ci(home, signature, profile, dataset, invalid, side_by_side, all_samples)
 
 
 @cache_data(show_spinner=False, max_entries=48)
-def _overall_with_ci(home: str, signature: str, profile: str, dataset: str, invalid: str) -> "pd.DataFrame":
+def _overall_with_ci(home: str, signature: str, profile: str, dataset: str, invalid: str, side_by_side: bool,
+                     all_samples: bool) -> "pd.DataFrame":
     import numpy as np
 
     from persobench import stats
     from persobench.aggregate import OVERALL_COMPONENTS, overall_table
     from persobench.metrics import METRICS
 
-    board = board_for(home, signature, profile, dataset, invalid)
+    board = board_for(home, signature, profile, dataset, invalid, side_by_side, all_samples)
     table = overall_table(board)
     for column in ("overall_ci_low", "overall_ci_high", "overall_paper_ci_low", "overall_paper_ci_high"):
         table[column] = np.nan
@@ -145,6 +159,8 @@ def _overall_with_ci(home: str, signature: str, profile: str, dataset: str, inva
         mine = rows[(rows["run_id"] == run_id) & rows["metric"].isin(per_sample)]
         wide = mine.pivot_table(index="sample_id", columns="metric", values="value", aggfunc="first", dropna=False)
         status = rows[rows["run_id"] == run_id].drop_duplicates("sample_id").set_index("sample_id")["status"]
+        if not all_samples:  # the samples the board compared (those every run of it answered)
+            status = status[status.index.isin(_board_samples(rows, board, run_id))]
         wide = wide.reindex(index=status.index, columns=per_sample)
         bad = (status != "ok").to_numpy()
         for metric in per_sample:
@@ -159,6 +175,15 @@ def _overall_with_ci(home: str, signature: str, profile: str, dataset: str, inva
         table.loc[index, ["overall_ci_low", "overall_ci_high"]] = stats.bootstrap_ci(composite)
         table.loc[index, ["overall_paper_ci_low", "overall_paper_ci_high"]] = stats.bootstrap_ci(composite_paper)
     return table
+
+
+def _board_samples(rows: "pd.DataFrame", board: "pd.DataFrame", run_id: str) -> set:
+    """Sample ids shared by every run on ``run_id``'s board."""
+    mine = board[board["run_id"] == run_id].iloc[0]
+    peers = set(board[(board["mode"] == mine["mode"]) & (board["board"] == mine["board"])]["run_id"])
+    per_run = rows[rows["run_id"].isin(peers)].groupby("run_id")["sample_id"].agg(set)
+    shared = set.intersection(*per_run) if len(per_run) else set()
+    return shared or set(rows.loc[rows["run_id"] == run_id, "sample_id"])
 
 
 @cache_data(show_spinner=False, max_entries=32)

@@ -24,6 +24,7 @@ from persobench.jobs.model import (
 from persobench.jobs.planning import (
     BUILTIN_MODEL_CHOICES,
     LaunchChoice,
+    fetch_paper_steps,
     import_steps,
     launch_steps,
     missing_key,
@@ -33,6 +34,7 @@ from persobench.jobs.planning import (
 
 __all__ = [
     "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "JobManager",
-    "JobStatus", "JobStep", "LaunchChoice", "import_steps", "job_id_for", "launch_steps", "lock_alive",
+    "JobStatus", "JobStep", "LaunchChoice", "fetch_paper_steps", "import_steps", "job_id_for", "launch_steps",
+    "lock_alive",
     "missing_key", "plan_launch", "registry_models", "score_step_marker", "tail_text",
 ]

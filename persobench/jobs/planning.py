@@ -113,6 +113,18 @@ def import_steps(folder: str, *, score: str) -> list[JobStep]:
     """Import a folder in the paper's layout, then score (``lexical``, ``offline`` or ``none``)."""
     steps = [JobStep(label="import", argv=("import-persobench", str(Path(folder).expanduser().resolve())),
                      kind="import")]
+    return steps + _score_steps(score)
+
+
+def fetch_paper_steps(*, score: str, url: str | None = None) -> list[JobStep]:
+    """Download the paper's data (``fetch-paper --import``, a mirror ``url`` if given), then score."""
+    argv = ("fetch-paper", "--import", "--no-progress") + (("--url", url) if url else ())
+    return [JobStep(label="download and import the paper's data", argv=argv, kind="import")] + _score_steps(score)
+
+
+def _score_steps(score: str) -> list[JobStep]:
+    """Scoring after an import: ``lexical`` (fast), ``offline`` (the whole profile) or ``none``."""
+    steps: list[JobStep] = []
     if score == "lexical":
         # The metrics that need no model: fast enough to score all published replies right after an import.
         from persobench.metrics import metric_names
