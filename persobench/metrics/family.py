@@ -37,6 +37,9 @@ class Item:
     """The reference reply ("" when the sample has none; reference metrics then skip it)."""
     persona_sentences: tuple[tuple[str, str], ...]
     """(speaker, sentence) of every non-blank persona sentence of the sample, in source order."""
+    given_persona_text: str | None = None
+    """The persona text chosen by the caller (under the paper protocol: the paper's ``personas``
+    cell, :func:`persobench.datasets.paper_cells.paper_persona_text`); None for the sentences."""
 
     @property
     def sid(self) -> str:
@@ -44,7 +47,10 @@ class Item:
 
     @property
     def persona_text(self) -> str:
-        """All persona sentences joined by one space (as the paper's flattened ``personas``)."""
+        """The persona text that persona metrics (IDF overlap, persona distance, NLI and UniEval
+        inputs) read: :attr:`given_persona_text`, else all persona sentences joined by one space."""
+        if self.given_persona_text is not None:
+            return self.given_persona_text
         return " ".join(s for _, s in self.persona_sentences)
 
 

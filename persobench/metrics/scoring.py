@@ -157,7 +157,7 @@ def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
 
 
 def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
-           references: Mapping[str, str] | None) -> list[Item]:
+           references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None) -> list[Item]:
     items: list[Item] = []
     for sample in samples:
         reply = replies.get(sample.id)
@@ -165,7 +165,8 @@ def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
             continue
         reference = references.get(sample.id, sample.reference) if references else sample.reference
         personas = tuple((p.speaker, s) for p in sample.personas for s in p.sentences if str(s).strip())
-        items.append(Item(sample, reply, str(reference or ""), personas))
+        given = persona_texts.get(sample.id) if persona_texts else None
+        items.append(Item(sample, reply, str(reference or ""), personas, given))
     return items
 
 
@@ -192,21 +193,27 @@ def score_samples(
     overrides: Mapping[str, str] | None = None,
     progress: ProgressFn | None = None,
     references: Mapping[str, str] | None = None,
+    persona_texts: Mapping[str, str] | None = None,
 ) -> ScoreResult:
     """Score each sample's reply (``replies``: sample id -> text; missing or blank = invalid, unscored).
 
     ``references`` (sample id -> text) replaces ``sample.reference`` where given (e.g. to score
-    against a published reference exactly as the paper did). ``progress(stage, done, total)`` is
-    called as work advances.
+    against a published reference exactly as the paper did). ``persona_texts`` (sample id -> text)
+    is the persona text persona metrics read instead of the sentences joined by spaces (the paper's
+    ``personas`` cell under its protocol); each persona metric's provenance says which
+    (``persona_input``). ``progress(stage, done, total)`` is called as work advances.
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     if isinstance(profile, Profile) and overrides:
         prof = get_profile(profile.name, {**profile.overrides, **overrides})
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    items = _items(samples, replies, references)
+    items = _items(samples, replies, references, persona_texts)
     scored = _run_families(items, wanted, prof, Progress(progress))
     scores, details = _frames(scored.rows, scored.details)
     provenance = {m: scored.provenance[m] for m in wanted if m in scored.provenance}
+    for m in provenance:
+        if metric_info(m).needs_persona:
+            provenance[m]["persona_input"] = PAPER_PERSONA_INPUT if persona_texts else SENTENCES_PERSONA_INPUT
     if references:
         overridden = sum(1 for it in items if it.sid in references)
         for m in provenance:
@@ -237,6 +244,22 @@ class RunScoreSummary:
         return {m: p.get("reason", "") for m, p in self.provenance.items() if p.get("status") == "unavailable"}
 
 
+#: ``persona_input`` of a persona metric's provenance: what it compared the reply with.
+PAPER_PERSONA_INPUT = "paper personas cell"
+SENTENCES_PERSONA_INPUT = "persona sentences"
+
+
+def _paper_persona_texts(run: "Run", samples: Sequence["Sample"]) -> dict[str, str] | None:
+    """Sample id -> the paper's persona text when ``run`` is under the paper protocol, else None."""
+    from persobench.protocol import PAPER, protocol_of
+
+    if protocol_of(run.manifest).name != PAPER:
+        return None
+    from persobench.datasets.paper_cells import paper_persona_text
+
+    return {s.id: paper_persona_text(s) for s in samples}
+
+
 def _empty_scores() -> "pd.DataFrame":
     import pandas as pd
 
@@ -262,6 +285,10 @@ def score_run(
     references: Mapping[str, str] | None = None,
 ) -> RunScoreSummary:
     """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores.
+
+    Under the paper's protocol (template family ``paper``, imported published runs included) the
+    persona metrics read the paper's ``personas`` cell, as its evaluation did
+    (:func:`persobench.datasets.paper_cells.paper_persona_text`); other runs read the sentences.
 
     Writes ``scores`` (``sample_id, metric, value, profile``) and ``persona_details`` (the detail
     columns plus ``profile``) and records provenance in the manifest under
@@ -319,7 +346,8 @@ def score_run(
         ids = set().union(*todo.values())
         samples = [samples_by_id[sid] for sid in replies if sid in ids]
         result = score_samples(samples, {sid: replies[sid] for sid in ids}, profile=prof,
-                               metrics=list(todo), progress=progress, references=references)
+                               metrics=list(todo), progress=progress, references=references,
+                               persona_texts=_paper_persona_texts(run, samples))
         wanted_rows = pd.Series([m in todo and s in todo[m] for s, m in
                                  zip(result.scores["sample_id"], result.scores["metric"])],
                                 index=result.scores.index, dtype=bool)

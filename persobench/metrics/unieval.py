@@ -185,7 +185,8 @@ class UniEvalMetrics(MetricFamily):
             return result
         dims = [d for d in DIMENSIONS if f"unieval_{d}" in metrics or "unieval_overall" in metrics]
         replies = [it.reply for it in batch.items]
-        histories, facts = histories_and_facts([it.sample for it in batch.items])
+        histories, _ = histories_and_facts([it.sample for it in batch.items])
+        facts = [it.persona_text for it in batch.items]  # the paper's personas cell under its protocol
         advance = batch.progress.stage("unieval", count_inputs(dims, replies))
         results = score_dialog(model, replies, histories, facts, dims, progress=advance)
         model_id, revision = model_identity(batch.profile.spec("unieval"), model.model)
