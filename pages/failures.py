@@ -93,7 +93,8 @@ with st.container(border=True):
     raw = row["raw_text"]
     st.code(raw if isinstance(raw, str) and raw else "(empty)", language=None, wrap_lines=True)
     st.markdown("**Prompt**")
-    prompt, note = prompt_text(row["prompt"], str(row["dataset"]), str(row["sample_id"]), str(row["mode"]))
+    prompt, note = prompt_text(row["prompt"], str(row["dataset"]), str(row["sample_id"]), str(row["mode"]),
+                               template=row.get("template") or None)
     if note:
         st.caption(md_escape(note))
     if prompt:

@@ -16,6 +16,8 @@ from persobench.app.chrome import app_environment, page_setup
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
 from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
+from persobench.jobs.planning import TEMPLATE_CHOICES
+from persobench.presets import PAPER_PRESETS
 
 page_setup()
 st.title("New run")
@@ -39,10 +41,11 @@ with st.container(border=True):
         help="The paper's tables need $PERSOBENCH_REFERENCE; hub datasets need the internet.",
         format_func=lambda n: f"{n} ({get_dataset_info(n).kind})",
     )
-    model_choices = list(dict.fromkeys([*BUILTIN_MODEL_CHOICES, *registry, *custom]))
+    model_choices = list(dict.fromkeys([*BUILTIN_MODEL_CHOICES, *PAPER_PRESETS, *registry, *custom]))
     chosen_models = c2.multiselect("Models", model_choices, default=["baseline:reference"], key="new_models",
-                                   help="Built-in offline models and baselines, names from the models file, "
-                                        "and models you add below.")
+                                   help="Built-in offline models and baselines, the paper's eight models (a "
+                                        "-vllm name talks to a vLLM server), names from the models file, and "
+                                        "models you add below.")
     c2.caption(md_escape(registry_note))
     with st.expander("Add a model by provider, name and base URL"):
         a1, a2, a3 = st.columns([1, 2, 2])
@@ -71,7 +74,12 @@ with st.container(border=True):
                                help="auto: start at 2, raise while replies come back, halve on a 429 or 5xx "
                                     "(at most 32).")
 
-choices = [LaunchChoice(d, m, mode, custom.get(m) or None)
+template = st.selectbox(
+    "Prompt template", TEMPLATE_CHOICES, key="new_template",
+    format_func=lambda t: TEMPLATE_CHOICES[t],
+    help="The paper's protocol sends its closed-source prompt to API models and its open-source prompt, as "
+         "raw text without a chat template, to local models; persobench is PersoBench's own wording.")
+choices = [LaunchChoice(d, m, mode, custom.get(m) or None, template or None)
            for d in chosen_datasets for m in chosen_models for mode in chosen_modes]
 if not choices:
     st.info("Pick at least one dataset, one model and one mode to see the estimate.")
@@ -79,7 +87,7 @@ else:
     key_env = app_environment()
     plans = plan_launch(home, choices, limit=int(limit) or None, seed=int(seed), env=key_env)
     table = pd.DataFrame(plans)
-    shown = table[["dataset", "model", "mode", "samples", "requests", "cached", "prompt_tokens",
+    shown = table[["dataset", "model", "mode", "template", "samples", "requests", "cached", "prompt_tokens",
                    "max_cost_usd", "problem"]]
     st.subheader("Before launching")
     st.dataframe(

@@ -129,7 +129,7 @@ def build_app_store(home: Path) -> dict:
     os.environ["OPENAI_API_KEY"] = OPENAI_SECRET
     try:
         for mode in ("vanilla", "cot"):
-            template = get_template(mode)
+            template = get_template("paper", mode)  # what an API model gets by default
             prompts = {s.id: build_messages(s, template)[-1]["content"] for s in samples}
             with FakeLLMServer("openai", script=_script(prompts)) as server:
                 run = run_generation(dataset="sample", model=FAKE_MODEL, mode=mode, base_url=server.base_url,

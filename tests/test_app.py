@@ -297,6 +297,9 @@ def test_failures_counts_and_detail(env):
     codes = [str(c.value) for c in at.code]
     assert any("single quotes are not JSON" in c for c in codes), "raw output as plain text"
     assert any("Conversation" in c or "persona" in c.lower() for c in codes), "the prompt is shown"
+    # The run's own template: the paper's system message, then the stored user message.
+    assert any(c.startswith("[SYSTEM]\nYou are a helpful response generator to output JSON.\n\n[USER]\n"
+                            "I will provide you") for c in codes)
     at.selectbox(key="fail_status").set_value("api_error").run()
     assert "context too long" in rendered_text(at)
     assert OPENAI_SECRET not in rendered_text(at)
@@ -469,6 +472,32 @@ def test_new_run_reports_missing_key_without_launching(tmp_path, monkeypatch):
     row = estimate[estimate["model"] == "openai:gpt-4o-mini"].iloc[0]
     assert "OPENAI_API_KEY" in row["problem"]
     assert row["max_cost_usd"] > 0
+
+
+def test_new_run_offers_the_paper_presets_and_a_template_choice(tmp_path, monkeypatch):
+    from persobench.jobs import launch_steps
+
+    monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    at = open_page("pages/new_run.py")
+    options = at.multiselect(key="new_models").options
+    for preset in ("gpt-3.5-turbo", "gpt-4-turbo", "gpt-4o-mini", "gemini-1.5-pro", "mistral-7b-instruct",
+                   "qwen2-7b-instruct", "gemma-7b-it", "llama-3.1-8b-instruct", "gemma-7b-it-vllm"):
+        assert preset in options
+    at.multiselect(key="new_models").set_value(["gemini-1.5-pro", "gemma-7b-it"]).run()
+    estimate = frame_by_columns(at, "model", "template", "problem").set_index("model")
+    assert estimate.loc["gemini-1.5-pro", "template"] == "paper" and estimate.loc["gemma-7b-it", "template"] == "paper-open"
+    assert "GEMINI_API_KEY" in estimate.loc["gemini-1.5-pro", "problem"]
+    assert estimate.loc["gemini-1.5-pro", "max_cost_usd"] > 0
+    at.selectbox(key="new_template").set_value("persobench").run()
+    assert not at.exception
+    estimate = frame_by_columns(at, "model", "template").set_index("model")
+    assert set(estimate["template"]) == {"persobench"}
+    from persobench.jobs import LaunchChoice, plan_launch
+
+    plans = plan_launch(tmp_path / "home", [LaunchChoice("sample", "gemma-7b-it", "cot", None, "persobench")], limit=2)
+    argv = launch_steps(plans, limit=2, profile=None)[0].argv
+    assert argv[argv.index("--template") + 1] == "persobench"
 
 
 def test_new_run_takes_the_key_from_streamlit_secrets_and_never_shows_it(tmp_path, monkeypatch):

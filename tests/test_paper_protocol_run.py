@@ -121,3 +121,22 @@ def test_default_templates_follow_the_provider_and_chat_apis_reject_raw_text(tmp
     open_api = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", limit=1, template="paper-open"),
                                store=store)
     assert [m["role"] for m in open_api.messages[0]] == ["user"] and open_api.paper_style == "open"
+
+
+def test_a_runs_prompt_is_shown_with_its_own_template() -> None:
+    """Imported runs store no prompt: the Failures page rebuilds it with the run's template (an
+    imported Gemma failure with paper-open), never with another one."""
+    from persobench.app.dialogues import prompt_text
+
+    sample = load_dataset("sample", limit=1)[0]
+    text, note = prompt_text(None, "sample", sample.id, "cot", template="paper-open")
+    assert text == "[USER]\n" + build_messages(sample, get_template("paper-open", "cot"))[0]["content"]
+    assert "paper-open" in note and "(in 110 words or less)." in text and "[SYSTEM]" not in text
+    closed, _ = prompt_text(None, "sample", sample.id, "vanilla", template="paper")
+    assert closed.startswith("[SYSTEM]\nYou are a helpful response generator to output JSON.")
+    ours, note = prompt_text(None, "sample", sample.id, "vanilla", template="cot")  # an old run's name
+    assert "<your reply>" in ours and "persobench" in note
+    stored, note = prompt_text("the stored user message", "sample", sample.id, "vanilla", template="paper-open")
+    assert (stored, note) == ("the stored user message", "")
+    missing, note = prompt_text(None, "sample", sample.id, "vanilla", template="my-file.toml")
+    assert missing == "" and "my-file.toml" in note

@@ -82,25 +82,37 @@ def persona_marks(persona: Any, marks: "pd.DataFrame") -> "pd.DataFrame":
     return frame
 
 
-def prompt_text(prompt: Any, dataset: str, sample_id: str, mode: str) -> tuple[str, str]:
-    """(the prompt as plain text, a note). Uses the stored prompt; for runs that did not store one
-    (imported results) it is rebuilt from the sample with the current built-in template."""
+def prompt_text(prompt: Any, dataset: str, sample_id: str, mode: str, template: str | None = None) -> tuple[str, str]:
+    """(the prompt as plain text, a note): what the run's own ``template`` (its recorded name) sent.
+
+    A generated run stores its user message; the template's system message, when it has one, is
+    shown before it. For runs that did not store their prompt (imported results) it is rebuilt
+    from the sample with the run's template; without a recorded template, with PersoBench's own."""
+    from persobench.prompts import TemplateError, build_messages, get_template
+
+    try:
+        built = get_template(template or mode, mode)
+    except TemplateError:  # a template file that is not here
+        built = None
     if isinstance(prompt, str) and prompt.strip():
         try:
             messages = json.loads(prompt)
         except ValueError:
-            return prompt, ""
+            messages = None
         if isinstance(messages, list):
             return format_messages(messages), ""
+        if built is not None and built.system:
+            return format_messages([{"role": "system", "content": built.system}, {"role": "user", "content": prompt}]), ""
         return prompt, ""
+    if built is None:
+        return "", f"the run did not store its prompt and its template {template!r} is not available here"
     sample = dataset_samples(dataset).get(sample_id)
     if sample is None:
         return "", "the run did not store its prompt and the dataset is not available here to rebuild it"
     try:
-        from persobench.prompts import build_messages, get_template
-
-        return (format_messages(build_messages(sample, get_template(mode))),
-                f"rebuilt with the current built-in {mode} template (the run did not store its prompt)")
+        return (format_messages(build_messages(sample, built)),
+                f"rebuilt with the run's template {built.name} ({built.mode}, family {built.family}): "
+                "the run did not store its prompt")
     except Exception as exc:  # noqa: BLE001
         return "", f"cannot rebuild the prompt: {redact(exc)}"
 

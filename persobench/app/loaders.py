@@ -34,6 +34,7 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (si
         killed = interruption(run)
         rows.append({
             "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": m.model_label,
+            "template": m.template,
             "baseline": bool((m.model or {}).get("baseline")) or (m.model or {}).get("provider") == "baseline",
             "source": m.source, "status": "interrupted" if killed else m.status, "samples": len(m.sample_ids),
             "note": killed.describe() if killed else "",
@@ -41,7 +42,7 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (si
             "profiles": ", ".join(sorted(scores)) if isinstance(scores, Mapping) else "",
             "created_at": m.created_at, "updated_at": m.updated_at,
         })
-    columns = ["run_id", "dataset", "mode", "model", "baseline", "source", "status", "samples", "note",
+    columns = ["run_id", "dataset", "mode", "model", "template", "baseline", "source", "status", "samples", "note",
                "has_generations", "has_scores", "profiles", "created_at", "updated_at"]
     return pd.DataFrame(rows, columns=columns)
 
@@ -226,8 +227,8 @@ def status_counts(home: str, signature: str) -> "pd.DataFrame":
 
 @cache_data(show_spinner="Loading failed replies…", max_entries=4)
 def failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.DataFrame":
-    """The invalid replies of the given runs: run_id, model, mode, dataset, sample_id, status, error,
-    finish_reason, raw_text, prompt (None when the run did not store it)."""
+    """The invalid replies of the given runs: run_id, model, mode, template, dataset, sample_id, status,
+    error, finish_reason, raw_text, prompt (None when the run did not store it)."""
     import pandas as pd
 
     runs = runs_table(home, signature).set_index("run_id")
@@ -244,8 +245,10 @@ def failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.D
         if g.empty:
             continue
         info = runs.loc[run_id]
-        parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], dataset=info["dataset"]))
-    columns = ["run_id", "model", "mode", "dataset", "sample_id", "status", "error", "finish_reason", "raw_text", "prompt"]
+        parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], template=info["template"],
+                              dataset=info["dataset"]))
+    columns = ["run_id", "model", "mode", "template", "dataset", "sample_id", "status", "error", "finish_reason",
+               "raw_text", "prompt"]
     if not parts:
         return pd.DataFrame(columns=columns)
     frame = pd.concat(parts, ignore_index=True)

@@ -13,6 +13,13 @@ from persobench.secrets import redact
 
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
+#: The New run page's template choices: value ("" = the default) -> label.
+TEMPLATE_CHOICES = {
+    "": "paper protocol (paper for API models, paper-open for local ones)",
+    "paper": "paper: the paper's closed-source prompt",
+    "paper-open": "paper-open: the paper's open-source prompt, raw text",
+    "persobench": "persobench: PersoBench's own wording",
+}
 
 def missing_key(spec: Any, env: Mapping[str, str] | None = None) -> str | None:
     """Name of the environment variable a model needs and ``env`` (default: this process's
@@ -47,6 +54,8 @@ class LaunchChoice:
     """Prompt mode (``vanilla`` or ``cot``)."""
     base_url: str | None = None
     """Server of an OpenAI-compatible model, when not the provider's default."""
+    template: str | None = None
+    """Prompt template name; ``None`` for the paper's protocol (the default for the model)."""
 
 
 def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *, limit: int | None,
@@ -61,11 +70,12 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
     rows = []
     for choice in choices:
         row: dict[str, Any] = {"dataset": choice.dataset, "model": choice.model, "mode": choice.mode,
-                               "base_url": choice.base_url or ""}
+                               "base_url": choice.base_url or "", "template": choice.template or ""}
         try:
             plan = plan_generation(
                 GenerationConfig(dataset=choice.dataset, model=choice.model, mode=choice.mode,
-                                 base_url=choice.base_url or None, limit=limit, seed=seed),
+                                 base_url=choice.base_url or None, limit=limit, seed=seed,
+                                 template=choice.template or None),
                 store=store,
             )
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
@@ -76,6 +86,7 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         need = missing_key(plan.spec, env) if plan.n_requests else None
         holder = lock_holder(store.runs_dir / plan.run_id)  # the same lock `run` takes (one process per run)
         row.update(
+            template=plan.template.name, template_option=choice.template or "",
             run_id=plan.run_id, samples=len(plan.samples), requests=plan.n_requests, cached=len(plan.hits),
             prompt_tokens=plan.estimated_prompt_tokens, max_cost_usd=plan.estimated_max_cost(),
             problem=(f"set {need} in the environment of the app or in Streamlit secrets before launching"
@@ -98,6 +109,8 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed:
             argv += ["--limit", str(limit)]
         if plan.get("base_url"):
             argv += ["--base-url", plan["base_url"]]
+        if plan.get("template_option"):
+            argv += ["--template", plan["template_option"]]
         if concurrency is not None:
             argv += ["--concurrency", str(concurrency)]
         steps.append(JobStep(label=f"{plan['model']} · {plan['mode']} · {plan['dataset']}", argv=tuple(argv),
