@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8501
+# 127.0.0.1: the app has no login; `make run ADDRESS=0.0.0.0` exposes it on purpose (README, Safety).
+ADDRESS ?= 127.0.0.1
 
 .PHONY: run test install browser demo app bench clean-cache
 
@@ -29,7 +31,7 @@ demo: $(STAMP)
 	$(PY) -m persobench demo
 
 run: $(STAMP) demo
-	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true
+	$(PY) -m streamlit run app.py --server.port $(PORT) --server.address $(ADDRESS) --server.headless true
 
 test: $(STAMP) browser
 	$(PY) -m pytest -q

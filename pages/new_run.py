@@ -105,6 +105,10 @@ else:
     st.caption(f"{int(table['requests'].sum())} requests to send, {int(table['cached'].sum())} served from the "
                f"cache, about {int(table['prompt_tokens'].sum()):,} prompt tokens; estimated cost at most "
                f"{total_cost:.4f} USD" + (" plus models with unknown prices." if unknown_cost else "."))
+    if table["key_withheld"].any():
+        st.info("A base URL typed here is not one the operator configured, so runs against it are launched "
+                "without the app's API keys (local servers such as vLLM or Ollama need none). To allow a server, "
+                "add it to the models file or to PERSOBENCH_KEY_HOSTS in the app's environment.")
     blocked = table[table["problem"] != ""]
     ready = [p for p in plans if not p["problem"]]
     if not blocked.empty:

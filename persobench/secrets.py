@@ -19,7 +19,7 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
-__all__ = ["REDACTED", "SECRET_KEYS", "is_secret_name", "is_secret_option", "known_secrets", "redact",
+__all__ = ["KEY_HOSTS_ENV", "REDACTED", "SECRET_KEYS", "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "redact",
            "register_secret", "scrub", "secret_environment", "strip_secrets", "url_without_credentials"]
 
 #: (pattern, keep the first group) pairs; the rest of each match becomes "[redacted]".
@@ -183,3 +183,47 @@ def url_without_credentials(url: str) -> str:
     netloc = f"{host}:{port}" if port is not None else host
     query = "&".join(item.split("=", 1)[0] + "=" for item in parts.query.split("&") if item)
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+#: Environment variable (or Streamlit secret) listing extra servers the app may send the operator's
+#: API keys to: comma-separated hosts (``gateway.example.com``), ``host:port`` or URLs.
+KEY_HOSTS_ENV = "PERSOBENCH_KEY_HOSTS"
+
+
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url if "://" in url else f"//{url}")
+        return (parts.scheme.lower(), (parts.hostname or "").lower(), parts.port)
+    except ValueError:
+        return None
+
+
+def key_allowed(base_url: str | None, *, configured: Sequence[str | None] = (),
+                env: Mapping[str, str] | None = None) -> bool:
+    """Whether the app may send the operator's API key to ``base_url``.
+
+    Yes for the provider's own endpoint (``None``), for a base URL the operator configured (a
+    models-file entry or preset, passed as ``configured``: same scheme, host and port) and for a
+    server listed in ``$PERSOBENCH_KEY_HOSTS`` (a host allows every port and scheme, ``host:port``
+    that port, a URL its scheme, host and port). A URL typed into the page is none of these.
+    """
+    if not base_url:
+        return True
+    target = _origin(base_url)
+    if target is None or not target[1]:
+        return False
+    for url in configured:
+        if url and _origin(url) == target:
+            return True
+    listed = (os.environ if env is None else env).get(KEY_HOSTS_ENV, "")
+    for item in (i.strip() for i in listed.split(",") if i.strip()):
+        allowed = _origin(item)
+        if allowed is None or allowed[1] != target[1]:
+            continue
+        if allowed[2] is None and not allowed[0]:
+            return True
+        if (allowed[2] is None or allowed[2] == target[2]) and allowed[0] in ("", target[0]):
+            return True
+    return False

@@ -59,8 +59,9 @@ def streamlit_server(tmp_path_factory):
            "PYTHONUNBUFFERED": "1"}
     log = open(tmp_path_factory.mktemp("streamlit") / "server.log", "wb")
     proc = subprocess.Popen(
+        # No --server.address: the repo's .streamlit/config.toml must bind 127.0.0.1 on its own.
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
-         "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
@@ -76,7 +77,7 @@ def streamlit_server(tmp_path_factory):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"streamlit did not start (exit {proc.poll()}); see {log.name}")
             time.sleep(0.3)
-        yield {"url": url, "store": store}
+        yield {"url": url, "store": store, "port": port, "log": Path(log.name)}
     finally:
         proc.terminate()
         try:
@@ -107,9 +108,22 @@ def browser(server):
             chromium.close()
 
 
+#: Every request a page made to somewhere other than this machine (issue 9 item 12: there must be none).
+OFF_MACHINE: list[str] = []
+
+
+def _record_off_machine(request) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(request.url)
+    if parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in ("127.0.0.1", "localhost"):
+        OFF_MACHINE.append(request.url)
+
+
 def load(browser, url: str, *, height: int = 1800):
     """Open ``url`` in a fresh page and wait until the script has finished and the DOM settled."""
     page = browser.new_page(viewport={"width": 1400, "height": height})
+    page.on("request", _record_off_machine)
     page.goto(url)
     page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
     deadline = time.monotonic() + 60
@@ -173,6 +187,29 @@ def test_every_page_renders_and_is_saved(server, browser):
         finally:
             page.close()
         assert (SCREENSHOT_DIR / f"{name}.png").stat().st_size > 10_000
+
+
+def test_no_request_leaves_this_machine(server, browser):
+    """Issue 9 item 12: page icon, fonts and scripts all come from the app itself."""
+    OFF_MACHINE.clear()
+    for _name, path in [*PAGES, ("explore", "/explore")]:
+        load(browser, server["url"] + path).close()
+    assert OFF_MACHINE == [], f"requests left 127.0.0.1: {sorted(set(OFF_MACHINE))}"
+
+
+def test_app_listens_on_this_machine_only(server):
+    """Bound to 127.0.0.1 by .streamlit/config.toml: not reachable on the machine's network address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))  # picks the outgoing interface; sends nothing
+            address = probe.getsockname()[0]
+        except OSError:
+            address = "127.0.0.1"
+    if address.startswith("127."):
+        pytest.skip("this machine has no network address besides loopback")
+    with pytest.raises(OSError):
+        socket.create_connection((address, server["port"]), timeout=3).close()
+    assert "Network URL" not in server["log"].read_text(errors="replace")
 
 
 def test_explore_shows_the_injected_reply_as_inert_text(server, browser):

@@ -63,3 +63,50 @@ def test_echoed_keys_never_reach_store_cache_exports_or_output(openai_server, tm
     manifest = json.loads((run.path / "manifest.json").read_text())
     assert manifest["model"]["base_url"] == openai_server.base_url
     assert manifest["model"]["options"]["x-api-key"] == "[redacted]"  # the name is kept, not the value
+
+
+# ---------------------------------------------------------------------------------------------
+# item 1: the app sends the operator's key only where the operator configured it
+
+
+def _launch_and_wait(home: Path, server, env: dict) -> list:
+    from persobench.jobs import JobManager, LaunchChoice, launch_steps, plan_launch
+    from tests.test_app import wait_for
+
+    [plan] = plan_launch(home, [LaunchChoice("sample", "openai:fake", "vanilla", server.base_url)], limit=2, env=env)
+    jobs = JobManager(home)
+    job_id, started = jobs.launch("typed url", launch_steps([plan], limit=2, profile=None), env=env)
+    assert started
+    status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+    assert status.state == "completed", status.message
+    return plan
+
+
+def test_typed_base_url_gets_no_operator_key_unless_allowed(openai_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("PERSOBENCH_KEY_HOSTS", raising=False)
+    env = {**__import__("os").environ, "OPENAI_API_KEY": OPENAI_SECRET}
+    plan = _launch_and_wait(tmp_path / "a", openai_server, env)
+    assert plan["key_withheld"] and plan["problem"] == ""  # still launched, without the key
+    assert len(openai_server.requests) == 2
+    assert not any(OPENAI_SECRET in r.headers.get("authorization", "") for r in openai_server.requests)
+
+    # the operator allows this server: now the key goes there
+    host = openai_server.base_url.split("://", 1)[1].split("/", 1)[0]
+    env["PERSOBENCH_KEY_HOSTS"] = f"other.example, {host}"
+    plan = _launch_and_wait(tmp_path / "b", openai_server, env)
+    assert not plan["key_withheld"]
+    assert len(openai_server.requests) == 4
+    assert all(OPENAI_SECRET in r.headers.get("authorization", "") for r in openai_server.requests[2:])
+
+
+def test_key_allowed_rules():
+    from persobench.secrets import key_allowed
+
+    assert key_allowed(None)
+    assert not key_allowed("http://evil.example/v1", env={})
+    assert key_allowed("https://gw.example:8443/v1", configured=["https://gw.example:8443/v1/"], env={})
+    assert not key_allowed("https://gw.example:9999/v1", configured=["https://gw.example:8443/v1"], env={})
+    assert key_allowed("http://gw.example:81/v1", env={"PERSOBENCH_KEY_HOSTS": "gw.example"})
+    assert not key_allowed("http://gw.example:81/v1", env={"PERSOBENCH_KEY_HOSTS": "gw.example:80"})
+    assert not key_allowed("http://gw.example.evil.com/v1", env={"PERSOBENCH_KEY_HOSTS": "gw.example"})
+    assert not key_allowed("http://[::1", env={"PERSOBENCH_KEY_HOSTS": "::1"})

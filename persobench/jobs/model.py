@@ -46,15 +46,18 @@ class JobStep:
     """``run`` (generation), ``score`` or ``import``."""
     run_id: str | None = None
     """The run the step writes, when known in advance (``plan_generation`` computes it)."""
+    withhold_keys: bool = False
+    """Run the step without the app's API keys in its environment: its server is a base URL typed
+    into the page, which the operator did not configure (see :func:`persobench.secrets.key_allowed`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "argv": list(self.argv), "expect": dict(self.expect), "kind": self.kind,
-                "run_id": self.run_id}
+                "run_id": self.run_id, "withhold_keys": self.withhold_keys}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobStep":
         return cls(str(data["label"]), tuple(data["argv"]), dict(data.get("expect") or {}),
-                   str(data.get("kind") or "run"), data.get("run_id"))
+                   str(data.get("kind") or "run"), data.get("run_id"), bool(data.get("withhold_keys", False)))
 
     def run_dir(self, home: Path) -> Path | None:
         """The folder of the run this step writes (None until it exists, or when it writes no run)."""

@@ -88,7 +88,12 @@ def _run_child(argv: list[str], folder: Path, home: Path, step: JobStep) -> int:
     """Run ``python -m persobench ARGV``, forwarding a cancel request to the run it writes."""
     from persobench.generation import request_cancel
 
-    proc = subprocess.Popen([sys.executable, "-m", "persobench", *argv], stdin=subprocess.DEVNULL)
+    from persobench.secrets import is_secret_name
+
+    env = dict(os.environ)
+    if step.withhold_keys:  # a server typed into the page gets no key of the operator's
+        env = {name: value for name, value in env.items() if not is_secret_name(name)}
+    proc = subprocess.Popen([sys.executable, "-m", "persobench", *argv], stdin=subprocess.DEVNULL, env=env)
     cancel_sent_at: float | None = None
     while proc.poll() is None:
         time.sleep(0.3)
