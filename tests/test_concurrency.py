@@ -171,6 +171,7 @@ def test_sigterm_cancels_a_hanging_request_at_once(openai_server, tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     elapsed = time.monotonic() - started
+    print(f"SIGTERM to exit with a hanging request: {elapsed:.2f} s")
     assert elapsed < 5, f"SIGTERM took {elapsed:.1f}s (the hanging request's timeout is 30 s)"
     assert proc.returncode == 1
     run = _only_run(home)

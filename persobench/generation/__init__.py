@@ -25,9 +25,12 @@ Files in the run folder while a run is going (for an app polling from another pr
     longer exists belongs to a killed run (start it again to resume).
 ``cancel``
     Create this file (:func:`request_cancel`) to stop the run: it is checked between requests
-    and during retry waits; requests in flight finish and are cached, the table is written with
-    the finished samples and the run ends "cancelled". Running the same configuration again
-    resumes it; the file is removed when a run starts.
+    and during retry waits; requests in flight are abandoned at once (their samples stay pending),
+    the table is written with the finished samples and the run ends "cancelled". Running the same
+    configuration again resumes it; the file is removed when a run starts.
+``lock``, ``resume.json``
+    The generating process holds ``lock`` (one process per run) and writes ``resume.json`` (the
+    resume command and the cache keys): see :mod:`persobench.generation.lock`.
 ``generations.parquet``
     Rewritten atomically every ``checkpoint_every`` completions and at the end, one row per
     finished sample (see :data:`COLUMNS`).

@@ -70,7 +70,7 @@ def read_progress(run_path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def request_cancel(run_path: str | os.PathLike[str]) -> None:
-    """Ask the run generating in ``run_path`` to stop after its in-flight requests."""
+    """Ask the run generating in ``run_path`` to stop; requests in flight are abandoned at once."""
     Path(run_path).mkdir(parents=True, exist_ok=True)
     (Path(run_path) / CANCEL_FILE).touch()
 
