@@ -11,7 +11,7 @@ import streamlit as st
 
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, page_setup
-from persobench.app.dialogues import coverage_threshold, persona_marks
+from persobench.app.dialogues import coverage_threshold, dialogue_label, matching_dialogues, persona_marks
 from persobench.app.loaders import dataset_error, dataset_samples, dialogue_data, profiles_in_store, runs_table
 from persobench.app.text import md_escape, status_badge
 
@@ -75,21 +75,8 @@ with st.expander("Filters", expanded=False):
                                          key=f"explore_range_{metric}")
 
 shown = replies[replies["model"].isin(chosen_models) & replies["mode"].isin(chosen_modes)]
-shown_ids = set(shown["sample_id"].astype(str))
-ids = [i for i in data["order"] if i in shown_ids]
-if query.strip():
-    needle = query.strip().lower()
-    ids = [i for i in ids if needle in data["search"].get(i, "")]
-if chosen_status:
-    keep = set(shown.loc[shown["status"].astype(str).isin(chosen_status), "sample_id"].astype(str))
-    ids = [i for i in ids if i in keep]
-if metric_range is not None:
-    shown_runs = set(shown["run_id"])
-    values = scores[scores["run_id"].isin(shown_runs)]
-    in_range = pd.to_numeric(values[metric], errors="coerce").between(*metric_range)
-    keep = set(values.loc[in_range, "sample_id"].astype(str))
-    ids = [i for i in ids if i in keep]
-
+ids = matching_dialogues(data, shown, query=query, statuses=chosen_status,
+                        metric=None if metric == "(none)" else metric, metric_range=metric_range)
 if not ids:
     st.warning("No dialogue matches these filters. Clear the search or widen the filters.")
     st.stop()
@@ -117,16 +104,8 @@ if st.session_state.get("explore_pick") != current:
 samples = dataset_samples(dataset)
 
 
-def describe(sample_id: str) -> str:
-    sample = samples.get(sample_id)
-    if sample is None or not sample.context:
-        return sample_id
-    first = sample.context[-1].text
-    return f"{sample_id}: {first[:70]}{'…' if len(first) > 70 else ''}"
-
-
 nav[1].selectbox(f"Dialogue ({position + 1} of {len(ids)} matching)", ids, key="explore_pick",
-                 on_change=on_pick, format_func=describe)
+                 on_change=on_pick, format_func=lambda i: dialogue_label(samples.get(i), i))
 
 sample = samples.get(current)
 st.subheader(f"Dialogue {md_escape(current)}")

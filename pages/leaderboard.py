@@ -4,18 +4,17 @@ paper's six aspects; time, failures and engagingness; distributions; vanilla ver
 
 from __future__ import annotations
 
-import math
-
-import pandas as pd
 import streamlit as st
 
-from persobench.aggregate import rank_with_ties
+from persobench.aggregate import model_ranking
 from persobench.app.charts import distribution_figure, metric_bars_figure, modes_figure, radar_figure
-from persobench.app.boards import available_profiles, board_choices, board_for, overall_with_ci, sample_values
+from persobench.app.boards import (available_profiles, board_choices, board_for, metric_cells, mode_differences,
+                                   overall_with_ci, sample_values, unavailable_by_reason)
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
 from persobench.app.text import cell_text, md_escape, model_kind
+from persobench.app.widgets import board_downloads
 
 page_setup()
 st.title("Leaderboard")
@@ -31,8 +30,7 @@ if not profiles:
             "`python -m persobench score --profile offline` (packaged models, no network), then reload.")
     st.stop()
 
-from persobench.aggregate import (  # noqa: E402
-    OVERALL_COMPONENTS, RADAR_ASPECTS, export_board, protocol_heading, sample_notes)
+from persobench.aggregate import OVERALL_COMPONENTS, RADAR_ASPECTS, protocol_heading, sample_notes  # noqa: E402
 from persobench.metrics import METRICS  # noqa: E402
 
 scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
@@ -81,11 +79,6 @@ if board.empty:
     st.stop()
 
 
-def metric_means(metric: str) -> pd.DataFrame:
-    rows = board[board["metric"] == metric].drop_duplicates("model")
-    return rows.set_index("model")
-
-
 available = board[(board["status"] != "unavailable") & (board["n"] > 0)]
 metric_order = [m for m in METRICS if m in set(available["metric"])]
 has_overall = overall["overall"].notna().any()
@@ -97,31 +90,12 @@ rank_by = st.selectbox("Rank by", rank_choices, index=rank_choices.index(default
                        help="Models whose 95% confidence intervals overlap share a rank (shown with '=').")
 
 # ---- ranking table -----------------------------------------------------------------------------
-summary = pd.DataFrame({"model": chosen})
-summary["kind"] = summary["model"].map(model_kind)
-ov = overall.set_index("model")
-for column in ("overall", "overall_paper", "overall_ci_low", "overall_ci_high",
-               "overall_paper_ci_low", "overall_paper_ci_high"):
-    summary[column] = summary["model"].map(ov[column]) if column in ov.columns else math.nan
-n_map = metric_means("failure_ratio")["n"] if "failure_ratio" in set(board["metric"]) else pd.Series(dtype=int)
-summary["n"] = summary["model"].map(n_map)
-for metric in ("failure_ratio", "instructability", "response_time"):
-    means = metric_means(metric)
-    summary[metric] = summary["model"].map(means["mean"]) if not means.empty else math.nan
-if rank_by in ("overall", "overall_paper"):
-    summary["_v"], summary["_lo"], summary["_hi"] = (summary[rank_by], summary[f"{rank_by}_ci_low"],
-                                                     summary[f"{rank_by}_ci_high"])
-    higher = True
-else:
-    means = metric_means(rank_by)
-    summary["_v"] = summary["model"].map(means["mean"])
-    summary["_lo"] = summary["model"].map(means["ci_low"])
-    summary["_hi"] = summary["model"].map(means["ci_high"])
-    higher = METRICS[rank_by].higher_is_better if rank_by in METRICS else True
-    summary[rank_by] = summary["_v"]
-    summary[f"{rank_by} 95% CI"] = [cell_text(v, None, lo, hi) for v, lo, hi in
-                                    zip(summary["_v"], summary["_lo"], summary["_hi"])]
-ranked = rank_with_ties(summary, "_v", "_lo", "_hi", higher_is_better=higher)
+ranked = model_ranking(board, overall, rank_by, chosen)
+ranked["kind"] = ranked["model"].map(model_kind)
+if rank_by not in ("overall", "overall_paper"):
+    ranked[rank_by] = ranked["value"]
+    ranked[f"{rank_by} 95% CI"] = [cell_text(v, None, lo, hi) for v, lo, hi in
+                                   zip(ranked["value"], ranked["value_ci_low"], ranked["value_ci_high"])]
 ranked["overall 95% CI"] = [cell_text(v, None, lo, hi, digits=2) for v, lo, hi in
                             zip(ranked["overall"], ranked["overall_ci_low"], ranked["overall_ci_high"])]
 columns = ["rank", "model", "kind"]
@@ -156,7 +130,7 @@ if not has_overall:
             f"{md_escape(profile)} profile has no number for " + md_escape(", ".join(lacking))
             + " (they need NLI and UniEval models; see below). Ranked by "
             f"{md_escape(rank_by)} instead; score with `--profile standard` for the paper's overall score.")
-no_valid = [m for m in chosen if summary.set_index("model").loc[m, "failure_ratio"] == 1.0]
+no_valid = list(ranked.loc[ranked["failure_ratio"] == 1.0, "model"])
 if no_valid:
     st.warning(", ".join(md_escape(m) for m in no_valid) + " produced no valid reply (every reply failed to "
                "parse): " + ("every metric takes its worst value" if invalid == "worst" else
@@ -168,14 +142,8 @@ st.caption(f"Profile {md_escape(profile)}; invalid replies "
            "models: reference = the gold reply (ceiling), persona-echo = a persona sentence (floor).")
 
 # ---- all metrics -------------------------------------------------------------------------------
-unavailable = board[board["status"] == "unavailable"].drop_duplicates("metric")
 with st.expander("All metrics: mean ± std [95% CI]", expanded=True):
-    wide = pd.DataFrame({"model": ranked["model"]})
-    for metric in metric_order:
-        means = metric_means(metric)
-        wide[metric] = [cell_text(*(means.loc[m, ["mean", "std", "ci_low", "ci_high"]] if m in means.index
-                                        else (math.nan,) * 4)) for m in wide["model"]]
-    wide["n"] = wide["model"].map(n_map)
+    wide = metric_cells(board, ranked["model"], metric_order).assign(n=ranked["n"].to_numpy())
     st.dataframe(wide, hide_index=True, width="stretch")
     degraded = board[board["status"] == "degraded"].drop_duplicates("metric")
     for row in degraded.itertuples():
@@ -184,10 +152,7 @@ with st.expander("All metrics: mean ± std [95% CI]", expanded=True):
     for metric in mixed[mixed > 1].index:
         st.warning(f"{md_escape(metric)} was computed with different models across these runs; "
                    "its numbers are not comparable.")
-if not unavailable.empty:
-    by_reason: dict[str, list[str]] = {}
-    for r in unavailable.itertuples():
-        by_reason.setdefault(r.reason or "no model for it in this profile", []).append(r.metric)
+if by_reason := unavailable_by_reason(board):
     st.info("Unavailable in this profile (no number is shown rather than a fake one):  \n"
             + "  \n".join(f"**{md_escape(', '.join(metrics))}**: {md_escape(reason, max_chars=300)}"
                            for reason, metrics in by_reason.items()))
@@ -220,7 +185,8 @@ with tab_bars:
     else:
         st.plotly_chart(metric_bars_figure(bars, wanted), width="stretch", key="lb_bars")
     if "unieval_engagingness" not in set(bars["metric"]):
-        reason = unavailable.set_index("metric")["reason"].get("unieval_engagingness", "not scored in this profile")
+        reason = next((why for why, names in unavailable_by_reason(board).items()
+                       if "unieval_engagingness" in names), "not scored in this profile")
         st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
 
 with tab_dist:
@@ -243,20 +209,10 @@ with tab_modes:
     else:
         mode_metric = st.selectbox("Metric", [m for m in METRICS if m in set(both["metric"])],
                                    index=0, key="lb_mode_metric")
-        pick = both[both["metric"] == mode_metric].pivot_table(index="model", columns="mode", values="mean")
-        if {"vanilla", "cot"} <= set(pick.columns):
-            pick["cot - vanilla"] = pick["cot"] - pick["vanilla"]
-        st.dataframe(pick.reset_index(), hide_index=True, width="stretch")
+        st.dataframe(mode_differences(both, mode_metric), hide_index=True, width="stretch")
         long = both[both["metric"] == mode_metric][["model", "mode", "mean"]]
         st.plotly_chart(modes_figure(long), width="stretch", key="lb_modes")
 
 # ---- export ------------------------------------------------------------------------------------
 st.subheader("Export")
-e = st.columns(3)
-stem = f"persobench-{dataset}-{mode}-{profile}-{invalid}"
-e[0].download_button("CSV (long)", export_board(board, "csv"), file_name=f"{stem}.csv", mime="text/csv",
-                     key="lb_csv")
-e[1].download_button("Markdown", export_board(board, "markdown"), file_name=f"{stem}.md", mime="text/markdown",
-                     key="lb_md")
-e[2].download_button("LaTeX", export_board(board, "latex"), file_name=f"{stem}.tex", mime="application/x-tex",
-                     key="lb_tex")
+board_downloads(board, f"persobench-{dataset}-{mode}-{profile}-{invalid}", key_prefix="lb")

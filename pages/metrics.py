@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from persobench.app.boards import metric_provenance, profile_slots, unavailable_metrics
+from persobench.app.boards import backend_counts, profile_slots, unavailable_metrics
 from persobench.app.cache import current_state
 from persobench.app.chrome import page_setup
 from persobench.app.text import md_escape
@@ -42,7 +42,7 @@ st.dataframe(table, hide_index=True, width="stretch", height=36 * (len(table) + 
 
 st.subheader("Backends that produced the stored numbers")
 home, sig = current_state()
-provenance = metric_provenance(home, sig)
+provenance = backend_counts(home, sig)
 if provenance.empty:
     st.info("No scored runs in the store yet. Score runs with `python -m persobench score --profile offline` "
             "(packaged models, no network) or `--profile standard` (the paper's models from the hub).")

@@ -53,9 +53,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BOARD_COLUMNS", "CSV_COLUMNS", "INVALID_POLICIES", "OVERALL_COMPONENTS", "RADAR_ASPECTS",
-    "RESULT_COLUMNS", "SIDE_BY_SIDE", "available_profiles", "compare_models", "export_board", "leaderboard",
-    "load_metric_status", "load_results", "overall_table", "protocol_heading", "radar_aspects", "rank_with_ties",
-    "run_samples", "sample_notes",
+    "RESULT_COLUMNS", "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table", "export_board",
+    "leaderboard", "load_metric_status", "load_results", "model_ranking", "overall_table", "overall_with_ci",
+    "paired_values", "protocol_heading", "radar_aspects", "rank_with_ties", "run_samples", "sample_notes",
+    "sample_values", "score_invalid", "worst_value",
 ]
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
@@ -96,6 +97,31 @@ def _info(metric: str):
     return METRICS.get(metric)
 
 
+def worst_value(metric: str) -> float | None:
+    """The value an invalid reply takes under the ``worst`` policy (None when the metric has none)."""
+    info = _info(metric)
+    return None if info is None else info.worst_value
+
+
+def score_invalid(values: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray, metric: str,
+                  invalid: str = "worst") -> np.ndarray:
+    """Per-sample ``values`` of ``metric`` with the invalid-reply policy applied (a new float array).
+
+    The one place the rule lives: with ``invalid="worst"`` (the paper's) a sample whose reply is
+    invalid (``ok`` False) takes the metric's worst value (0, and -1 for ``c_score``), or NaN when the
+    metric has none; with ``"exclude"`` it becomes NaN (left out of means). ``response_time`` is kept
+    as is: it is the latency of every attempt, whatever the reply's status.
+    """
+    if invalid not in INVALID_POLICIES:
+        raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
+    out = np.array(values, dtype="float64", copy=True)
+    if metric == "response_time":
+        return out
+    worst = worst_value(metric) if invalid == "worst" else None
+    out[~np.asarray(ok, dtype=bool)] = np.nan if worst is None else worst
+    return out
+
+
 # --- loading ----------------------------------------------------------------------------------
 
 def _completed_runs(store: "RunStore", include_incomplete: bool, runs: "Iterable[Run] | None" = None) -> list["Run"]:
@@ -118,17 +144,28 @@ def _unique_labels(runs: Sequence["Run"]) -> dict[str, str]:
     return labels
 
 
-def load_metric_status(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False) -> pd.DataFrame:
-    """Provenance of every metric of every run for ``profile``: run_id, metric, status, reason, model_id."""
+METRIC_STATUS_COLUMNS = ["run_id", "profile", "metric", "status", "reason", "model_id", "revision", "backend",
+                         "metric_version"]
+
+
+def load_metric_status(store: "RunStore", *, profile: str | None = "offline",
+                       include_incomplete: bool = False) -> pd.DataFrame:
+    """Provenance of every metric of every run for ``profile`` (every profile when None), columns
+    :data:`METRIC_STATUS_COLUMNS`: the backend state (ok, degraded, unavailable) and why, the model
+    and its revision, the backend and the metric's version."""
     rows = []
     for run in _completed_runs(store, include_incomplete):
-        rows.extend(_provenance_rows(run, profile))
-    return pd.DataFrame(rows, columns=["run_id", "metric", "status", "reason", "model_id"])
+        scores = run.manifest.extra.get("scores") or {}
+        for name in (sorted(scores) if profile is None else [profile]):
+            rows.extend(_provenance_rows(run, name))
+    return pd.DataFrame(rows, columns=METRIC_STATUS_COLUMNS)
 
 
 def _provenance_rows(run: "Run", profile: str) -> list[dict[str, str]]:
     """Provenance of each metric scored for ``profile`` (``extra["scores"][profile]["metrics"]``)."""
     entry = (run.manifest.extra.get("scores") or {}).get(profile) or {}
+    if not isinstance(entry, Mapping):
+        return []
     metrics = entry.get("metrics") if isinstance(entry.get("metrics"), Mapping) else entry
     rows = []
     for metric, info in metrics.items():
@@ -139,8 +176,11 @@ def _provenance_rows(run: "Run", profile: str) -> list[dict[str, str]]:
         if isinstance(mixed, Mapping) and mixed.get("model_id"):
             reason = (reason + "; " if reason else "") + (
                 f"values of this run mix {info.get('model_id')} with earlier {mixed.get('model_id')}")
-        rows.append({"run_id": run.run_id, "metric": str(metric), "status": str(info.get("status") or ""),
-                     "reason": reason, "model_id": str(info.get("model_id") or "")})
+        rows.append({"run_id": run.run_id, "profile": str(profile), "metric": str(metric),
+                     "status": str(info.get("status") or ""), "reason": reason,
+                     "model_id": str(info.get("model_id") or ""),
+                     "revision": str(info.get("revision_or_hash") or ""), "backend": str(info.get("backend") or ""),
+                     "metric_version": str(info.get("metric_version") or "")})
     return rows
 
 
@@ -253,6 +293,22 @@ def _status_lookup(results: pd.DataFrame, metric_status: pd.DataFrame | Iterable
     return {(r["run_id"], r["metric"]): r for r in rows}
 
 
+def _board_frame(results: pd.DataFrame, *, dataset: str | None, mode: str | None, profile: str,
+                 side_by_side: bool) -> pd.DataFrame:
+    """The result rows of one profile, dataset and mode, each with the ``board`` it is shown on."""
+    frame = results.copy(deep=False)
+    frame.attrs = {}  # pandas deep-copies attrs on every operation
+    if "profile" in frame.columns and len(frame):
+        frame = frame[frame["profile"] == profile]
+    if dataset is not None:
+        frame = frame[frame["dataset"] == dataset]
+    if mode is not None:
+        frame = frame[frame["mode"] == mode]
+    if "protocol" not in frame.columns:  # results made before protocols: one unnamed protocol
+        frame = frame.assign(protocol="?")
+    return frame.assign(board=SIDE_BY_SIDE if side_by_side else frame["protocol"])
+
+
 def leaderboard(
     results: pd.DataFrame, *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
     profile: str = "offline", metric_status: pd.DataFrame | Iterable[Mapping] | None = None,
@@ -275,17 +331,7 @@ def leaderboard(
     """
     if invalid not in INVALID_POLICIES:
         raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
-    frame = results.copy(deep=False)
-    frame.attrs = {}  # pandas deep-copies attrs on every operation below
-    if "profile" in frame.columns and len(frame):
-        frame = frame[frame["profile"] == profile]
-    if dataset is not None:
-        frame = frame[frame["dataset"] == dataset]
-    if mode is not None:
-        frame = frame[frame["mode"] == mode]
-    if "protocol" not in frame.columns:  # results made before protocols: one unnamed protocol
-        frame = frame.assign(protocol="?")
-    frame = frame.assign(board=SIDE_BY_SIDE if side_by_side else frame["protocol"])
+    frame = _board_frame(results, dataset=dataset, mode=mode, profile=profile, side_by_side=side_by_side)
     run_sizes = frame.groupby("run_id", sort=False)["sample_id"].nunique().to_dict() if len(frame) else {}
     if not all_samples:
         frame = _common_samples(frame)
@@ -322,20 +368,9 @@ def leaderboard(
         columns: dict[str, np.ndarray] = {}
         notes: dict[str, str] = {}
         for metric in sorted(wide, key=lambda name: (order.get(name, len(order)), name)):
-            values = wide[metric].copy()
-            if metric == "response_time":
-                columns[metric] = values  # latency of every attempt, whatever the reply's status
-                continue
-            info = _info(metric)
-            if invalid == "worst":
-                if info is not None and info.worst_value is not None:
-                    values[~ok_mask] = info.worst_value
-                else:
-                    values[~ok_mask] = np.nan
-                    notes[metric] = "no worst value known: invalid replies left out"
-            else:
-                values[~ok_mask] = np.nan
-            columns[metric] = values
+            columns[metric] = score_invalid(wide[metric], ok_mask, metric, invalid)
+            if invalid == "worst" and metric != "response_time" and worst_value(metric) is None:
+                notes[metric] = "no worst value known: invalid replies left out"
         cis = _bootstrap_columns(columns, level=level, n_resamples=n_resamples, seed=seed)
         for metric, values in columns.items():
             mean, std, n = stats.describe(values)
@@ -474,6 +509,59 @@ def overall_table(board: pd.DataFrame) -> pd.DataFrame:
     return table[columns].reset_index(drop=True)
 
 
+OVERALL_CI_COLUMNS = ("overall_ci_low", "overall_ci_high", "overall_paper_ci_low", "overall_paper_ci_high")
+
+
+def overall_with_ci(
+    results: pd.DataFrame, *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
+    profile: str = "offline", side_by_side: bool = False, all_samples: bool = False,
+    board: pd.DataFrame | None = None, level: float = stats.DEFAULT_LEVEL,
+    n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
+) -> pd.DataFrame:
+    """:func:`overall_table` plus a percentile bootstrap CI of each overall score.
+
+    Adds :data:`OVERALL_CI_COLUMNS`. The CI resamples the samples the board compared (the same
+    selection as :func:`leaderboard` with these arguments; pass its result as ``board`` to skip
+    computing it again) of the per-sample composite: the four per-sample components x100, invalid
+    policy applied, and the run's instructability, averaged. Its mean is the overall score when every
+    component is defined on the same samples. NaN where the overall score is.
+    """
+    if board is None:
+        board = leaderboard(results, dataset=dataset, mode=mode, invalid=invalid, profile=profile,
+                            side_by_side=side_by_side, all_samples=all_samples, level=level,
+                            n_resamples=n_resamples, seed=seed)
+    table = overall_table(board)
+    for column in OVERALL_CI_COLUMNS:
+        table[column] = np.nan
+    if table.empty or table["overall"].isna().all():
+        return table
+    frame = _board_frame(results, dataset=dataset, mode=mode, profile=profile, side_by_side=side_by_side)
+    if not all_samples:
+        frame = _common_samples(frame)
+    keys = [k for k in _board_keys(board) if k in table.columns] + ["model", "profile"]
+    run_of = board.drop_duplicates(keys).set_index(keys)["run_id"]
+    instructability = board[board["metric"] == "instructability"].drop_duplicates("run_id").set_index("run_id")["mean"]
+    per_sample = list(OVERALL_COMPONENTS[:-1])
+    for index, row in table.iterrows():
+        if np.isnan(row["overall"]):
+            continue
+        run_id = run_of.get(tuple(row[k] for k in keys))
+        rows = frame[frame["run_id"] == run_id]
+        status = rows.drop_duplicates("sample_id").set_index("sample_id")["status"]
+        wide = rows[rows["metric"].isin(per_sample)].pivot_table(
+            index="sample_id", columns="metric", values="value", aggfunc="first", dropna=False)
+        wide = wide.reindex(index=status.index, columns=per_sample)
+        ok = (status == OK).to_numpy()
+        components = np.column_stack([score_invalid(wide[m], ok, m, invalid) for m in per_sample]) * 100.0
+        value = float(instructability.get(run_id, np.nan))
+        composite = (components.sum(axis=1) + 100.0 * value) / 5.0
+        composite_paper = (components.sum(axis=1) + value) / 5.0
+        ci = dict(level=level, n_resamples=n_resamples, seed=seed)
+        table.loc[index, ["overall_ci_low", "overall_ci_high"]] = stats.bootstrap_ci(composite, **ci)
+        table.loc[index, ["overall_paper_ci_low", "overall_paper_ci_high"]] = stats.bootstrap_ci(composite_paper, **ci)
+    return table
+
+
 def radar_aspects(board: pd.DataFrame, *, normalize: bool = False) -> pd.DataFrame:
     """The paper's radar aspects per dataset, mode and model (NaN when the metric is unavailable).
 
@@ -542,6 +630,41 @@ def rank_with_ties(frame: pd.DataFrame, value: str, low: str, high: str, *, high
     return frame.reset_index(drop=True)
 
 
+def model_ranking(board: pd.DataFrame, overall: pd.DataFrame, rank_by: str,
+                  models: Sequence[str] | None = None) -> pd.DataFrame:
+    """The models of one board (one dataset, mode and profile) ranked by ``rank_by``, with ties.
+
+    ``rank_by`` is ``"overall"``, ``"overall_paper"`` (from ``overall``, a :func:`overall_with_ci`
+    table) or a metric of the board. Columns: model, value, value_ci_low, value_ci_high (the ranking
+    number and its 95% CI), n, failure_ratio, instructability, response_time, the overall scores with
+    their CIs, then ``rank`` and ``overlaps`` from :func:`rank_with_ties`; best first.
+    """
+    models = list(models) if models is not None else sorted(board["model"].unique())
+    summary = pd.DataFrame({"model": models})
+
+    def by_model(metric: str, column: str = "mean") -> pd.Series:
+        rows = board[board["metric"] == metric].drop_duplicates("model").set_index("model")
+        return summary["model"].map(rows[column]) if len(rows) else pd.Series(math.nan, index=summary.index)
+
+    by_overall = overall.drop_duplicates("model").set_index("model")
+    for column in ("overall", "overall_paper", "overall_ci_low", "overall_ci_high",
+                   "overall_paper_ci_low", "overall_paper_ci_high"):
+        summary[column] = summary["model"].map(by_overall[column]) if column in by_overall.columns else math.nan
+    summary["n"] = by_model("failure_ratio", "n")
+    for metric in ("failure_ratio", "instructability", "response_time"):
+        summary[metric] = by_model(metric)
+    if rank_by in ("overall", "overall_paper"):
+        summary["value"] = summary[rank_by]
+        summary["value_ci_low"], summary["value_ci_high"] = summary[f"{rank_by}_ci_low"], summary[f"{rank_by}_ci_high"]
+        higher = True
+    else:
+        summary["value"] = by_model(rank_by)
+        summary["value_ci_low"], summary["value_ci_high"] = by_model(rank_by, "ci_low"), by_model(rank_by, "ci_high")
+        info = _info(rank_by)
+        higher = info.higher_is_better if info is not None else True
+    return rank_with_ties(summary, "value", "value_ci_low", "value_ci_high", higher_is_better=higher)
+
+
 # --- paired comparison -------------------------------------------------------------------------
 
 def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str) -> pd.Series:
@@ -557,15 +680,7 @@ def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str
         raise ValueError(f"run {run_id!r} has no {metric!r} values in these results")
     values = metric_rows.drop_duplicates("sample_id", keep="last").set_index("sample_id")["value"].astype("float64")
     values = values.reindex(samples.index)
-    if metric == "response_time":
-        return values
-    bad = samples != OK
-    if invalid == "worst":
-        info = _info(metric)
-        values[bad] = info.worst_value if info is not None and info.worst_value is not None else np.nan
-    else:
-        values[bad] = np.nan
-    return values
+    return pd.Series(score_invalid(values, samples == OK, metric, invalid), index=samples.index)
 
 
 def compare_models(
@@ -593,6 +708,54 @@ def compare_models(
         a.loc[common].to_numpy(), b.loc[common].to_numpy(), metric=metric, run_a=run_a, run_b=run_b,
         higher_is_better=higher, level=level, n_resamples=n_resamples, seed=seed,
     )
+
+
+def sample_values(results: pd.DataFrame, *, dataset: str, mode: str, metric: str,
+                  invalid: str = "worst") -> pd.DataFrame:
+    """Per-sample values (model, sample_id, value) of one metric in one dataset and mode, with the
+    invalid-reply policy applied as :func:`leaderboard` does; samples left without a value are dropped."""
+    rows = results[(results["dataset"] == dataset) & (results["mode"] == mode) & (results["metric"] == metric)]
+    values = score_invalid(rows["value"], (rows["status"] == OK).to_numpy(), metric, invalid)
+    frame = rows[["model", "sample_id"]].assign(value=values)
+    return frame.dropna(subset=["value"]).reset_index(drop=True)
+
+
+def paired_values(results: pd.DataFrame, run_a: str, run_b: str, metric: str, *,
+                  invalid: str = "worst") -> pd.DataFrame:
+    """``sample_id, A, B, difference`` (A - B) of one metric on the sample ids both runs have, the
+    values :func:`compare_models` pairs (``failure_ratio``: 1 for an invalid reply, else 0); pairs
+    without two values are dropped. Raises ``ValueError`` when a run or the metric is missing."""
+    a = _paired_values(results, run_a, metric, invalid)
+    b = _paired_values(results, run_b, metric, invalid)
+    common = a.index.intersection(b.index, sort=False)
+    frame = pd.DataFrame({"sample_id": common.astype(str), "A": a.loc[common].to_numpy(),
+                          "B": b.loc[common].to_numpy()})
+    frame["difference"] = frame["A"] - frame["B"]
+    return frame.dropna(subset=["difference"]).reset_index(drop=True)
+
+
+COMPARISON_COLUMNS = ["metric", "n", "mean A", "mean B", "A - B", "CI low", "CI high", "t-test p", "Wilcoxon p",
+                      "bootstrap p", "A wins", "ties", "B wins", "better"]
+
+
+def comparison_table(results: pd.DataFrame, run_a: str, run_b: str, metrics: Sequence[str], *,
+                     invalid: str = "worst", level: float = stats.DEFAULT_LEVEL,
+                     n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
+                     ) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """:func:`compare_models` for each metric: (one row per metric, columns :data:`COMPARISON_COLUMNS`;
+    ``[(metric, why it could not be compared)]``)."""
+    rows, skipped = [], []
+    for metric in metrics:
+        try:
+            c = compare_models(results, run_a, run_b, metric, invalid=invalid, level=level,
+                               n_resamples=n_resamples, seed=seed)
+        except ValueError as exc:
+            skipped.append((metric, str(exc)))
+            continue
+        rows.append([metric, c.n, c.mean_a, c.mean_b, c.mean_diff, c.ci_low, c.ci_high, c.t_pvalue,
+                     c.wilcoxon_pvalue, c.bootstrap_pvalue, c.wins, c.ties, c.losses,
+                     "higher" if c.higher_is_better else "lower"])
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS), skipped
 
 
 # --- export ------------------------------------------------------------------------------------

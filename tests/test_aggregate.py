@@ -372,3 +372,103 @@ def test_rank_with_ties_lower_is_better():
     assert list(ranked["model"]) == ["fast", "slow"] and list(ranked["rank"]) == ["1", "2"]
 
 
+
+
+# ---- the statistics the app shows: one implementation each, checked against hand computations ----
+
+
+def test_score_invalid_is_the_one_worst_value_rule():
+    values, ok = [0.5, np.nan, 0.25], [True, False, True]
+    assert list(aggregate.score_invalid(values, ok, "dist1", "worst")) == [0.5, 0.0, 0.25]
+    assert aggregate.score_invalid(values, ok, "c_score", "worst")[1] == -1.0  # the paper's worst C score
+    excluded = aggregate.score_invalid([0.5, 0.7, 0.25], ok, "dist1", "exclude")
+    assert excluded[0] == 0.5 and math.isnan(excluded[1])
+    # Latency counts for every attempt, whatever the status or policy.
+    assert list(aggregate.score_invalid([1.0, 9.0], [True, False], "response_time", "worst")) == [1.0, 9.0]
+    # A metric without a worst value leaves invalid replies out even under "worst".
+    assert math.isnan(aggregate.score_invalid([1.0, 2.0], [True, False], "no_such_metric", "worst")[1])
+    original = np.array([0.5, 0.7])
+    aggregate.score_invalid(original, [False, False], "dist1", "worst")
+    assert list(original) == [0.5, 0.7], "the input is not modified"
+    with pytest.raises(ValueError, match="invalid-reply policy"):
+        aggregate.score_invalid(values, ok, "dist1", "drop")
+
+
+def test_overall_with_ci_matches_a_hand_computed_composite(store):
+    results = aggregate.load_results(store)
+    table = aggregate.overall_with_ci(results, dataset="focus", mode="vanilla", invalid="worst")
+    a = table[table["model"] == "A"].iloc[0]
+    # A: instructability 0 (it has the most failures); per sample (ue, pd, ug, c) x100 and the invalid
+    # fourth reply at the worst values (0, 0, 0, -1): composites 90, 18, 64, -20.
+    composite = np.array([(200 + 60 + 90 + 100) / 5, (0 + 40 + 50 + 0) / 5, (100 + 50 + 70 + 100) / 5, -100 / 5])
+    assert a["overall"] == pytest.approx(38.0) == pytest.approx(composite.mean())
+    low, high = a["overall_ci_low"], a["overall_ci_high"]
+    assert (low, high) == pytest.approx(aggregate.stats.bootstrap_ci(composite))
+    assert composite.min() <= low < a["overall"] < high <= composite.max()
+    b = table[table["model"] == "B"].iloc[0]  # instructability 1: +100/5 on every sample
+    composite_b = np.array([(0 + 30 + 50 + 0 + 100) / 5, (0 + 30 + 50 - 100 + 100) / 5,
+                            (100 + 30 + 50 + 100 + 100) / 5, (100 + 30 + 50 + 0 + 100) / 5])
+    assert b["overall"] == pytest.approx(composite_b.mean())
+    assert (b["overall_paper_ci_low"], b["overall_paper_ci_high"]) == pytest.approx(
+        aggregate.stats.bootstrap_ci(composite_b - 100 / 5 + 1 / 5))
+    offline_only = aggregate.overall_with_ci(results, dataset="focus", mode="cot")
+    assert offline_only["overall"].isna().all() and offline_only["overall_ci_low"].isna().all()
+
+
+def test_model_ranking_by_a_metric_and_by_overall(store):
+    results = aggregate.load_results(store)
+    board = aggregate.leaderboard(results, dataset="focus", mode="vanilla")
+    overall = aggregate.overall_with_ci(results, dataset="focus", mode="vanilla", board=board)
+    by_dist = aggregate.model_ranking(board, overall, "dist1")
+    # dist1 means with the worst rule: A (0.5 + 1 + 0.75 + 0) / 4 = 0.5625, B 0.5; their CIs overlap.
+    assert list(by_dist["model"]) == ["A", "B"]
+    assert list(by_dist["value"]) == pytest.approx([0.5625, 0.5])
+    assert list(by_dist["rank"]) == ["1=", "1="] and by_dist.loc[0, "overlaps"] == "B"
+    assert list(by_dist["failure_ratio"]) == pytest.approx([0.25, 0.0]) and list(by_dist["n"]) == [4, 4]
+    by_overall = aggregate.model_ranking(board, overall, "overall")
+    assert list(by_overall["model"]) == ["B", "A"], "B: 46 against A: 38"
+    assert by_overall.loc[0, "value"] == pytest.approx(overall.set_index("model").loc["B", "overall"])
+    faster = aggregate.model_ranking(board, overall, "response_time")  # lower is better
+    assert list(faster["model"]) == ["B", "A"]
+
+
+def test_sample_and_paired_values_apply_the_policy(store):
+    results = aggregate.load_results(store)
+    worst = aggregate.sample_values(results, dataset="focus", mode="vanilla", metric="c_score", invalid="worst")
+    assert sorted(worst.loc[worst["model"] == "A", "value"]) == [-1.0, 0.0, 1.0, 1.0]
+    excluded = aggregate.sample_values(results, dataset="focus", mode="vanilla", metric="c_score", invalid="exclude")
+    assert sorted(excluded.loc[excluded["model"] == "A", "value"]) == [0.0, 1.0, 1.0]
+    runs = results.drop_duplicates("model").set_index("model")["run_id"]
+    pairs = aggregate.paired_values(results, runs["A"], runs["B"], "dist1", invalid="worst")
+    assert list(pairs["sample_id"]) == IDS
+    assert list(pairs["difference"]) == pytest.approx([0.3, 0.6, 0.15, -0.8])
+    assert len(aggregate.paired_values(results, runs["A"], runs["B"], "dist1", invalid="exclude")) == 3
+    failures = aggregate.paired_values(results, runs["A"], runs["B"], "failure_ratio")
+    assert list(failures["A"]) == [0, 0, 0, 1] and list(failures["B"]) == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="no results for run"):
+        aggregate.paired_values(results, "nope", runs["B"], "dist1")
+
+
+def test_comparison_table_rows_and_skips(store):
+    results = aggregate.load_results(store)
+    runs = results.drop_duplicates("model").set_index("model")["run_id"]
+    table, skipped = aggregate.comparison_table(results, runs["A"], runs["B"],
+                                                ["dist1", "instructability", "bleu", "failure_ratio"])
+    assert list(table.columns) == aggregate.COMPARISON_COLUMNS
+    assert list(table["metric"]) == ["dist1", "failure_ratio"]
+    dist1 = table.iloc[0]
+    assert (dist1["n"], dist1["mean A"], dist1["mean B"]) == (4, pytest.approx(0.5625), pytest.approx(0.5))
+    assert (dist1["A wins"], dist1["ties"], dist1["B wins"]) == (3, 0, 1)
+    assert dist1["t-test p"] == pytest.approx(sps.ttest_rel([0.5, 1.0, 0.75, 0.0], [0.2, 0.4, 0.6, 0.8]).pvalue)
+    assert dict(skipped).keys() == {"instructability", "bleu"}
+    assert "run-level" in dict(skipped)["instructability"]
+
+
+def test_load_metric_status_of_every_profile(store):
+    status = aggregate.load_metric_status(store, profile=None)
+    assert list(status.columns) == aggregate.METRIC_STATUS_COLUMNS
+    assert set(status["profile"]) == {"offline"}
+    c = status[(status["metric"] == "ue_score") & (status["status"] == "unavailable")]
+    assert len(c) == 1 and "nli-deberta" in c.iloc[0]["reason"]
+    one = aggregate.load_metric_status(store)
+    assert len(one) == len(status)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Sequence, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.app.loaders import dataset_samples
 from persobench.secrets import redact
@@ -126,3 +126,40 @@ def format_messages(messages: Sequence[Any]) -> str:
         else:
             parts.append(str(message))
     return "\n\n".join(parts)
+
+
+def matching_dialogues(data: Mapping[str, Any], shown: "pd.DataFrame", *, query: str = "",
+                       statuses: Sequence[str] = (), metric: str | None = None,
+                       metric_range: tuple[float, float] | None = None) -> list[str]:
+    """Sample ids (dataset order) with a shown reply that match every filter.
+
+    ``data`` is :func:`~persobench.app.loaders.dialogue_data`'s result, ``shown`` its replies of the
+    chosen models and modes. ``query``: case-insensitive text in personas, context, reference or
+    replies; ``statuses``: some shown reply has one of them; ``metric_range``: some shown reply's
+    ``metric`` lies in it (inclusive).
+    """
+    import pandas as pd
+
+    shown_ids = set(shown["sample_id"].astype(str))
+    ids = [i for i in data["order"] if i in shown_ids]
+    if query.strip():
+        needle = query.strip().lower()
+        ids = [i for i in ids if needle in data["search"].get(i, "")]
+    if statuses:
+        keep = set(shown.loc[shown["status"].astype(str).isin(statuses), "sample_id"].astype(str))
+        ids = [i for i in ids if i in keep]
+    if metric is not None and metric_range is not None:
+        scores = data["scores"]
+        values = scores[scores["run_id"].isin(set(shown["run_id"]))]
+        in_range = pd.to_numeric(values[metric], errors="coerce").between(*metric_range)
+        keep = set(values.loc[in_range, "sample_id"].astype(str))
+        ids = [i for i in ids if i in keep]
+    return ids
+
+
+def dialogue_label(sample: Any, sample_id: str) -> str:
+    """``id: start of the last context turn`` for a dialogue picker (the id alone without a sample)."""
+    if sample is None or not sample.context:
+        return sample_id
+    last = sample.context[-1].text
+    return f"{sample_id}: {last[:70]}{'…' if len(last) > 70 else ''}"

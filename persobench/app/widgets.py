@@ -78,3 +78,17 @@ def job_card(manager: JobManager, status: JobStatus) -> None:
         if status.log_tail:
             with st.expander("Log (last lines)"):
                 st.code(status.log_tail, language=None)
+
+
+def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
+    """CSV (long), Markdown and LaTeX download buttons of a leaderboard (``aggregate.export_board``)."""
+    import streamlit as st
+
+    from persobench.aggregate import export_board
+
+    columns = st.columns(3)
+    for column, (label, fmt, suffix, mime) in zip(columns, (
+            ("CSV (long)", "csv", "csv", "text/csv"), ("Markdown", "markdown", "md", "text/markdown"),
+            ("LaTeX", "latex", "tex", "application/x-tex"))):
+        column.download_button(label, export_board(board, fmt), file_name=f"{stem}.{suffix}", mime=mime,
+                               key=f"{key_prefix}_{suffix}")
