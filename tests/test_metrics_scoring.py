@@ -93,9 +93,20 @@ def test_profiles_and_overrides(tmp_path):
         metrics.get_profile("offline", {"nli": str(tmp_path / "missing")})
 
 
+def test_no_gpu_device_means_cpu_without_importing_torch():
+    if backends.gpu_device_node():
+        pytest.skip("this machine has GPU device nodes")
+    code = ("import sys; from persobench.metrics.backends import get_profile; "
+            "print(get_profile('offline').device, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PERSOBENCH_DEVICE": ""}).stdout.split()
+    assert out == ["cpu", "False"]  # a lexical-only score does not pay seconds of torch import
+
+
 def test_gpu_used_when_present(monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.delenv("PERSOBENCH_DEVICE", raising=False)
+    monkeypatch.setattr(backends, "gpu_device_node", lambda: True)  # as on a machine with a GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert backends.default_device() == "cuda"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

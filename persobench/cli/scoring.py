@@ -100,37 +100,43 @@ def cmd_score(args: argparse.Namespace) -> int:
     unavailable: dict[str, str] = {}
     degraded: dict[str, str] = {}
     failures = 0
-    for run in runs:
-        if not run.has_table("generations"):
-            print(f"{run.run_id}: no generations table, skipped")
-            failures += 1
-            continue
-        try:
-            samples = _samples_for(run, samples_cache)
-            bar = _StageBar(run.run_id[:48], args.no_progress)
+    from persobench.metrics import lexical
+
+    lexical_wanted = requested is None or any(m in requested for m in (*lexical.REFERENCE_LEXICAL,
+                                                                       *lexical.REPLY_LEXICAL))
+    expected = sum(_valid_replies(run) for run in runs) if lexical_wanted else 0
+    with lexical.worker_pool(expected):  # both cores for the lexical metrics of a large job
+        for run in runs:
+            if not run.has_table("generations"):
+                print(f"{run.run_id}: no generations table, skipped")
+                failures += 1
+                continue
             try:
-                summary = score_run(run, samples, profile=profile, metrics=requested, progress=bar)
-            finally:
-                bar.close()
-        except PersoBenchError as exc:
-            print(f"{run.run_id}: not scored: {exc}")
-            failures += 1
-            continue
-        new = sum(summary.computed.values())
-        cached = sum(summary.cached.values())
-        metrics_done = sorted(m for m, n in summary.computed.items() if n)
-        line = f"{run.run_id}: {new} new value(s)"
-        if metrics_done:
-            line += f" for {', '.join(metrics_done)}"
-        line += f"; {cached} cached"
-        if summary.skipped_invalid:
-            line += f"; {summary.skipped_invalid} invalid repl{'y' if summary.skipped_invalid == 1 else 'ies'} not scored"
-        print(line)
-        for metric, prov in summary.provenance.items():
-            if prov.get("status") == "unavailable":
-                unavailable.setdefault(metric, prov.get("reason", ""))
-            elif prov.get("status") == "degraded":
-                degraded.setdefault(metric, prov.get("reason", ""))
+                samples = _samples_for(run, samples_cache)
+                bar = _StageBar(run.run_id[:48], args.no_progress)
+                try:
+                    summary = score_run(run, samples, profile=profile, metrics=requested, progress=bar)
+                finally:
+                    bar.close()
+            except PersoBenchError as exc:
+                print(f"{run.run_id}: not scored: {exc}")
+                failures += 1
+                continue
+            new = sum(summary.computed.values())
+            cached = sum(summary.cached.values())
+            metrics_done = sorted(m for m, n in summary.computed.items() if n)
+            line = f"{run.run_id}: {new} new value(s)"
+            if metrics_done:
+                line += f" for {', '.join(metrics_done)}"
+            line += f"; {cached} cached"
+            if summary.skipped_invalid:
+                line += f"; {summary.skipped_invalid} invalid repl{'y' if summary.skipped_invalid == 1 else 'ies'} not scored"
+            print(line)
+            for metric, prov in summary.provenance.items():
+                if prov.get("status") == "unavailable":
+                    unavailable.setdefault(metric, prov.get("reason", ""))
+                elif prov.get("status") == "degraded":
+                    degraded.setdefault(metric, prov.get("reason", ""))
     _report("unavailable (no number stored)", unavailable)
     _report("degraded (stored, labelled in provenance)", degraded)
     if failures:
@@ -138,6 +144,15 @@ def cmd_score(args: argparse.Namespace) -> int:
     if requested and any(m in unavailable for m in requested):
         return 1
     return 0
+
+
+def _valid_replies(run: Any) -> int:
+    """The run's valid replies as its manifest counts them (0 when it does not say)."""
+    counts = run.manifest.extra.get("counts") or {}
+    try:
+        return int(counts.get("ok", 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _report(title: str, items: dict[str, str]) -> None:

@@ -104,11 +104,25 @@ class Profile:
 
 # --- Device and paths ---------------------------------------------------------------------------
 
+def gpu_device_node() -> bool:
+    """False when this machine surely has no CUDA device: Linux without NVIDIA (or WSL GPU) device
+    nodes, or macOS. Elsewhere True, and torch decides."""
+    import sys
+
+    if sys.platform == "darwin":
+        return False
+    if sys.platform.startswith("linux"):
+        return any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"))
+    return True
+
+
 def default_device() -> str:
     """``cuda`` when a GPU is visible (and ``PERSOBENCH_DEVICE`` does not say otherwise), else ``cpu``."""
     forced = os.environ.get("PERSOBENCH_DEVICE")
     if forced:
         return forced
+    if not gpu_device_node():
+        return "cpu"  # importing torch only to learn this costs seconds (lexical-only scoring needs no torch)
     try:
         import torch
 

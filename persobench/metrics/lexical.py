@@ -21,13 +21,15 @@ equal to them to the last bit and several times faster; the libraries stay insta
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 import re
 import string
 from collections import Counter
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 
@@ -288,9 +290,13 @@ def idf_overlap_version() -> str:
 REFERENCE_LEXICAL = ("bleu", "rouge1", "rouge2", "rougeL")
 REPLY_LEXICAL = ("dist1", "dist2")
 
-#: Below this many replies a batch is scored in this process: starting worker processes costs
-#: more than it saves (a worker scores about 10,000 replies a second).
+#: A job (one batch, or all the runs of one ``score`` command) of fewer replies is scored in this
+#: process: starting worker processes costs more than it saves (one scores ~10,000 replies a second).
 PARALLEL_MIN_REPLIES = 20_000
+#: Inside a large job, a batch smaller than this is still scored in this process.
+PARALLEL_MIN_BATCH = 200
+
+_ACTIVE_POOL: contextvars.ContextVar[Any] = contextvars.ContextVar("persobench_lexical_pool", default=None)
 
 
 def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
@@ -315,45 +321,70 @@ def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
     return values
 
 
+@contextlib.contextmanager
+def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterator[bool]:
+    """Score the lexical batches of a large job (``expected_replies`` in all, e.g. every run of a
+    ``score`` command) on ``workers`` processes (default: every CPU), started once for the whole
+    job. Yields whether a pool was started: none below :data:`PARALLEL_MIN_REPLIES` or on one CPU."""
+    workers = workers or os.cpu_count() or 1
+    if workers < 2 or expected_replies < PARALLEL_MIN_REPLIES or _ACTIVE_POOL.get() is not None:
+        yield False
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    token = _ACTIVE_POOL.set((pool, workers))
+    try:
+        yield True
+    finally:
+        _ACTIVE_POOL.reset(token)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: Iterable[str],
                    *, workers: int | None = None) -> dict[str, list[float | None]]:
     """BLEU, ROUGE-1/2/L and Distinct-1/2 of each ``replies[i]`` against ``references[i]``.
 
     Returns metric -> one value per reply (``None`` for a reference-based metric when the
-    reference is blank). Batches of at least :data:`PARALLEL_MIN_REPLIES` replies are split over
-    ``workers`` processes (default: every CPU), each sent whole texts so it counts n-grams once.
+    reference is blank). Inside :func:`worker_pool` a batch is split over its processes; outside,
+    a batch of at least :data:`PARALLEL_MIN_REPLIES` replies starts its own pool. Each process is
+    sent whole texts, so it counts n-grams once.
     """
     wanted = tuple(m for m in (*REFERENCE_LEXICAL, *REPLY_LEXICAL) if m in set(metrics))
     references = [str(r) for r in references]
     replies = [str(r) for r in replies]
     if len(references) != len(replies):
         raise ValueError(f"{len(references)} references for {len(replies)} replies")
-    workers = workers or os.cpu_count() or 1
-    if workers < 2 or len(replies) < PARALLEL_MIN_REPLIES:
-        return _lexical_chunk(references, replies, wanted)
-    # Chunks sorted by reference keep a reference's analysis in one worker's cache.
+    active = _ACTIVE_POOL.get()
+    if active is not None and len(replies) >= PARALLEL_MIN_BATCH:
+        return _in_workers(active[0], active[1], references, replies, wanted)
+    if active is None and len(replies) >= PARALLEL_MIN_REPLIES:
+        with worker_pool(len(replies), workers=workers) as started:
+            if started:
+                pool, count = _ACTIVE_POOL.get()
+                return _in_workers(pool, count, references, replies, wanted)
+    return _lexical_chunk(references, replies, wanted)
+
+
+def _in_workers(pool: Any, workers: int, references: list[str], replies: list[str],
+                wanted: tuple[str, ...]) -> dict[str, list[float | None]]:
+    # Chunks cut from the replies sorted by reference keep a reference's analysis in one worker's cache.
     order = sorted(range(len(replies)), key=references.__getitem__)
-    size = -(-len(order) // (workers * 4))
+    parts = workers if len(replies) < PARALLEL_MIN_REPLIES else workers * 4
+    size = -(-len(order) // parts)
     chunks = [order[k:k + size] for k in range(0, len(order), size)]
+    futures = [pool.submit(_lexical_chunk, [references[i] for i in chunk], [replies[i] for i in chunk], wanted)
+               for chunk in chunks]
     values: dict[str, list[float | None]] = {m: [None] * len(replies) for m in wanted}
-    with _process_pool(workers) as pool:
-        futures = [pool.submit(_lexical_chunk, [references[i] for i in chunk], [replies[i] for i in chunk],
-                               wanted) for chunk in chunks]
-        for chunk, future in zip(chunks, futures):
-            part = future.result()
-            for m in wanted:
-                column = values[m]
-                for i, value in zip(chunk, part[m]):
-                    column[i] = value
+    for chunk, future in zip(chunks, futures):
+        part = future.result()
+        for m in wanted:
+            column = values[m]
+            for i, value in zip(chunk, part[m]):
+                column[i] = value
     return values
-
-
-def _process_pool(workers: int):
-    import concurrent.futures
-    import multiprocessing
-
-    # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
-    return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 # --- The family --------------------------------------------------------------------------------
@@ -366,34 +397,26 @@ class LexicalMetrics(MetricFamily):
     def score(self, batch: FamilyBatch) -> FamilyResult:
         metrics = batch.metrics
         result = FamilyResult()
-        advance = batch.progress.stage("lexical", len(batch.items))
-        rouge_wanted = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
+        items = list(batch.items)
+        advance = batch.progress.stage("lexical", len(items))
         counts = dict.fromkeys(metrics, 0)
-        for it in batch.items:
-            has_ref = bool(it.reference.strip())
-            if "bleu" in metrics and has_ref:
-                result.add(it.sid, "bleu", bleu(it.reference, it.reply))
-                counts["bleu"] += 1
-            if rouge_wanted and has_ref:
-                for name, value in zip(("rouge1", "rouge2", "rougeL"), rouge(it.reference, it.reply)):
-                    if name in metrics:
-                        result.add(it.sid, name, value)
-                        counts[name] += 1
-            for n, name in ((1, "dist1"), (2, "dist2")):
-                if name in metrics:
-                    result.add(it.sid, name, distinct(it.reply, n))
-                    counts[name] += 1
-            if "idf_overlap" in metrics and it.persona_sentences:
-                result.add(it.sid, "idf_overlap", idf_overlap(it.persona_text, it.reply))
-                counts["idf_overlap"] += 1
-            advance()
+        values = lexical_values([it.reference for it in items], [it.reply for it in items], metrics)
+        for metric, column in values.items():
+            for it, value in zip(items, column):
+                if value is not None:
+                    result.add(it.sid, metric, value)
+                    counts[metric] += 1
+        if "idf_overlap" in metrics:
+            for it in items:
+                if it.persona_sentences:
+                    result.add(it.sid, "idf_overlap", idf_overlap(it.persona_text, it.reply))
+                    counts["idf_overlap"] += 1
+        advance(len(items))
         for m in metrics:
             if m == "bleu":
-                result.record(m, "ok", version=bleu_version(), backend="nltk", n=counts[m])
+                result.record(m, "ok", version=bleu_version(), backend="python", n=counts[m])
             elif m.startswith("rouge"):
-                status, reason = rouge_status()
-                result.record(m, status, reason=reason, version=rouge_version(),
-                              backend="rouge" if status == "ok" else "rouge_score", n=counts[m])
+                result.record(m, "ok", version=rouge_version(), backend="python", n=counts[m])
             elif m.startswith("dist"):
                 result.record(m, "ok", version=distinct_version(int(m[-1])), backend="python", n=counts[m])
             else:

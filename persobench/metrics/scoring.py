@@ -322,18 +322,18 @@ def score_run(
 
     todo: dict[str, set[str]] = {}
     summary = RunScoreSummary(run.run_id, prof.key, skipped_invalid=int(len(generations) - len(ok)))
-    for metric in wanted:
-        need = set()
-        for sid, reply in replies.items():
-            if not reply.strip():
-                continue
+    # What each valid reply has, worked out once (not once per metric): (reference, persona) present.
+    present: dict[str, tuple[str, bool]] = {}
+    for sid, reply in replies.items():
+        if reply.strip():
             sample = samples_by_id[sid]
             reference = references.get(sid, sample.reference) if references else sample.reference
-            if not applicable(metric, str(reference or ""), bool(sample.persona_sentences())):
-                continue
-            if sid not in have.get(metric, set()):
-                need.add(sid)
-        summary.cached[metric] = len(have.get(metric, set()) & set(replies))
+            present[sid] = (str(reference or ""), bool(sample.persona_sentences()))
+    for metric in wanted:
+        stored = have.get(metric, set())
+        need = {sid for sid, (reference, has_persona) in present.items()
+                if sid not in stored and applicable(metric, reference, has_persona)}
+        summary.cached[metric] = len(stored & replies.keys())
         if need:
             todo[metric] = need
 
@@ -348,10 +348,12 @@ def score_run(
         result = score_samples(samples, {sid: replies[sid] for sid in ids}, profile=prof,
                                metrics=list(todo), progress=progress, references=references,
                                persona_texts=_paper_persona_texts(run, samples))
-        wanted_rows = pd.Series([m in todo and s in todo[m] for s, m in
-                                 zip(result.scores["sample_id"], result.scores["metric"])],
-                                index=result.scores.index, dtype=bool)
-        new_rows = result.scores[wanted_rows]
+        if all(len(sids) == len(ids) for sids in todo.values()):
+            new_rows = result.scores  # every metric was missing for every scored sample: keep all
+        else:
+            wanted_rows = [m in todo and s in todo[m] for s, m in
+                           zip(result.scores["sample_id"].tolist(), result.scores["metric"].tolist())]
+            new_rows = result.scores[pd.Series(wanted_rows, index=result.scores.index, dtype=bool)]
         new_rows = new_rows.assign(profile=prof.key)
         for metric in todo:
             summary.computed[metric] = int((new_rows["metric"] == metric).sum())
