@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -53,10 +54,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BOARD_COLUMNS", "CSV_COLUMNS", "INVALID_POLICIES", "OVERALL_COMPONENTS", "RADAR_ASPECTS",
-    "RESULT_COLUMNS", "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table", "export_board",
-    "leaderboard", "load_metric_status", "load_results", "model_ranking", "overall_table", "overall_with_ci",
-    "paired_values", "protocol_heading", "radar_aspects", "rank_with_ties", "run_samples", "sample_notes",
-    "sample_values", "score_invalid", "worst_value",
+    "RESULT_COLUMNS", "Results", "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table",
+    "export_board", "leaderboard", "load_metric_status", "load_results", "model_ranking", "overall_table",
+    "overall_with_ci", "paired_values", "protocol_heading", "radar_aspects", "rank_with_ties", "results_table",
+    "run_samples", "sample_notes", "sample_values", "score_invalid", "worst_value",
 ]
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
@@ -155,40 +156,26 @@ def load_metric_status(store: "RunStore", *, profile: str | None = "offline",
     and its revision, the backend and the metric's version."""
     rows = []
     for run in _completed_runs(store, include_incomplete):
-        scores = run.manifest.extra.get("scores") or {}
+        scores = run.manifest.details.scores or {}
         for name in (sorted(scores) if profile is None else [profile]):
             rows.extend(_provenance_rows(run, name))
     return pd.DataFrame(rows, columns=METRIC_STATUS_COLUMNS)
 
 
 def _provenance_rows(run: "Run", profile: str) -> list[dict[str, str]]:
-    """Provenance of each metric scored for ``profile`` (``extra["scores"][profile]["metrics"]``)."""
-    entry = (run.manifest.extra.get("scores") or {}).get(profile) or {}
-    if not isinstance(entry, Mapping):
-        return []
-    metrics = entry.get("metrics") if isinstance(entry.get("metrics"), Mapping) else entry
-    rows = []
-    for metric, info in metrics.items():
-        if not isinstance(info, Mapping) or "status" not in info:
-            continue
-        reason = str(info.get("reason") or "")
-        mixed = info.get("mixed_with")
-        if isinstance(mixed, Mapping) and mixed.get("model_id"):
-            reason = (reason + "; " if reason else "") + (
-                f"values of this run mix {info.get('model_id')} with earlier {mixed.get('model_id')}")
-        rows.append({"run_id": run.run_id, "profile": str(profile), "metric": str(metric),
-                     "status": str(info.get("status") or ""), "reason": reason,
-                     "model_id": str(info.get("model_id") or ""),
-                     "revision": str(info.get("revision_or_hash") or ""), "backend": str(info.get("backend") or ""),
-                     "metric_version": str(info.get("metric_version") or "")})
-    return rows
+    """Provenance of each metric scored for ``profile`` (:class:`~persobench.run_records.ProfileScores`)."""
+    metrics = run.manifest.details.profile_scores(profile).metrics
+    return [{"run_id": run.run_id, "profile": str(profile), "metric": metric, "status": record.status,
+             "reason": record.note, "model_id": record.model_id, "revision": record.revision_or_hash or "",
+             "backend": record.backend, "metric_version": record.metric_version or ""}
+            for metric, record in metrics.items()]
 
 
 def available_profiles(store: "RunStore", *, include_incomplete: bool = False) -> list[str]:
     """Profile keys that have scores in at least one completed run (``offline`` first)."""
     keys = set()
     for run in _completed_runs(store, include_incomplete):
-        keys.update((run.manifest.extra.get("scores") or {}).keys())
+        keys.update(run.manifest.details.scores or {})
     return sorted(keys, key=lambda k: (k != "offline", k))
 
 
@@ -206,23 +193,38 @@ def run_samples(run: "Run") -> pd.DataFrame:
     return gens[["sample_id", "status", "latency"]].reset_index(drop=True)
 
 
-class MetricStatusRows(tuple):
-    """Provenance rows kept in ``results.attrs["metric_status"]``: immutable, so pandas (which
-    deep-copies ``attrs`` on every operation) shares it instead of copying it."""
+@dataclass(frozen=True)
+class Results:
+    """What :func:`load_results` returns: the long per-sample table and what came with it."""
 
-    def __deepcopy__(self, memo: dict) -> "MetricStatusRows":
-        return self
+    frame: pd.DataFrame
+    """One row per run, sample and metric (columns :data:`RESULT_COLUMNS`); shared, never modify it."""
+    metric_status: tuple[Mapping[str, str], ...] = ()
+    """Provenance rows (run_id, metric, status, reason, model_id) of :func:`load_metric_status`."""
+    profile: str = "offline"
+    """The scoring profile the values belong to."""
+    skipped_runs: tuple[tuple[str, str], ...] = ()
+    """(folder, reason) of each run that could not be read, for a visible warning."""
+
+    @property
+    def empty(self) -> bool:
+        return self.frame.empty
 
 
-def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False) -> pd.DataFrame:
+def results_table(results: "Results | pd.DataFrame") -> pd.DataFrame:
+    """The per-sample table of ``results`` (a :class:`Results` or the table itself)."""
+    return results.frame if isinstance(results, Results) else results
+
+
+def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False) -> Results:
     """Every per-sample value of every completed run, for one scoring profile.
 
     Long format, columns :data:`RESULT_COLUMNS`: one row per sample and metric the run was scored
     on (its ``scores`` rows of ``profile``), plus ``response_time`` from the generation latency;
     ``protocol`` is the run's protocol label (:attr:`persobench.protocol.Protocol.label`).
     Samples whose reply was invalid (``status`` not ``ok``) are present with ``value`` NaN: no
-    invalid-reply policy is applied here (see :func:`leaderboard`). ``frame.attrs["metric_status"]``
-    holds the provenance rows of :func:`load_metric_status`.
+    invalid-reply policy is applied here (see :func:`leaderboard`). The :class:`Results` also hold
+    the provenance rows of :func:`load_metric_status`, the profile and the runs that were skipped.
     """
     from persobench.protocol import protocol_of
     from persobench.store import StoreError
@@ -276,17 +278,14 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
         results = pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
     else:
         results = pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in RESULT_COLUMNS})
-    results.attrs["metric_status"] = MetricStatusRows(status_rows)
-    results.attrs["profile"] = profile
-    results.attrs["skipped_runs"] = tuple(skipped)  # unreadable runs, for a visible warning
-    return results
+    return Results(results, tuple(status_rows), profile, tuple(skipped))
 
 
 # --- leaderboard -------------------------------------------------------------------------------
 
-def _status_lookup(results: pd.DataFrame, metric_status: pd.DataFrame | Iterable[Mapping] | None) -> dict:
-    if metric_status is None:
-        metric_status = results.attrs.get("metric_status")
+def _status_lookup(results: "Results | pd.DataFrame", metric_status: pd.DataFrame | Iterable[Mapping] | None) -> dict:
+    if metric_status is None and isinstance(results, Results):
+        metric_status = results.metric_status
     if metric_status is None:
         return {}
     rows = metric_status.to_dict("records") if isinstance(metric_status, pd.DataFrame) else list(metric_status)
@@ -296,8 +295,7 @@ def _status_lookup(results: pd.DataFrame, metric_status: pd.DataFrame | Iterable
 def _board_frame(results: pd.DataFrame, *, dataset: str | None, mode: str | None, profile: str,
                  side_by_side: bool) -> pd.DataFrame:
     """The result rows of one profile, dataset and mode, each with the ``board`` it is shown on."""
-    frame = results.copy(deep=False)
-    frame.attrs = {}  # pandas deep-copies attrs on every operation
+    frame = results.copy(deep=False)  # the shared table is never modified
     if "profile" in frame.columns and len(frame):
         frame = frame[frame["profile"] == profile]
     if dataset is not None:
@@ -310,7 +308,7 @@ def _board_frame(results: pd.DataFrame, *, dataset: str | None, mode: str | None
 
 
 def leaderboard(
-    results: pd.DataFrame, *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
+    results: "Results | pd.DataFrame", *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
     profile: str = "offline", metric_status: pd.DataFrame | Iterable[Mapping] | None = None,
     level: float = stats.DEFAULT_LEVEL, n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
     side_by_side: bool = False, all_samples: bool = False,
@@ -326,12 +324,13 @@ def leaderboard(
 
     ``invalid``: ``"worst"`` scores invalid replies with each metric's worst value (the paper);
     ``"exclude"`` leaves them out (``n`` then counts valid replies only). ``metric_status`` (default:
-    ``results.attrs["metric_status"]``) adds each metric's provenance and a row with NaN numbers for
+    ``results.metric_status`` of a :class:`Results`) adds each metric's provenance and a row with NaN numbers for
     metrics that are unavailable in the profile, with the reason.
     """
     if invalid not in INVALID_POLICIES:
         raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
-    frame = _board_frame(results, dataset=dataset, mode=mode, profile=profile, side_by_side=side_by_side)
+    frame = _board_frame(results_table(results), dataset=dataset, mode=mode, profile=profile,
+                         side_by_side=side_by_side)
     run_sizes = frame.groupby("run_id", sort=False)["sample_id"].nunique().to_dict() if len(frame) else {}
     if not all_samples:
         frame = _common_samples(frame)
@@ -513,7 +512,7 @@ OVERALL_CI_COLUMNS = ("overall_ci_low", "overall_ci_high", "overall_paper_ci_low
 
 
 def overall_with_ci(
-    results: pd.DataFrame, *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
+    results: "Results | pd.DataFrame", *, dataset: str | None = None, mode: str | None = None, invalid: str = "worst",
     profile: str = "offline", side_by_side: bool = False, all_samples: bool = False,
     board: pd.DataFrame | None = None, level: float = stats.DEFAULT_LEVEL,
     n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
@@ -526,7 +525,7 @@ def overall_with_ci(
     policy applied, and the run's instructability, averaged. Its mean is the overall score when every
     component is defined on the same samples. NaN where the overall score is.
     """
-    if board is None:
+    if board is None:  # given the Results, the board keeps their metric provenance
         board = leaderboard(results, dataset=dataset, mode=mode, invalid=invalid, profile=profile,
                             side_by_side=side_by_side, all_samples=all_samples, level=level,
                             n_resamples=n_resamples, seed=seed)
@@ -535,7 +534,8 @@ def overall_with_ci(
         table[column] = np.nan
     if table.empty or table["overall"].isna().all():
         return table
-    frame = _board_frame(results, dataset=dataset, mode=mode, profile=profile, side_by_side=side_by_side)
+    frame = _board_frame(results_table(results), dataset=dataset, mode=mode, profile=profile,
+                         side_by_side=side_by_side)
     if not all_samples:
         frame = _common_samples(frame)
     keys = [k for k in _board_keys(board) if k in table.columns] + ["model", "profile"]
@@ -684,7 +684,7 @@ def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str
 
 
 def compare_models(
-    results: pd.DataFrame, run_a: str, run_b: str, metric: str, *, invalid: str = "worst",
+    results: "Results | pd.DataFrame", run_a: str, run_b: str, metric: str, *, invalid: str = "worst",
     level: float = stats.DEFAULT_LEVEL, n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
 ) -> stats.PairedComparison:
     """Paired tests of ``run_a`` against ``run_b`` on ``metric`` over their common sample ids.
@@ -697,8 +697,8 @@ def compare_models(
         raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
     if metric == "instructability":
         raise ValueError("instructability is a run-level number; it has no per-sample values to pair")
-    a = _paired_values(results, run_a, metric, invalid)
-    b = _paired_values(results, run_b, metric, invalid)
+    a = _paired_values(results_table(results), run_a, metric, invalid)
+    b = _paired_values(results_table(results), run_b, metric, invalid)
     common = a.index.intersection(b.index)
     if not len(common):
         raise ValueError(f"runs {run_a!r} and {run_b!r} share no sample id")
@@ -710,21 +710,23 @@ def compare_models(
     )
 
 
-def sample_values(results: pd.DataFrame, *, dataset: str, mode: str, metric: str,
+def sample_values(results: "Results | pd.DataFrame", *, dataset: str, mode: str, metric: str,
                   invalid: str = "worst") -> pd.DataFrame:
     """Per-sample values (model, sample_id, value) of one metric in one dataset and mode, with the
     invalid-reply policy applied as :func:`leaderboard` does; samples left without a value are dropped."""
+    results = results_table(results)
     rows = results[(results["dataset"] == dataset) & (results["mode"] == mode) & (results["metric"] == metric)]
     values = score_invalid(rows["value"], (rows["status"] == OK).to_numpy(), metric, invalid)
     frame = rows[["model", "sample_id"]].assign(value=values)
     return frame.dropna(subset=["value"]).reset_index(drop=True)
 
 
-def paired_values(results: pd.DataFrame, run_a: str, run_b: str, metric: str, *,
+def paired_values(results: "Results | pd.DataFrame", run_a: str, run_b: str, metric: str, *,
                   invalid: str = "worst") -> pd.DataFrame:
     """``sample_id, A, B, difference`` (A - B) of one metric on the sample ids both runs have, the
     values :func:`compare_models` pairs (``failure_ratio``: 1 for an invalid reply, else 0); pairs
     without two values are dropped. Raises ``ValueError`` when a run or the metric is missing."""
+    results = results_table(results)
     a = _paired_values(results, run_a, metric, invalid)
     b = _paired_values(results, run_b, metric, invalid)
     common = a.index.intersection(b.index, sort=False)
@@ -738,12 +740,13 @@ COMPARISON_COLUMNS = ["metric", "n", "mean A", "mean B", "A - B", "CI low", "CI 
                       "bootstrap p", "A wins", "ties", "B wins", "better"]
 
 
-def comparison_table(results: pd.DataFrame, run_a: str, run_b: str, metrics: Sequence[str], *,
+def comparison_table(results: "Results | pd.DataFrame", run_a: str, run_b: str, metrics: Sequence[str], *,
                      invalid: str = "worst", level: float = stats.DEFAULT_LEVEL,
                      n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
                      ) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
     """:func:`compare_models` for each metric: (one row per metric, columns :data:`COMPARISON_COLUMNS`;
     ``[(metric, why it could not be compared)]``)."""
+    results = results_table(results)
     rows, skipped = [], []
     for metric in metrics:
         try:

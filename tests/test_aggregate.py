@@ -68,7 +68,8 @@ def _row(board, model, metric):
 
 
 def test_load_results_is_long_and_applies_no_policy(store):
-    results = aggregate.load_results(store)
+    loaded = aggregate.load_results(store)
+    results = loaded.frame
     assert list(results.columns) == aggregate.RESULT_COLUMNS
     a = results[(results["model"] == "A") & (results["metric"] == "dist1")]
     assert len(a) == 4 and a["value"].isna().sum() == 1  # the invalid sample is present, value NaN
@@ -76,7 +77,8 @@ def test_load_results_is_long_and_applies_no_policy(store):
     rt = results[(results["model"] == "A") & (results["metric"] == "response_time")]
     assert sorted(rt["value"]) == [1.0, 2.0, 3.0, 10.0]
     assert set(results["profile"]) == {"offline"}
-    assert {r["metric"] for r in results.attrs["metric_status"] if r["status"] == "unavailable"} == {
+    assert loaded.profile == "offline" and loaded.skipped_runs == ()
+    assert {r["metric"] for r in loaded.metric_status if r["status"] == "unavailable"} == {
         "ue_score", "c_score", "unieval_groundedness"}
 
 
@@ -161,8 +163,8 @@ def test_profiles_are_never_mixed(store):
 
 def test_compare_models_matches_scipy_and_applies_the_policy(store):
     results = aggregate.load_results(store)
-    a_id = results.loc[results["model"] == "A", "run_id"].iloc[0]
-    b_id = results.loc[results["model"] == "B", "run_id"].iloc[0]
+    a_id = results.frame.loc[results.frame["model"] == "A", "run_id"].iloc[0]
+    b_id = results.frame.loc[results.frame["model"] == "B", "run_id"].iloc[0]
     worst = aggregate.compare_models(results, a_id, b_id, "dist1")
     a, b = np.array([0.5, 1.0, 0.75, 0.0]), np.array([0.2, 0.4, 0.6, 0.8])
     assert worst.n == 4
@@ -181,7 +183,7 @@ def test_compare_models_matches_scipy_and_applies_the_policy(store):
 
 def test_duplicate_model_labels_get_distinct_names(store):
     make_run(store, model="A", statuses=["ok"] * 4, latency=[1.0] * 4, scores={"dist1": [1, 1, 1, 1]}, tag="-v2")
-    results = aggregate.load_results(store)
+    results = aggregate.load_results(store).frame
     names = sorted(results[(results["dataset"] == "focus") & (results["mode"] == "vanilla")]["model"].unique())
     assert len(names) == 3 and names[2] == "B" and all(n.startswith("A [") for n in names[:2])
 
@@ -232,8 +234,8 @@ def test_cli_leaderboard(store, capsys):
     assert main(["--home", home, "leaderboard"]) == 0
     assert "profile offline" in capsys.readouterr().out
     results = aggregate.load_results(store)
-    a_id = results.loc[results["model"] == "A", "run_id"].iloc[0]
-    b_id = results.loc[results["model"] == "B", "run_id"].iloc[0]
+    a_id = results.frame.loc[results.frame["model"] == "A", "run_id"].iloc[0]
+    b_id = results.frame.loc[results.frame["model"] == "B", "run_id"].iloc[0]
     assert main(["--home", home, "compare", a_id, b_id, "--metric", "dist1", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["n"] == 4
 
@@ -438,7 +440,7 @@ def test_sample_and_paired_values_apply_the_policy(store):
     assert sorted(worst.loc[worst["model"] == "A", "value"]) == [-1.0, 0.0, 1.0, 1.0]
     excluded = aggregate.sample_values(results, dataset="focus", mode="vanilla", metric="c_score", invalid="exclude")
     assert sorted(excluded.loc[excluded["model"] == "A", "value"]) == [0.0, 1.0, 1.0]
-    runs = results.drop_duplicates("model").set_index("model")["run_id"]
+    runs = results.frame.drop_duplicates("model").set_index("model")["run_id"]
     pairs = aggregate.paired_values(results, runs["A"], runs["B"], "dist1", invalid="worst")
     assert list(pairs["sample_id"]) == IDS
     assert list(pairs["difference"]) == pytest.approx([0.3, 0.6, 0.15, -0.8])
@@ -451,7 +453,7 @@ def test_sample_and_paired_values_apply_the_policy(store):
 
 def test_comparison_table_rows_and_skips(store):
     results = aggregate.load_results(store)
-    runs = results.drop_duplicates("model").set_index("model")["run_id"]
+    runs = results.frame.drop_duplicates("model").set_index("model")["run_id"]
     table, skipped = aggregate.comparison_table(results, runs["A"], runs["B"],
                                                 ["dist1", "instructability", "bleu", "failure_ratio"])
     assert list(table.columns) == aggregate.COMPARISON_COLUMNS

@@ -247,7 +247,7 @@ def test_paired_tests_reproduce_the_papers_significance_report(scored):
     """Metric_values/report.txt of the paper: FoCus CoT, Llama3-1-8B vs GPT-4o-mini, paired t-test
     t = -15.0159 (Dist1) and -8.7999 (Dist2)."""
     _, _, results, _ = scored
-    runs = results[(results["dataset"] == "focus") & (results["mode"] == "cot")]
+    runs = results.frame[(results.frame["dataset"] == "focus") & (results.frame["mode"] == "cot")]
     llama = runs.loc[runs["model"] == "Llama3-1-8B-Instruct", "run_id"].iloc[0]
     mini = runs.loc[runs["model"] == "gpt-4o-mini", "run_id"].iloc[0]
     for metric, t in (("dist1", -15.0159), ("dist2", -8.7999)):

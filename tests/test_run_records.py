@@ -127,8 +127,8 @@ def test_the_scoring_writer_keeps_the_keys_old_readers_know(tmp_path):
     on_disk = json.loads((run.path / "manifest.json").read_text())["extra"]["scores"]["offline"]
     old = _load("baseline_scored_twice.json")["extra"]["scores"]["offline"]
     assert set(on_disk) == set(old)
-    for metric in ("bleu", "ue_score"):
-        assert set(on_disk["metrics"][metric]) == set(old["metrics"][metric]), metric
+    for metric in ("bleu", "ue_score"):  # every key an old reader knows (later stages may add more)
+        assert set(old["metrics"][metric]) <= set(on_disk["metrics"][metric]), metric
     assert on_disk["metrics"]["bleu"]["n"] == 2 and "mixed_with" not in on_disk["metrics"]["bleu"]
     assert on_disk["metrics"]["ue_score"]["status"] == "unavailable"
     assert set(on_disk["metrics"]) == {"bleu", "ue_score", "dist1"}

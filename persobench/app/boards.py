@@ -13,6 +13,8 @@ from persobench.secrets import redact
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
 
+    from persobench.aggregate import Results
+
 
 @cache_data(show_spinner=False, max_entries=4)
 def backend_counts(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (signature is the cache key)
@@ -63,12 +65,17 @@ def profile_slots(name: str) -> "pd.DataFrame":
 
 
 @cache_resource(show_spinner="Loading scores…", max_entries=3)
-def results_frame(home: str, signature: str, profile: str) -> "pd.DataFrame":  # noqa: ARG001
+def loaded_results(home: str, signature: str, profile: str) -> "Results":  # noqa: ARG001
     """``aggregate.load_results`` for one profile: shared, read-only (never modify the frame)."""
     from persobench.aggregate import load_results
     from persobench.store import RunStore
 
     return load_results(RunStore(home), profile=profile)
+
+
+def results_frame(home: str, signature: str, profile: str) -> "pd.DataFrame":
+    """The per-sample table of :func:`loaded_results` (shared, read-only)."""
+    return loaded_results(home, signature, profile).frame
 
 
 @cache_data(show_spinner=False, max_entries=4)
@@ -86,7 +93,7 @@ def board_for(home: str, signature: str, profile: str, dataset: str, invalid: st
     ``board`` column tells the boards apart (see :func:`persobench.aggregate.leaderboard`)."""
     from persobench.aggregate import leaderboard
 
-    results = results_frame(home, signature, profile)
+    results = loaded_results(home, signature, profile)
     return leaderboard(results, dataset=dataset, invalid=invalid, profile=profile, side_by_side=side_by_side,
                        all_samples=all_samples)
 

@@ -30,7 +30,7 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (si
     rows = []
     for run in runs:
         m = run.manifest
-        scores = (m.extra or {}).get("scores") or {}
+        scores = m.details.scores or {}
         killed = interruption(run)
         rows.append({
             "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": m.model_label,
@@ -39,7 +39,7 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (si
             "source": m.source, "status": "interrupted" if killed else m.status, "samples": len(m.sample_ids),
             "note": killed.describe() if killed else "",
             "has_generations": run.has_table("generations"), "has_scores": run.has_table("scores"),
-            "profiles": ", ".join(sorted(scores)) if isinstance(scores, Mapping) else "",
+            "profiles": ", ".join(sorted(scores)),
             "created_at": m.created_at, "updated_at": m.updated_at,
         })
     columns = ["run_id", "dataset", "mode", "model", "template", "baseline", "source", "status", "samples", "note",
@@ -127,8 +127,9 @@ def dataset_error(name: str) -> str:
 
 
 def score_profiles(manifest: Mapping[str, Any]) -> list[str]:
-    scores = (manifest.get("extra") or {}).get("scores") or {}
-    return sorted(scores) if isinstance(scores, Mapping) else []
+    from persobench.run_records import RunExtra
+
+    return sorted(RunExtra.from_extra(manifest.get("extra")).scores or {})
 
 
 REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "error", "prompt")

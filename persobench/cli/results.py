@@ -146,7 +146,7 @@ def _results(args: argparse.Namespace):
     store = store_from_args(args)
     results = aggregate.load_results(store, profile=args.profile,
                                      include_incomplete=getattr(args, "include_incomplete", False))
-    warn_skipped(results.attrs.get("skipped_runs", ()))
+    warn_skipped(results.skipped_runs)
     if results.empty:
         raise CLIError(f"no completed runs with generations in {store.runs_dir}; "
                        "import (import-persobench) or generate runs first")
@@ -158,8 +158,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
     store, results = _results(args)
     for column, value, flag in (("dataset", args.dataset, "--dataset"), ("mode", args.mode, "--mode")):
-        if value is not None and value not in set(results[column]):
-            known = ", ".join(sorted(set(results[column])))
+        if value is not None and value not in set(results.frame[column]):
+            known = ", ".join(sorted(set(results.frame[column])))
             raise CLIError(f"{flag} {value!r}: no runs; runs exist for: {known}")
     board = aggregate.leaderboard(results, dataset=args.dataset, mode=args.mode, invalid=args.invalid,
                                   profile=args.profile, side_by_side=args.side_by_side, all_samples=args.all_samples)
