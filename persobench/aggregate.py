@@ -5,7 +5,7 @@ Pure functions over DataFrames plus thin loaders from the run store, shared by t
 
 Pipeline::
 
-    results = load_results(store, profile="offline")     # long, one row per sample x metric
+    results = load_results(store, profile="offline")     # Results: .frame long, one row per sample x metric
     board = leaderboard(results, invalid="worst")          # long, one row per run x metric
     overall = overall_table(board)                         # wide, one row per run: overall + rank
     text = export_board(board, "markdown")
