@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from persobench.errors import DatasetError
+from persobench.errors import DatasetError, StoreError
 from persobench.run_records import ImportRecord, RunExtra
 from persobench.store import RunManifest, RunStore, make_run_id, sha256_file
 
@@ -359,7 +359,7 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
     existing = None
     try:
         existing = store.get(run_id)
-    except Exception:
+    except StoreError:  # missing or unreadable: import afresh
         existing = None
     if existing is not None:
         old = existing.manifest.details

@@ -92,7 +92,7 @@ def _parse(path: Path) -> Mapping[str, Any]:
             data = yaml.safe_load(text) or {}
         else:
             data = tomllib.loads(text)
-    except Exception as exc:  # tomllib/yaml raise their own error types
+    except Exception as exc:  # noqa: BLE001 - tomllib/yaml raise their own error types
         raise ConfigurationError(f"{path}: invalid {path.suffix.lstrip('.').upper()} ({' '.join(str(exc).split())})") from None
     if not isinstance(data, Mapping) or not isinstance(data.get("models", {}), Mapping):
         raise ConfigurationError(f"{path}: expected a top-level 'models' table mapping names to settings")

@@ -41,7 +41,7 @@ def default_home() -> Path:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def canonical_json(value: Any) -> str:

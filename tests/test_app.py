@@ -195,7 +195,7 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
         return original(self, label, data, *args, **kwargs)
 
     monkeypatch.setattr(DeltaGenerator, "download_button", spy)
-    at = open_page("pages/leaderboard.py")
+    open_page("pages/leaderboard.py")
     assert set(captured) == {"CSV (long)", "Markdown", "LaTeX"}
 
     csv = pd.read_csv(io.StringIO(captured["CSV (long)"]))

@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-from persobench import jobs as jobs_pkg
 from persobench.jobs import JobManager, JobStep, LaunchChoice, job_id_for, plan_launch
 
 

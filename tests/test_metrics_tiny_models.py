@@ -115,7 +115,7 @@ def test_persona_coverage_uses_nli_when_available(nli_dir):
     assert len(details) == 4  # 2 + 2 persona sentences (both speakers of t:1)
     assert set(details["nli_label"]) <= {"entailment", "neutral", "contradiction"}
     assert details["similarity"].notna().all()
-    for sid, group in details.groupby("sample_id"):
+    for sid, group in details.groupby("sample_id"):  # noqa: B007 - sid is read by query("@sid")
         expected = (group["nli_label"] == "entailment").mean()
         got = result.scores.query("sample_id == @sid and metric == 'persona_coverage'")["value"].iloc[0]
         assert got == pytest.approx(expected)
@@ -131,7 +131,7 @@ def test_persona_coverage_falls_back_to_embedding_similarity_and_says_so():
     assert result.persona_details["nli_label"].isna().all()
     from persobench.metrics.scoring import COVERAGE_SIMILARITY_THRESHOLD
 
-    for sid, group in result.persona_details.groupby("sample_id"):
+    for sid, group in result.persona_details.groupby("sample_id"):  # noqa: B007 - read by query("@sid")
         expected = (group["similarity"] >= COVERAGE_SIMILARITY_THRESHOLD).mean()
         got = result.scores.query("sample_id == @sid and metric == 'persona_coverage'")["value"].iloc[0]
         assert got == pytest.approx(expected)

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,7 @@ def _file_id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _column(path: Path, column: str = "gen_response") -> tuple[str, ...]:
     # The csv module keeps empty cells as "" (pandas would turn them into NaN).
     with path.open(encoding="utf-8", newline="") as handle:
@@ -125,7 +125,7 @@ def test_paper_closed_style_matches_the_notebook_code() -> None:
             value = data.get('response', '')
         except json.JSONDecodeError:
             return None
-        except Exception:  # the notebook's outer handler (a list has no .get)
+        except Exception:  # noqa: BLE001 - the notebook's outer handler (a list has no .get)
             return None
         return None if value in ('', None) else str(value)
 

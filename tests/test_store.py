@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +90,7 @@ def test_a_killed_writer_never_replaces_the_good_file(tmp_path: Path) -> None:
     target = tmp_path / "table.bin"
     atomic_write_bytes(target, b"good")
     # A child process starts writing 50 MB and is killed mid-way: the target must still be "good".
-    code = (
+    code = (  # noqa: UP031 - %r quotes the paths for the child
         "import os, sys; sys.path.insert(0, %r)\n"
         "from persobench import store\n"
         "real = os.fsync\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped

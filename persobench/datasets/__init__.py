@@ -164,7 +164,7 @@ def select_samples(samples: list[Sample], *, limit: int | None = None, seed: int
         raise DatasetError(f"limit must be >= 0, got {limit}")
 
     def rank(sample: Sample) -> str:
-        return hashlib.sha256(f"{seed}:{sample.id}".encode("utf-8")).hexdigest()
+        return hashlib.sha256(f"{seed}:{sample.id}".encode()).hexdigest()
 
     chosen = {s.id for s in sorted(samples, key=rank)[:limit]}
     return [s for s in samples if s.id in chosen]

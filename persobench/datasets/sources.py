@@ -406,11 +406,11 @@ def _load_with_datasets(source: str, *, split: str, config: str | None = None) -
         if builder is None:
             known = ", ".join(sorted(_FILE_BUILDERS))
             raise DatasetError(f"{path}: unsupported file type {path.suffix!r}; expected one of {known}")
-        loader: Callable[[], Any] = lambda: datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        loader: Callable[[], Any] = lambda: datasets.load_dataset(builder, data_files={split: str(path)}, split=split)  # noqa: E731
         label = str(path)
     elif path.is_dir():
         folder = path / config if config and (path / config).is_dir() else path
-        loader = lambda: datasets.load_dataset(str(folder), split=split)
+        loader = lambda: datasets.load_dataset(str(folder), split=split)  # noqa: E731
         label = str(folder)
     elif _looks_like_path(source):
         raise DatasetError(f"{source}: no such file or folder")

@@ -79,7 +79,7 @@ async def sleep_or_stop(delay: float, stopping: asyncio.Event) -> None:
     """Sleep ``delay`` seconds, or less when ``stopping`` is set meanwhile."""
     try:
         await asyncio.wait_for(stopping.wait(), timeout=delay)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
 
 
@@ -140,7 +140,7 @@ async def call_with_retries(
                 return None
             except ProviderError as exc:
                 error = exc
-            except Exception as exc:  # an adapter bug must cost one sample, not the run
+            except Exception as exc:  # noqa: BLE001 - an adapter bug must cost one sample, not the run
                 error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
             latency = time.monotonic() - started
         finally:

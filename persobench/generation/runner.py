@@ -103,7 +103,7 @@ def run_coroutine(coro: Any) -> Any:
     def target() -> None:
         try:
             result["value"] = asyncio.run(coro)
-        except BaseException as exc:  # re-raised in the caller's thread
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             result["error"] = exc
 
     thread = threading.Thread(target=target, name="persobench-generation")

@@ -68,7 +68,7 @@ def run_job(folder: Path) -> int:
             if returncode != 0:
                 state["failures"].append(f"{step.label} exited with status {returncode}")
             save()
-    except Exception as exc:  # recorded for the page; the traceback goes to the log
+    except Exception as exc:  # noqa: BLE001 - recorded for the page; the traceback goes to the log
         import traceback
 
         traceback.print_exc()

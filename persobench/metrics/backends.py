@@ -127,7 +127,7 @@ def default_device() -> str:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
-    except Exception:  # torch missing or broken: lexical metrics still work
+    except Exception:  # noqa: BLE001 - torch missing or broken: lexical metrics still work
         return "cpu"
 
 
@@ -271,7 +271,7 @@ def quiet_transformers() -> None:
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-    except Exception:  # pragma: no cover - older transformers
+    except Exception:  # noqa: BLE001  # pragma: no cover - older transformers
         pass
 
 
@@ -437,7 +437,7 @@ def load_wordnet(spec: SlotModel) -> Any:
         class _Reader(WordNetCorpusReader):
             # The data is WordNet 3.0 itself: no cross-version sense mapping to build (nltk would
             # otherwise look for a second, downloaded "wordnet" corpus to map from).
-            def map_wn(self, version: str = "wordnet") -> None:  # noqa: D401
+            def map_wn(self, version: str = "wordnet") -> None:  # noqa: D401, ARG002
                 return None
 
         if spec.model_id == "package:wn":

@@ -21,7 +21,7 @@ DEGRADED = "degraded: exact+stem"
 class _NoSynonyms:
     """Stands in for WordNet: no word has synsets, so only exact and stem stages match."""
 
-    def synsets(self, *args: Any, **kwargs: Any) -> list:
+    def synsets(self, *_args: Any, **_kwargs: Any) -> list:
         return []
 
 

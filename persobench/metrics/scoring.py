@@ -404,6 +404,6 @@ def score_run(
     if new_prov or recorded_empty:
         entry = dataclasses.replace(
             entry, profile=prof.describe(), metrics=stored_prov,
-            updated_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+            updated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
         run.update(extra=RunExtra(scores={**(recorded.scores or {}), prof.key: entry}).to_extra())
     return summary

@@ -138,7 +138,7 @@ def score_dialog(model: UniEvalModel, replies: Sequence[str], histories: Sequenc
     flat_scores = model.score(flat, batch_size=batch_size, progress=progress)
     out: dict[str, list[float]] = {}
     cursor = 0
-    for dim, (inputs, counts) in plan.items():
+    for dim, (_inputs, counts) in plan.items():
         values: list[float] = []
         for count in counts:
             chunk = flat_scores[cursor:cursor + count]

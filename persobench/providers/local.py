@@ -164,7 +164,7 @@ class LocalProvider:
             else:  # base models: plain concatenation
                 text = "\n\n".join(m["content"] for m in messages) + "\n\n"
                 inputs = tokenizer(text, return_tensors="pt")
-        except Exception as exc:  # a template error is this request's problem, not the run's
+        except Exception as exc:  # noqa: BLE001 - a template error is this request's problem, not the run's
             raise ProviderError(ErrorKind.BAD_REQUEST, f"cannot apply the chat template: {exc}") from None
         params = request.params
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_tokens, **self._generate_options}
