@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.aggregate import model_ranking
 from persobench.app.charts import distribution_figure, metric_bars_figure, modes_figure, radar_figure
 from persobench.app.boards import (available_profiles, board_choices, board_for, metric_cells, mode_differences,
                                    overall_with_ci, sample_values, unavailable_by_reason)
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
-from persobench.app.text import cell_text, md_escape, model_kind
-from persobench.app.widgets import board_downloads
+from persobench.app.text import md_escape
+from persobench.app.widgets import board_downloads, ranking_table
 
 page_setup()
 st.title("Leaderboard")
@@ -90,40 +89,11 @@ rank_by = st.selectbox("Rank by", rank_choices, index=rank_choices.index(default
                        help="Models whose 95% confidence intervals overlap share a rank (shown with '=').")
 
 # ---- ranking table -----------------------------------------------------------------------------
-ranked = model_ranking(board, overall, rank_by, chosen)
-ranked["kind"] = ranked["model"].map(model_kind)
-if rank_by not in ("overall", "overall_paper"):
-    ranked[rank_by] = ranked["value"]
-    ranked[f"{rank_by} 95% CI"] = [cell_text(v, None, lo, hi) for v, lo, hi in
-                                   zip(ranked["value"], ranked["value_ci_low"], ranked["value_ci_high"])]
-ranked["overall 95% CI"] = [cell_text(v, None, lo, hi, digits=2) for v, lo, hi in
-                            zip(ranked["overall"], ranked["overall_ci_low"], ranked["overall_ci_high"])]
-columns = ["rank", "model", "kind"]
-if rank_by not in ("overall", "overall_paper"):
-    columns += [rank_by, f"{rank_by} 95% CI"]
-if has_overall:
-    columns += ["overall", "overall 95% CI", "overall_paper"]
-columns += ["n", "failure_ratio", "instructability", "response_time", "overlaps"]
 st.subheader(f"{dataset} · {protocol_heading(protocol, mode)}")
 counts = board[board["metric"] == "failure_ratio"]
 for note in sample_notes({r.model: (int(r.n), int(r.run_n)) for r in counts.itertuples()}):
     st.info(md_escape(note.replace("--all-samples uses", "'All samples' uses")))
-st.dataframe(
-    ranked[columns], hide_index=True, width="stretch",
-    column_config={
-        "overall": st.column_config.NumberColumn("overall", format="%.2f",
-                                                 help="Mean of ue_score, persona_distance, unieval_groundedness, "
-                                                      "c_score and instructability, all x100."),
-        "overall_paper": st.column_config.NumberColumn("overall (paper)", format="%.2f",
-                                                       help="As the paper's ranking table: instructability added "
-                                                            "unscaled (0-1), so it barely counts."),
-        "failure_ratio": st.column_config.NumberColumn("failure ratio", format="%.3f"),
-        "instructability": st.column_config.NumberColumn(format="%.3f"),
-        "response_time": st.column_config.NumberColumn("response time (s)", format="%.2f"),
-        rank_by: st.column_config.NumberColumn(format="%.3f"),
-        "overlaps": st.column_config.TextColumn("CI overlaps with", width="medium"),
-    },
-)
+ranked = ranking_table(board, overall, rank_by, chosen, with_overall=has_overall)
 if not has_overall:
     lacking = [m for m in OVERALL_COMPONENTS if m not in set(available["metric"])]
     st.info("No overall score: it averages " + ", ".join(OVERALL_COMPONENTS) + " and the "

@@ -1,11 +1,12 @@
-"""Reusable widgets: a dataset sample, and the card of a background job (New run and Data pages)."""
+"""Reusable widgets: a dataset sample, the card of a background job (New run and Data pages), the
+leaderboard's ranking table and its download buttons."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from persobench.app.chrome import app_environment
-from persobench.app.text import format_seconds, md_escape
+from persobench.app.text import cell_text, format_seconds, md_escape, model_kind
 from persobench.jobs import JobManager, JobStatus
 
 
@@ -92,3 +93,47 @@ def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
             ("LaTeX", "latex", "tex", "application/x-tex"))):
         column.download_button(label, export_board(board, fmt), file_name=f"{stem}.{suffix}", mime=mime,
                                key=f"{key_prefix}_{suffix}")
+
+
+def ranking_table(board: Any, overall: Any, rank_by: str, models: Sequence[str], *, with_overall: bool) -> Any:
+    """The leaderboard's ranking (``aggregate.model_ranking``) as a table: rank with ties, kind, the
+    ranking metric and overall score with their 95% CIs, n, failures, time and CI overlaps.
+
+    Returns the ranked frame (one row per model, in rank order) for the tables that follow it.
+    """
+    import streamlit as st
+
+    from persobench.aggregate import model_ranking
+
+    ranked = model_ranking(board, overall, rank_by, models)
+    ranked["kind"] = ranked["model"].map(model_kind)
+    by_metric = rank_by not in ("overall", "overall_paper")
+    if by_metric:
+        ranked[rank_by] = ranked["value"]
+        ranked[f"{rank_by} 95% CI"] = [cell_text(v, None, lo, hi) for v, lo, hi in
+                                       zip(ranked["value"], ranked["value_ci_low"], ranked["value_ci_high"])]
+    ranked["overall 95% CI"] = [cell_text(v, None, lo, hi, digits=2) for v, lo, hi in
+                                zip(ranked["overall"], ranked["overall_ci_low"], ranked["overall_ci_high"])]
+    columns = ["rank", "model", "kind"]
+    if by_metric:
+        columns += [rank_by, f"{rank_by} 95% CI"]
+    if with_overall:
+        columns += ["overall", "overall 95% CI", "overall_paper"]
+    columns += ["n", "failure_ratio", "instructability", "response_time", "overlaps"]
+    st.dataframe(
+        ranked[columns], hide_index=True, width="stretch",
+        column_config={
+            "overall": st.column_config.NumberColumn("overall", format="%.2f",
+                                                     help="Mean of ue_score, persona_distance, unieval_groundedness, "
+                                                          "c_score and instructability, all x100."),
+            "overall_paper": st.column_config.NumberColumn("overall (paper)", format="%.2f",
+                                                           help="As the paper's ranking table: instructability added "
+                                                                "unscaled (0-1), so it barely counts."),
+            "failure_ratio": st.column_config.NumberColumn("failure ratio", format="%.3f"),
+            "instructability": st.column_config.NumberColumn(format="%.3f"),
+            "response_time": st.column_config.NumberColumn("response time (s)", format="%.2f"),
+            rank_by: st.column_config.NumberColumn(format="%.3f"),
+            "overlaps": st.column_config.TextColumn("CI overlaps with", width="medium"),
+        },
+    )
+    return ranked

@@ -1,0 +1,167 @@
+"""The layout rules of README "Development": one-way data flow between stages, thin pages, no
+Streamlit outside the app, small modules. Read from the source with `ast`, so lazy imports count too."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "persobench"
+
+# Each module's stage, in data-flow order; a module may import its own stage and earlier ones only.
+# Generation parses each reply as it arrives, so postprocess (which imports nothing of persobench)
+# sits in the generation stage; the importer builds the same run tables from published replies.
+STAGES: dict[str, tuple[str, ...]] = {
+    "foundation": ("persobench", "persobench.errors", "persobench.records",
+                   "persobench.registry", "persobench.secrets", "persobench.csv_io", "persobench.run_records",
+                   "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store"),
+    "datasets": ("persobench.datasets",),
+    "prompts": ("persobench.prompts", "persobench.protocol"),
+    "generation": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.cache",
+                   "persobench.generation", "persobench.postprocess", "persobench.importer"),
+    "metrics": ("persobench.metrics",),
+    "aggregate": ("persobench.aggregate", "persobench.exports"),
+    "jobs": ("persobench.jobs",),
+    # The two front ends: each may use every stage, neither imports the other.
+    "cli": ("persobench.cli", "persobench.__main__"),
+    "app": ("persobench.app",),
+}
+ORDER = ["foundation", "datasets", "prompts", "generation", "metrics", "aggregate", "jobs", "cli"]
+RANK = {stage: ORDER.index(stage) if stage in ORDER else ORDER.index("cli") for stage in STAGES}
+MAX_PAGE_LINES = 200
+MAX_MODULE_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _stage_of(module: str) -> str | None:
+    """The stage of a module: the longest registered prefix wins ("persobench" itself is foundation)."""
+    best, best_len = None, -1
+    for stage, prefixes in STAGES.items():
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                if prefix == "persobench" and module != "persobench":
+                    continue
+                best, best_len = stage, len(prefix)
+    return best
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in a file, including those inside functions."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            # `from persobench import aggregate` imports the submodule persobench.aggregate
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names
+                      if node.module == "persobench"]
+    return found
+
+
+def _library_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_library_module_has_a_stage():
+    unplaced = [_module_name(p) for p in _library_files() if _stage_of(_module_name(p)) is None]
+    assert unplaced == [], "add these modules to STAGES in tests/test_architecture.py"
+
+
+def test_no_module_imports_a_later_stage():
+    known = {_module_name(p) for p in _library_files()}
+    problems = []
+    for path in _library_files():
+        here = _module_name(path)
+        stage = _stage_of(here)
+        for line, imported in _imports(path):
+            if imported not in known and imported.rsplit(".", 1)[0] not in known:
+                continue  # a third-party module, or a name imported from a persobench module
+            target = _stage_of(imported if imported in known else imported.rsplit(".", 1)[0])
+            if target is None or target == stage:
+                continue
+            if RANK[target] > RANK[stage] or {stage, target} == {"cli", "app"}:
+                problems.append(f"{path.relative_to(ROOT)}:{line}: {stage} imports {imported} ({target})")
+    assert problems == []
+
+
+def test_the_rule_catches_a_backward_import(tmp_path, monkeypatch):
+    """The check itself fails on a violation (a dataset module reaching for the metrics)."""
+    fake = tmp_path / "persobench" / "datasets"
+    fake.mkdir(parents=True)
+    (tmp_path / "persobench" / "metrics").mkdir()
+    (tmp_path / "persobench" / "metrics" / "__init__.py").write_text("METRICS = {}\n", encoding="utf-8")
+    (fake / "bad.py").write_text("def f():\n    from persobench.metrics import METRICS\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "persobench")
+    with pytest.raises(AssertionError):
+        test_no_module_imports_a_later_stage()
+
+
+def test_streamlit_is_imported_only_by_the_app():
+    outside = [f"{path.relative_to(ROOT)}:{line}" for path in _library_files()
+               if _stage_of(_module_name(path)) != "app"
+               for line, imported in _imports(path) if imported.split(".")[0] in ("streamlit", "plotly")]
+    assert outside == []
+
+
+def test_jobs_and_their_runner_never_load_streamlit(tmp_path):
+    code = textwrap.dedent(f"""
+        import runpy, sys
+        import persobench.jobs, persobench.jobs.manager, persobench.jobs.planning, persobench.jobs.runner
+        from persobench.jobs import LaunchChoice, plan_launch
+        plan_launch({str(tmp_path)!r}, [LaunchChoice("sample", "openai:gpt-4o-mini", "vanilla", None)], limit=1)
+        sys.argv = ["persobench.jobs", "--help"]
+        try:
+            runpy.run_module("persobench.jobs", run_name="__main__", alter_sys=True)
+        except SystemExit as stop:
+            print("exit", stop.code)
+        print("loaded", sorted(m for m in ("streamlit", "plotly") if m in sys.modules))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "usage: python -m persobench.jobs job JOB_DIR" in done.stderr
+    assert done.stdout.splitlines()[-2:] == ["exit 2", "loaded []"], done.stdout + done.stderr
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: p.name)
+def test_pages_are_thin(page: Path):
+    lines = len(page.read_text(encoding="utf-8").splitlines())
+    assert lines < MAX_PAGE_LINES, f"{page.name} has {lines} lines: move widgets into persobench/app"
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: p.name)
+def test_pages_use_no_private_persobench_names(page: Path):
+    tree = ast.parse(page.read_text(encoding="utf-8"))
+    bound: set[str] = set()  # names bound to persobench modules or objects
+    private = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("persobench"):
+            private += [f"{node.lineno}: {node.module}" for part in node.module.split(".") if part.startswith("_")]
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    private.append(f"{node.lineno}: {node.module}.{alias.name}")
+                bound.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("persobench"):
+                    private += [f"{node.lineno}: {alias.name}" for part in alias.name.split(".") if part.startswith("_")]
+                    bound.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in bound):
+            private.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    assert private == []
