@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["PAPER", "PAPER_MAX_TOKENS", "PAPER_POLICY", "PAPER_TEMPERATURE", "Protocol", "paper_protocol",
-           "protocol_of", "template_family"]
+__all__ = ["PAPER", "PAPER_MAX_TOKENS", "PAPER_POLICY", "PAPER_TEMPERATURE", "Protocol", "default_policy",
+           "paper_protocol", "protocol_of", "template_family"]
 
 #: The paper's template family.
 PAPER = "paper"
@@ -29,6 +29,8 @@ PAPER = "paper"
 PAPER_MAX_TOKENS = {"vanilla": 110, "cot": 220}
 PAPER_TEMPERATURE = 0.0
 PAPER_POLICY = "paper"
+#: The post-processing policy of every other template family.
+DEFAULT_POLICY = "robust"
 
 @dataclass(frozen=True)
 class Protocol:
@@ -92,6 +94,13 @@ def _short(number: float) -> str:
 def paper_protocol(mode: str) -> Protocol:
     """The paper's protocol in ``mode``."""
     return Protocol(PAPER, mode, PAPER_MAX_TOKENS.get(mode), PAPER_TEMPERATURE, PAPER_POLICY, False)
+
+
+def default_policy(family: str) -> str:
+    """The post-processing policy a run of template ``family`` gets unless one is asked for: the
+    paper's parsing for the paper's templates (so a default run is on the paper's protocol and
+    lands on the board of the published runs), ``robust`` for every other family."""
+    return PAPER_POLICY if family == PAPER else DEFAULT_POLICY
 
 
 def _field(manifest: Any, name: str, default: Any = None) -> Any:

@@ -76,7 +76,9 @@ def test_every_status_and_nothing_dropped(openai_server, tmp_path):
         6: error(401, "invalid api key"),
         7: reply(refusal="I can't assist with that."),
     }, first_only=False)
-    result = run(openai_server, tmp_path, concurrency=4)
+    # The robust policy's statuses (the default for the paper's templates is the paper's parsing,
+    # which, as its notebooks did, accepts a blank "response").
+    result = run(openai_server, tmp_path, concurrency=4, policy="robust")
     frame = table(result)
     assert list(frame.reset_index().columns) == list(COLUMNS)
     assert list(frame.index) == [s.id for s in SAMPLES]  # one row per sample, in run order

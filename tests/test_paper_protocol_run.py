@@ -140,3 +140,68 @@ def test_a_runs_prompt_is_shown_with_its_own_template() -> None:
     assert (stored, note) == ("the stored user message", "")
     missing, note = prompt_text(None, "sample", sample.id, "vanilla", template="my-file.toml")
     assert missing == "" and "my-file.toml" in note
+
+
+# ---- the default parse policy follows the template family (issue 11) ---------------------------
+
+
+def test_default_policy_follows_the_template_family(tmp_path: Path) -> None:
+    from persobench.generation import GenerationConfig
+    from persobench.protocol import paper_protocol, protocol_of
+
+    store = RunStore(tmp_path)
+    for model, mode in (("openai:gpt-4o-mini", "vanilla"), ("local:smollm2", "cot"), ("baseline:reference", "cot")):
+        plan = plan_generation(GenerationConfig(model=model, mode=mode, limit=1), store=store)
+        assert plan.manifest.parameters["policy"] == "paper" and plan.config.policy == "paper"
+        assert protocol_of(plan.manifest) == paper_protocol(mode), (model, mode)
+    ours = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", template="persobench", limit=1), store=store)
+    assert ours.manifest.parameters["policy"] == "robust" and ours.config.policy == "robust"
+    explicit = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", policy="robust", limit=1), store=store)
+    assert explicit.manifest.parameters["policy"] == "robust"
+    assert not protocol_of(explicit.manifest).is_paper
+
+    # The app's planner (New run) and the demo leave the policy to the same rule.
+    from persobench.cli.demo import demo_configs
+    from persobench.jobs import LaunchChoice, launch_steps, plan_launch
+
+    [row] = plan_launch(tmp_path, [LaunchChoice("sample", "baseline:reference", "cot")], limit=2)
+    paper_run = plan_generation(GenerationConfig(model="baseline:reference", mode="cot", limit=2, policy="paper"),
+                                store=store)
+    assert row["run_id"] == paper_run.run_id
+    [step, _score] = launch_steps([row], limit=2)
+    assert "--policy" not in step.argv  # the CLI's default is the same rule
+    for config in demo_configs(limit=1, local=True):
+        assert protocol_of(plan_generation(config, store=store).manifest).is_paper, config.model
+
+
+def test_a_default_cli_run_lands_on_the_published_runs_board(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``run`` with every default but dataset, model and server, next to the paper's published runs
+    of that dataset: one protocol, one board (CLI leaderboard)."""
+    from persobench.cli import main
+    from tests.fakes import FakeLLMServer
+    from tests.fakes.fixtures import OPENAI_SECRET
+    from tests.test_importer import make_paper_folder
+
+    folder = make_paper_folder(tmp_path / "paper")
+    monkeypatch.setenv("PERSOBENCH_REFERENCE", str(folder))
+    monkeypatch.delenv("PERSOBENCH_PROMPTS", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_SECRET)
+    home = str(tmp_path / "home")
+    assert main(["--home", home, "import-persobench", str(folder)]) == 0
+    with FakeLLMServer("openai") as server:
+        assert main(["--home", home, "run", "--dataset", "focus", "--model", "openai:my-model",
+                     "--base-url", server.base_url, "--no-progress"]) == 0
+    assert main(["--home", home, "score", "--metrics", "bleu,dist1", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["--home", home, "leaderboard", "--dataset", "focus", "--mode", "vanilla", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    boards = {(r["model"], r["board"]) for r in data["metrics"]}
+    assert {model for model, _ in boards} == {"gpt-x", "open-7b", "openai:my-model"}
+    assert len({board for _, board in boards}) == 1, boards
+    from persobench.protocol import paper_protocol
+
+    assert {board for _, board in boards} == {paper_protocol("vanilla").label} and len(data["protocols"]) == 1
+    capsys.readouterr()
+    assert main(["--home", home, "leaderboard", "--dataset", "focus", "--mode", "vanilla"]) == 0
+    table = capsys.readouterr().out
+    assert table.count(paper_protocol("vanilla").label) == 1 and "openai:my-model" in table and "gpt-x" in table

@@ -41,7 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "it no longer measures instruction following")
     run.add_argument("--batch-size", type=int, default=None,
                      help="local models: samples per forward pass (default: measured, see README)")
-    run.add_argument("--policy", choices=("robust", "paper"), default="robust", help="post-processing policy")
+    run.add_argument("--policy", choices=("robust", "paper"), default=None,
+                     help="post-processing policy (default: paper for the paper's templates, so a default run is on "
+                          "the paper's protocol; robust for the others)")
     run.add_argument("--models", default=None, metavar="FILE", help="model registry file (TOML or YAML)")
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="model option (VALUE parsed as JSON when it can be), repeatable")

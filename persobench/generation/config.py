@@ -42,9 +42,11 @@ class GenerationConfig:
     """Sampling temperature; default from the template (0)."""
     top_p: float | None = None
     """Nucleus sampling mass; ``None`` for the provider default."""
-    policy: str = "robust"
+    policy: str | None = None
     """Post-processing policy ("robust" or "paper"; "paper" reads replies as the paper's notebook for
-    the template did, see :func:`persobench.generation.plan.paper_parse_style`)."""
+    the template did, see :func:`persobench.generation.plan.paper_parse_style`); default: the
+    template family's (:func:`persobench.protocol.default_policy`: "paper" for the paper's
+    templates, "robust" for the others). A plan's config holds the policy it resolved to."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Extra model options merged over the models-file entry."""
     models_file: str | None = None

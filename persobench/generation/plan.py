@@ -93,7 +93,7 @@ def plan_generation(
         raise ConfigurationError("max_attempts must be at least 1")
     from persobench.postprocess import POLICIES
 
-    if config.policy not in POLICIES:
+    if config.policy is not None and config.policy not in POLICIES:
         raise ConfigurationError(f"unknown post-processing policy {config.policy!r}; known: {', '.join(POLICIES)}")
     spec = resolve_model(
         config.model, base_url=config.base_url, options=config.options, models_file=config.models_file,
@@ -106,6 +106,10 @@ def plan_generation(
     if config.template and template.mode != config.mode and config.mode != "vanilla":
         raise ConfigurationError(f"template {template.name!r} is in {template.mode!r} mode, not {config.mode!r}")
     mode = template.mode
+    if config.policy is None:  # the template family decides: a default run is on the paper's protocol
+        from persobench.protocol import default_policy
+
+        config = dataclasses.replace(config, policy=default_policy(template.family))
     chat_template = _chat_template(config, template, spec)
     temperature = template.temperature if config.temperature is None else float(config.temperature)
     max_tokens = template.max_tokens if config.max_tokens is None else int(config.max_tokens)
