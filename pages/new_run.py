@@ -74,12 +74,19 @@ with st.container(border=True):
                                help="auto: start at 2, raise while replies come back, halve on a 429 or 5xx "
                                     "(at most 32).")
 
-template = st.selectbox(
+t1, t2 = st.columns([3, 1])
+template = t1.selectbox(
     "Prompt template", TEMPLATE_CHOICES, key="new_template",
     format_func=lambda t: TEMPLATE_CHOICES[t],
     help="The paper's protocol sends its closed-source prompt to API models and its open-source prompt, as "
          "raw text without a chat template, to local models; persobench is PersoBench's own wording.")
-choices = [LaunchChoice(d, m, mode, custom.get(m) or None, template or None)
+structured = t2.checkbox(
+    "Structured output", key="new_structured",
+    help="Ask the provider to guarantee the reply's JSON shape (a JSON schema for OpenAI-compatible servers and "
+         "Anthropic, grammar-constrained decoding for local models). A separate configuration, labelled "
+         "+structured on its own board: it no longer measures whether the model follows the format instruction "
+         "(instructability). Baselines ignore it.")
+choices = [LaunchChoice(d, m, mode, custom.get(m) or None, template or None, structured)
            for d in chosen_datasets for m in chosen_models for mode in chosen_modes]
 if not choices:
     st.info("Pick at least one dataset, one model and one mode to see the estimate.")
@@ -87,8 +94,8 @@ else:
     key_env = app_environment()
     plans = plan_launch(home, choices, limit=int(limit) or None, seed=int(seed), env=key_env)
     table = pd.DataFrame(plans)
-    shown = table[["dataset", "model", "mode", "template", "samples", "requests", "cached", "prompt_tokens",
-                   "max_cost_usd", "problem"]]
+    shown = table[["dataset", "model", "mode", "template", "structured", "samples", "requests", "cached",
+                   "prompt_tokens", "max_cost_usd", "problem"]]
     st.subheader("Before launching")
     st.dataframe(
         shown, hide_index=True, width="stretch",
@@ -102,9 +109,12 @@ else:
     )
     total_cost = table["max_cost_usd"].dropna().sum()
     unknown_cost = table["max_cost_usd"].isna().any()
+    n_structured = int(table["structured"].sum())
     st.caption(f"{int(table['requests'].sum())} requests to send, {int(table['cached'].sum())} served from the "
                f"cache, about {int(table['prompt_tokens'].sum()):,} prompt tokens; estimated cost at most "
-               f"{total_cost:.4f} USD" + (" plus models with unknown prices." if unknown_cost else "."))
+               f"{total_cost:.4f} USD" + (" plus models with unknown prices." if unknown_cost else ".")
+               + (f" Structured output on for {n_structured} run(s) (a separate +structured configuration)."
+                  if n_structured else " Structured output: baselines ignore it." if structured else ""))
     if table["key_withheld"].any():
         st.info("A base URL typed here is not one the operator configured, so runs against it are launched "
                 "without the app's API keys (local servers such as vLLM or Ollama need none). To allow a server, "

@@ -500,6 +500,49 @@ def test_new_run_offers_the_paper_presets_and_a_template_choice(tmp_path, monkey
     assert argv[argv.index("--template") + 1] == "persobench"
 
 
+def test_new_run_structured_output_checkbox_launches_a_structured_run(tmp_path, monkeypatch):
+    """The checkbox reaches the estimate and the run step (`run --structured`): the run launched from the
+    page asks the server for the reply schema and its manifest, protocol and label say structured."""
+    from persobench.jobs import JobManager
+    from persobench.protocol import protocol_of
+    from persobench.store import RunStore
+    from tests.fakes import FakeLLMServer
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_SECRET)
+    with FakeLLMServer("openai") as server:
+        monkeypatch.setenv("PERSOBENCH_KEY_HOSTS", server.base_url)
+        at = open_page("pages/new_run.py")
+        at.text_input(key="new_model_name").input("fake-json").run()
+        at.text_input(key="new_base_url").input(server.base_url).run()
+        at.button(key="new_add_model").click().run()
+        at.multiselect(key="new_models").set_value(["openai:fake-json", "baseline:reference"]).run()
+        at.number_input(key="new_limit").set_value(3).run()
+        at.selectbox(key="new_profile").set_value("(do not score)").run()
+        estimate = frame_by_columns(at, "model", "structured").set_index("model")
+        assert not estimate["structured"].any()
+        at.checkbox(key="new_structured").check().run()
+        assert not at.exception
+        estimate = frame_by_columns(at, "model", "structured").set_index("model")
+        assert bool(estimate.loc["openai:fake-json", "structured"]) is True
+        assert bool(estimate.loc["baseline:reference", "structured"]) is False  # baselines ignore it
+        assert any("Structured output on for 1 run(s)" in str(c.value) for c in at.caption)
+        at.button(key="new_launch").click().run()
+        assert not at.exception
+        jobs = JobManager(home)
+        job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
+        assert job.state == "completed", job.message
+        argvs = {" ".join(step.argv) for step in job.steps}
+        assert any("--model openai:fake-json" in a and "--structured" in a for a in argvs)
+        assert not any("baseline:reference" in a and "--structured" in a for a in argvs)
+        assert {(r.body.get("response_format") or {}).get("type") for r in server.requests} == {"json_schema"}
+    runs = {r.manifest.model_label: r for r in RunStore(home).runs()}
+    assert set(runs) == {"openai:fake-json +structured", "baseline:reference"}
+    structured = runs["openai:fake-json +structured"]
+    assert structured.manifest.parameters["structured"] is True and protocol_of(structured).structured
+    assert not protocol_of(runs["baseline:reference"]).structured
+
 def test_new_run_takes_the_key_from_streamlit_secrets_and_never_shows_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

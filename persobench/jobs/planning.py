@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step_marker
 from persobench.secrets import redact
+from persobench.structured import structured_label
 
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
@@ -56,6 +57,8 @@ class LaunchChoice:
     """Server of an OpenAI-compatible model, when not the provider's default."""
     template: str | None = None
     """Prompt template name; ``None`` for the paper's protocol (the default for the model)."""
+    structured: bool = False
+    """Ask for structured output (``run --structured``); baselines ignore it."""
 
 
 def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *, limit: int | None,
@@ -70,12 +73,13 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
     rows = []
     for choice in choices:
         row: dict[str, Any] = {"dataset": choice.dataset, "model": choice.model, "mode": choice.mode,
-                               "base_url": choice.base_url or "", "template": choice.template or ""}
+                               "base_url": choice.base_url or "", "template": choice.template or "",
+                               "structured": False}
         try:
             plan = plan_generation(
                 GenerationConfig(dataset=choice.dataset, model=choice.model, mode=choice.mode,
                                  base_url=choice.base_url or None, limit=limit, seed=seed,
-                                 template=choice.template or None),
+                                 template=choice.template or None, structured=choice.structured),
                 store=store,
             )
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
@@ -89,6 +93,7 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         holder = lock_holder(store.runs_dir / plan.run_id)  # the same lock `run` takes (one process per run)
         row.update(
             template=plan.template.name, template_option=choice.template or "",
+            structured=plan.params.response_schema is not None,
             run_id=plan.run_id, samples=len(plan.samples), requests=plan.n_requests, cached=len(plan.hits),
             prompt_tokens=plan.estimated_prompt_tokens, max_cost_usd=plan.estimated_max_cost(),
             key_withheld=withheld,
@@ -130,9 +135,12 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed:
             argv += ["--base-url", plan["base_url"]]
         if plan.get("template_option"):
             argv += ["--template", plan["template_option"]]
+        if plan.get("structured"):
+            argv += ["--structured"]
         if concurrency is not None:
             argv += ["--concurrency", str(concurrency)]
-        steps.append(JobStep(label=f"{plan['model']} · {plan['mode']} · {plan['dataset']}", argv=tuple(argv),
+        label = structured_label(plan["model"], bool(plan.get("structured")))
+        steps.append(JobStep(label=f"{label} · {plan['mode']} · {plan['dataset']}", argv=tuple(argv),
                              expect={"dataset": plan["dataset"], "model": plan["model"], "mode": plan["mode"]},
                              kind="run", run_id=plan.get("run_id") or None,
                              withhold_keys=bool(plan.get("key_withheld"))))
