@@ -13,7 +13,7 @@ from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
 from persobench.app.text import md_escape
-from persobench.app.widgets import board_downloads, ranking_table
+from persobench.app.widgets import board_downloads, ranking_table, structured_board_notes
 
 page_setup()
 st.title("Leaderboard")
@@ -93,6 +93,7 @@ st.subheader(f"{dataset} · {protocol_heading(protocol, mode)}")
 counts = board[board["metric"] == "failure_ratio"]
 for note in sample_notes({r.model: (int(r.n), int(r.run_n)) for r in counts.itertuples()}):
     st.info(md_escape(note.replace("--all-samples uses", "'All samples' uses")))
+structured_board_notes(board, board_all, protocol)
 ranked = ranking_table(board, overall, rank_by, chosen, with_overall=has_overall)
 if not has_overall:
     lacking = [m for m in OVERALL_COMPONENTS if m not in set(available["metric"])]

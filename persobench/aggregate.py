@@ -57,7 +57,7 @@ __all__ = [
     "RESULT_COLUMNS", "Results", "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table",
     "export_board", "leaderboard", "load_metric_status", "load_results", "model_ranking", "overall_table",
     "overall_with_ci", "paired_values", "protocol_heading", "radar_aspects", "rank_with_ties", "results_table",
-    "run_samples", "sample_notes", "sample_values", "score_invalid", "worst_value",
+    "run_samples", "sample_notes", "sample_values", "score_invalid", "structured_note", "worst_value",
 ]
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
@@ -797,6 +797,8 @@ def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
         counts = group[group["metric"] == "failure_ratio"]
         sizes = {r["model"]: (int(r["n"]), int(r["run_n"])) for r in counts.to_dict("records")}
         notes = sample_notes(sizes)
+        if note := structured_note(group):
+            notes.append(note)
         unavailable = group[group["status"] == "unavailable"].drop_duplicates("metric")
         for r in unavailable.to_dict("records"):
             notes.append(f"{r['metric']}: unavailable ({r['reason'] or 'no reason recorded'})")
@@ -833,6 +835,21 @@ def sample_notes(sizes: Mapping[str, tuple[int, int]]) -> list[str]:
         return [f"compared on the {n} sample ids common to all {len(sizes)} runs (runs have "
                 f"{', '.join(str(k) for k in own)} samples; --all-samples uses every run's own samples)"]
     return []
+
+
+def structured_note(board: pd.DataFrame) -> str | None:
+    """The note a board needs when some of its runs asked for structured output (their
+    instructability is not measured), else None."""
+    from persobench.protocol import Protocol
+    from persobench.structured import BOARD_NOTE
+
+    for label in board["protocol"].unique() if "protocol" in board.columns else ():
+        try:
+            if Protocol.from_label(str(label)).structured:
+                return BOARD_NOTE
+        except ValueError:
+            continue
+    return None
 
 
 def protocol_heading(board_name: str, mode: str) -> str:

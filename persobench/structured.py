@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CHARS_PER_TOKEN", "FORMS", "JSON_OBJECT", "JSON_SCHEMA", "LABEL_SUFFIX", "SCHEMA_NAME",
+__all__ = ["BOARD_NOTE", "CHARS_PER_TOKEN", "FORMS", "JSON_OBJECT", "JSON_SCHEMA", "LABEL_SUFFIX", "SCHEMA_NAME",
            "reply_schema", "structured_label"]
 
 #: Name of the schema in OpenAI's ``response_format`` (letters, digits, ``_`` and ``-`` only).
@@ -45,6 +45,12 @@ FORMS = (JSON_SCHEMA, JSON_OBJECT)
 
 #: Appended to a model's display name on boards and pages.
 LABEL_SUFFIX = " +structured"
+
+#: What a board with structured runs says about them (CLI notes and the app's Leaderboard page).
+BOARD_NOTE = ("instructability (failure ratio) is not measured for structured runs (+structured): the provider "
+              "guarantees the reply's JSON shape, so their failure ratio counts replies the schema could not save "
+              "(cut off at the token limit, or a server that ignored it), not whether the model follows the "
+              "format instruction")
 
 
 def reply_schema(mode: str, max_tokens: int) -> dict[str, Any]:

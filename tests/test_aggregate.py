@@ -14,6 +14,7 @@ from scipy import stats as sps
 from persobench import aggregate
 from persobench.cli import main
 from persobench.store import RunManifest, RunStore, make_run_id
+from persobench.structured import BOARD_NOTE
 
 IDS = ["focus:0", "focus:1", "focus:2", "focus:3"]
 
@@ -261,10 +262,12 @@ def test_a_run_whose_every_reply_failed_scores_worst_not_missing(tmp_path):
 # --- comparable boards --------------------------------------------------------------------------
 
 def make_protocol_run(store, *, model, ids, template="paper", policy="paper", max_tokens=110, temperature=0.0,
-                      source="generated", dist1=0.5, status="ok"):
+                      source="generated", dist1=0.5, status="ok", structured=False):
     """A completed focus/vanilla run over ``ids`` under the given protocol settings."""
     spec = {"provider": "test", "model": model, "label": model}
     parameters = {"temperature": temperature, "max_tokens": max_tokens, "policy": policy}
+    if structured:
+        parameters["structured"] = True
     run_id = make_run_id(dataset="focus", model=spec, mode="vanilla", template_hash=template, sample_ids=ids,
                          parameters=parameters)
     run = store.create(RunManifest(run_id=run_id, dataset="focus", sample_ids=tuple(ids), model=spec, mode="vanilla",
@@ -321,6 +324,37 @@ def test_side_by_side_only_when_asked_with_the_protocol_in_the_label(tmp_path):
     assert len(labels) == 2 and all("(paper · vanilla · 110 tokens · T=" in label for label in labels)
     assert "protocols side by side" in aggregate.export_board(board, "markdown")
     assert main(["--home", str(store.home), "leaderboard", "--side-by-side"]) == 0
+
+
+def test_structured_runs_are_labelled_and_the_board_says_instructability_is_not_measured(tmp_path, capsys):
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="local:smollm2", ids=ALL, template="persobench", policy="robust", status="truncated")
+    make_protocol_run(store, model="local:smollm2", ids=ALL, template="persobench", policy="robust", structured=True)
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    assert set(board["model"]) == {"local:smollm2", "local:smollm2 +structured"}
+    structured_board = board[board["model"] == "local:smollm2 +structured"]
+    assert aggregate.structured_note(structured_board) == BOARD_NOTE
+    assert aggregate.structured_note(board[board["model"] == "local:smollm2"]) is None
+    text = aggregate.export_board(board, "table")
+    plain_block, structured_block = text.split("\n\n")
+    assert "structured" not in plain_block and "not measured" not in plain_block
+    assert "policy robust · structured" in structured_block and BOARD_NOTE in structured_block
+    assert "local:smollm2 +structured" in structured_block
+    assert BOARD_NOTE in aggregate.export_board(board, "markdown")
+    home = str(store.home)
+    assert main(["--home", home, "leaderboard", "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    rows = pd.read_csv(io.StringIO(captured.out))
+    assert set(rows["model"]) == {"local:smollm2", "local:smollm2 +structured"}
+    assert f"note: {BOARD_NOTE}" in captured.err
+    assert main(["--home", home, "leaderboard", "--side-by-side"]) == 0
+    out = capsys.readouterr().out
+    assert "local:smollm2 +structured (persobench · vanilla · 110 tokens · T=0 · policy robust · structured)" in out
+    assert BOARD_NOTE in out
+    plain_only = RunStore(tmp_path / "plain")
+    make_protocol_run(plain_only, model="local:smollm2", ids=ALL)
+    assert main(["--home", str(plain_only.home), "leaderboard"]) == 0
+    assert "not measured" not in capsys.readouterr().out
 
 
 def test_runs_over_different_sample_sets_compare_on_common_ids(tmp_path, capsys):

@@ -361,6 +361,34 @@ def test_leaderboard_boards_are_one_protocol_and_compare_common_samples(tmp_path
     assert "protocols side by side" in at.subheader[0].value
 
 
+def test_leaderboard_labels_structured_runs_and_says_instructability_is_not_measured(tmp_path, monkeypatch):
+    from persobench.store import RunStore
+    from persobench.structured import BOARD_NOTE
+    from tests.test_aggregate import ALL, make_protocol_run
+
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="local:smollm2", ids=ALL, template="persobench", policy="robust", status="truncated")
+    make_protocol_run(store, model="baseline:reference", ids=ALL, template="persobench", policy="robust")
+    make_protocol_run(store, model="local:smollm2", ids=ALL, template="persobench", policy="robust", structured=True)
+    monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
+    at = open_page("pages/leaderboard.py")
+    protocol = at.selectbox(key="lb_protocol_vanilla")
+    plain_label = "persobench · vanilla · 110 tokens · T=0 · policy robust"
+    assert protocol.value == plain_label and protocol.options == [plain_label, plain_label + " · structured"]
+    assert set(ranking(at)["model"]) == {"local:smollm2", "baseline:reference"}
+    assert not any("not measured" in str(i.value) for i in at.info)
+    assert any("on their own board" in str(c.value) for c in at.caption)  # where the structured runs went
+
+    protocol.set_value(plain_label + " · structured").run()
+    assert not at.exception
+    assert list(ranking(at)["model"]) == ["local:smollm2 +structured"]
+    assert any(str(i.value) == BOARD_NOTE[0].upper() + BOARD_NOTE[1:] + "." for i in at.info)
+
+    at.toggle(key="lb_side_by_side").set_value(True).run()
+    labels = set(ranking(at)["model"])
+    assert any(label.startswith("local:smollm2 +structured (") for label in labels) and len(labels) == 3
+    assert any("not measured for structured runs" in str(i.value) for i in at.info)
+
 # ---- data and metrics --------------------------------------------------------------------------
 
 

@@ -137,3 +137,21 @@ def ranking_table(board: Any, overall: Any, rank_by: str, models: Sequence[str],
         },
     )
     return ranked
+
+
+def structured_board_notes(board: Any, board_all: Any, protocol: str) -> None:
+    """On a board with structured runs: that their instructability is not measured. On another
+    board of the same dataset and mode: where the structured runs are."""
+    import streamlit as st
+
+    from persobench.aggregate import structured_note
+
+    if note := structured_note(board):
+        st.info(note[0].upper() + note[1:] + ".")  # our own text: no escaping needed
+        return
+    same_mode = board_all[board_all["mode"].isin(set(board["mode"]))]
+    elsewhere = [name for name, group in same_mode.groupby("board") if name != protocol and structured_note(group)]
+    if elsewhere:
+        st.caption("Structured-output runs (+structured) of this dataset and mode are on their own board: pick "
+                   + " or ".join(f"'{md_escape(name)}'" for name in elsewhere)
+                   + " under Protocol, or turn on 'Protocols side by side'.")

@@ -188,6 +188,8 @@ def _notes(board) -> list[str]:
     if len(board):
         notes.append(f"numbers of scoring profile {', '.join(sorted(set(board['profile'])))}; "
                      f"invalid replies: {', '.join(sorted(set(board['invalid'])))}")
+    if note := aggregate.structured_note(board):
+        notes.append(note)
     overall = aggregate.overall_table(board)
     for reason in sorted({r for r in overall["reason"] if r}):
         notes.append(f"overall score n/a: {reason}")
