@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from persobench import stats
+from persobench.errors import ConfigurationError
 
 if TYPE_CHECKING:  # pragma: no cover
     from persobench.store import Run, RunStore
@@ -114,7 +115,7 @@ def score_invalid(values: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.
     as is: it is the latency of every attempt, whatever the reply's status.
     """
     if invalid not in INVALID_POLICIES:
-        raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
+        raise ConfigurationError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
     out = np.array(values, dtype="float64", copy=True)
     if metric == "response_time":
         return out
@@ -328,7 +329,7 @@ def leaderboard(
     metrics that are unavailable in the profile, with the reason.
     """
     if invalid not in INVALID_POLICIES:
-        raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
+        raise ConfigurationError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
     frame = _board_frame(results_table(results), dataset=dataset, mode=mode, profile=profile,
                          side_by_side=side_by_side)
     run_sizes = frame.groupby("run_id", sort=False)["sample_id"].nunique().to_dict() if len(frame) else {}
@@ -671,13 +672,13 @@ def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str
     rows = results[results["run_id"] == run_id]
     if rows.empty:
         known = ", ".join(sorted(results["run_id"].unique())[:10]) or "(none)"
-        raise ValueError(f"no results for run {run_id!r}; runs: {known}")
+        raise ConfigurationError(f"no results for run {run_id!r}; runs: {known}")
     samples = rows.drop_duplicates("sample_id").set_index("sample_id")["status"]
     if metric == "failure_ratio":
         return (samples != OK).astype("float64")
     metric_rows = rows[rows["metric"] == metric]
     if metric_rows.empty:
-        raise ValueError(f"run {run_id!r} has no {metric!r} values in these results")
+        raise ConfigurationError(f"run {run_id!r} has no {metric!r} values in these results")
     values = metric_rows.drop_duplicates("sample_id", keep="last").set_index("sample_id")["value"].astype("float64")
     values = values.reindex(samples.index)
     return pd.Series(score_invalid(values, samples == OK, metric, invalid), index=samples.index)
@@ -690,18 +691,22 @@ def compare_models(
     """Paired tests of ``run_a`` against ``run_b`` on ``metric`` over their common sample ids.
 
     Applies the invalid-reply policy first (``"exclude"`` keeps samples valid in both runs).
-    ``failure_ratio`` compares the per-sample invalid indicator. Raises ``ValueError`` when a run
-    or metric is missing or the runs share no sample id.
+    ``failure_ratio`` compares the per-sample invalid indicator. Raises :class:`ConfigurationError`
+    (a ``ValueError``) when a run or metric is missing or the runs share no sample with two values.
     """
     if invalid not in INVALID_POLICIES:
-        raise ValueError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
+        raise ConfigurationError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
     if metric == "instructability":
-        raise ValueError("instructability is a run-level number; it has no per-sample values to pair")
+        raise ConfigurationError("instructability is a run-level number; it has no per-sample values to pair")
     a = _paired_values(results_table(results), run_a, metric, invalid)
     b = _paired_values(results_table(results), run_b, metric, invalid)
     common = a.index.intersection(b.index)
     if not len(common):
-        raise ValueError(f"runs {run_a!r} and {run_b!r} share no sample id")
+        raise ConfigurationError(f"runs {run_a!r} and {run_b!r} share no sample id")
+    paired = ~(np.isnan(a.loc[common].to_numpy()) | np.isnan(b.loc[common].to_numpy()))
+    if not paired.any():
+        raise ConfigurationError(f"runs {run_a!r} and {run_b!r} have no sample with a {metric} value in both "
+                                 f"(invalid replies: {invalid})")
     info = _info(metric)
     higher = info.higher_is_better if info is not None else True
     return stats.paired_comparison(
@@ -725,7 +730,7 @@ def paired_values(results: "Results | pd.DataFrame", run_a: str, run_b: str, met
                   invalid: str = "worst") -> pd.DataFrame:
     """``sample_id, A, B, difference`` (A - B) of one metric on the sample ids both runs have, the
     values :func:`compare_models` pairs (``failure_ratio``: 1 for an invalid reply, else 0); pairs
-    without two values are dropped. Raises ``ValueError`` when a run or the metric is missing."""
+    without two values are dropped. Raises :class:`ConfigurationError` when a run or the metric is missing."""
     results = results_table(results)
     a = _paired_values(results, run_a, metric, invalid)
     b = _paired_values(results, run_b, metric, invalid)
@@ -752,7 +757,7 @@ def comparison_table(results: "Results | pd.DataFrame", run_a: str, run_b: str, 
         try:
             c = compare_models(results, run_a, run_b, metric, invalid=invalid, level=level,
                                n_resamples=n_resamples, seed=seed)
-        except ValueError as exc:
+        except ConfigurationError as exc:
             skipped.append((metric, str(exc)))
             continue
         rows.append([metric, c.n, c.mean_a, c.mean_b, c.mean_diff, c.ci_low, c.ci_high, c.t_pvalue,
@@ -1000,5 +1005,5 @@ def export_board(board: pd.DataFrame, fmt: str = "table") -> str:
     try:
         render = EXPORT_FORMATS[fmt]
     except KeyError:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(EXPORT_FORMATS)}") from None
+        raise ConfigurationError(f"unknown format {fmt!r}; expected one of {', '.join(EXPORT_FORMATS)}") from None
     return render(board)

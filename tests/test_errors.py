@@ -111,3 +111,78 @@ def test_cli_prints_one_line_and_exits_2_for_each_family(tmp_path, capsys):
     }))
     message = _cli_error(tmp_path, capsys, "export", "r1")
     assert "r1" in message
+
+
+# ---- public library paths raise the hierarchy, so the CLI needs no `except ValueError` shims ----
+
+
+@pytest.fixture()
+def compared(tmp_path):
+    from persobench.aggregate import load_results
+    from persobench.store import RunStore
+    from tests.test_aggregate import make_run
+
+    store = RunStore(tmp_path / "home")
+    a = make_run(store, model="A", statuses=["ok", "ok", "empty"], latency=[1.0] * 3, scores={"dist1": [0.1, 0.2, None]})
+    b = make_run(store, model="B", statuses=["empty", "empty", "ok"], latency=[1.0] * 3,
+                 scores={"dist1": [None, None, 0.3]})
+    other = make_run(store, model="C", dataset="pec", statuses=["ok"] * 3, latency=[1.0] * 3,
+                     scores={"dist1": [0.1, 0.2, 0.3]})
+    return store, load_results(store), a.run_id, b.run_id, other.run_id
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("bad policy", "unknown invalid-reply policy"),
+    ("unknown run", "no results for run"),
+    ("unscored metric", "has no 'bleu' values"),
+    ("run-level metric", "run-level number"),
+    ("no common sample", "share no sample id"),
+    ("no pair valid in both", "no sample with a dist1 value in both"),
+])
+def test_compare_models_raises_configuration_errors(compared, case, expected):
+    from persobench.aggregate import compare_models
+
+    _, results, a, b, other = compared
+    call = {
+        "bad policy": lambda: compare_models(results, a, b, "dist1", invalid="sometimes"),
+        "unknown run": lambda: compare_models(results, a, "nosuchrun", "dist1"),
+        "unscored metric": lambda: compare_models(results, a, b, "bleu"),
+        "run-level metric": lambda: compare_models(results, a, b, "instructability"),
+        "no common sample": lambda: compare_models(results, a, other, "dist1"),
+        "no pair valid in both": lambda: compare_models(results, a, b, "dist1", invalid="exclude"),
+    }[case]
+    with pytest.raises(ConfigurationError, match=expected):
+        call()
+
+
+def test_board_functions_raise_configuration_errors(compared):
+    from persobench.aggregate import export_board, leaderboard, score_invalid
+
+    _, results, *_ = compared
+    with pytest.raises(ConfigurationError, match="invalid-reply policy"):
+        leaderboard(results, invalid="sometimes")
+    with pytest.raises(ConfigurationError, match="invalid-reply policy"):
+        score_invalid([1.0], [True], "dist1", "sometimes")
+    with pytest.raises(ConfigurationError, match="unknown format 'xlsx'"):
+        export_board(leaderboard(results), "xlsx")
+
+
+@pytest.mark.parametrize("name, overrides, expected", [
+    ("nosuch", None, "unknown profile 'nosuch'"),
+    ("offline", {"nosuch_slot": "x"}, "cannot override 'nosuch_slot'"),
+    ("offline", {"bertscore.depth": "3"}, "unknown option 'bertscore.depth'"),
+    ("offline", {"bertscore.num_layers": "four"}, "must be an integer"),
+    ("offline", {"bertscore": "./no/such/model/folder"}, "no such file or folder"),
+])
+def test_get_profile_raises_configuration_errors(name, overrides, expected):
+    from persobench.metrics.backends import get_profile
+
+    with pytest.raises(ConfigurationError, match=expected):
+        get_profile(name, overrides)
+
+
+def test_cli_compare_and_score_errors_are_one_line_without_shims(compared, capsys):
+    store, _, a, b, _ = compared
+    assert "has no 'bleu' values" in _cli_error(store.home, capsys, "compare", a, b, "--metric", "bleu")
+    assert "run-level number" in _cli_error(store.home, capsys, "compare", a, b, "--metric", "instructability")
+    assert "cannot override 'nosuch_slot'" in _cli_error(store.home, capsys, "score", "--model", "nosuch_slot=x")

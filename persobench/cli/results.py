@@ -207,10 +207,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     store, results = _results(args)
     run_a = resolve_run(store, args.run_a).run_id
     run_b = resolve_run(store, args.run_b).run_id
-    try:
-        result = aggregate.compare_models(results, run_a, run_b, args.metric, invalid=args.invalid)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+    result = aggregate.compare_models(results, run_a, run_b, args.metric, invalid=args.invalid)
     if args.format == "json":
         data = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.to_dict().items()}
         print(json.dumps(data, indent=2))

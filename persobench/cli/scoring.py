@@ -73,10 +73,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.metrics:
         requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
         validate_metric_names(requested)
-    try:
-        profile = get_profile(args.profile, _parse_models(args.model))
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+    profile = get_profile(args.profile, _parse_models(args.model))
 
     store = store_from_args(args)
     if args.runs:

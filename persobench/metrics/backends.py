@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from persobench.errors import MetricError
+from persobench.errors import ConfigurationError, MetricError
 
 SLOTS = ("bertscore", "nli", "word_vectors", "unieval", "wordnet", "embedding")
 PROFILE_NAMES = ("offline", "standard")
@@ -205,7 +205,7 @@ def _spec_for_override(slot: str, value: str, options: Mapping[str, Any]) -> Slo
     if expanded.exists():
         return SlotModel(slot, str(expanded.resolve()), "path", dict(options))
     if value.startswith(("/", ".", "~")) or value.count("/") > 1:
-        raise ValueError(f"model override {slot}={value}: no such file or folder")
+        raise ConfigurationError(f"model override {slot}={value}: no such file or folder")
     return SlotModel(slot, value, "hub", dict(options))
 
 
@@ -218,7 +218,10 @@ def _slot_of_metric(name: str) -> str | None:
 
 
 def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] | None = None) -> Profile:
-    """The profile ``name`` with ``overrides`` (slot or metric name -> hub id or local path) applied."""
+    """The profile ``name`` with ``overrides`` (slot or metric name -> hub id or local path) applied.
+
+    An unknown profile, slot or option, or an override path that does not exist, raises
+    :class:`ConfigurationError` with one line naming it."""
     if isinstance(name, Profile):  # already resolved
         return name
     if name == "offline":
@@ -226,7 +229,7 @@ def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] 
     elif name == "standard":
         specs = _standard_specs()
     else:
-        raise ValueError(f"unknown profile {name!r}; known profiles: {', '.join(PROFILE_NAMES)}")
+        raise ConfigurationError(f"unknown profile {name!r}; known profiles: {', '.join(PROFILE_NAMES)}")
     clean: dict[str, str] = {}
     slot_values: dict[str, str] = {}
     layers: int | None = None
@@ -234,15 +237,15 @@ def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] 
         key, _, option = str(raw_key).partition(".")
         slot = key if key in SLOTS else _slot_of_metric(key)
         if slot is None:
-            raise ValueError(f"cannot override {raw_key!r}: not a model slot ({', '.join(SLOTS)}) "
+            raise ConfigurationError(f"cannot override {raw_key!r}: not a model slot ({', '.join(SLOTS)}) "
                              "or a model-backed metric")
         if option:
             if (slot, option) != ("bertscore", "num_layers"):
-                raise ValueError(f"unknown option {raw_key!r} (the only option is bertscore.num_layers)")
+                raise ConfigurationError(f"unknown option {raw_key!r} (the only option is bertscore.num_layers)")
             try:
                 layers = int(value)
             except ValueError:
-                raise ValueError(f"bertscore.num_layers must be an integer, not {value!r}") from None
+                raise ConfigurationError(f"bertscore.num_layers must be an integer, not {value!r}") from None
             clean["bertscore.num_layers"] = str(layers)
         else:
             slot_values[slot] = str(value)
