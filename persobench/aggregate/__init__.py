@@ -1,0 +1,62 @@
+"""Leaderboards: per-sample scores of many runs turned into comparable numbers.
+
+Pure functions over DataFrames plus thin loaders from the run store, shared by the CLI
+(``python -m persobench leaderboard``) and the app. Four modules, all re-exported here:
+``results`` (loading, the invalid-reply rule), ``board`` (the leaderboard), ``ranking`` (overall
+score, radar, ranks with ties, paired comparisons) and ``exports`` (table, CSV, Markdown, LaTeX, JSON).
+
+Pipeline::
+
+    results = load_results(store, profile="offline")     # Results: .frame long, one row per sample x metric
+    board = leaderboard(results, invalid="worst")          # long, one row per run x metric
+    overall = overall_table(board)                         # wide, one row per run: overall + rank
+    text = export_board(board, "markdown")
+
+Conventions, as the paper's tables:
+
+- mean and population standard deviation (``ddof=0``) over the samples of a run, with n and a
+  percentile-bootstrap 95% CI of the mean;
+- invalid replies (status other than ``ok``) are scored with the metric's worst value (0, and -1
+  for ``c_score``: policy ``"worst"``, the default and the paper's) or left out (``"exclude"``);
+- ``failure_ratio`` is the share of invalid replies, ``response_time`` the mean latency over all
+  samples (invalid ones included, whatever the policy), ``instructability`` is
+  ``(max failure - failure) / max failure`` across the models compared on the same dataset and
+  mode (1 for every model when none failed);
+- ``overall`` is the mean of ``ue_score``, ``persona_distance``, ``unieval_groundedness``,
+  ``c_score`` and ``instructability``, all x100. ``overall_paper`` reproduces the paper's ranking
+  table, which added instructability unscaled (0-1) to the x100 values. When a component is
+  unavailable (the offline profile has no NLI or UniEval model) both are NaN and ``reason`` says why.
+
+Numbers never mix profiles: a board holds one profile, named in its ``profile`` column, and each
+row carries the ``model_id`` its metric was computed with, so a display can warn when runs of the
+same comparison used different models.
+
+A board compares like with like: one dataset, one mode and one protocol
+(:func:`persobench.protocol.protocol_of`: template family, max tokens, temperature, parse policy,
+structured output). Runs under different protocols land on separate boards (the ``board`` column),
+or on one board with the protocol in the row label when asked (``side_by_side=True``). Runs of one
+board that answered different sample sets are compared on the sample ids common to all of them
+(``n`` says how many; ``run_n`` is each run's own count) unless ``all_samples=True``.
+"""
+
+from __future__ import annotations
+
+from persobench import stats
+from persobench.aggregate.board import BOARD_COLUMNS, SIDE_BY_SIDE, leaderboard
+from persobench.aggregate.exports import (CSV_COLUMNS, EXPORT_FORMATS, PROTOCOL_FIELDS, export_board, protocol_heading,
+                                          sample_notes, structured_note)
+from persobench.aggregate.ranking import (COMPARISON_COLUMNS, OVERALL_CI_COLUMNS, OVERALL_COMPONENTS, RADAR_ASPECTS,
+                                          compare_models, comparison_table, model_ranking, overall_table,
+                                          overall_with_ci, paired_values, radar_aspects, rank_with_ties, sample_values)
+from persobench.aggregate.results import (INVALID_POLICIES, METRIC_STATUS_COLUMNS, OK, RESULT_COLUMNS, Results,
+                                          available_profiles, load_metric_status, load_results, results_table,
+                                          run_samples, score_invalid, worst_value)
+
+__all__ = [
+    "BOARD_COLUMNS", "COMPARISON_COLUMNS", "CSV_COLUMNS", "EXPORT_FORMATS", "INVALID_POLICIES", "METRIC_STATUS_COLUMNS",
+    "OVERALL_CI_COLUMNS", "OVERALL_COMPONENTS", "PROTOCOL_FIELDS", "RADAR_ASPECTS", "RESULT_COLUMNS", "Results",
+    "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table", "export_board", "leaderboard",
+    "load_metric_status", "load_results", "model_ranking", "overall_table", "overall_with_ci", "paired_values",
+    "protocol_heading", "radar_aspects", "rank_with_ties", "results_table", "run_samples", "sample_notes",
+    "sample_values", "score_invalid", "structured_note", "worst_value",
+]

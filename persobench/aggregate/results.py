@@ -1,0 +1,215 @@
+"""Per-sample results of many runs loaded from the store, and the one invalid-reply rule
+(:func:`score_invalid`). Part of :mod:`persobench.aggregate`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from persobench.errors import ConfigurationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.store import Run, RunStore
+
+RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
+                  "value", "profile"]
+INVALID_POLICIES = ("worst", "exclude")
+OK = "ok"
+
+
+def _metric_order() -> list[str]:
+    from persobench.metrics import METRICS
+
+    return list(METRICS)
+
+
+def _info(metric: str):
+    from persobench.metrics import METRICS
+
+    return METRICS.get(metric)
+
+
+def worst_value(metric: str) -> float | None:
+    """The value an invalid reply takes under the ``worst`` policy (None when the metric has none)."""
+    info = _info(metric)
+    return None if info is None else info.worst_value
+
+
+def score_invalid(values: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray, metric: str,
+                  invalid: str = "worst") -> np.ndarray:
+    """Per-sample ``values`` of ``metric`` with the invalid-reply policy applied (a new float array).
+
+    The one place the rule lives: with ``invalid="worst"`` (the paper's) a sample whose reply is
+    invalid (``ok`` False) takes the metric's worst value (0, and -1 for ``c_score``), or NaN when the
+    metric has none; with ``"exclude"`` it becomes NaN (left out of means). ``response_time`` is kept
+    as is: it is the latency of every attempt, whatever the reply's status.
+    """
+    if invalid not in INVALID_POLICIES:
+        raise ConfigurationError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
+    out = np.array(values, dtype="float64", copy=True)
+    if metric == "response_time":
+        return out
+    worst = worst_value(metric) if invalid == "worst" else None
+    out[~np.asarray(ok, dtype=bool)] = np.nan if worst is None else worst
+    return out
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+def _completed_runs(store: "RunStore", include_incomplete: bool, runs: "Iterable[Run] | None" = None) -> list["Run"]:
+    runs = [r for r in (store.runs() if runs is None else runs) if r.has_table("generations")]
+    if not include_incomplete:
+        runs = [r for r in runs if r.manifest.status == "completed"]
+    return sorted(runs, key=lambda r: r.run_id)
+
+
+def _unique_labels(runs: Sequence["Run"]) -> dict[str, str]:
+    """Run id -> display label; runs sharing dataset, mode and model label get a run-id suffix."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for run in runs:
+        m = run.manifest
+        groups.setdefault((m.dataset, m.mode, m.model_label), []).append(run.run_id)
+    labels = {}
+    for (_, _, label), ids in groups.items():
+        for run_id in ids:
+            labels[run_id] = label if len(ids) == 1 else f"{label} [{run_id.rsplit('__', 1)[-1]}]"
+    return labels
+
+
+METRIC_STATUS_COLUMNS = ["run_id", "profile", "metric", "status", "reason", "model_id", "revision", "backend",
+                         "metric_version"]
+
+
+def load_metric_status(store: "RunStore", *, profile: str | None = "offline",
+                       include_incomplete: bool = False) -> pd.DataFrame:
+    """Provenance of every metric of every run for ``profile`` (every profile when None), columns
+    :data:`METRIC_STATUS_COLUMNS`: the backend state (ok, degraded, unavailable) and why, the model
+    and its revision, the backend and the metric's version."""
+    rows = []
+    for run in _completed_runs(store, include_incomplete):
+        scores = run.manifest.details.scores or {}
+        for name in (sorted(scores) if profile is None else [profile]):
+            rows.extend(_provenance_rows(run, name))
+    return pd.DataFrame(rows, columns=METRIC_STATUS_COLUMNS)
+
+
+def _provenance_rows(run: "Run", profile: str) -> list[dict[str, str]]:
+    """Provenance of each metric scored for ``profile`` (:class:`~persobench.run_records.ProfileScores`)."""
+    metrics = run.manifest.details.profile_scores(profile).metrics
+    return [{"run_id": run.run_id, "profile": str(profile), "metric": metric, "status": record.status,
+             "reason": record.note, "model_id": record.model_id, "revision": record.revision_or_hash or "",
+             "backend": record.backend, "metric_version": record.metric_version or ""}
+            for metric, record in metrics.items()]
+
+
+def available_profiles(store: "RunStore", *, include_incomplete: bool = False) -> list[str]:
+    """Profile keys that have scores in at least one completed run (``offline`` first)."""
+    keys = set()
+    for run in _completed_runs(store, include_incomplete):
+        keys.update(run.manifest.details.scores or {})
+    return sorted(keys, key=lambda k: (k != "offline", k))
+
+
+def run_samples(run: "Run") -> pd.DataFrame:
+    """``sample_id, status, latency`` of a run's generations, in run order."""
+    gens = run.read_table("generations")
+    missing = {"sample_id", "status"} - set(gens.columns)
+    if missing:
+        from persobench.store import StoreError
+
+        raise StoreError(f"{run.table_path('generations')}: missing column(s) {', '.join(sorted(missing))}")
+    if "latency" not in gens.columns:
+        gens["latency"] = np.nan
+    gens = gens.drop_duplicates("sample_id", keep="last")
+    return gens[["sample_id", "status", "latency"]].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Results:
+    """What :func:`load_results` returns: the long per-sample table and what came with it."""
+
+    frame: pd.DataFrame
+    """One row per run, sample and metric (columns :data:`RESULT_COLUMNS`); shared, never modify it."""
+    metric_status: tuple[Mapping[str, str], ...] = ()
+    """Provenance rows (run_id, metric, status, reason, model_id) of :func:`load_metric_status`."""
+    profile: str = "offline"
+    """The scoring profile the values belong to."""
+    skipped_runs: tuple[tuple[str, str], ...] = ()
+    """(folder, reason) of each run that could not be read, for a visible warning."""
+
+    @property
+    def empty(self) -> bool:
+        return self.frame.empty
+
+
+def results_table(results: "Results | pd.DataFrame") -> pd.DataFrame:
+    """The per-sample table of ``results`` (a :class:`Results` or the table itself)."""
+    return results.frame if isinstance(results, Results) else results
+
+
+def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False) -> Results:
+    """Every per-sample value of every completed run, for one scoring profile.
+
+    Long format, columns :data:`RESULT_COLUMNS`: one row per sample and metric the run was scored
+    on (its ``scores`` rows of ``profile``), plus ``response_time`` from the generation latency;
+    ``protocol`` is the run's protocol label (:attr:`persobench.protocol.Protocol.label`).
+    Samples whose reply was invalid (``status`` not ``ok``) are present with ``value`` NaN: no
+    invalid-reply policy is applied here (see :func:`leaderboard`). The :class:`Results` also hold
+    the provenance rows of :func:`load_metric_status`, the profile and the runs that were skipped.
+    """
+    from persobench.protocol import protocol_of
+    from persobench.store import StoreError
+
+    readable, problems = store.scan()
+    runs = _completed_runs(store, include_incomplete, readable)
+    labels = _unique_labels(runs)
+    order = {m: i for i, m in enumerate(_metric_order())}
+    frames = []
+    status_rows = []
+    skipped: list[tuple[str, str]] = [(str(p.path), p.reason) for p in problems]
+    for run in runs:
+        m = run.manifest
+        try:
+            samples = run_samples(run)
+            scores_table = run.read_table("scores") if run.has_table("scores") else None
+        except StoreError as exc:  # damaged beyond what the store's scan can see: skip, say so
+            skipped.append((str(run.path), str(exc)))
+            continue
+        ids = samples["sample_id"]
+        parts = [pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": "response_time",
+                               "value": samples["latency"].astype("float64")})]
+        provenance = _provenance_rows(run, profile)
+        # A metric the run was scored on but that has no value for any sample (every reply invalid)
+        # still needs its rows, or the "worst" policy would have nothing to fill and show n/a.
+        scored = {r["metric"] for r in provenance if r["status"] != "unavailable"}
+        wide = pd.DataFrame(index=pd.Index(ids, name="sample_id"))
+        if scores_table is not None:
+            scores = scores_table
+            if "profile" in scores.columns:
+                scores = scores[scores["profile"] == profile]
+            if len(scores):
+                scores = scores.drop_duplicates(["sample_id", "metric"], keep="last")
+                wide = scores.pivot(index="sample_id", columns="metric", values="value").reindex(ids)
+        for metric in sorted(set(wide.columns) | scored, key=lambda name: (order.get(name, len(order)), name)):
+            values = wide[metric].to_numpy(dtype="float64") if metric in wide.columns else np.full(len(ids), np.nan)
+            values = np.where(samples["status"].to_numpy() == OK, values, np.nan)
+            parts.append(pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": metric,
+                                       "value": values}))
+        frame = pd.concat(parts, ignore_index=True)
+        frame.insert(0, "run_id", run.run_id)
+        frame.insert(1, "dataset", m.dataset)
+        frame.insert(2, "mode", m.mode)
+        frame.insert(3, "model", labels[run.run_id])
+        frame.insert(4, "source", m.source)
+        frame.insert(5, "protocol", protocol_of(m).label)
+        frame["profile"] = profile
+        frames.append(frame)
+        status_rows.extend(provenance)
+    if frames:
+        results = pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
+    else:
+        results = pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in RESULT_COLUMNS})
+    return Results(results, tuple(status_rows), profile, tuple(skipped))
