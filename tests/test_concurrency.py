@@ -178,3 +178,162 @@ def test_sigterm_cancels_a_hanging_request_at_once(openai_server, tmp_path):
     table = run.read_table("generations")
     assert run.manifest.status == "cancelled" and len(table) == 3 and set(table["status"]) == {"ok"}
     assert run.manifest.extra["counts"]["pending"] == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# item 10: the printed resume command carries every option that changes the run, and no secret
+
+
+def _reparsed(command: str):
+    """The configuration ``run`` builds from a printed resume command."""
+    from persobench.cli import build_parser
+    from persobench.cli.generate import _config
+
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "persobench"]
+    args = build_parser().parse_args(argv[3:])
+    return args.home, _config(args)
+
+
+RESUMABLE_CONFIGS = [
+    dict(model="openai:fake", base_url="http://127.0.0.1:9/v1", template="persobench", mode="cot", structured=True,
+         concurrency="auto", max_concurrency=3, batch_size=2, policy="robust", max_tokens=150, temperature=0.5,
+         top_p=0.9, limit=7, seed=3, checkpoint_every=5, options={"top_k": 5, "extra_body": {"min_p": 0.1}}),
+    dict(model="openai:fake", base_url="http://127.0.0.1:9/v1", template="paper-open", concurrency=2, limit=4),
+    dict(model="local:smollm2", chat_template=True, batch_size=4, limit=3, mode="cot"),
+    dict(model="local:smollm2", template="paper", chat_template=False, limit=3),
+    dict(model="baseline:reference"),
+]
+
+
+def test_resume_command_rebuilds_the_same_configuration(tmp_path):
+    import dataclasses
+
+    from persobench.generation import GenerationConfig, RetryPolicy, plan_generation
+    from persobench.generation.lock import resume_command
+
+    from persobench.generation.lock import _RUN_FLAGS
+
+    # every field of the configuration is printed by the command (a new field must be added there)
+    handled = set(_RUN_FLAGS) | {"base_url", "options", "retry", "chat_template", "structured", "cache_dir",
+                                  "fail_fast_after"}
+    assert {f.name for f in dataclasses.fields(GenerationConfig)} == handled
+    store = RunStore(tmp_path / "home")
+    for fields in RESUMABLE_CONFIGS:
+        retry = RetryPolicy(max_attempts=4, timeout=30.0) if "structured" in fields else RetryPolicy()
+        plan = plan_generation(GenerationConfig(dataset="sample", retry=retry, **fields), store=store)
+        home, config = _reparsed(resume_command(plan, store.home))
+        assert home == str(store.home)
+        again = plan_generation(config, store=store)
+        assert again.run_id == plan.run_id and again.keys == plan.keys, fields
+        # every field, the run's and the process's (concurrency, retries, checkpoints, batch size)
+        # (the template by the name the run resolved it to)
+        expected = dataclasses.replace(plan.config, template=plan.config.template or plan.template.name)
+        assert dataclasses.replace(again.config, cache_dir=None) == expected, fields
+
+
+def test_resume_command_leaves_secrets_out_entirely(tmp_path):
+    from persobench.generation import GenerationConfig, plan_generation
+    from persobench.generation.lock import resume_command
+
+    store = RunStore(tmp_path / "home")
+    plan = plan_generation(GenerationConfig(
+        dataset="sample", model="openai:fake", base_url="http://user:pa55word@127.0.0.1:9/v1?api-key=qwerty123",
+        options={"x-api-key": "s3cret-value", "top_k": 5, "session_token": "tok-123456",
+                 "headers": {"Authorization": "Bearer abcdefgh123", "X-Title": "persobench"},
+                 "extra_body": {"auth": "zzz-9999", "min_p": 0.1}},
+        limit=2), store=store)
+    command = resume_command(plan, store.home)
+    for secret in ("pa55word", "user:", "qwerty123", "s3cret-value", "tok-123456", "abcdefgh123", "zzz-9999",
+                   "[redacted]", "x-api-key", "session_token", "Authorization", '"auth"'):
+        assert secret not in command, secret
+    _, config = _reparsed(command)
+    assert config.base_url == "http://127.0.0.1:9/v1?api-key="
+    assert config.options == {"top_k": 5, "headers": {"X-Title": "persobench"}, "extra_body": {"min_p": 0.1}}
+
+
+def test_killed_run_resumes_with_the_printed_command_and_its_options(openai_server, tmp_path, capsys):
+    """A run with many options, SIGKILLed: the command `runs` prints (secret option left out, given
+    again as the note says) resumes the same run id and requests only the missing replies."""
+    openai_server.latency = 0.05
+    home = tmp_path / "home"
+    options = ("--template", "persobench", "--mode", "cot", "--structured", "--concurrency", "auto",
+               "--max-concurrency", "2", "--batch-size", "3", "--policy", "robust", "--max-tokens", "150",
+               "--temperature", "0.5", "--limit", "20", "--seed", "3", "--checkpoint-every", "1000",
+               "--max-attempts", "4", "--timeout", "30")
+    secret_option = ("--option", "x-api-key=opt-5ecret-value")
+    proc = _start(home, openai_server.base_url, *options, *secret_option)
+    _wait_for_requests(openai_server, 6, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(0.2)
+    run = _only_run(home)
+    with ResponseCache(home / "responses") as cache:
+        cached = len(cache)
+    assert 4 <= cached < 20
+
+    assert cli_main(["--home", str(home), "runs", "--format", "json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["runs"]
+    command = listed["resume_command"]
+    assert "opt-5ecret-value" not in command and "[redacted]" not in command and "x-api-key" not in command
+    assert "x-api-key" in listed["resume_note"]  # which secret option to give again, by name only
+    argv = shlex.split(command)
+    for flag in ("--template", "--mode", "--structured", "--concurrency", "--max-concurrency", "--batch-size",
+                 "--policy", "--max-tokens", "--temperature", "--limit", "--seed", "--base-url"):
+        assert flag in argv, flag
+
+    before = len(openai_server.requests)
+    env = {**os.environ, "OPENAI_API_KEY": OPENAI_SECRET, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, *argv[1:], *secret_option, "--no-progress"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"run {run.run_id}: completed" in done.stdout
+    assert len(openai_server.requests) - before == 20 - cached
+    assert _only_run(home).read_table("generations")["cached"].sum() == cached
+
+
+def test_run_killed_after_a_checkpoint_is_interrupted_in_runs_export_and_the_app(openai_server, tmp_path, capsys,
+                                                                                monkeypatch):
+    """Killed with a checkpointed table on disk: `runs`, `export` (which still writes the saved rows)
+    and the app's Data page all say interrupted, how many replies are cached and how to resume."""
+    openai_server.latency = 0.05
+    home = tmp_path / "home"
+    proc = _start(home, openai_server.base_url, "--limit", "20", "--concurrency", "1", "--checkpoint-every", "2")
+    run = None
+    deadline = time.monotonic() + 60
+    while run is None or not run.has_table("generations"):
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.02)
+        runs = RunStore(home).runs()
+        run = runs[0] if runs else None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    with ResponseCache(home / "responses") as cache:
+        cached = len(cache)
+    saved = len(run.read_table("generations"))
+    assert 2 <= saved <= cached < 20
+    expected = f"interrupted: {cached} of 20 replies cached; resume with: python -m persobench --home {home} run"
+
+    assert cli_main(["--home", str(home), "runs"]) == 0
+    out = capsys.readouterr().out
+    assert f"{run.run_id}  interrupted" in out and expected in out
+
+    out_file = tmp_path / "export.csv"
+    assert cli_main(["--home", str(home), "export", run.run_id, "-o", str(out_file)]) == 0
+    err = capsys.readouterr().err
+    assert expected in err and f"{saved} of 20 rows" in err
+    import pandas as pd
+
+    assert len(pd.read_csv(out_file)) == saved
+
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/data.py")
+    at.run()
+    assert not at.exception
+    [table] = [f.value for f in at.dataframe if {"run_id", "note"} <= set(f.value.columns)]
+    row = table.set_index("run_id").loc[run.run_id]
+    assert row["status"] == "interrupted" and expected in row["note"]

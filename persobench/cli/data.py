@@ -134,4 +134,5 @@ def _interrupted_fields(info) -> dict:
     """JSON fields of a run whose process died while generating (none for other runs)."""
     if info is None:
         return {}
-    return {"status": "interrupted", "cached_replies": info.cached, "resume_command": info.command}
+    return {"status": "interrupted", "cached_replies": info.cached, "resume_command": info.command,
+            "resume_note": info.note}

@@ -211,12 +211,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from persobench.generation.lock import interruption
 
     run = resolve_run(store_from_args(args), args.run)
-    if not run.has_table(TABLE):
-        killed = interruption(run)
-        if killed is not None:
-            raise CLIError(f"run {run.run_id} was {killed.describe()} (then export again)")
+    killed = interruption(run)
+    if killed is not None and not run.has_table(TABLE):
+        raise CLIError(f"run {run.run_id} was {killed.describe()} (then export again)")
     frame = run.read_table(TABLE)
     frame = frame[[c for c in COLUMNS if c in frame.columns]]
+    if killed is not None:  # the rows of the last checkpoint are written; say what is missing
+        print(f"note: run {run.run_id} has {len(frame)} of {killed.total} rows (its last checkpoint); it was "
+              f"{killed.describe()}", file=sys.stderr)
     if args.format == "csv":
         from persobench.csv_io import csv_text  # replies and dataset text are untrusted: no formulas
 

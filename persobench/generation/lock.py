@@ -8,7 +8,8 @@
     the pid of the holder instead of paying for every request again and overwriting the table.
     The app's launcher checks the same lock before starting a run.
 ``resume.json``
-    Written when a run starts: the command that resumes it, the response-cache folder and the cache
+    Written when a run starts: the command that resumes it (credentials left out, and named so the
+    user can give them again), the response-cache folder and the cache
     key of every sample, so a run killed before its first checkpoint still says how many of its
     replies are safe in the cache (:func:`interruption`).
 
@@ -25,7 +26,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from persobench.providers.base import ConfigurationError
 from persobench.store import atomic_write_json
@@ -96,32 +97,104 @@ def lock_holder(run_path: str | os.PathLike[str]) -> int | None:
         return None
 
 
-def resume_command(plan: "GenerationPlan", home: str | os.PathLike[str]) -> str:
-    """The ``python -m persobench run`` command that runs ``plan``'s configuration again (and so
-    resumes it from the cache). Option values whose names look secret are left out."""
+#: GenerationConfig field -> the ``run`` flag that sets it (value printed as ``str``). The fields
+#: not listed are written by :func:`resume_command` itself: ``base_url`` and ``options`` (without
+#: credentials), ``retry`` (``--max-attempts``, ``--timeout``), ``chat_template`` and ``structured``
+#: (flags of their own form); ``cache_dir`` and ``fail_fast_after`` have no flag (``run`` uses
+#: ``<home>/responses`` and the default; neither changes what is generated).
+_RUN_FLAGS = {"dataset": "--dataset", "model": "--model", "mode": "--mode", "template": "--template",
+              "policy": "--policy", "limit": "--limit", "seed": "--seed", "max_tokens": "--max-tokens",
+              "temperature": "--temperature", "top_p": "--top-p", "models_file": "--models",
+              "concurrency": "--concurrency", "max_concurrency": "--max-concurrency", "batch_size": "--batch-size",
+              "checkpoint_every": "--checkpoint-every"}
+#: Always printed, default or not: what the run is (a later change of a default must not turn the
+#: printed command into another run).
+_ALWAYS = ("dataset", "model", "mode", "template", "policy")
+
+
+def _without_secrets(options: Mapping[str, Any], path: str = "") -> tuple[dict[str, Any], list[str]]:
+    """``options`` with every credential-looking entry removed (recursively), and the removed names.
+
+    Removed, not redacted: ``--option x-api-key="[redacted]"`` would send ``[redacted]`` as the key.
+    """
+    from persobench.secrets import SECRET_KEYS, is_secret_option
+
+    kept: dict[str, Any] = {}
+    removed: list[str] = []
+    for key, value in options.items():
+        name = f"{path}{key}"
+        if key.lower() in SECRET_KEYS or (is_secret_option(key) and not isinstance(value, Mapping)):
+            removed.append(name)
+        elif isinstance(value, Mapping):
+            inner, gone = _without_secrets(value, f"{name}.")
+            removed += gone
+            if inner or not gone:
+                kept[key] = inner
+        else:
+            kept[key] = value
+    return kept, removed
+
+
+def resume_plan(plan: "GenerationPlan", home: str | os.PathLike[str]) -> tuple[str, list[str]]:
+    """(the ``python -m persobench run`` command that runs ``plan``'s configuration again, and so
+    resumes it from the cache; what that command leaves out).
+
+    The command carries every option of the run: what it is (dataset, model, mode, template,
+    policy, sample subset, decoding, structured output, chat template, base URL, model options) and
+    how it ran (concurrency, batch size, retries, checkpoints). It never carries a credential:
+    options whose names look secret (``x-api-key``, ``authorization``, ``*token*``, headers
+    included) are left out entirely, as are user info and query values of the base URL; the second
+    item names them, so the user can give them again (API keys always come from the environment).
+    """
     from persobench.generation.config import GenerationConfig
-    from persobench.secrets import strip_secrets, url_without_credentials
+    from persobench.secrets import url_without_credentials
 
     config, default = plan.config, GenerationConfig()
+    values = {**{name: getattr(config, name) for name in _RUN_FLAGS},
+              "template": config.template or plan.template.name}
     argv = ["python", "-m", "persobench", "--home", str(home), "run"]
-    flags = {"dataset": "--dataset", "model": "--model", "mode": "--mode", "template": "--template",
-             "limit": "--limit", "seed": "--seed", "max_tokens": "--max-tokens", "temperature": "--temperature",
-             "top_p": "--top-p", "policy": "--policy", "models_file": "--models", "concurrency": "--concurrency"}
-    for name, flag in flags.items():
-        value = getattr(config, name)
-        if value is not None and value != getattr(default, name):
+    for name, flag in _RUN_FLAGS.items():
+        value = values[name]
+        if value is not None and (name in _ALWAYS or value != getattr(default, name)):
             argv += [flag, str(value)]
+    if config.chat_template is not None:
+        argv += ["--chat-template", "on" if config.chat_template else "off"]
+    if config.structured:
+        argv.append("--structured")
+    if config.retry.max_attempts != default.retry.max_attempts:
+        argv += ["--max-attempts", str(config.retry.max_attempts)]
+    if config.retry.timeout != default.retry.timeout:
+        argv += ["--timeout", repr(float(config.retry.timeout))]
+    left_out: list[str] = []
     if config.base_url:
-        argv += ["--base-url", url_without_credentials(config.base_url)]
-    for key, value in strip_secrets(dict(config.options)).items():
-        if key != "headers":
-            argv += ["--option", f"{key}={json.dumps(value)}"]
-    return shlex.join(argv)
+        public_url = url_without_credentials(config.base_url)
+        argv += ["--base-url", public_url]
+        if public_url != config.base_url.rstrip("/") and public_url != config.base_url:
+            left_out.append("the base URL's credentials")
+    options, removed = _without_secrets(dict(config.options))
+    for key, value in options.items():
+        argv += ["--option", f"{key}={json.dumps(value)}"]
+    left_out += [f"--option {name}" for name in removed]
+    return shlex.join(argv), left_out
+
+
+def resume_command(plan: "GenerationPlan", home: str | os.PathLike[str]) -> str:
+    """The command of :func:`resume_plan` (credentials left out)."""
+    return resume_plan(plan, home)[0]
+
+
+def resume_note(left_out: list[str]) -> str:
+    """What a user adds to a printed resume command, or ``""`` when it is complete."""
+    if not left_out:
+        return ""
+    return (f"left out of the command because they are secret: {', '.join(left_out)}; give them again "
+            "(API keys come from the environment)")
 
 
 def write_resume_file(run: "Run", plan: "GenerationPlan", home: str | os.PathLike[str]) -> None:
+    command, left_out = resume_plan(plan, home)
     atomic_write_json(run.path / RESUME_FILE, {
-        "command": resume_command(plan, home), "cache_dir": str(plan.cache_dir), "keys": list(plan.keys),
+        "command": command, "left_out": left_out, "cache_dir": str(plan.cache_dir), "keys": list(plan.keys),
     })
 
 
@@ -135,9 +208,12 @@ class Interruption:
     """Samples in the run."""
     command: str
     """The command that resumes the run."""
+    note: str = ""
+    """What the command leaves out and must be given again (secret options), or ``""``."""
 
     def describe(self) -> str:
-        return (f"interrupted: {self.cached} of {self.total} replies cached; resume with: {self.command}")
+        text = f"interrupted: {self.cached} of {self.total} replies cached; resume with: {self.command}"
+        return f"{text} ({self.note})" if self.note else text
 
 
 def interruption(run: "Run") -> Interruption | None:
@@ -148,6 +224,7 @@ def interruption(run: "Run") -> Interruption | None:
     try:
         info = json.loads((run.path / RESUME_FILE).read_text(encoding="utf-8"))
         command, cache_dir, keys = str(info["command"]), Path(info["cache_dir"]), list(info["keys"])
+        note = resume_note([str(item) for item in info.get("left_out") or []])
     except (OSError, ValueError, KeyError, TypeError):
         return Interruption(cached=0, total=total, command="run the same `python -m persobench run` command again")
     cached = 0
@@ -156,4 +233,4 @@ def interruption(run: "Run") -> Interruption | None:
 
         with ResponseCache(cache_dir) as cache:
             cached = sum(1 for key in keys if key in cache)
-    return Interruption(cached=cached, total=total, command=command)
+    return Interruption(cached=cached, total=total, command=command, note=note)
