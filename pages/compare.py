@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import streamlit as st
 
+from persobench.aggregate import structured_pairs
 from persobench.app.boards import available_profiles, comparison_table, paired_sample_values, results_frame
 from persobench.app.charts import win_tie_loss_figure
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import dialogue_data, runs_table
 from persobench.app.text import md_escape, status_badge
+from persobench.structured import LABEL_SUFFIX
 
 page_setup()
 st.title("Compare two models")
@@ -32,7 +34,7 @@ profile = f[1].selectbox("Profile", profiles, key="cmp_profile")
 invalid = f[2].selectbox("Invalid replies", ["worst", "exclude"], key="cmp_invalid",
                          format_func={"worst": "scored worst (paper)", "exclude": "excluded"}.get)
 results = load_or_stop(results_frame, home, sig, profile)
-runs = results.drop_duplicates("run_id")[["run_id", "dataset", "mode", "model"]]
+runs = results.drop_duplicates("run_id")[["run_id", "dataset", "mode", "model", "protocol"]]
 datasets = sorted(runs["dataset"].unique())
 dataset = f[0].selectbox("Dataset", datasets, index=datasets.index("sample") if "sample" in datasets else 0,
                          key="cmp_dataset")
@@ -42,6 +44,19 @@ if len(labels) < 2:
     st.info("Comparing needs at least two runs of the same dataset. Launch another model from **New run**.")
     st.stop()
 ids = list(labels)
+
+
+def pick(plain: str, structured: str) -> None:
+    st.session_state[f"cmp_a_{dataset}"] = plain
+    st.session_state[f"cmp_b_{dataset}_{plain}"] = structured
+
+
+pairs = structured_pairs(mine)  # the natural question about a +structured run: what did it change?
+for column, (plain, structured) in zip(st.columns(len(pairs)) if pairs else [], pairs):
+    column.button(f"Plain vs structured: {md_escape(labels[structured].replace(LABEL_SUFFIX, ''))}",
+                  key=f"cmp_plain_structured_{plain}", on_click=pick, args=(plain, structured),
+                  help="A = the model as asked in the prompt, B = the same model, dataset, mode and protocol "
+                       "with structured output (+structured).")
 c1, c2 = st.columns(2)
 run_a = c1.selectbox("Model A", ids, format_func=labels.get, key=f"cmp_a_{dataset}")
 others = [i for i in ids if i != run_a]

@@ -329,6 +329,33 @@ def test_compare_paired_tests_and_top_differences(env):
     assert len(top) > 0 and top["difference"].abs().is_monotonic_decreasing
 
 
+def test_compare_plain_vs_structured_is_one_click(tmp_path, monkeypatch):
+    from persobench.aggregate import load_results, structured_pairs
+    from persobench.store import RunStore
+    from tests.test_aggregate import ALL, make_protocol_run
+
+    store = RunStore(tmp_path / "home")
+    plain = make_protocol_run(store, model="local:smollm2", ids=ALL, template="persobench", policy="robust",
+                              status="truncated").run_id
+    structured = make_protocol_run(store, model="local:smollm2", ids=ALL, template="persobench", policy="robust",
+                                   structured=True, dist1=0.8).run_id
+    make_protocol_run(store, model="baseline:reference", ids=ALL, template="persobench", policy="robust", dist1=0.9)
+    make_protocol_run(store, model="local:smollm2", ids=ALL, template="persobench", policy="robust", temperature=0.7)
+    runs = load_results(store).frame.drop_duplicates("run_id")
+    assert structured_pairs(runs) == [(plain, structured)]  # same protocol but for structured output only
+    monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
+    at = open_page("pages/compare.py")
+    assert at.selectbox(key="cmp_a_focus").value != plain or at.selectbox(key=f"cmp_b_focus_{plain}").value != structured
+    button = at.button(key=f"cmp_plain_structured_{plain}")
+    assert button.label == "Plain vs structured: local\\:smollm2 · vanilla"  # Markdown-escaped model name
+    button.click().run()
+    assert not at.exception
+    assert at.selectbox(key="cmp_a_focus").value == plain
+    assert at.selectbox(key=f"cmp_b_focus_{plain}").value == structured
+    table = frame_by_columns(at, "metric", "mean A", "mean B").set_index("metric")
+    assert table.loc["dist1", "mean A"] == 0.0 and table.loc["dist1", "mean B"] == pytest.approx(0.8)
+    assert table.loc["failure_ratio", "mean A"] == 1.0 and table.loc["failure_ratio", "mean B"] == 0.0
+
 def test_leaderboard_boards_are_one_protocol_and_compare_common_samples(tmp_path, monkeypatch):
     from persobench.store import RunStore
     from tests.test_aggregate import ALL, PAPER_LABEL, make_protocol_run

@@ -47,7 +47,8 @@ from persobench.aggregate.exports import (CSV_COLUMNS, EXPORT_FORMATS, PROTOCOL_
                                           sample_notes, structured_note)
 from persobench.aggregate.ranking import (COMPARISON_COLUMNS, OVERALL_CI_COLUMNS, OVERALL_COMPONENTS, RADAR_ASPECTS,
                                           compare_models, comparison_table, model_ranking, overall_table,
-                                          overall_with_ci, paired_values, radar_aspects, rank_with_ties, sample_values)
+                                          overall_with_ci, paired_values, radar_aspects, rank_with_ties, sample_values,
+                                          structured_pairs)
 from persobench.aggregate.results import (INVALID_POLICIES, METRIC_STATUS_COLUMNS, OK, RESULT_COLUMNS, Results,
                                           available_profiles, load_metric_status, load_results, results_table,
                                           run_samples, score_invalid, worst_value)
@@ -58,5 +59,5 @@ __all__ = [
     "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table", "export_board", "leaderboard",
     "load_metric_status", "load_results", "model_ranking", "overall_table", "overall_with_ci", "paired_values",
     "protocol_heading", "radar_aspects", "rank_with_ties", "results_table", "run_samples", "sample_notes",
-    "sample_values", "score_invalid", "structured_note", "worst_value",
+    "sample_values", "score_invalid", "structured_note", "structured_pairs", "worst_value",
 ]

@@ -3,6 +3,7 @@ and paired comparisons between two runs. Part of :mod:`persobench.aggregate`."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
@@ -11,7 +12,8 @@ import pandas as pd
 
 from persobench import stats
 from persobench.aggregate.board import _board_frame, _common_samples, leaderboard
-from persobench.aggregate.results import INVALID_POLICIES, OK, Results, _info, results_table, score_invalid
+from persobench.aggregate.results import (INVALID_POLICIES, OK, Results, _info, label_stem, results_table,
+                                          score_invalid)
 from persobench.errors import ConfigurationError
 
 OVERALL_COMPONENTS = ("ue_score", "persona_distance", "unieval_groundedness", "c_score", "instructability")
@@ -337,3 +339,30 @@ def comparison_table(results: "Results | pd.DataFrame", run_a: str, run_b: str, 
                      c.wilcoxon_pvalue, c.bootstrap_pvalue, c.wins, c.ties, c.losses,
                      "higher" if c.higher_is_better else "lower"])
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS), skipped
+
+
+def structured_pairs(runs: pd.DataFrame) -> list[tuple[str, str]]:
+    """(plain run id, structured run id) for every model that has both in one dataset and mode under
+    the same protocol but for structured output: the "plain vs structured" comparisons. ``runs`` has
+    one row per run with run_id, dataset, mode, model (the label) and protocol."""
+    from persobench.protocol import Protocol
+    from persobench.structured import LABEL_SUFFIX
+
+    def plain_protocol(label: str) -> Protocol | None:
+        try:
+            return dataclasses.replace(Protocol.from_label(str(label)), structured=False)
+        except ValueError:
+            return None
+
+    rows = runs.drop_duplicates("run_id").sort_values(["dataset", "mode", "model", "run_id"]).to_dict("records")
+    for r in rows:
+        r["stem"] = label_stem(r["model"], r["run_id"])
+    plain = {(r["dataset"], r["mode"], r["stem"], plain_protocol(r["protocol"])): r["run_id"]
+             for r in rows if not r["stem"].endswith(LABEL_SUFFIX)}
+    pairs = []
+    for r in rows:
+        if r["stem"].endswith(LABEL_SUFFIX):
+            key = (r["dataset"], r["mode"], r["stem"].removesuffix(LABEL_SUFFIX), plain_protocol(r["protocol"]))
+            if key in plain:
+                pairs.append((plain[key], r["run_id"]))
+    return pairs

@@ -79,6 +79,12 @@ def _unique_labels(runs: Sequence["Run"]) -> dict[str, str]:
     return labels
 
 
+def label_stem(label: str, run_id: str) -> str:
+    """A run's display label (:func:`_unique_labels`) without the run-id suffix it gets when two runs
+    share a label."""
+    return str(label).removesuffix(f" [{str(run_id).rsplit('__', 1)[-1]}]")
+
+
 METRIC_STATUS_COLUMNS = ["run_id", "profile", "metric", "status", "reason", "model_id", "revision", "backend",
                          "metric_version"]
 
