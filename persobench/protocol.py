@@ -17,7 +17,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.store import RunManifest
 
 __all__ = ["PAPER", "PAPER_MAX_TOKENS", "PAPER_POLICY", "PAPER_TEMPERATURE", "Protocol", "default_policy",
            "paper_protocol", "protocol_of", "template_family"]
@@ -103,31 +106,29 @@ def default_policy(family: str) -> str:
     return PAPER_POLICY if family == PAPER else DEFAULT_POLICY
 
 
-def _field(manifest: Any, name: str, default: Any = None) -> Any:
+def _manifest(manifest: Any) -> "RunManifest":
+    """A :class:`~persobench.store.RunManifest` from a manifest, a run or the manifest's dict form."""
+    manifest = getattr(manifest, "manifest", manifest)  # a Run
     if isinstance(manifest, Mapping):
-        return manifest.get(name, default)
-    return getattr(manifest, name, default)
+        from persobench.store import RunManifest
 
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+        return RunManifest.from_dict(manifest)
+    return manifest
 
 
 def template_family(manifest: Any) -> str:
     """The template family recorded in a manifest, else the one its template name implies."""
-    parameters = _mapping(_field(manifest, "parameters"))
-    extra = _mapping(_field(manifest, "extra"))
-    template_info = extra.get("template")
-    for candidate in (_field(manifest, "template_family"), parameters.get("template_family"),
-                      extra.get("template_family"), _mapping(template_info).get("family")):
+    manifest = _manifest(manifest)
+    details = manifest.details
+    for candidate in (manifest.template_family, (manifest.parameters or {}).get("template_family"),
+                      details.template_family, details.template.family if details.template else None):
         if candidate:
             return str(candidate)
-    name = str(_field(manifest, "template") or "")
-    if not name:
+    if not manifest.template:
         return "?"
     from persobench.prompts import template_family as family_of_name  # built-ins and their former names
 
-    return family_of_name(name)
+    return family_of_name(manifest.template)
 
 
 def _number(value: Any, kind: type) -> Any:
@@ -145,16 +146,15 @@ def protocol_of(manifest: Any) -> Protocol:
     Missing fields take today's defaults: ``structured`` False, policy ``robust`` (the generation
     default). A run imported from the paper's published data is the paper protocol.
     """
-    manifest = getattr(manifest, "manifest", manifest)  # a Run
-    mode = str(_field(manifest, "mode") or "vanilla")
-    if _field(manifest, "source") == "imported":
+    manifest = _manifest(manifest)
+    mode = str(manifest.mode or "vanilla")
+    if manifest.source == "imported":
         return paper_protocol(mode)
-    parameters = _mapping(_field(manifest, "parameters"))
-    extra = _mapping(_field(manifest, "extra"))
-    structured = next((v for v in (_field(manifest, "structured"), parameters.get("structured"),
-                                   extra.get("structured")) if v is not None), False)
-    if isinstance(structured, Mapping):  # a structured-output description counts when enabled
-        structured = structured.get("enabled", bool(structured))
+    parameters = manifest.parameters or {}
+    structured = parameters.get("structured")
+    if structured is None:
+        recorded = manifest.details.structured
+        structured = recorded.enabled if recorded is not None else False
     return Protocol(
         name=template_family(manifest),
         mode=mode,

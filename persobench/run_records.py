@@ -6,7 +6,11 @@ still works); these frozen dataclasses are how the library reads and writes them
 - :class:`GenerationRecord` (generation): start and end times, failure reason, :class:`Usage`, cost;
 - ``counts`` (generation and import): replies per status;
 - :class:`ImportRecord` (import): where published replies came from, with checksums;
-- :class:`ProfileScores` per scoring profile (metrics): one :class:`MetricProvenance` per metric.
+- :class:`ProfileScores` per scoring profile (metrics): one :class:`MetricProvenance` per metric;
+- :class:`ConcurrencyRecord` (generation with ``--concurrency auto``): how the adaptive limit moved;
+- the prompt template and structured output as some manifests record them in ``extra``
+  (:class:`TemplateRecord`, ``template_family``, :class:`StructuredRecord`); runs made here record
+  them in the manifest's own ``template_family`` field and ``parameters["structured"]``.
 
 :class:`RunExtra` is all of it, read with :meth:`RunExtra.from_extra` (``RunManifest.details``).
 Reading is lossless: a key this version does not model is kept in ``other`` and written back as
@@ -166,6 +170,12 @@ class MetricProvenance:
     mixed_with: Mapping[str, Any] | None = None
     """The ``model_id``/``revision_or_hash``/``metric_version`` of earlier values of this run when a later
     pass used another model: the run's values mix two models."""
+    persona_input: str | None = None
+    """Persona metrics: what the reply was compared with ("paper personas cell" under the paper's
+    protocol, else "persona sentences"); ``None`` for other metrics."""
+    reference: str | None = None
+    """Reference metrics scored against references the caller gave instead of the samples' own
+    ("given by the caller for N sample(s)"); ``None`` otherwise."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model, kept as read."""
 
@@ -183,6 +193,9 @@ class MetricProvenance:
         data.update(backend=self.backend, n=self.n)
         if self.mixed_with is not None:
             data["mixed_with"] = dict(self.mixed_with)
+        for name in ("persona_input", "reference"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return {**data, **self.other}
 
     @property
@@ -223,6 +236,77 @@ class ProfileScores:
                 **self.other}
 
 
+@dataclass(frozen=True)
+class ConcurrencyRecord:
+    """How the adaptive concurrency limit moved during a ``--concurrency auto`` run (``extra["concurrency"]``)."""
+
+    mode: str = "auto"
+    """The concurrency mode ("auto": the limit adapts to 429 and 5xx replies)."""
+    final: int | None = None
+    """The limit when the run ended."""
+    highest: int | None = None
+    """The highest limit reached."""
+    decreases: int | None = None
+    """How many times a 429 or 5xx halved the limit."""
+    ceiling: int | None = None
+    """``--max-concurrency``: the limit never went above it."""
+    other: Mapping[str, Any] = field(default_factory=dict)
+    """Keys this version does not model, kept as read."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ConcurrencyRecord":
+        known, other = _split(cls, data)
+        return cls(**known, other=other)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "other"}
+        return {**data, **self.other}
+
+
+@dataclass(frozen=True)
+class TemplateRecord:
+    """The prompt template as a manifest may describe it in ``extra["template"]``."""
+
+    name: str | None = None
+    """The template's name."""
+    family: str | None = None
+    """Its family ("paper" for ``paper`` and ``paper-open``): the protocol a run belongs to."""
+    other: Mapping[str, Any] = field(default_factory=dict)
+    """Keys this version does not model, kept as read."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TemplateRecord":
+        known, other = _split(cls, data)
+        return cls(**known, other=other)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in ("name", "family") if getattr(self, name) is not None}
+        return {**data, **self.other}
+
+
+@dataclass(frozen=True)
+class StructuredRecord:
+    """Structured output as a manifest may record it in ``extra["structured"]``: a bare flag, or a
+    description whose ``enabled`` says whether it was on (a description without it counts as on)."""
+
+    enabled: bool
+    """Whether the run asked the provider for structured output."""
+    description: Mapping[str, Any] | None = None
+    """The description as read (written back unchanged); ``None`` when a bare flag was recorded."""
+
+    @classmethod
+    def from_value(cls, value: Any) -> "StructuredRecord | None":
+        """The record of a flag or a description; ``None`` for anything else (kept in ``other``)."""
+        if isinstance(value, bool):
+            return cls(value)
+        if isinstance(value, Mapping):
+            return cls(bool(value.get("enabled", bool(value))), dict(value))
+        return None
+
+    def to_value(self) -> bool | dict[str, Any]:
+        return dict(self.description) if self.description is not None else self.enabled
+
+
 #: JSON keys of ``extra`` written by the generation stage.
 _GENERATION_KEYS = ("started_at", "failure_reason", "finished_at", "usage", "cost_usd", "baseline")
 
@@ -239,6 +323,14 @@ class RunExtra:
     """Provenance of an imported run (JSON key ``import``); ``None`` for generated runs."""
     scores: Mapping[str, ProfileScores] | None = None
     """Profile key -> what that scoring profile computed; ``None`` before any scoring."""
+    concurrency: ConcurrencyRecord | None = None
+    """How the adaptive concurrency limit moved; ``None`` unless the run used ``--concurrency auto``."""
+    template: TemplateRecord | None = None
+    """The template as described in ``extra`` (not written by this version: see ``RunManifest.template_family``)."""
+    template_family: str | None = None
+    """A template family recorded in ``extra`` (not written by this version)."""
+    structured: StructuredRecord | None = None
+    """Structured output as recorded in ``extra`` (this version writes ``parameters["structured"]``)."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model (other stages' notes), kept as read."""
 
@@ -258,13 +350,25 @@ class RunExtra:
         counts = extra.get("counts")
         imported = extra.get("import")
         scores = extra.get("scores")
-        other = {k: v for k, v in extra.items() if k not in (*_GENERATION_KEYS, "counts", "import", "scores")}
+        concurrency, template = extra.get("concurrency"), extra.get("template")
+        family = extra.get("template_family")
+        structured = StructuredRecord.from_value(extra.get("structured"))
+        typed = {
+            "concurrency": isinstance(concurrency, Mapping), "template": isinstance(template, Mapping),
+            "template_family": isinstance(family, str), "structured": structured is not None,
+        }
+        other = {k: v for k, v in extra.items()
+                 if k not in (*_GENERATION_KEYS, "counts", "import", "scores") and not typed.get(k)}
         return cls(
             generation=generation,
             counts=dict(counts) if isinstance(counts, Mapping) else None,
             imported=ImportRecord.from_dict(imported) if isinstance(imported, Mapping) else None,
             scores=({str(k): ProfileScores.from_dict(v) for k, v in scores.items() if isinstance(v, Mapping)}
                     if isinstance(scores, Mapping) else None),
+            concurrency=ConcurrencyRecord.from_dict(concurrency) if typed["concurrency"] else None,
+            template=TemplateRecord.from_dict(template) if typed["template"] else None,
+            template_family=family if typed["template_family"] else None,
+            structured=structured,
             other=other,
         )
 
@@ -279,6 +383,14 @@ class RunExtra:
             data["import"] = self.imported.to_dict()
         if self.scores is not None:
             data["scores"] = {k: v.to_dict() for k, v in self.scores.items()}
+        if self.concurrency is not None:
+            data["concurrency"] = self.concurrency.to_dict()
+        if self.template is not None:
+            data["template"] = self.template.to_dict()
+        if self.template_family is not None:
+            data["template_family"] = self.template_family
+        if self.structured is not None:
+            data["structured"] = self.structured.to_value()
         return {**data, **self.other}
 
     def profile_scores(self, profile: str) -> ProfileScores:

@@ -65,5 +65,5 @@ def test_score_run_gives_persona_metrics_the_cell_under_the_paper_protocol(refer
     other = [lexical.idf_overlap(" ".join(s.persona_sentences()) if paper else c, r)
              for s, c, r in zip(samples, cells, replies)]
     assert other != pytest.approx(expected)
-    persona_input = run.manifest.extra["scores"]["offline"]["metrics"]["idf_overlap"].get("persona_input")
+    persona_input = run.manifest.details.profile_scores("offline").metrics["idf_overlap"].persona_input
     assert persona_input == ("paper personas cell" if paper else "persona sentences")

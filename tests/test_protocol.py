@@ -47,6 +47,14 @@ def test_any_setting_that_changes_outputs_changes_the_protocol(change):
     assert protocol_of(manifest(**change)) != paper_protocol("vanilla")
 
 
+def test_structured_output_recorded_in_extra_counts_when_enabled():
+    plain = {"temperature": 0.0, "max_tokens": 110, "policy": "paper"}
+    assert protocol_of(manifest(parameters=plain, extra={"structured": True})).structured
+    assert not protocol_of(manifest(parameters=plain, extra={"structured": {"enabled": False, "how": "x"}})).structured
+    # the run's own parameters win over a note in extra
+    assert not protocol_of(manifest(parameters={**plain, "structured": False}, extra={"structured": True})).structured
+
+
 def test_old_manifests_default_sensibly():
     old = manifest(template="vanilla", parameters={"temperature": 0.0, "max_tokens": 110})
     proto = protocol_of(old.to_dict())  # dict form works too

@@ -11,10 +11,13 @@ import pytest
 from persobench.generation import run_generation
 from persobench.run_records import (
     SCHEMA_VERSION,
+    ConcurrencyRecord,
     GenerationRecord,
     MetricProvenance,
     ProfileScores,
     RunExtra,
+    StructuredRecord,
+    TemplateRecord,
     Usage,
 )
 from persobench.store import RunManifest, RunStore
@@ -70,11 +73,11 @@ def test_typed_fields_of_an_imported_run():
 
 def test_unknown_keys_are_kept_and_written_back():
     extra = _load("baseline_scored_twice.json")["extra"]
-    extra = {**extra, "structured": True, "template_family": "paper"}
+    extra = {**extra, "note": {"by": "another tool"}, "structured": "yes"}  # a structured value of no known form
     extra["scores"]["offline"]["metrics"]["bleu"] = {**extra["scores"]["offline"]["metrics"]["bleu"], "seconds": 1.5}
     extra["usage"] = {**extra["usage"], "reasoning_tokens": 7}
     details = RunExtra.from_extra(extra)
-    assert details.other == {"structured": True, "template_family": "paper"}
+    assert details.other == {"note": {"by": "another tool"}, "structured": "yes"} and details.structured is None
     assert details.profile_scores("offline").metrics["bleu"].other == {"seconds": 1.5}
     assert details.usage.other == {"reasoning_tokens": 7}
     assert details.to_extra() == extra
@@ -132,3 +135,22 @@ def test_the_scoring_writer_keeps_the_keys_old_readers_know(tmp_path):
     assert on_disk["metrics"]["bleu"]["n"] == 2 and "mixed_with" not in on_disk["metrics"]["bleu"]
     assert on_disk["metrics"]["ue_score"]["status"] == "unavailable"
     assert set(on_disk["metrics"]) == {"bleu", "ue_score", "dist1"}
+
+
+def test_concurrency_template_structured_and_metric_inputs_are_typed():
+    extra = {"concurrency": {"mode": "auto", "final": 4, "highest": 8, "decreases": 1, "ceiling": 8},
+             "template": {"name": "mine", "family": "ours"}, "template_family": "ours",
+             "structured": {"enabled": False, "method": "json_schema"}}
+    details = RunExtra.from_extra(extra)
+    assert details.concurrency == ConcurrencyRecord("auto", final=4, highest=8, decreases=1, ceiling=8)
+    assert details.template == TemplateRecord(name="mine", family="ours") and details.template_family == "ours"
+    assert details.structured == StructuredRecord(False, {"enabled": False, "method": "json_schema"})
+    assert details.other == {} and details.to_extra() == extra
+    flag = RunExtra.from_extra({"structured": True})
+    assert flag.structured == StructuredRecord(True) and flag.to_extra() == {"structured": True}
+
+    provenance = {"status": "ok", "reason": "", "model_id": "", "backend": "idf", "n": 3,
+                  "persona_input": "paper personas cell", "reference": "given by the caller for 3 sample(s)"}
+    record = MetricProvenance.from_dict(provenance)
+    assert record.persona_input == "paper personas cell" and record.reference.startswith("given by the caller")
+    assert record.other == {} and record.to_dict() == provenance

@@ -41,7 +41,7 @@ board that answered different sample sets are compared on the sample ids common 
 
 from __future__ import annotations
 
-from persobench import stats
+from persobench import stats  # noqa: F401 - aggregate.stats, as before the split
 from persobench.aggregate.board import BOARD_COLUMNS, SIDE_BY_SIDE, leaderboard
 from persobench.aggregate.exports import (CSV_COLUMNS, EXPORT_FORMATS, PROTOCOL_FIELDS, export_board, protocol_heading,
                                           sample_notes, structured_note)
@@ -49,7 +49,7 @@ from persobench.aggregate.ranking import (COMPARISON_COLUMNS, OVERALL_CI_COLUMNS
                                           compare_models, comparison_table, model_ranking, overall_table,
                                           overall_with_ci, paired_values, radar_aspects, rank_with_ties, sample_values,
                                           structured_pairs)
-from persobench.aggregate.results import (INVALID_POLICIES, METRIC_STATUS_COLUMNS, OK, RESULT_COLUMNS, Results,
+from persobench.aggregate.results import (INVALID_POLICIES, METRIC_STATUS_COLUMNS, OK, RESULT_COLUMNS, Results,  # noqa: F401
                                           available_profiles, load_metric_status, load_results, results_table,
                                           run_samples, score_invalid, worst_value)
 

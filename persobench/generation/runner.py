@@ -28,7 +28,7 @@ from persobench.generation.retry import PauseGate, call_with_retries
 from persobench.generation.rows import TABLE, build_row, rows_frame
 from persobench.providers import make_provider
 from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
-from persobench.run_records import GenerationRecord, Usage
+from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
 from persobench.secrets import known_secrets, scrub
 from persobench.store import Run, RunStore, utc_now
 
@@ -297,8 +297,9 @@ class Runner:
             cost_usd=estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
             baseline=self.plan.spec.provider == "baseline",
         )
-        extra = {**record.to_extra(), "counts": counts}
-        if self.limit is not None:  # --concurrency auto: how the limit moved (kept as RunExtra.other)
-            extra["concurrency"] = {"mode": "auto", **dataclasses.asdict(self.limit.stats())}
+        concurrency = None
+        if self.limit is not None:  # --concurrency auto: how the limit moved
+            concurrency = ConcurrencyRecord(mode="auto", **dataclasses.asdict(self.limit.stats()))
+        extra = RunExtra(generation=record, counts=counts, concurrency=concurrency).to_extra()
         self.run.update(status=status, extra=extra)
         self._report(force=True, status=status)
