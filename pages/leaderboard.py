@@ -165,7 +165,8 @@ with tab_dist:
     dist_metric = d1.selectbox("Metric", [m for m in metric_order if METRICS[m].level == "sample"
                                           or m == "response_time"], key="lb_dist_metric")
     shape = d2.radio("Shape", ["box", "violin"], horizontal=True, key="lb_dist_shape")
-    values = sample_values(home, sig, profile, dataset, mode, dist_metric, invalid)
+    values = sample_values(home, sig, profile, dataset, mode, dist_metric, invalid, protocol, side_by_side,
+                           all_samples)  # the board's runs and sample ids
     values = values[values["model"].isin(chosen)]
     if values.empty:
         st.info("No per-sample values for this metric.")

@@ -508,3 +508,27 @@ def test_load_metric_status_of_every_profile(store):
     assert len(c) == 1 and "nli-deberta" in c.iloc[0]["reason"]
     one = aggregate.load_metric_status(store)
     assert len(one) == len(status)
+
+
+def test_sample_values_are_the_boards_samples_unless_all_samples(tmp_path):
+    """The distributions use the runs and sample ids the board compared: one protocol, and the
+    sample ids all its runs share (all of each run's samples with ``all_samples``)."""
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="big", ids=ALL, dist1=[i / 10 for i in range(10)])
+    make_protocol_run(store, model="small", ids=ALL[:4])
+    make_protocol_run(store, model="big", ids=ALL, temperature=0.7, dist1=0.9)  # same label, another protocol
+    results = aggregate.load_results(store)
+    board = aggregate.leaderboard(results, dataset="focus", mode="vanilla")
+    values = aggregate.sample_values(results, dataset="focus", mode="vanilla", metric="dist1", board=PAPER_LABEL)
+    on_board = board[(board["board"] == PAPER_LABEL) & (board["metric"] == "dist1")].set_index("model")
+    big = next(m for m in on_board.index if m.startswith("big"))  # two runs are labelled "big": told apart
+    assert values.groupby("model").size().to_dict() == {big: 4, "small": 4} == on_board["n"].to_dict()
+    assert set(values.loc[values["model"] == big, "sample_id"]) == set(ALL[:4])
+    assert values[values["model"] == big]["value"].mean() == pytest.approx(on_board.loc[big, "mean"])
+    every = aggregate.sample_values(results, dataset="focus", mode="vanilla", metric="dist1", board=PAPER_LABEL,
+                                    all_samples=True)
+    assert every.groupby("model").size().to_dict() == {big: 10, "small": 4}
+    side = aggregate.sample_values(results, dataset="focus", mode="vanilla", metric="dist1",
+                                   board=aggregate.SIDE_BY_SIDE, side_by_side=True)
+    side_board = aggregate.leaderboard(results, dataset="focus", mode="vanilla", side_by_side=True)
+    assert set(side["model"]) == set(side_board["model"]) and len(set(side["model"])) == 3

@@ -680,3 +680,40 @@ def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
         status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
         assert status.state == "completed", status.message
         assert max(server.counts.values()) == 1
+
+
+def test_leaderboard_distributions_use_the_boards_common_samples(tmp_path, monkeypatch):
+    """A 10-sample run beside a 4-sample run: the distribution of each has the 4 common samples, as
+    the board's n; with "All samples", each run's own."""
+    import json
+
+    from persobench.store import RunStore
+    from tests.test_aggregate import ALL, make_protocol_run
+
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="big", ids=ALL, dist1=[i / 10 for i in range(10)])
+    make_protocol_run(store, model="small", ids=ALL[:4])
+    make_protocol_run(store, model="other", ids=ALL, temperature=0.7)  # another protocol: not on this board
+    monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
+
+    def points(at: AppTest) -> dict[str, int]:
+        [chart] = [c for c in at.get("plotly_chart") if "lb_dist" in c.proto.id]
+        spec = json.loads(chart.proto.spec)
+        sizes = {}
+        for trace in spec["data"]:
+            y = trace["y"]
+            if isinstance(y, dict):  # plotly's typed array: {"dtype", "bdata" (base64)}
+                import base64
+
+                import numpy as np
+
+                y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"])
+            sizes[trace["name"]] = len(y)
+        return sizes
+
+    at = open_page("pages/leaderboard.py")
+    assert ranking(at).set_index("model")["n"].to_dict() == {"big": 4, "small": 4}
+    assert points(at) == {"big": 4, "small": 4}
+    at.toggle(key="lb_all_samples").set_value(True).run()
+    assert not at.exception
+    assert points(at) == {"big": 10, "small": 4}

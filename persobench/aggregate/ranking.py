@@ -291,14 +291,27 @@ def compare_models(
 
 
 def sample_values(results: "Results | pd.DataFrame", *, dataset: str, mode: str, metric: str,
-                  invalid: str = "worst") -> pd.DataFrame:
-    """Per-sample values (model, sample_id, value) of one metric in one dataset and mode, with the
-    invalid-reply policy applied as :func:`leaderboard` does; samples left without a value are dropped."""
-    results = results_table(results)
-    rows = results[(results["dataset"] == dataset) & (results["mode"] == mode) & (results["metric"] == metric)]
+                  invalid: str = "worst", profile: str = "offline", board: str | None = None,
+                  side_by_side: bool = False, all_samples: bool = False) -> pd.DataFrame:
+    """Per-sample values (model, sample_id, value) of one metric in one dataset and mode: the values
+    :func:`leaderboard` with the same arguments averages, so a distribution shows what the board ranks.
+
+    The invalid-reply policy is applied, and runs of one board are restricted to the sample ids they
+    all share unless ``all_samples``; ``board`` (a protocol label, or :data:`SIDE_BY_SIDE` with
+    ``side_by_side``) keeps that board's runs only, and ``model`` carries the protocol when
+    ``side_by_side``, as the board's rows do. Samples left without a value are dropped.
+    """
+    frame = _board_frame(results_table(results), dataset=dataset, mode=mode, profile=profile,
+                         side_by_side=side_by_side)
+    if board is not None:
+        frame = frame[frame["board"] == board]
+    if not all_samples:  # on every metric's rows, as the board: the common ids are the board's
+        frame = _common_samples(frame)
+    rows = frame[frame["metric"] == metric]
     values = score_invalid(rows["value"], (rows["status"] == OK).to_numpy(), metric, invalid)
-    frame = rows[["model", "sample_id"]].assign(value=values)
-    return frame.dropna(subset=["value"]).reset_index(drop=True)
+    models = rows["model"] + " (" + rows["protocol"] + ")" if side_by_side else rows["model"]
+    out = pd.DataFrame({"model": models.to_numpy(), "sample_id": rows["sample_id"].to_numpy(), "value": values})
+    return out.dropna(subset=["value"]).reset_index(drop=True)
 
 
 def paired_values(results: "Results | pd.DataFrame", run_a: str, run_b: str, metric: str, *,

@@ -121,12 +121,15 @@ def overall_with_ci(home: str, signature: str, profile: str, dataset: str, inval
 
 @cache_data(show_spinner=False, max_entries=32)
 def sample_values(home: str, signature: str, profile: str, dataset: str, mode: str, metric: str,
-                  invalid: str) -> "pd.DataFrame":
-    """:func:`persobench.aggregate.sample_values`: model, sample_id, value of one metric."""
+                  invalid: str, board: str | None = None, side_by_side: bool = False,
+                  all_samples: bool = False) -> "pd.DataFrame":
+    """:func:`persobench.aggregate.sample_values`: model, sample_id, value of one metric, on the runs
+    and sample ids of one board (as :func:`board_for` with the same arguments)."""
     from persobench.aggregate import sample_values as values
 
     return values(results_frame(home, signature, profile), dataset=dataset, mode=mode, metric=metric,
-                  invalid=invalid)
+                  invalid=invalid, profile=profile, board=board, side_by_side=side_by_side,
+                  all_samples=all_samples)
 
 
 @cache_data(show_spinner="Comparing…", max_entries=32)
