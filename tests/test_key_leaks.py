@@ -110,3 +110,31 @@ def test_key_allowed_rules():
     assert not key_allowed("http://gw.example:81/v1", env={"PERSOBENCH_KEY_HOSTS": "gw.example:80"})
     assert not key_allowed("http://gw.example.evil.com/v1", env={"PERSOBENCH_KEY_HOSTS": "gw.example"})
     assert not key_allowed("http://[::1", env={"PERSOBENCH_KEY_HOSTS": "::1"})
+
+
+def test_failures_page_shows_the_echo_but_not_the_key(openai_server, tmp_path, monkeypatch):
+    """The Failures page (AppTest) of a run whose server echoed the key in errors and reply text shows
+    those errors and raw outputs, scrubbed: the echo is visible, the key is not."""
+    from tests.test_app import open_page, rendered_text
+
+    openai_server.script = _echo_script
+    home = tmp_path / "home"
+    assert cli_main(["--home", str(home), "run", "--model", "openai:fake", "--base-url", openai_server.base_url,
+                     "--limit", "6", "--no-progress", "--max-attempts", "1"]) == 0
+    assert all(OPENAI_SECRET in r.headers.get("authorization", "") for r in openai_server.requests)
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    # The page must not rely on the environment to hide the key: the app that shows a store need not
+    # hold the key the run was made with.
+    monkeypatch.delenv("OPENAI_API_KEY")
+    at = open_page("pages/failures.py")
+    statuses = list(at.selectbox(key="fail_status").options)
+    assert any(s.startswith("api_error") for s in statuses) and len(statuses) == 2, statuses
+    shown = []
+    for option in statuses:
+        at.selectbox(key="fail_status").set_value(option.split(" ")[0]).run()
+        assert not at.exception
+        shown.append(rendered_text(at))
+    text = "\n".join(shown)
+    assert OPENAI_SECRET not in text and OPENAI_SECRET[8:] not in text
+    assert "echo Bearer ***" in text  # the error the server sent back, with the key scrubbed out
+    assert "Your key is ***" in text  # the raw output of a reply quoting the key
