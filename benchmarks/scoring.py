@@ -121,7 +121,13 @@ def bench_nli(hyps: list[str], refs: list[str]) -> dict:
             "max_abs_diff": diff, "labels_equal": same, "n": len(pairs)}
 
 
-LEXICAL = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2")
+def _lexical_batch_metrics() -> tuple[str, ...]:
+    from persobench.metrics.lexical import REFERENCE_LEXICAL, REPLY_LEXICAL  # derived from MetricInfo
+
+    return (*REFERENCE_LEXICAL, *REPLY_LEXICAL)
+
+
+LEXICAL = _lexical_batch_metrics()
 LEXICAL_TOLERANCE = 1e-12
 
 

@@ -45,7 +45,6 @@ PLACEHOLDERS = ("role", "personas", "context", "instructions", "output_format", 
 #: doubled in chain-of-thought mode to leave room for the reasoning.
 DEFAULT_TEMPERATURE = 0.0
 DEFAULT_MAX_TOKENS = {"vanilla": 110, "cot": 220}
-REASONING_WORD_LIMIT = 110
 
 SYSTEM_MESSAGE = (
     "You are a response generator for dialogues. You write the next turn of a conversation and you "

@@ -20,7 +20,7 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "PairedComparison", "bootstrap_ci", "bootstrap_mean_cis",
-    "describe", "paired_comparison", "population_std", "resample_counts", "wilson_interval",
+    "describe", "paired_comparison", "resample_counts", "wilson_interval",
 ]
 
 DEFAULT_LEVEL = 0.95
@@ -30,12 +30,6 @@ DEFAULT_RESAMPLES = 1000
 def _array(values: Sequence[float] | np.ndarray) -> np.ndarray:
     array = np.asarray(values, dtype="float64").ravel()
     return array[~np.isnan(array)]
-
-
-def population_std(values: Sequence[float] | np.ndarray) -> float:
-    """Standard deviation with ``ddof=0`` (pandas ``std(ddof=0)``); NaN for no values."""
-    array = _array(values)
-    return float(array.std(ddof=0)) if array.size else math.nan
 
 
 def describe(values: Sequence[float] | np.ndarray) -> tuple[float, float, int]:

@@ -53,7 +53,6 @@ def test_rouge_is_the_papers_package_case_sensitive_and_safe_on_empty():
     # The paper's `rouge` package does not lower-case (rouge_score would give 1.0 here).
     assert lexical.rouge("The Cat", "the cat") == (0.0, 0.0, 0.0)
     assert lexical.rouge("the cat", "...") == (0.0, 0.0, 0.0)  # the package would raise
-    assert lexical.rouge_status() == ("ok", "")
     assert "rouge==1.0.1" in lexical.rouge_version()
 
 
@@ -266,3 +265,18 @@ def test_meteor_without_wordnet_is_labelled_degraded(tmp_path):
     assert off.provenance["meteor"]["reason"].startswith(DEGRADED)
     assert off.profile != ok.profile  # an override changes the stored profile key
     assert off.scores["value"].iloc[0] < ok.scores["value"].iloc[0]
+
+
+def test_batch_metric_lists_come_from_metric_info():
+    from persobench.metrics import metric_info, metric_names
+
+    assert lexical.REFERENCE_LEXICAL == ("bleu", "rouge1", "rouge2", "rougeL")
+    assert lexical.REPLY_LEXICAL == ("dist1", "dist2")
+    family = set(metric_names(family="lexical"))
+    assert family == {*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL, "idf_overlap"}
+    assert all(metric_info(m).needs_reference for m in lexical.REFERENCE_LEXICAL)
+    # the batch kernel fills every metric the lists name, one value per reply
+    values = lexical.lexical_values(["the cat sat", ""], ["a cat sat down", "hi"],
+                                    (*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL))
+    assert set(values) == {*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL}
+    assert all(len(v) == 2 for v in values.values()) and values["bleu"][1] is None

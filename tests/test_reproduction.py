@@ -42,7 +42,6 @@ independent, notebook-style computation from the published files (internal consi
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
 from pathlib import Path
 
@@ -76,12 +75,6 @@ METEOR_STRIPPED_REFERENCE_RUNS = {
     ("vanilla", "Gemma-7B-Instruct"), ("cot", "Qwen2-7B-Instruct"), ("cot", "Gemma-7B-Instruct"),
 }
 TABLES = {"vanilla": "FoCus-results.csv", "cot": "FoCus-COT-results.csv"}
-
-
-def _rouge_is_the_papers() -> bool:
-    from persobench.metrics import lexical
-
-    return lexical.rouge_status()[0] == "ok"
 
 
 def _wordnet_available() -> bool:
@@ -120,10 +113,10 @@ def imported(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def scored(imported):
-    """Every run scored with dist1/dist2; FoCus runs also with BLEU (and ROUGE when the paper's
-    package is installed) against the reference the paper used for that run."""
+    """Every run scored with dist1/dist2; FoCus runs also with BLEU and ROUGE against the reference
+    the paper used for that run."""
     store, report = imported
-    lexical = ["bleu", *(ROUGE if _rouge_is_the_papers() else ())]
+    lexical = ["bleu", *ROUGE]
     for r in report.runs:
         run = store.get(r.run_id)
         samples = samples_for_run(run)
@@ -190,9 +183,6 @@ def test_focus_published_meteor(scored):
     assert compared == 14 * 2
 
 
-@pytest.mark.skipif(not _rouge_is_the_papers(),
-                    reason="the paper's ROUGE package is not installed (pip install rouge==1.0.1); "
-                           "rouge_score gives different numbers")
 def test_focus_published_rouge(scored):
     _, _, _, board = scored
     compared, mismatches = _compare_focus(board, set(ROUGE))
@@ -266,11 +256,7 @@ def test_reimport_is_idempotent(imported):
 
 
 def test_rouge_backend_is_reported(scored):
-    """Whichever ROUGE implementation scored, the leaderboard says so (never silently)."""
+    """ROUGE is PersoBench's own reimplementation of the paper's package: every FoCus run has it."""
     _, _, _, board = scored
     rouge_rows = board[board["metric"].isin(ROUGE)]
-    if _rouge_is_the_papers():
-        assert set(rouge_rows["status"]) == {"ok"} and len(rouge_rows) == 16 * 3
-    else:
-        assert rouge_rows.empty
-    assert importlib.util.find_spec("rouge") is not None or not _rouge_is_the_papers()
+    assert set(rouge_rows["status"]) == {"ok"} and len(rouge_rows) == 16 * 3

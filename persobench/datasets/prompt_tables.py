@@ -148,11 +148,6 @@ def parse_context(text: str) -> tuple[tuple[Turn, ...], str | None, str]:
     return tuple(built), cue, "\n".join(preamble).strip()
 
 
-def count_labelled_lines(text: str) -> int:
-    """Lines of a context cell that start with a speaker label (used to check annotation)."""
-    return sum(1 for line in text.split("\n") if TURN_LABEL.match(line))
-
-
 def parse_prompt_row(
     row: Mapping[str, Any], *, dataset: str, index: int, source: str = "", unlabelled_owner: str = "responder",
     labels_name_owner: bool = True,

@@ -225,11 +225,6 @@ def rouge(reference: str, reply: str) -> tuple[float, float, float]:
     return rouge_of(reference_rouge_text(str(reference)), RougeText(reply))
 
 
-def rouge_status() -> tuple[str, str]:
-    """``(status, reason)``: always ``ok``, the implementation is PersoBench's own."""
-    return "ok", ""
-
-
 def rouge_version() -> str:
     return "rouge/1 F-score as rouge==1.0.1 (pltrdy, the paper's package), reimplemented"
 
@@ -286,9 +281,18 @@ def idf_overlap_version() -> str:
 
 # --- Batches -----------------------------------------------------------------------------------
 
+def _batch_metrics(*, reference: bool) -> tuple[str, ...]:
+    """The lexical family's metrics that need no persona and do (or do not) need a reference, read
+    from their :class:`~persobench.metrics.MetricInfo` records."""
+    from persobench.metrics import metric_info, metric_names
+
+    return tuple(m for m in metric_names(family="lexical", needs="none")
+                 if metric_info(m).needs_reference == reference and not metric_info(m).needs_persona)
+
+
 #: The reference-based metrics :func:`lexical_values` computes, and the reply-only ones.
-REFERENCE_LEXICAL = ("bleu", "rouge1", "rouge2", "rougeL")
-REPLY_LEXICAL = ("dist1", "dist2")
+REFERENCE_LEXICAL = _batch_metrics(reference=True)
+REPLY_LEXICAL = _batch_metrics(reference=False)
 
 #: A job (one batch, or all the runs of one ``score`` command) of fewer replies is scored in this
 #: process: starting worker processes costs more than it saves (one scores ~10,000 replies a second).

@@ -105,7 +105,3 @@ def missing_key_env(spec: ModelSpec, env: "Mapping[str, str] | None" = None) -> 
 def make_provider(spec: ModelSpec, *, api_key: str | None = None, timeout: float = 60.0) -> Provider:
     """Build the provider for ``spec``; fails at once (:class:`MissingKeyError`) without a needed key."""
     return provider_class(spec.provider)(spec, api_key=api_key, timeout=timeout)
-
-
-def provider_descriptions() -> dict[str, str]:
-    return {name: PROVIDERS.describe(name) for name in PROVIDERS.names()}
