@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from persobench.errors import ConfigurationError
+
 __all__ = [
     "POLICIES",
     "ParsedOutput",
@@ -148,7 +150,7 @@ def parse_output(
     (the two notebooks, see the module docstring). For its failures it still reports the robust
     policy's diagnosis as the status (e.g. ``truncated``), so only the valid/invalid split is the paper's.
 
-    Never raises for any string input; an unknown ``policy`` is a ``ValueError``.
+    Never raises for any string input; an unknown ``policy`` is a :class:`ConfigurationError` (a ``ValueError``).
     """
     if policy == "robust":
         return _parse_robust(raw_text, finish_reason, require_reasoning)
@@ -156,9 +158,9 @@ def parse_output(
         if paper_style == "closed":
             return _parse_paper_closed(raw_text)
         if paper_style != "open":
-            raise ValueError(f"unknown paper_style {paper_style!r}; expected 'open' or 'closed'")
+            raise ConfigurationError(f"unknown paper_style {paper_style!r}; expected 'open' or 'closed'")
         return _parse_paper(raw_text)
-    raise ValueError(f"unknown post-processing policy {policy!r}; known: {', '.join(POLICIES)}")
+    raise ConfigurationError(f"unknown post-processing policy {policy!r}; known: {', '.join(POLICIES)}")
 
 
 def summarize(statuses: Iterable[str | Status | ParsedOutput]) -> dict[str, int]:

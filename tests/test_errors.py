@@ -186,3 +186,43 @@ def test_cli_compare_and_score_errors_are_one_line_without_shims(compared, capsy
     assert "has no 'bleu' values" in _cli_error(store.home, capsys, "compare", a, b, "--metric", "bleu")
     assert "run-level number" in _cli_error(store.home, capsys, "compare", a, b, "--metric", "instructability")
     assert "cannot override 'nosuch_slot'" in _cli_error(store.home, capsys, "score", "--model", "nosuch_slot=x")
+
+
+# Raises of builtin exceptions that are internal contracts, not errors a user can reach: each is
+# caught and re-raised inside the hierarchy, or guards a caller that already validated its input.
+INTERNAL_BUILTIN_RAISES = {
+    # argument checks of pure statistics functions; aggregate validates before calling them
+    ("persobench/stats.py", "ValueError"): 5,
+    # manifest parsing inside RunManifest.from_dict (RunStore.get turns these into StoreError), and
+    # Run.update with an unknown status (a programming error of a stage, not user input)
+    ("persobench/store.py", "ValueError"): 7,
+    ("persobench/store.py", "PermissionError"): 1,  # caught beside it and reported as StoreError
+    ("persobench/cache.py", "ValueError"): 1,  # a cache key built without its sample id
+    ("persobench/datasets/prompt_tables.py", "ValueError"): 1,  # caught by parse_prompt_row -> PromptTableError
+    ("persobench/generation/concurrency.py", "ValueError"): 1,  # the CLI checks --max-concurrency first
+    ("persobench/metrics/lexical.py", "ValueError"): 1,  # references and replies of different lengths
+    ("persobench/metrics/unieval.py", "ValueError"): 1,  # an unknown UniEval dimension name
+    ("persobench/postprocess.py", "ValueError"): 1,  # summarize() of a status that is not a Status
+    ("persobench/protocol.py", "ValueError"): 1,  # Protocol.from_label: callers catch it to mean "not a label"
+    ("persobench/structured.py", "ValueError"): 1,  # reply_schema of a mode the CLI's choices exclude
+}
+
+
+def test_no_new_builtin_exception_on_a_public_path():
+    """A new ``raise ValueError(...)`` (or any builtin exception) in the library fails here: raise a
+    PersoBenchError family instead, or list it above with why no user can reach it."""
+    import builtins
+    from collections import Counter
+
+    found: Counter[tuple[str, str]] = Counter()
+    for path in sorted((REPO / "persobench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Raise) or node.exc is None:
+                continue
+            target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            name = getattr(target, "id", None)
+            if name in ("AttributeError", "NotImplementedError"):  # module __getattr__, abstract methods
+                continue
+            if isinstance(getattr(builtins, name or "", None), type) and issubclass(getattr(builtins, name), BaseException):
+                found[(str(path.relative_to(REPO)), name)] += 1
+    assert dict(found) == INTERNAL_BUILTIN_RAISES

@@ -23,6 +23,7 @@ from persobench.jobs.model import (
     job_id_for,
     read_json,
 )
+from persobench.errors import ConfigurationError
 from persobench.processes import pid_alive
 from persobench.secrets import redact
 from persobench.store import atomic_write_json, default_home, utc_now
@@ -70,7 +71,7 @@ class JobManager:
 
     def job_dir(self, job_id: str) -> Path:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", job_id):
-            raise ValueError(f"invalid job id {job_id!r}")
+            raise ConfigurationError(f"invalid job id {job_id!r}")
         return self.jobs_dir / job_id
 
     # -- launching -----------------------------------------------------------------------------
@@ -179,7 +180,7 @@ class JobManager:
         """Start a cancelled, failed or interrupted job again (cached replies are not requested again)."""
         spec = read_json(self.job_dir(job_id) / "job.json")
         if spec is None:
-            raise ValueError(f"no job {job_id!r}")
+            raise ConfigurationError(f"no job {job_id!r}")
         return self.launch(spec["title"], [JobStep.from_dict(s) for s in spec["steps"]], env=env)
 
     def forget(self, job_id: str) -> None:
@@ -188,7 +189,7 @@ class JobManager:
 
         status = self.status(job_id)
         if status is not None and status.active:
-            raise ValueError("the job is still running; cancel it first")
+            raise ConfigurationError("the job is still running; cancel it first")
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
 
     def _run_dirs(self, status: JobStatus) -> list[Path]:
