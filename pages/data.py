@@ -58,7 +58,7 @@ with tab_runs:
             st.text(f"{path}: {reason}")
 
 with tab_import:
-    score = st.radio(
+    st.radio(
         "After importing, score with", ["lexical", "offline", "none"], horizontal=True, key="data_import_score",
         format_func={"lexical": "lexical metrics (fast: BLEU, ROUGE, Distinct, IDF overlap)",
                      "offline": "the full offline profile (BERTScore, GloVe, METEOR: slow on CPU)",
@@ -70,11 +70,18 @@ with tab_import:
     fetched = fetched_reference(home)
     if fetched is not None:
         st.caption(f"Already fetched into {md_escape(fetched)}; fetching again replaces it.")
-    mirror = st.text_input("Mirror URL (optional)", key="data_fetch_url", placeholder=PAPER_ARCHIVE.url)
-    if st.button("Download and import in the background", type="primary", key="data_fetch_go"):
-        _, started = JobManager(home).launch("fetch the paper's data",
-                                             fetch_paper_steps(score=score, url=mirror.strip() or None))
+    st.text_input("Mirror URL (optional)", key="data_fetch_url", placeholder=PAPER_ARCHIVE.url)
+
+    # Launched from on_click callbacks, which run once per click before any script pass: a click
+    # must survive the rerun that takes a page opened on its own into app.py (chrome.page_setup).
+    def fetch_in_background() -> None:
+        url = str(st.session_state.get("data_fetch_url") or "").strip() or None
+        _, started = JobManager(current_home()).launch(
+            "fetch the paper's data", fetch_paper_steps(score=st.session_state["data_import_score"], url=url))
         st.toast("Download started." if started else "This download is already running.")
+
+    st.button("Download and import in the background", type="primary", key="data_fetch_go",
+              on_click=fetch_in_background)
     st.divider()
     st.markdown(
         "Or import replies laid out like the paper's repository: `Prompts/*.csv`, "
@@ -92,10 +99,13 @@ with tab_import:
             st.caption(f"{len(preview)} response files: "
                        f"{preview['dataset'].nunique()} datasets, {preview['model'].nunique()} models.")
             st.dataframe(preview, hide_index=True, width="stretch", height=240)
-            if st.button("Import in the background", type="primary", key="data_import_go"):
-                job_id, started = JobManager(home).launch(f"import {folder.strip()}",
-                                                               import_steps(folder.strip(), score=score))
+            def import_in_background() -> None:
+                chosen = str(st.session_state["data_import_folder"]).strip()
+                _, started = JobManager(current_home()).launch(
+                    f"import {chosen}", import_steps(chosen, score=st.session_state["data_import_score"]))
                 st.toast("Import started." if started else "This import is already running.")
+
+            st.button("Import in the background", type="primary", key="data_import_go", on_click=import_in_background)
 
     @st.fragment(run_every=2.0)
     def import_jobs() -> None:

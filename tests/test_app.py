@@ -420,9 +420,12 @@ def test_leaderboard_labels_structured_runs_and_says_instructability_is_not_meas
 
 
 def test_data_page_fetches_the_paper_data_in_the_background(tmp_path, monkeypatch, reference_dir):
+    """Clicking the Data page's fetch button (mirror URL typed, no scoring) launches the background
+    download from a slow local mirror; the page shows the job with the download's progress, then
+    the job completed and the data fetched."""
     import hashlib
 
-    from persobench.jobs import JobManager, fetch_paper_steps
+    from persobench.jobs import JobManager
     from persobench.store import RunStore
     from tests.test_fetch_paper import ArchiveServer, build_archive
 
@@ -431,20 +434,34 @@ def test_data_page_fetches_the_paper_data_in_the_background(tmp_path, monkeypatc
     monkeypatch.delenv("PERSOBENCH_REFERENCE", raising=False)
     body = build_archive(reference_dir, "zip")
     at = open_page("pages/data.py")
-    assert "The paper's data in one step" in rendered_text(at) and at.button(key="data_fetch_go")
+    assert "The paper's data in one step" in rendered_text(at) and "Already fetched" not in rendered_text(at)
     with ArchiveServer(body) as server:
-        # Exactly what the button launches (AppTest does not deliver clicks to the buttons of the Data
-        # page's import tab, the existing import button included, so the job is launched directly).
+        server.chunk_delay = 4.0 / (len(body) // 65536 + 1)  # about 4 s for the whole archive
+        at.radio(key="data_import_score").set_value("none")
+        at.text_input(key="data_fetch_url").input(server.url()).run()
+        at.button(key="data_fetch_go").click().run()
+        assert not at.exception
         jobs = JobManager(home)
-        jobs.launch("fetch the paper's data", fetch_paper_steps(score="none", url=server.url()))
+        [job] = jobs.jobs()  # launched by the click
+        assert job.steps[0].argv[:2] == ("fetch-paper", "--import") and server.url() in job.steps[0].argv
+        assert len(job.steps) == 1  # "do not score"
+
+        def progress_shown():
+            at.run()
+            bars = [str(p.proto.text) for p in at.get("progress")]
+            return [b for b in bars if b.startswith("downloaded ") and " of " in b]
+
+        shown = wait_for(progress_shown, timeout=60, interval=0.2)
+        assert shown[0].endswith(f"of {len(body) / 2**20:.1f} MiB")
+        assert "fetch the paper\\'s data** · running" in rendered_text(at)  # the job card (Markdown-escaped)
         job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
     assert job.state == "completed", job.message
     marker = (home / "reference" / "FETCHED.json").read_text()
     assert hashlib.sha256(body).hexdigest() in marker
     assert {r.manifest.model_label for r in RunStore(home).runs()} == {"gpt-4o-mini", "Gemma-7B-Instruct"}
     at.run()
-    assert "Already fetched" in rendered_text(at)
-
+    text = rendered_text(at)
+    assert "Already fetched" in text and "fetch the paper\\'s data** · completed" in text
 
 
 def test_data_page_lists_datasets_and_previews_imports(env, tmp_path):

@@ -10,6 +10,7 @@ import hashlib
 import io
 import tarfile
 import threading
+import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -54,6 +55,7 @@ class ArchiveServer:
         self.body = body
         self.cut_at: int | None = None
         self.honour_range = True
+        self.chunk_delay = 0.0  # seconds between 64 KiB chunks: a slow mirror, for progress displays
         self.ranges: list[str | None] = []
         server = self
 
@@ -85,7 +87,11 @@ class ArchiveServer:
                     self.wfile.flush()
                     self.close_connection = True
                     return
-                self.wfile.write(payload)
+                for start in range(0, len(payload), 65536):
+                    self.wfile.write(payload[start:start + 65536])
+                    if server.chunk_delay:
+                        self.wfile.flush()
+                        time.sleep(server.chunk_delay)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
