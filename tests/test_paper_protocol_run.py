@@ -202,6 +202,10 @@ def test_a_default_cli_run_lands_on_the_published_runs_board(tmp_path: Path, mon
 
     assert {board for _, board in boards} == {paper_protocol("vanilla").label} and len(data["protocols"]) == 1
     capsys.readouterr()
+    assert main(["--home", home, "run", "--dataset", "focus", "--model", "openai:my-model", "--base-url",
+                 "http://127.0.0.1:9/v1", "--dry-run"]) == 0
+    assert "parse policy: paper" in capsys.readouterr().out  # the dry run says which policy a run gets
+    capsys.readouterr()
     assert main(["--home", home, "leaderboard", "--dataset", "focus", "--mode", "vanilla"]) == 0
     table = capsys.readouterr().out
     assert table.count(paper_protocol("vanilla").label) == 1 and "openai:my-model" in table and "gpt-x" in table

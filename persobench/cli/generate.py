@@ -158,7 +158,7 @@ def _dry_run(plan: Any) -> int:
           f"mode: {plan.template.mode}  max_tokens: {plan.params.max_tokens}  temperature: {plan.params.temperature}")
     chat = {None: "n/a (chat API)", True: "on", False: "off (raw text)"}[plan.manifest.chat_template]
     print(f"template: {plan.template.name} (family {plan.template.family}, {plan.template.version_hash})  "
-          f"chat template: {chat}")
+          f"chat template: {chat}  parse policy: {plan.config.policy}")
     if plan.params.response_schema is not None:
         print("structured output: on (reply schema " + json.dumps(plan.params.response_schema) + ")")
     print(f"requests to send: {plan.n_requests}")
