@@ -13,7 +13,8 @@ import pytest
 from benchmarks.generation import make_samples
 from persobench.cli import main as cli_main
 from persobench.generation import RetryPolicy, run_generation
-from persobench.generation.concurrency import LATENCY_TOLERANCE, START, AdaptiveLimit, is_overload
+from persobench.generation.concurrency import (FIRST_PROBE_ROUNDS, LATENCY_TOLERANCE, MAX_PROBE_ROUNDS,
+                                               PROBE_BACKOFF, START, AdaptiveLimit, is_overload)
 from persobench.providers.base import ErrorKind, ProviderError
 from tests.fakes.fixtures import openai_server  # noqa: F401
 
@@ -22,10 +23,12 @@ BAD_GATEWAY = ProviderError(ErrorKind.SERVER, "502", status_code=502)
 BAD_REQUEST = ProviderError(ErrorKind.BAD_REQUEST, "400", status_code=400)
 
 
-def attempt(limit: AdaptiveLimit, error: ProviderError | None = None, latency: float = 0.1, sent_at: float = 1e9):
-    """One attempt through the limit: take a slot, give it back with this outcome."""
+def attempt(limit: AdaptiveLimit, error: ProviderError | None = None, latency: float = 0.1, sent_at: float = 1e9,
+            level: int | None = None):
+    """One attempt through the limit: take a slot, give it back with this outcome (``level``: the
+    requests in flight when it was sent; ``None`` leaves it unknown)."""
     asyncio.run(limit.acquire())
-    limit.release(sent_at, error, latency)
+    limit.release(sent_at, error, latency, level)
 
 
 def test_starts_low_and_grows_while_replies_come_back():
@@ -76,11 +79,38 @@ def test_after_a_refusal_climbs_fast_to_the_safe_level_then_probes_slowly():
     for _ in range(4):
         attempt(limit)
     assert limit.limit == 8  # one per reply up to the safe level
-    for _ in range(7):
+    for _ in range(8 * FIRST_PROBE_ROUNDS - 1):
         attempt(limit)
-    assert limit.limit == 8  # then one per round (8 replies) ...
+    assert limit.limit == 8  # then a few rounds (8 replies each) at the safe level ...
     attempt(limit)
-    assert limit.limit == 9  # ... to probe above it
+    assert limit.limit == 9  # ... before probing above it
+
+
+def test_the_safe_level_is_what_was_in_flight_when_the_refused_request_was_sent():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(14):
+        attempt(limit)
+    assert limit.limit == 16  # the fast climb ran ahead of the replies
+    attempt(limit, TOO_MANY, level=9)  # refused when 9 were in flight
+    assert (limit.limit, limit.safe) == (8, 8)  # halved, and 8 (not 15) is the safe level
+
+
+def test_each_refusal_at_the_same_level_probes_less_often():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(14):
+        attempt(limit)
+    attempt(limit, TOO_MANY, level=9)
+    rounds = FIRST_PROBE_ROUNDS
+    for _ in range(3):
+        replies = 0
+        while limit.limit <= 8:  # climb back to 8, stay `rounds` rounds, then probe 9
+            attempt(limit)
+            replies += 1
+        assert limit.limit == 9
+        assert replies >= 8 * rounds
+        attempt(limit, TOO_MANY, level=9)  # the probe is refused again
+        assert limit.safe == 8 and limit.limit == 4
+        rounds = min(rounds * PROBE_BACKOFF, MAX_PROBE_ROUNDS)
 
 
 def test_stops_growing_while_latency_does_not_hold():
@@ -130,4 +160,21 @@ def test_cli_accepts_auto_and_rejects_nonsense(tmp_path, capsys):
         cli_main(["--home", str(tmp_path), "run", "--concurrency", "lots"])
     assert info.value.code == 2
     assert "expected a whole number or 'auto', got 'lots'" in capsys.readouterr().err
+
+
+def test_one_refusal_at_the_safe_level_keeps_it_a_second_in_the_same_round_lowers_it():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(14):
+        attempt(limit)
+    attempt(limit, TOO_MANY, level=9)
+    for _ in range(4):
+        attempt(limit)
+    assert (limit.limit, limit.safe) == (8, 8)
+    attempt(limit, TOO_MANY, level=8)  # once at a level that has been serving
+    assert (limit.limit, limit.safe) == (4, 8)  # halved all the same, but 8 stays the target
+    for _ in range(4):
+        attempt(limit)
+    assert limit.limit == 8
+    attempt(limit, TOO_MANY, level=8)  # again before a whole round was served at 8
+    assert (limit.limit, limit.safe) == (4, 7) and limit.decreases == 3
 

@@ -8,9 +8,15 @@ low and adjusts after every attempt (additive increase, multiplicative decrease,
   first overload or back up to the last level known to be safe, then by one per round of replies
   (one reply per request in flight) to probe above it;
 - a 429 or 5xx halves the limit, once per round: replies to requests sent before the decrease tell
-  nothing about the new limit; the level just below the one that was refused becomes the safe one,
-  and each refusal around the same level doubles the rounds spent there before the next probe (a
-  server with a hard cap is not asked again and again);
+  nothing about the new limit. The safe level becomes one below the number of requests that were in
+  flight when the refused one was sent (not one below the limit when the refusal came back: during
+  the fast climb the limit runs ahead of what the server saw, and a safe level set too high costs a
+  refusal on every climb back). The first probe above it waits :data:`FIRST_PROBE_ROUNDS` rounds,
+  and each refusal around the same level multiplies that by :data:`PROBE_BACKOFF` (a server with a
+  hard cap is not asked again and again: each refusal pauses every worker for its Retry-After).
+  A single refusal at or below the safe level leaves it in place (a server may count a request as in
+  flight until its reply has left, so a level that has been serving is refused now and then); a
+  second one before a whole round has been served there lowers it;
 - the latency holds while the recent average stays under :data:`LATENCY_TOLERANCE` times the
   fastest reply seen: a server queueing requests slows down before it refuses them, and then the
   limit stops growing;
@@ -33,6 +39,12 @@ START = 2
 DEFAULT_CEILING = 32
 #: The limit stops growing while the recent latency exceeds this multiple of the fastest reply.
 LATENCY_TOLERANCE = 2.0
+#: Rounds (one reply per request in flight) at the safe level before the first probe above it.
+FIRST_PROBE_ROUNDS = 4
+#: Each refusal around the same level multiplies the rounds before the next probe by this.
+PROBE_BACKOFF = 4
+#: At most this many rounds between probes (a capacity that grows is found again).
+MAX_PROBE_ROUNDS = 64
 #: Weight of the newest latency in the recent average.
 _LATENCY_WEIGHT = 0.2
 
@@ -77,28 +89,33 @@ class AdaptiveLimit:
         self.highest = self.limit
         self.decreases = 0
         self._grown_at = 0  # replies counted towards the next additive step
-        self._probe_rounds = 1  # rounds at the safe level before probing above it
+        self._probe_rounds = FIRST_PROBE_ROUNDS  # rounds at the safe level before probing above it
         self._decreased_at = float("-inf")  # monotonic time of the last decrease
+        self._struck = False  # refused once at or below the safe level since the last full round there
         self._fastest: float | None = None
         self._recent: float | None = None
         self._changed = asyncio.Event()
 
     # -- slots ----------------------------------------------------------------------------------
 
-    async def acquire(self) -> None:
-        """Wait for a free slot and take it; every call is paired with one :meth:`release`."""
+    async def acquire(self) -> int:
+        """Wait for a free slot and take it; every call is paired with one :meth:`release`.
+        Returns the requests in flight with this one (pass it back to :meth:`release` as ``level``)."""
         while self.in_flight >= self.limit:
             self._changed.clear()
             await self._changed.wait()
         self.in_flight += 1
+        return self.in_flight
 
-    def release(self, sent_at: float | None, error: ProviderError | None, latency: float) -> None:
+    def release(self, sent_at: float | None, error: ProviderError | None, latency: float,
+                level: int | None = None) -> None:
         """Give the slot back and learn from the attempt sent at ``sent_at`` (monotonic time;
-        ``None`` when it was never sent, e.g. the run stopped first)."""
+        ``None`` when it was never sent, e.g. the run stopped first). ``level``: what
+        :meth:`acquire` returned for it (``None``: unknown, the current limit stands in)."""
         self.in_flight -= 1
         if sent_at is not None:
             if is_overload(error):
-                self._overloaded(sent_at)
+                self._overloaded(sent_at, level)
             elif error is None:
                 self._replied(latency)
         self._changed.set()
@@ -120,21 +137,31 @@ class AdaptiveLimit:
             self._set(self.limit + 1)  # fast: nothing refused yet, or climbing back to a known-safe level
             return
         self._grown_at += 1
+        if self._grown_at == self.limit:
+            self._struck = False  # a whole round served at this level
         rounds = self._probe_rounds if self.limit == self.safe else 1
         if self._grown_at >= self.limit * rounds:  # probe one above the safe level
             if self.limit > self.safe + 1:
-                self._probe_rounds = 1  # two levels above the refused one: the capacity has grown
+                self._probe_rounds = FIRST_PROBE_ROUNDS  # two levels above the refused one: capacity grew
             self._set(self.limit + 1)
 
-    def _overloaded(self, sent_at: float) -> None:
+    def _overloaded(self, sent_at: float, level: int | None = None) -> None:
         if sent_at < self._decreased_at:
             return  # sent under the old, larger limit: already answered by the last decrease
-        safe = max(1, self.limit - 1)
-        if self.safe is not None and safe <= self.safe + 1:
-            self._probe_rounds = min(self._probe_rounds * 2, 64)  # refused again around the same level
+        refused_at = self.limit if level is None else min(level, self.limit)
+        if self.safe is not None and refused_at <= self.safe and not self._struck:
+            # Refused at a level that has been serving: once may be the server's own bookkeeping
+            # (a request counted until its reply is out) or a burst from elsewhere; twice in a round is not.
+            self._struck = True
         else:
-            self._probe_rounds = 1
-        self.safe = safe
+            safe = max(1, refused_at - 1)
+            if self.safe is not None and abs(safe - self.safe) <= 1:
+                # refused again around the same level: probe less often
+                self._probe_rounds = min(self._probe_rounds * PROBE_BACKOFF, MAX_PROBE_ROUNDS)
+            else:
+                self._probe_rounds = FIRST_PROBE_ROUNDS
+            self.safe = safe
+            self._struck = False
         self.decreases += 1
         self._decreased_at = time.monotonic()
         self._set(max(1, self.limit // 2))

@@ -119,8 +119,9 @@ async def call_with_retries(
     interrupt = stopping if interrupt is None else interrupt
     attempt = 0
     while True:
+        level: int | None = None
         if limit is not None:
-            await limit.acquire()
+            level = await limit.acquire()
         error: ProviderError | None = None
         started: float | None = None  # set once the attempt is sent
         latency = 0.0
@@ -145,7 +146,7 @@ async def call_with_retries(
             latency = time.monotonic() - started
         finally:
             if limit is not None:
-                limit.release(started, error, latency)
+                limit.release(started, error, latency, level)
         assert error is not None
         if not error.retryable or attempt >= policy.max_attempts:
             return CallOutcome(None, error, latency, attempt)
