@@ -7,10 +7,11 @@ served from the cache, and ``--concurrency auto`` against a server that refuses 
 2. ``--prompts-auto`` prompts against a second fake server that answers 429 (``retry-after-ms``)
    to any request arriving while more than ``--capacity`` are in flight: fixed concurrencies
    (half, equal, double and four times the capacity) and ``auto`` (ceiling 32). Prints each one's
-   throughput and auto's share of the best fixed one (target: at least 80%).
+   throughput and auto's share of the best fixed one (target: at least 80%). Each level runs
+   ``--repeats`` times, interleaved, and its fastest run counts.
 
     python benchmarks/generation.py [--prompts 200] [--latency 0.1] [--concurrency 8]
-                                    [--prompts-auto 600] [--capacity 8] [--retry-after-ms 200]
+                                    [--prompts-auto 600] [--capacity 8] [--retry-after-ms 200] [--repeats 2]
 
 Prints the figures and one JSON line; exits 1 when a target is missed.
 """
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from persobench.datasets import load_dataset  # noqa: E402
-from persobench.generation import run_generation  # noqa: E402
+from persobench.generation import RetryPolicy, run_generation  # noqa: E402
 from persobench.records import Sample, Turn  # noqa: E402
 
 TARGET_RATIO = 6.0
@@ -50,10 +51,11 @@ def make_samples(n: int) -> list[Sample]:
     return samples
 
 
-def timed_run(samples: list[Sample], home: Path, base_url: str, concurrency: int | str) -> tuple[float, dict]:
+def timed_run(samples: list[Sample], home: Path, base_url: str, concurrency: int | str,
+              retry: RetryPolicy | None = None) -> tuple[float, dict]:
     start = time.perf_counter()
     run = run_generation(dataset="bench", model="openai:bench", base_url=base_url, samples=samples, home=home,
-                         concurrency=concurrency, checkpoint_every=100)
+                         concurrency=concurrency, checkpoint_every=100, retry=retry or RetryPolicy())
     elapsed = time.perf_counter() - start
     return elapsed, dict(run.manifest.extra)
 
@@ -66,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts-auto", type=int, default=600)
     parser.add_argument("--capacity", type=int, default=8)
     parser.add_argument("--retry-after-ms", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs of each level against the refusing server; the fastest counts (on a shared "
+                             "machine a one-second stall in one run is not the level's doing)")
     args = parser.parse_args(argv)
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
@@ -112,13 +117,21 @@ def bench_auto(args: argparse.Namespace) -> bool:
     try:
         base_url = server.stdout.readline().strip()
         with tempfile.TemporaryDirectory() as tmp:
-            for concurrency in [*fixed, "auto"]:
-                results[str(concurrency)] = timed_run(samples, Path(tmp) / str(concurrency), base_url, concurrency)
+            for attempt in range(args.repeats):
+                for concurrency in [*fixed, "auto"]:
+                    # Enough attempts that every level does the same work: a fixed 32 against a capacity
+                    # of 8 can see one sample refused six times in a row (the default gives up after six).
+                    measured = timed_run(samples, Path(tmp) / f"{concurrency}-{attempt}", base_url, concurrency,
+                                         retry=RetryPolicy(max_attempts=50))
+                    best = results.get(str(concurrency))
+                    if best is None or measured[0] < best[0]:
+                        results[str(concurrency)] = measured
     finally:
         server.stdin.close()
         server.wait(timeout=10)
     print(f"{args.prompts_auto} prompts, server latency {args.latency * 1000:.0f} ms, 429 "
-          f"(retry-after-ms {args.retry_after_ms}) above {args.capacity} requests in flight")
+          f"(retry-after-ms {args.retry_after_ms}) above {args.capacity} requests in flight; best of "
+          f"{args.repeats} run(s) of each level, interleaved")
     rates = {}
     for name, (seconds, extra) in results.items():
         assert extra["counts"]["ok"] == args.prompts_auto, f"concurrency {name} lost samples: {extra['counts']}"

@@ -178,3 +178,18 @@ def test_one_refusal_at_the_safe_level_keeps_it_a_second_in_the_same_round_lower
     attempt(limit, TOO_MANY, level=8)  # again before a whole round was served at 8
     assert (limit.limit, limit.safe) == (4, 7) and limit.decreases == 3
 
+
+
+def test_climbs_back_to_the_safe_level_even_while_latency_is_high():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(7):
+        attempt(limit, latency=0.1)
+    attempt(limit, TOO_MANY, level=9)
+    assert (limit.limit, limit.safe) == (4, 8)
+    for _ in range(4):
+        attempt(limit, latency=0.1 * LATENCY_TOLERANCE * 5)  # a loaded server: slow replies
+    assert not limit.latency_holds()
+    assert limit.limit == 8  # back to the level that served
+    for _ in range(8 * FIRST_PROBE_ROUNDS * 2):
+        attempt(limit, latency=0.1 * LATENCY_TOLERANCE * 5)
+    assert limit.limit == 8  # but no probe above it while replies are slow

@@ -4,9 +4,10 @@ A server's capacity is unknown in advance and shared with everyone else on the a
 concurrency is either too timid or sends requests that come back 429. :class:`AdaptiveLimit` starts
 low and adjusts after every attempt (additive increase, multiplicative decrease, as TCP does):
 
-- a reply without a 429 or 5xx raises the limit while the latency holds: by one per reply until the
-  first overload or back up to the last level known to be safe, then by one per round of replies
-  (one reply per request in flight) to probe above it;
+- a reply without a 429 or 5xx raises the limit: by one per reply back up to the last level known to
+  be safe (whatever the latency: that level has served), and while the latency holds by one per reply
+  until the first overload, then by one per round of replies (one reply per request in flight) to
+  probe above the safe level;
 - a 429 or 5xx halves the limit, once per round: replies to requests sent before the decrease tell
   nothing about the new limit. The safe level becomes one below the number of requests that were in
   flight when the refused one was sent (not one below the limit when the refusal came back: during
@@ -131,10 +132,15 @@ class AdaptiveLimit:
         self._fastest = latency if self._fastest is None else min(self._fastest, latency)
         self._recent = latency if self._recent is None else (
             _LATENCY_WEIGHT * latency + (1 - _LATENCY_WEIGHT) * self._recent)
-        if self.limit >= self.ceiling or not self.latency_holds():
+        if self.limit >= self.ceiling:
             return
-        if self.safe is None or self.limit < self.safe:
-            self._set(self.limit + 1)  # fast: nothing refused yet, or climbing back to a known-safe level
+        if self.safe is not None and self.limit < self.safe:
+            self._set(self.limit + 1)  # climbing back to a level known to serve, whatever the latency
+            return
+        if not self.latency_holds():
+            return
+        if self.safe is None:
+            self._set(self.limit + 1)  # nothing refused yet: one more per reply
             return
         self._grown_at += 1
         if self._grown_at == self.limit:
