@@ -19,8 +19,8 @@ low and adjusts after every attempt (additive increase, multiplicative decrease,
   flight until its reply has left, so a level that has been serving is refused now and then); a
   second one before a whole round has been served there lowers it;
 - the latency holds while the recent average stays under :data:`LATENCY_TOLERANCE` times the
-  fastest reply seen: a server queueing requests slows down before it refuses them, and then the
-  limit stops growing;
+  fastest reply seen (a reference that drifts up slowly when no reply is that fast any more): a
+  server queueing requests slows down before it refuses them, and then the limit stops growing;
 - never above the ceiling (``--max-concurrency``) nor below 1.
 
 A Retry-After is honoured apart from this (the retry loop's pause gate holds every worker back).
@@ -46,6 +46,8 @@ FIRST_PROBE_ROUNDS = 4
 PROBE_BACKOFF = 4
 #: At most this many rounds between probes (a capacity that grows is found again).
 MAX_PROBE_ROUNDS = 64
+#: Per reply, the fastest latency seen drifts up by this share (it doubles in ~140 replies none as fast).
+_FASTEST_DRIFT = 0.005
 #: Weight of the newest latency in the recent average.
 _LATENCY_WEIGHT = 0.2
 
@@ -129,7 +131,9 @@ class AdaptiveLimit:
         return self._recent <= LATENCY_TOLERANCE * self._fastest
 
     def _replied(self, latency: float) -> None:
-        self._fastest = latency if self._fastest is None else min(self._fastest, latency)
+        # The reference drifts up slowly when no reply is as fast any more: a client that got busier
+        # measures every latency longer, which is not the server queueing.
+        self._fastest = latency if self._fastest is None else min(self._fastest * (1 + _FASTEST_DRIFT), latency)
         self._recent = latency if self._recent is None else (
             _LATENCY_WEIGHT * latency + (1 - _LATENCY_WEIGHT) * self._recent)
         if self.limit >= self.ceiling:
@@ -155,10 +159,14 @@ class AdaptiveLimit:
         if sent_at < self._decreased_at:
             return  # sent under the old, larger limit: already answered by the last decrease
         refused_at = self.limit if level is None else min(level, self.limit)
-        if self.safe is not None and refused_at <= self.safe and not self._struck:
-            # Refused at a level that has been serving: once may be the server's own bookkeeping
-            # (a request counted until its reply is out) or a burst from elsewhere; twice in a round is not.
-            self._struck = True
+        if self.safe is not None and refused_at <= self.safe:
+            # Refused at a level that has been serving: once may be the server's own bookkeeping (a
+            # request counted until its reply is out) or a burst from elsewhere; twice in a round is
+            # not, and the safe level steps down by one (the level seen at a refusal under such noise
+            # can be far below the real capacity, so it is not trusted as the new safe level).
+            if self._struck:
+                self.safe = max(1, self.safe - 1)
+            self._struck = not self._struck
         else:
             safe = max(1, refused_at - 1)
             if self.safe is not None and abs(safe - self.safe) <= 1:
