@@ -80,15 +80,33 @@ def test_the_core_does_not_need_an_extra():
     assert sorted(extra_modules & loaded) == []
 
 
-@pytest.mark.slow
-def test_a_built_wheel_installs_a_working_persobench_command(tmp_path: Path):
-    # Build from a copy so that setuptools' build/ and egg-info never land in the checkout.
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "--quiet"]
+
+
+def _source_copy(tmp_path: Path) -> Path:
+    """The files a build reads, copied, so that setuptools' build/ and egg-info never land in the checkout."""
     source = tmp_path / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
     shutil.copytree(ROOT / "persobench", source / "persobench", ignore=shutil.ignore_patterns("__pycache__"))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "--quiet"]
+    return source
+
+
+@pytest.mark.slow
+def test_every_declared_dependency_is_satisfied_offline(tmp_path: Path):
+    """pip resolves the core and all extras against what is installed, without an index: every
+    declared name exists and its installed version fits."""
+    done = subprocess.run([*PIP[:-1], "install", "--dry-run", "--no-index", "--no-build-isolation",
+                           f"{_source_copy(tmp_path)}[app,local,test]"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Would install persobench-" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_built_wheel_installs_a_working_persobench_command(tmp_path: Path):
+    source = _source_copy(tmp_path)
+    pip = PIP
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
                    check=True, timeout=180, capture_output=True)
     wheels = list((tmp_path / "dist").glob("persobench-*.whl"))
