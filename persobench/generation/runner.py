@@ -299,7 +299,7 @@ class Runner:
         )
         concurrency = None
         if self.limit is not None:  # --concurrency auto: how the limit moved
-            concurrency = ConcurrencyRecord(mode="auto", **dataclasses.asdict(self.limit.stats()))
+            concurrency = ConcurrencyRecord.from_dict({"mode": "auto", **dataclasses.asdict(self.limit.stats())})
         extra = RunExtra(generation=record, counts=counts, concurrency=concurrency).to_extra()
         self.run.update(status=status, extra=extra)
         self._report(force=True, status=status)
