@@ -3,7 +3,8 @@
 Pure functions over DataFrames plus thin loaders from the run store, shared by the CLI
 (``python -m persobench leaderboard``) and the app. Four modules, all re-exported here:
 ``results`` (loading, the invalid-reply rule), ``board`` (the leaderboard), ``ranking`` (overall
-score, radar, ranks with ties, paired comparisons) and ``exports`` (table, CSV, Markdown, LaTeX, JSON).
+score, radar, ranks with ties, paired comparisons) and ``exports`` (table, CSV, Markdown, LaTeX, JSON);
+``disk_cache`` keeps the aggregated tables on disk in the store, keyed by its modification state.
 
 Pipeline::
 
@@ -49,12 +50,14 @@ from persobench.aggregate.ranking import (COMPARISON_COLUMNS, OVERALL_CI_COLUMNS
                                           compare_models, comparison_table, model_ranking, overall_table,
                                           overall_with_ci, paired_values, radar_aspects, rank_with_ties, sample_values,
                                           structured_pairs)
-from persobench.aggregate.results import (INVALID_POLICIES, METRIC_STATUS_COLUMNS, OK, RESULT_COLUMNS, Results,  # noqa: F401
+from persobench.aggregate.results import (INVALID_POLICIES, LABEL_COLUMNS, METRIC_STATUS_COLUMNS, OK,  # noqa: F401
+                                          RESULT_COLUMNS, Results,
                                           available_profiles, load_metric_status, load_results, results_table,
                                           run_samples, score_invalid, worst_value)
 
 __all__ = [
-    "BOARD_COLUMNS", "COMPARISON_COLUMNS", "CSV_COLUMNS", "EXPORT_FORMATS", "INVALID_POLICIES", "METRIC_STATUS_COLUMNS",
+    "BOARD_COLUMNS", "COMPARISON_COLUMNS", "CSV_COLUMNS", "EXPORT_FORMATS", "INVALID_POLICIES", "LABEL_COLUMNS",
+    "METRIC_STATUS_COLUMNS",
     "OVERALL_CI_COLUMNS", "OVERALL_COMPONENTS", "PROTOCOL_FIELDS", "RADAR_ASPECTS", "RESULT_COLUMNS", "Results",
     "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table", "export_board", "leaderboard",
     "load_metric_status", "load_results", "model_ranking", "overall_table", "overall_with_ci", "paired_values",

@@ -309,8 +309,11 @@ def sample_values(results: "Results | pd.DataFrame", *, dataset: str, mode: str,
         frame = _common_samples(frame)
     rows = frame[frame["metric"] == metric]
     values = score_invalid(rows["value"], (rows["status"] == OK).to_numpy(), metric, invalid)
-    models = rows["model"] + " (" + rows["protocol"] + ")" if side_by_side else rows["model"]
-    out = pd.DataFrame({"model": models.to_numpy(), "sample_id": rows["sample_id"].to_numpy(), "value": values})
+    models = rows["model"].astype(str)  # labels are categories in the results table
+    if side_by_side:
+        models = models + " (" + rows["protocol"].astype(str) + ")"
+    out = pd.DataFrame({"model": models.to_numpy(), "sample_id": rows["sample_id"].astype(str).to_numpy(),
+                        "value": values})
     return out.dropna(subset=["value"]).reset_index(drop=True)
 
 

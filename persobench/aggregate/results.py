@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -111,10 +111,12 @@ def _provenance_rows(run: "Run", profile: str) -> list[dict[str, str]]:
             for metric, record in metrics.items()]
 
 
-def available_profiles(store: "RunStore", *, include_incomplete: bool = False) -> list[str]:
-    """Profile keys that have scores in at least one completed run (``offline`` first)."""
+def available_profiles(store: "RunStore", *, include_incomplete: bool = False,
+                       runs: "Iterable[Run] | None" = None) -> list[str]:
+    """Profile keys that have scores in at least one completed run (``offline`` first); ``runs``: the
+    store's runs when already listed."""
     keys = set()
-    for run in _completed_runs(store, include_incomplete):
+    for run in _completed_runs(store, include_incomplete, runs):
         keys.update(run.manifest.details.scores or {})
     return sorted(keys, key=lambda k: (k != "offline", k))
 
@@ -156,16 +158,43 @@ def results_table(results: "Results | pd.DataFrame") -> pd.DataFrame:
     return results.frame if isinstance(results, Results) else results
 
 
-def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False) -> Results:
+#: Columns of the results table held as categories: few distinct labels repeated on every row, so
+#: filtering compares integer codes and the cached table reads back without building strings.
+LABEL_COLUMNS = [c for c in RESULT_COLUMNS if c != "value"]
+
+
+def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False,
+                 cache: bool = True) -> Results:
     """Every per-sample value of every completed run, for one scoring profile.
 
-    Long format, columns :data:`RESULT_COLUMNS`: one row per sample and metric the run was scored
+    Long format, columns :data:`RESULT_COLUMNS` (:data:`LABEL_COLUMNS` as categories, ``value``
+    float): one row per sample and metric the run was scored
     on (its ``scores`` rows of ``profile``), plus ``response_time`` from the generation latency;
     ``protocol`` is the run's protocol label (:attr:`persobench.protocol.Protocol.label`).
     Samples whose reply was invalid (``status`` not ``ok``) are present with ``value`` NaN: no
     invalid-reply policy is applied here (see :func:`leaderboard`). The :class:`Results` also hold
     the provenance rows of :func:`load_metric_status`, the profile and the runs that were skipped.
+
+    With ``cache`` (the default) the table is read from the store's on-disk cache when it was built
+    from the store exactly as it is now, and written there otherwise
+    (:mod:`persobench.aggregate.disk_cache`): a fresh process reads one file, not every run's tables.
     """
+    if not cache:
+        return _build_results(store, profile=profile, include_incomplete=include_incomplete)
+    from persobench.aggregate.disk_cache import cached_table
+
+    def build() -> tuple[pd.DataFrame, dict[str, Any]]:
+        built = _build_results(store, profile=profile, include_incomplete=include_incomplete)
+        return built.frame, {"metric_status": list(built.metric_status), "skipped_runs": list(built.skipped_runs)}
+
+    arguments = {"profile": profile, "include_incomplete": include_incomplete, "metrics": _metric_order()}
+    frame, notes = cached_table(store, "results", arguments, build, RESULT_COLUMNS)
+    return Results(frame, tuple(notes.get("metric_status") or ()), profile,
+                   tuple(tuple(pair) for pair in notes.get("skipped_runs") or ()))
+
+
+def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool) -> Results:
+    """:func:`load_results` read from every run's tables."""
     from persobench.protocol import protocol_of
     from persobench.store import StoreError
 
@@ -218,4 +247,5 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
         results = pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
     else:
         results = pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in RESULT_COLUMNS})
+    results = results.astype({c: "category" for c in LABEL_COLUMNS})
     return Results(results, tuple(status_rows), profile, tuple(skipped))
