@@ -11,7 +11,7 @@ from persobench.app.boards import available_profiles, comparison_table, paired_s
 from persobench.app.charts import win_tie_loss_figure
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
-from persobench.app.loaders import dialogue_data, runs_table
+from persobench.app.loaders import run_replies, runs_table
 from persobench.app.text import md_escape, status_badge
 from persobench.structured import LABEL_SUFFIX
 
@@ -100,12 +100,12 @@ row = top.iloc[picked.selection.rows[0] if picked and picked.selection.rows else
 sample_id = str(row["sample_id"])
 st.page_link("pages/explore.py", label=f"Open {sample_id} in Explore", icon=":material/forum:",
              query_params={"dataset": dataset, "sample": sample_id})
-replies = dialogue_data(home, sig, dataset, profile)["replies"]
 left, right = st.columns(2)
 for column, run_id, name in ((left, run_a, "A"), (right, run_b, "B")):
     with column, st.container(border=True):
         st.markdown(f"**{name}: {md_escape(labels[run_id])}** · {metric} = {row[name]:.3f}")
-        reply = replies[(replies["run_id"] == run_id) & (replies["sample_id"].astype(str) == sample_id)]
+        replies = run_replies(home, sig, run_id)
+        reply = replies[replies["sample_id"].astype(str) == sample_id]
         if reply.empty:
             st.caption("No reply stored.")
         else:

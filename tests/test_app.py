@@ -191,7 +191,7 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
     original = DeltaGenerator.download_button
 
     def spy(self, label, data, *args, **kwargs):
-        captured[label] = data
+        captured[label] = data() if callable(data) else data  # deferred: made when the button is clicked
         return original(self, label, data, *args, **kwargs)
 
     monkeypatch.setattr(DeltaGenerator, "download_button", spy)

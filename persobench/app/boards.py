@@ -5,7 +5,7 @@ only caches them per store state.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.app.cache import cache_data, cache_resource
 from persobench.secrets import redact
@@ -79,11 +79,27 @@ def results_frame(home: str, signature: str, profile: str) -> "pd.DataFrame":
 
 
 @cache_data(show_spinner=False, max_entries=4)
-def available_profiles(home: str, signature: str) -> list[str]:  # noqa: ARG001
+def available_profiles(home: str, signature: str) -> list[str]:
     from persobench.aggregate import available_profiles as _available
+    from persobench.app.loaders import store_scan
     from persobench.store import RunStore
 
-    return _available(RunStore(home))
+    return _available(RunStore(home), runs=store_scan(home, signature)[0])
+
+
+def _stored(home: str, table: str, build: "Callable[[], pd.DataFrame]", **arguments: Any) -> "pd.DataFrame":
+    """``build()``, through the store's on-disk cache of aggregated tables: a just-started app reads
+    the table a previous process built from the same store state instead of aggregating again."""
+    return _stored_with_notes(home, table, lambda: (build(), {}), **arguments)[0]
+
+
+def _stored_with_notes(home: str, table: str, build: "Callable[[], tuple[pd.DataFrame, dict[str, Any]]]",
+                       **arguments: Any) -> "tuple[pd.DataFrame, dict[str, Any]]":
+    """:func:`_stored` for a table that comes with JSON notes."""
+    from persobench.aggregate.disk_cache import cached_table
+    from persobench.store import RunStore
+
+    return cached_table(RunStore(home), table, {**arguments, "metrics": _metric_rules()}, build)
 
 
 @cache_data(show_spinner="Aggregating…", max_entries=48)
@@ -93,9 +109,19 @@ def board_for(home: str, signature: str, profile: str, dataset: str, invalid: st
     ``board`` column tells the boards apart (see :func:`persobench.aggregate.leaderboard`)."""
     from persobench.aggregate import leaderboard
 
-    results = loaded_results(home, signature, profile)
-    return leaderboard(results, dataset=dataset, invalid=invalid, profile=profile, side_by_side=side_by_side,
-                       all_samples=all_samples)
+    def build() -> "pd.DataFrame":
+        return leaderboard(loaded_results(home, signature, profile), dataset=dataset, invalid=invalid,
+                           profile=profile, side_by_side=side_by_side, all_samples=all_samples)
+
+    return _stored(home, "board", build, profile=profile, dataset=dataset, invalid=invalid,
+                   side_by_side=side_by_side, all_samples=all_samples)
+
+
+def _metric_rules() -> list[list[Any]]:
+    """What a board's numbers depend on in the metric registry: names in order, worst values, ranges."""
+    from persobench.metrics import METRICS
+
+    return [[name, info.worst_value, list(info.range), info.higher_is_better] for name, info in METRICS.items()]
 
 
 def board_choices(board: "pd.DataFrame", mode: str) -> list[str]:
@@ -114,9 +140,13 @@ def overall_with_ci(home: str, signature: str, profile: str, dataset: str, inval
     samples as :func:`board_for`."""
     from persobench.aggregate import overall_with_ci as overall
 
-    return overall(results_frame(home, signature, profile), dataset=dataset, invalid=invalid, profile=profile,
-                   side_by_side=side_by_side, all_samples=all_samples,
-                   board=board_for(home, signature, profile, dataset, invalid, side_by_side, all_samples))
+    def build() -> "pd.DataFrame":
+        return overall(results_frame(home, signature, profile), dataset=dataset, invalid=invalid, profile=profile,
+                       side_by_side=side_by_side, all_samples=all_samples,
+                       board=board_for(home, signature, profile, dataset, invalid, side_by_side, all_samples))
+
+    return _stored(home, "overall", build, profile=profile, dataset=dataset, invalid=invalid,
+                   side_by_side=side_by_side, all_samples=all_samples)
 
 
 @cache_data(show_spinner=False, max_entries=32)
@@ -127,9 +157,13 @@ def sample_values(home: str, signature: str, profile: str, dataset: str, mode: s
     and sample ids of one board (as :func:`board_for` with the same arguments)."""
     from persobench.aggregate import sample_values as values
 
-    return values(results_frame(home, signature, profile), dataset=dataset, mode=mode, metric=metric,
-                  invalid=invalid, profile=profile, board=board, side_by_side=side_by_side,
-                  all_samples=all_samples)
+    def build() -> "pd.DataFrame":
+        return values(results_frame(home, signature, profile), dataset=dataset, mode=mode, metric=metric,
+                      invalid=invalid, profile=profile, board=board, side_by_side=side_by_side,
+                      all_samples=all_samples)
+
+    return _stored(home, "sample_values", build, profile=profile, dataset=dataset, mode=mode, metric=metric,
+                   invalid=invalid, board=board, side_by_side=side_by_side, all_samples=all_samples)
 
 
 @cache_data(show_spinner="Comparing…", max_entries=32)
@@ -138,8 +172,13 @@ def comparison_table(home: str, signature: str, profile: str, run_a: str, run_b:
     """:func:`persobench.aggregate.comparison_table`: (paired tests per metric, [(metric, why skipped)])."""
     from persobench.aggregate import comparison_table as compare
 
-    table, skipped = compare(results_frame(home, signature, profile), run_a, run_b, metrics, invalid=invalid)
-    return table, [(metric, redact(why)) for metric, why in skipped]
+    def build() -> "tuple[pd.DataFrame, dict[str, Any]]":
+        table, skipped = compare(results_frame(home, signature, profile), run_a, run_b, metrics, invalid=invalid)
+        return table, {"skipped": [(metric, redact(why)) for metric, why in skipped]}
+
+    table, notes = _stored_with_notes(home, "comparison", build, profile=profile, run_a=run_a, run_b=run_b,
+                                      invalid=invalid, compared=list(metrics))
+    return table, [(str(metric), str(why)) for metric, why in notes.get("skipped") or ()]
 
 
 @cache_data(show_spinner=False, max_entries=32)
@@ -166,10 +205,11 @@ def metric_cells(board: "pd.DataFrame", models: "Sequence[str]", metrics: "Seque
     from persobench.app.text import cell_text
 
     wide = pd.DataFrame({"model": list(models)})
+    first = board.drop_duplicates(["metric", "model"])
+    numbers = {(metric, model): (mean, std, low, high) for metric, model, mean, std, low, high in zip(
+        first["metric"], first["model"], first["mean"], first["std"], first["ci_low"], first["ci_high"])}
     for metric in metrics:
-        rows = board[board["metric"] == metric].drop_duplicates("model").set_index("model")
-        wide[metric] = [cell_text(*rows.loc[m, ["mean", "std", "ci_low", "ci_high"]]) if m in rows.index
-                        else "n/a" for m in wide["model"]]
+        wide[metric] = [cell_text(*numbers[metric, m]) if (metric, m) in numbers else "n/a" for m in wide["model"]]
     return wide
 
 

@@ -16,17 +16,26 @@ from persobench.secrets import redact
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
 
+    from persobench.store import Run, StoreProblem
+
+
+@cache_resource(show_spinner=False, max_entries=4)
+def store_scan(home: str, signature: str) -> "tuple[list[Run], list[StoreProblem]]":  # noqa: ARG001
+    """``RunStore.scan()`` once per store state for every loader (58 manifests take a tenth of a
+    second to read); shared, read-only."""
+    from persobench.store import RunStore
+
+    return RunStore(home).scan()
+
 
 @cache_data(show_spinner=False, max_entries=8)
-def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (signature is the cache key)
+def runs_table(home: str, signature: str) -> "pd.DataFrame":
     """One row per readable run: id, dataset, mode, model, source, status, size, scored profiles."""
     import pandas as pd
 
-    from persobench.store import RunStore
-
     from persobench.generation.lock import interruption
 
-    runs, _ = RunStore(home).scan()
+    runs, _ = store_scan(home, signature)
     rows = []
     for run in runs:
         m = run.manifest
@@ -48,19 +57,15 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001 (si
 
 
 @cache_data(show_spinner=False, max_entries=8)
-def store_problems(home: str, signature: str) -> list[tuple[str, str]]:  # noqa: ARG001
-    from persobench.store import RunStore
-
-    _, problems = RunStore(home).scan()
+def store_problems(home: str, signature: str) -> list[tuple[str, str]]:
+    _, problems = store_scan(home, signature)
     return [(str(p.path), redact(p.reason)) for p in problems]
 
 
 @cache_data(show_spinner=False, max_entries=4)
-def manifests(home: str, signature: str) -> dict[str, dict[str, Any]]:  # noqa: ARG001
+def manifests(home: str, signature: str) -> dict[str, dict[str, Any]]:
     """run id -> manifest dict (secrets already stripped by the store)."""
-    from persobench.store import RunStore
-
-    runs, _ = RunStore(home).scan()
+    runs, _ = store_scan(home, signature)
     return {r.run_id: r.manifest.to_dict() for r in runs}
 
 
@@ -193,6 +198,20 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
     search = {i: " \n".join(parts).lower() for i, parts in text.items()}
     return {"replies": reply_frame, "scores": score_frame, "details": detail_frame, "order": order,
             "search": search}
+
+
+@cache_data(show_spinner=False, max_entries=16)
+def run_replies(home: str, signature: str, run_id: str) -> "pd.DataFrame":  # noqa: ARG001
+    """``sample_id, status, response`` of one run (empty when its table cannot be read): what the
+    Compare page shows of two runs, without loading a whole dataset's dialogues."""
+    import pandas as pd
+
+    columns = ["sample_id", "status", "response"]
+    try:
+        frame = read_columns(Path(home) / "runs" / run_id / "generations.parquet", columns)
+    except Exception:  # noqa: BLE001 - unreadable tables are listed in the sidebar
+        return pd.DataFrame(columns=columns)
+    return frame.reindex(columns=columns)
 
 
 def profiles_in_store(home: str, signature: str) -> list[str]:

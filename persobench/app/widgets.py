@@ -82,7 +82,12 @@ def job_card(manager: JobManager, status: JobStatus) -> None:
 
 
 def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
-    """CSV (long), Markdown and LaTeX download buttons of a leaderboard (``aggregate.export_board``)."""
+    """CSV (long), Markdown and LaTeX download buttons of a leaderboard (``aggregate.export_board``).
+
+    Each file is made when its button is clicked (Streamlit's deferred download), not on every render.
+    """
+    import functools
+
     import streamlit as st
 
     from persobench.aggregate import export_board
@@ -91,8 +96,8 @@ def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
     for column, (label, fmt, suffix, mime) in zip(columns, (
             ("CSV (long)", "csv", "csv", "text/csv"), ("Markdown", "markdown", "md", "text/markdown"),
             ("LaTeX", "latex", "tex", "application/x-tex"))):
-        column.download_button(label, export_board(board, fmt), file_name=f"{stem}.{suffix}", mime=mime,
-                               key=f"{key_prefix}_{suffix}")
+        column.download_button(label, functools.partial(export_board, board, fmt), file_name=f"{stem}.{suffix}",
+                               mime=mime, key=f"{key_prefix}_{suffix}")
 
 
 def ranking_table(board: Any, overall: Any, rank_by: str, models: Sequence[str], *, with_overall: bool) -> Any:
