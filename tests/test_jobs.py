@@ -39,3 +39,23 @@ def test_plan_launch_checks_keys_against_the_given_environment(tmp_path, monkeyp
     assert "OPENAI_API_KEY" in without[0]["problem"]
     with_key = plan_launch(tmp_path, choice, limit=2, env={"OPENAI_API_KEY": "sk-test-0000000000"})
     assert with_key[0]["problem"] == ""
+
+
+def test_a_score_step_shows_its_progress_in_the_job_log_in_a_few_lines(tmp_path):
+    from persobench.jobs.manager import tail_text
+    from persobench.jobs.planning import _score_steps, launch_steps
+
+    plans = [{"dataset": "sample", "model": "baseline:reference", "mode": "vanilla"}]
+    steps = [*launch_steps(plans, limit=None, profile=None), *_score_steps("lexical")]
+    assert "--no-progress" not in steps[-1].argv
+    jobs = JobManager(tmp_path / "home")
+    job_id, _ = jobs.launch("score progress", steps)
+    deadline = time.monotonic() + 240
+    while (status := jobs.status(job_id)).active and time.monotonic() < deadline:
+        time.sleep(0.3)
+    log = tail_text(jobs.job_dir(job_id) / "log.txt")  # what the job card shows when a job fails
+    assert status.state == "completed", log
+    progress = [line for line in log.splitlines() if " item (" in line]
+    assert progress and progress[-1].endswith("30/30 item (100%)")  # the log says how scoring went ...
+    assert len(progress) <= 3  # ... in a line every few seconds at most, not one per reply
+

@@ -145,8 +145,10 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed:
                              kind="run", run_id=plan.get("run_id") or None,
                              withhold_keys=bool(plan.get("key_withheld"))))
     if profile and steps:
+        # Off a terminal the CLI prints a progress line at most every few seconds: the job log shows
+        # how scoring goes and stays readable (run steps report through progress.json instead).
         steps.append(JobStep(label=f"score ({profile} profile)", kind="score",
-                             argv=("score", "--profile", profile, "--no-progress", score_step_marker())))
+                             argv=("score", "--profile", profile, score_step_marker())))
     return steps
 
 
@@ -171,9 +173,7 @@ def _score_steps(score: str) -> list[JobStep]:
         from persobench.metrics import metric_names
 
         steps.append(JobStep(label="score (lexical metrics)", kind="score",
-                             argv=("score", "--profile", "offline", "--metrics", ",".join(metric_names(needs="none")),
-                                   "--no-progress")))
+                             argv=("score", "--profile", "offline", "--metrics", ",".join(metric_names(needs="none")))))
     elif score == "offline":
-        steps.append(JobStep(label="score (offline profile)", kind="score",
-                             argv=("score", "--profile", "offline", "--no-progress")))
+        steps.append(JobStep(label="score (offline profile)", kind="score", argv=("score", "--profile", "offline")))
     return steps
