@@ -10,8 +10,16 @@ served from the cache, and ``--concurrency auto`` against a server that refuses 
    throughput and auto's share of the best fixed one (target: at least 80%). Each level runs
    ``--repeats`` times, interleaved, and its fastest run counts.
 
+3. ``--local`` (instead of 1 and 2): SmolLM2 (``local:smollm2``) on the demo's samples, all in this
+   process with the weights loaded once: ``--batch-size`` 1, 2, 4 and 8 (speed-up over batch 1,
+   and whether the greedy replies equal batch 1's), then plain vs ``--structured`` at the default
+   batch size (the constraint's overhead). Each configuration gets a fresh store, so nothing is
+   served from the cache; the order is interleaved (1, 2, 4, 8, 1 again) so that load changes on a
+   shared machine show as the two batch-1 times differing.
+
     python benchmarks/generation.py [--prompts 200] [--latency 0.1] [--concurrency 8]
                                     [--prompts-auto 600] [--capacity 8] [--retry-after-ms 200] [--repeats 2]
+    python benchmarks/generation.py --local [--local-samples 8] [--local-max-tokens 48]
 
 Prints the figures and one JSON line; exits 1 when a target is missed.
 """
@@ -71,8 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of each level against the refusing server; the fastest counts (on a shared "
                              "machine a one-second stall in one run is not the level's doing)")
+    parser.add_argument("--local", action="store_true", help="benchmark batched SmolLM2 generation instead")
+    parser.add_argument("--local-samples", type=int, default=8)
+    parser.add_argument("--local-max-tokens", type=int, default=48)
+    parser.add_argument("--local-batch-sizes", default="1,2,4,8")
     args = parser.parse_args(argv)
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    if args.local:
+        return bench_local(args)
 
     server = fake_server("--latency", str(args.latency))
     try:
@@ -148,6 +162,47 @@ def bench_auto(args: argparse.Namespace) -> bool:
                       "req_per_s": {k: round(v, 2) for k, v in rates.items()}, "best_fixed": best,
                       "auto_share": round(share, 3)}))
     return share >= TARGET_AUTO_SHARE
+
+
+def bench_local(args: argparse.Namespace) -> int:
+    """Batched vs one-at-a-time SmolLM2, and the cost of the grammar constraint (see the module)."""
+    from persobench.providers import local
+
+    sizes = [int(x) for x in args.local_batch_sizes.split(",")]
+    common = dict(dataset="sample", model="local:smollm2", limit=args.local_samples,
+                  max_tokens=args.local_max_tokens, checkpoint_every=100)
+    local._load(local.resolve_local_model("smollm2", {}), {})  # load once, outside the timings
+    times: dict[str, float] = {}
+    replies: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        def timed(name: str, **fields: object) -> None:
+            start = time.perf_counter()
+            run = run_generation(home=Path(tmp) / name, **common, **fields)  # type: ignore[arg-type]
+            times[name] = time.perf_counter() - start
+            frame = run.read_table("generations")
+            replies[name] = dict(zip(frame["sample_id"], frame["raw_text"]))
+            print(f"  {name:<22} {times[name]:7.2f} s", flush=True)
+
+        print(f"SmolLM2, {args.local_samples} demo samples, vanilla, max_tokens {args.local_max_tokens}")
+        for size in [*sizes, sizes[0]]:
+            timed(f"batch {size}" if f"batch {size}" not in times else f"batch {size} again", batch_size=size)
+        timed("plain", batch_size=local.DEFAULT_BATCH_SIZE)
+        timed("structured", batch_size=local.DEFAULT_BATCH_SIZE, structured=True)
+    base = min(times[f"batch {sizes[0]}"], times[f"batch {sizes[0]} again"])
+    speedup = {size: round(base / times[f"batch {size}"], 2) for size in sizes}
+    equal = {size: sum(replies[f"batch {size}"][k] == v for k, v in replies[f"batch {sizes[0]}"].items())
+             for size in sizes}
+    overhead = times["structured"] / times["plain"]
+    for size in sizes:
+        print(f"  batch {size}: {speedup[size]:.2f}x batch {sizes[0]}, "
+              f"{equal[size]}/{args.local_samples} replies equal to batch {sizes[0]}'s")
+    print(f"  batch {sizes[0]} measured twice: {times[f'batch {sizes[0]}']:.1f} s and "
+          f"{times[f'batch {sizes[0]} again']:.1f} s (load noise)")
+    print(f"  structured / plain at batch {local.DEFAULT_BATCH_SIZE}: {overhead:.2f}x time")
+    print(json.dumps({"local_samples": args.local_samples, "max_tokens": args.local_max_tokens,
+                      "seconds": {k: round(v, 2) for k, v in times.items()}, "speedup": speedup,
+                      "equal_to_batch_1": equal, "structured_over_plain": round(overhead, 2)}))
+    return 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import os
 import random
 import threading
@@ -24,10 +25,10 @@ from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
-from persobench.generation.retry import PauseGate, call_with_retries
+from persobench.generation.retry import CallOutcome, PauseGate, Stopped, call_with_retries, unless_stopping
 from persobench.generation.rows import TABLE, build_row, rows_frame
 from persobench.providers import make_provider
-from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
+from persobench.providers.base import BatchingProvider, Completion, ErrorKind, Provider, ProviderError, Request
 from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
 from persobench.secrets import known_secrets, scrub
 from persobench.store import Run, RunStore, utc_now
@@ -168,9 +169,11 @@ class Runner:
         workers = min(ceiling, self.provider.max_concurrency or ceiling, plan.n_requests)
         if self.config.concurrency == "auto":
             self.limit = AdaptiveLimit(min(ceiling, self.provider.max_concurrency or ceiling))
+        # A provider that generates several samples per call (an in-process model) gets them in batches.
+        batch = max(1, int(self.provider.batch_size)) if isinstance(self.provider, BatchingProvider) else 1
         watcher = asyncio.create_task(self._watch_cancel())
         try:
-            await asyncio.gather(*(self._worker(todo) for _ in range(workers)))
+            await asyncio.gather(*(self._worker(todo, batch) for _ in range(workers)))
         finally:
             watcher.cancel()
             self.cache.close()
@@ -185,16 +188,20 @@ class Runner:
                 return
             await asyncio.sleep(0.1)
 
-    async def _worker(self, todo: Any) -> None:
-        for i in todo:  # the shared iterator hands each sample to exactly one worker
-            if self.stopping.is_set():
+    async def _worker(self, todo: Any, batch: int = 1) -> None:
+        while not self.stopping.is_set():
+            chunk = list(itertools.islice(todo, batch))  # the shared iterator hands each sample to one worker
+            if not chunk:
                 return
-            await self._process(i)
+            if len(chunk) == 1:
+                await self._process(chunk[0])
+            else:
+                await self._process_batch(chunk)
 
     def _count_request(self) -> None:
         self.requests += 1
 
-    async def _process(self, i: int) -> None:
+    async def _process(self, i: int, attempts_before: int = 0) -> None:
         plan = self.plan
         assert self.provider is not None
         request = Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
@@ -204,6 +211,46 @@ class Runner:
         )
         if outcome is None:  # stopped during a retry wait: the sample stays pending (resumable)
             return
+        if attempts_before:  # its first attempt was part of a batch
+            outcome = dataclasses.replace(outcome, attempts=outcome.attempts + attempts_before)
+        self._record(i, outcome)
+
+    async def _process_batch(self, indices: list[int]) -> None:
+        """Samples ``indices`` in one call of a :class:`BatchingProvider`. Each reply is cached and
+        recorded on its own; a sample whose error retrying may fix goes through the retry loop alone,
+        and so does every sample when the whole call fails. A cancel abandons the call: its samples
+        stay pending."""
+        plan = self.plan
+        assert isinstance(self.provider, BatchingProvider)
+        requests = [Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
+                    for i in indices]
+        await self.gate.wait(self.stopping)
+        if self.stopping.is_set():
+            return
+        for _ in indices:
+            self._count_request()
+        started = time.monotonic()
+        try:
+            results = list(await unless_stopping(self.provider.generate_batch(requests), self.interrupt))
+            if len(results) != len(indices):
+                raise ValueError(f"{len(results)} results for {len(indices)} requests")
+        except Stopped:
+            return
+        except Exception:  # noqa: BLE001 - the whole call failed: one by one, each with its own retries and error
+            results = [None] * len(indices)
+        # Each sample's latency is its share of the batch's time, so the mean stays time per reply.
+        share = (time.monotonic() - started) / len(indices)
+        for i, result in zip(indices, results):
+            if result is None or (isinstance(result, ProviderError) and result.retryable):
+                await self._process(i, attempts_before=1)
+            elif isinstance(result, ProviderError):
+                self._record(i, CallOutcome(None, result, share, 1))
+            else:
+                self._record(i, CallOutcome(result, None, share, 1))
+
+    def _record(self, i: int, outcome: CallOutcome) -> None:
+        """Cache and record the outcome of sample ``i``, then checkpoint and report."""
+        plan = self.plan
         completion = self._scrubbed(outcome.completion)
         if completion is not None:
             # Store first: from here on a crash cannot lose this reply.

@@ -224,6 +224,21 @@ class Provider(Protocol):
         ...
 
 
+@runtime_checkable
+class BatchingProvider(Protocol):
+    """A provider that answers several requests in one call, more cheaply than one by one (an
+    in-process model generating them in one forward pass). The runner hands such a provider up to
+    ``batch_size`` requests at a time; every other provider gets them one by one."""
+
+    batch_size: int
+    """Requests per call the provider handles best (``1``: no gain from batching)."""
+
+    async def generate_batch(self, requests: Sequence[Request]) -> "list[Completion | ProviderError]":
+        """One result per request, in order: its completion, or the :class:`ProviderError` that is
+        that request's alone. Raises only for a failure of the whole call."""
+        ...
+
+
 def key_requirement_of(provider_class: Any, spec: Any) -> tuple[str, bool] | None:
     """(environment variable, whether a key is required) for ``spec`` served by ``provider_class``;
     ``None`` when the provider declares no ``key_env``. The key is required unless the provider

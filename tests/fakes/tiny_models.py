@@ -1,4 +1,4 @@
-"""Test doubles: tiny NLI and UniEval-style models built in code (random weights, word-level tokenizers).
+"""Test doubles: tiny NLI, UniEval-style and causal language models built in code (random weights).
 
 Test-only (tests/ and benchmarks/scoring.py use them, the library never does). They exercise the
 real loading path (``save_pretrained`` to a folder, then a profile override pointing at it) where
@@ -73,5 +73,47 @@ def build_tiny_t5(path: str | Path, *, seed: int = 1, words: tuple[str, ...] | l
                       num_heads=2, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
     path = Path(path)
     T5ForConditionalGeneration(config).eval().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+#: Text the tiny causal LM's tokenizer learns its merges from (any text can still be written: the
+#: tokenizer is byte-level, so every byte is a token of its own too).
+_LM_CORPUS = (
+    '{"response": "I love cats and dogs, and I have two of them."}',
+    '{"reasoning": "The persona says they like pets.", "response": "Yes! I am a teacher at a school."}',
+    "Hello, what do you like to do at work? My dog is natural in this dialogue. Persona: question response.",
+)
+
+#: A ChatML template (SmolLM2's format) so the chat-template path runs too.
+_CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_tiny_causal_lm(path: str | Path, *, seed: int = 0, vocab_size: int = 400) -> Path:
+    """Save a 1-layer ``LlamaForCausalLM`` with random weights and a byte-level BPE tokenizer (trained
+    here on a few sentences; SmolLM2's special tokens and a ChatML chat template) to ``path``.
+
+    Random weights write gibberish, but any bytes at all: under a grammar constraint that is the
+    hardest case (nothing in the model pushes towards closing the JSON object)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(list(_LM_CORPUS) * 4, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                        pad_token="<|endoftext|>", model_max_length=8192)
+    tokenizer.chat_template = _CHATML
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=8192,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    path = Path(path)
+    LlamaForCausalLM(config).eval().save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
