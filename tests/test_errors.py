@@ -199,6 +199,7 @@ INTERNAL_BUILTIN_RAISES = {
     ("persobench/store.py", "PermissionError"): 1,  # caught beside it and reported as StoreError
     ("persobench/cache.py", "ValueError"): 1,  # a cache key built without its sample id
     ("persobench/aggregate/disk_cache.py", "ValueError"): 1,  # caught beside it: a damaged table is rebuilt
+    ("persobench/generation/runner.py", "ValueError"): 1,  # caught beside it: a short batch retries one by one
     ("persobench/datasets/prompt_tables.py", "ValueError"): 1,  # caught by parse_prompt_row -> PromptTableError
     ("persobench/generation/concurrency.py", "ValueError"): 1,  # the CLI checks --max-concurrency first
     ("persobench/metrics/lexical.py", "ValueError"): 1,  # references and replies of different lengths
