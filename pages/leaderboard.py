@@ -129,61 +129,67 @@ if by_reason := unavailable_by_reason(board):
                            for reason, metrics in by_reason.items()))
 
 # ---- charts ------------------------------------------------------------------------------------
+# Only the open tab runs (a click reruns the page): a first visit builds no figure it does not show.
 tab_radar, tab_bars, tab_dist, tab_modes = st.tabs(
-    ["Radar (paper's aspects)", "Time, failures, engagingness", "Distributions", "Vanilla vs CoT"])
+    ["Radar (paper's aspects)", "Time, failures, engagingness", "Distributions", "Vanilla vs CoT"],
+    key="lb_chart_tab", on_change="rerun")
 
 with tab_radar:
-    from persobench.aggregate import radar_aspects
+    if tab_radar.open:
+        from persobench.aggregate import radar_aspects
 
-    radar = radar_aspects(board, normalize=True)
-    aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
-    missing = [a for a in RADAR_ASPECTS if a not in aspects]
-    if len(aspects) < 3:
-        st.info("The radar needs at least three of the six aspects; this profile has "
-                f"{', '.join(aspects) or 'none'}. Missing: "
-                + ", ".join(f"{a} ({RADAR_ASPECTS[a]})" for a in missing) + ".")
-    else:
-        st.plotly_chart(radar_figure(radar, aspects), width="stretch", key="lb_radar")
-        st.caption("Each aspect's mean mapped onto [0, 1] by the metric's range: "
-                   + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
-                   + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
+        radar = radar_aspects(board, normalize=True)
+        aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
+        missing = [a for a in RADAR_ASPECTS if a not in aspects]
+        if len(aspects) < 3:
+            st.info("The radar needs at least three of the six aspects; this profile has "
+                    f"{', '.join(aspects) or 'none'}. Missing: "
+                    + ", ".join(f"{a} ({RADAR_ASPECTS[a]})" for a in missing) + ".")
+        else:
+            st.plotly_chart(radar_figure(radar, aspects), width="stretch", key="lb_radar")
+            st.caption("Each aspect's mean mapped onto [0, 1] by the metric's range: "
+                       + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
+                       + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
 
 with tab_bars:
-    wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
-    bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
-    if bars.empty:
-        st.info("No response time, failure ratio or engagingness numbers for these runs.")
-    else:
-        st.plotly_chart(metric_bars_figure(bars, wanted), width="stretch", key="lb_bars")
-    if "unieval_engagingness" not in set(bars["metric"]):
-        reason = next((why for why, names in unavailable_by_reason(board).items()
-                       if "unieval_engagingness" in names), "not scored in this profile")
-        st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
+    if tab_bars.open:
+        wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
+        bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
+        if bars.empty:
+            st.info("No response time, failure ratio or engagingness numbers for these runs.")
+        else:
+            st.plotly_chart(metric_bars_figure(bars, wanted), width="stretch", key="lb_bars")
+        if "unieval_engagingness" not in set(bars["metric"]):
+            reason = next((why for why, names in unavailable_by_reason(board).items()
+                           if "unieval_engagingness" in names), "not scored in this profile")
+            st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
 
 with tab_dist:
-    d1, d2 = st.columns([2, 1])
-    dist_metric = d1.selectbox("Metric", [m for m in metric_order if METRICS[m].level == "sample"
-                                          or m == "response_time"], key="lb_dist_metric")
-    shape = d2.radio("Shape", ["box", "violin"], horizontal=True, key="lb_dist_shape")
-    values = sample_values(home, sig, profile, dataset, mode, dist_metric, invalid, protocol, side_by_side,
-                           all_samples)  # the board's runs and sample ids
-    values = values[values["model"].isin(chosen)]
-    if values.empty:
-        st.info("No per-sample values for this metric.")
-    else:
-        st.plotly_chart(distribution_figure(values, shape), width="stretch", key="lb_dist")
+    if tab_dist.open:
+        d1, d2 = st.columns([2, 1])
+        dist_metric = d1.selectbox("Metric", [m for m in metric_order if METRICS[m].level == "sample"
+                                              or m == "response_time"], key="lb_dist_metric")
+        shape = d2.radio("Shape", ["box", "violin"], horizontal=True, key="lb_dist_shape")
+        values = sample_values(home, sig, profile, dataset, mode, dist_metric, invalid, protocol, side_by_side,
+                               all_samples)  # the board's runs and sample ids
+        values = values[values["model"].isin(chosen)]
+        if values.empty:
+            st.info("No per-sample values for this metric.")
+        else:
+            st.plotly_chart(distribution_figure(values, shape), width="stretch", key="lb_dist")
 
 with tab_modes:
-    both = board_all[board_all["model"].isin(chosen)]
-    if both["mode"].nunique() < 2:
-        st.info("Only one mode was run for this dataset. Launch the other from **New run** to compare "
-                "vanilla and chain-of-thought prompting.")
-    else:
-        mode_metric = st.selectbox("Metric", [m for m in METRICS if m in set(both["metric"])],
-                                   index=0, key="lb_mode_metric")
-        st.dataframe(mode_differences(both, mode_metric), hide_index=True, width="stretch")
-        long = both[both["metric"] == mode_metric][["model", "mode", "mean"]]
-        st.plotly_chart(modes_figure(long), width="stretch", key="lb_modes")
+    if tab_modes.open:
+        both = board_all[board_all["model"].isin(chosen)]
+        if both["mode"].nunique() < 2:
+            st.info("Only one mode was run for this dataset. Launch the other from **New run** to compare "
+                    "vanilla and chain-of-thought prompting.")
+        else:
+            mode_metric = st.selectbox("Metric", [m for m in METRICS if m in set(both["metric"])],
+                                       index=0, key="lb_mode_metric")
+            st.dataframe(mode_differences(both, mode_metric), hide_index=True, width="stretch")
+            long = both[both["metric"] == mode_metric][["model", "mode", "mean"]]
+            st.plotly_chart(modes_figure(long), width="stretch", key="lb_modes")
 
 # ---- export ------------------------------------------------------------------------------------
 st.subheader("Export")

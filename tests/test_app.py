@@ -730,6 +730,9 @@ def test_leaderboard_distributions_use_the_boards_common_samples(tmp_path, monke
 
     at = open_page("pages/leaderboard.py")
     assert ranking(at).set_index("model")["n"].to_dict() == {"big": 4, "small": 4}
+    assert not [c for c in at.get("plotly_chart") if "lb_dist" in c.proto.id]  # a closed tab runs nothing
+    at.session_state["lb_chart_tab"] = "Distributions"  # what a click on the tab does
+    at.run()
     assert points(at) == {"big": 4, "small": 4}
     at.toggle(key="lb_all_samples").set_value(True).run()
     assert not at.exception
