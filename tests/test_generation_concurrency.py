@@ -55,8 +55,11 @@ def test_halves_on_429_and_5xx_but_not_on_other_errors():
     assert limit.limit == 16
     attempt(limit, TOO_MANY)
     assert limit.limit == 8 and limit.safe == 15
+    for _ in range(7):
+        attempt(limit)  # back up to the safe level
+    assert limit.limit == 15
     attempt(limit, BAD_GATEWAY, sent_at=float("inf"))  # sent after the decrease: halves again
-    assert limit.limit == 4 and limit.decreases == 2
+    assert limit.limit == 7 and limit.decreases == 2
 
 
 def test_refusals_of_requests_sent_before_a_decrease_count_once():
@@ -175,8 +178,8 @@ def test_one_refusal_at_the_safe_level_keeps_it_a_second_in_the_same_round_lower
     for _ in range(4):
         attempt(limit)
     assert limit.limit == 8
-    attempt(limit, TOO_MANY, level=5)  # again before a whole round was served at 8 (seen at 5: noise)
-    assert (limit.limit, limit.safe) == (4, 7) and limit.decreases == 3  # one step down, not to 4
+    attempt(limit, TOO_MANY, level=8)  # again before a whole round was served at 8
+    assert (limit.limit, limit.safe) == (4, 7) and limit.decreases == 3  # one step down
 
 
 
@@ -193,3 +196,30 @@ def test_climbs_back_to_the_safe_level_even_while_latency_is_high():
     for _ in range(8 * FIRST_PROBE_ROUNDS * 2):
         attempt(limit, latency=0.1 * LATENCY_TOLERANCE * 5)
     assert limit.limit == 8  # but no probe above it while replies are slow
+
+
+def test_a_refusal_while_climbing_back_below_the_safe_level_does_not_halve_again():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(7):
+        attempt(limit)
+    attempt(limit, TOO_MANY, level=9)
+    assert (limit.limit, limit.safe, limit.decreases) == (4, 8, 1)
+    attempt(limit)
+    attempt(limit, TOO_MANY, level=5)  # refused at 5 while back at 5 on the way to 8
+    assert (limit.safe, limit.decreases) == (8, 1) and limit.limit == 5
+    for _ in range(3):
+        attempt(limit)
+    attempt(limit, TOO_MANY, level=9)  # once back at the safe level, refusals count again
+    assert limit.decreases == 2 and limit.limit == 4
+
+
+def test_the_lowest_level_refused_in_a_burst_sets_the_safe_level():
+    limit = AdaptiveLimit(ceiling=32)
+    for _ in range(14):
+        attempt(limit)
+    attempt(limit, TOO_MANY, sent_at=0.0, level=13)  # the first refusal of a burst to come back
+    assert (limit.limit, limit.safe, limit.decreases) == (8, 12, 1)
+    for level in (11, 15, 10):  # the rest of the burst, sent before the decrease
+        attempt(limit, TOO_MANY, sent_at=0.0, level=level)
+    assert (limit.limit, limit.safe, limit.decreases) == (8, 9, 1)  # no further halving, a better guess
+

@@ -9,7 +9,8 @@ low and adjusts after every attempt (additive increase, multiplicative decrease,
   until the first overload, then by one per round of replies (one reply per request in flight) to
   probe above the safe level;
 - a 429 or 5xx halves the limit, once per round: replies to requests sent before the decrease tell
-  nothing about the new limit. The safe level becomes one below the number of requests that were in
+  nothing about the new limit, nor do refusals below the safe level while the limit climbs back to it
+  (the limit is already down; a capacity that really fell is refused again once there). The safe level becomes one below the number of requests that were in
   flight when the refused one was sent (not one below the limit when the refusal came back: during
   the fast climb the limit runs ahead of what the server saw, and a safe level set too high costs a
   refusal on every climb back). The first probe above it waits :data:`FIRST_PROBE_ROUNDS` rounds,
@@ -157,15 +158,21 @@ class AdaptiveLimit:
 
     def _overloaded(self, sent_at: float, level: int | None = None) -> None:
         if sent_at < self._decreased_at:
-            return  # sent under the old, larger limit: already answered by the last decrease
+            # Sent under the old, larger limit: already answered by the last decrease, but the lowest
+            # level refused in that burst is the better guess of what is safe.
+            if level is not None and self.safe is not None and level - 1 < self.safe:
+                self.safe = max(1, level - 1)
+            return
         refused_at = self.limit if level is None else min(level, self.limit)
+        if self.safe is not None and refused_at < self.safe and self.limit < self.safe:
+            return  # refused below the safe level while climbing back to it: already backing off
         if self.safe is not None and refused_at <= self.safe:
             # Refused at a level that has been serving: once may be the server's own bookkeeping (a
             # request counted until its reply is out) or a burst from elsewhere; twice in a round is
-            # not, and the safe level steps down by one (the level seen at a refusal under such noise
-            # can be far below the real capacity, so it is not trusted as the new safe level).
+            # not, and the safe level steps down: by one, or to the level refused when that is lower
+            # (not below it: under such noise a refusal is seen at levels the server can take).
             if self._struck:
-                self.safe = max(1, self.safe - 1)
+                self.safe = max(1, min(self.safe - 1, refused_at))
             self._struck = not self._struck
         else:
             safe = max(1, refused_at - 1)
