@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.app.charts import distribution_figure, metric_bars_figure, modes_figure, radar_figure
+from persobench.app.charts import distribution_figure, modes_figure
 from persobench.app.boards import (available_profiles, board_choices, board_for, metric_cells, mode_differences,
                                    overall_with_ci, sample_values, unavailable_by_reason)
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
 from persobench.app.text import md_escape
-from persobench.app.widgets import board_downloads, ranking_table, structured_board_notes
+from persobench.app.widgets import (board_downloads, radar_panel, ranking_table, structured_board_notes,
+                                    time_failures_panel)
 
 page_setup()
 st.title("Leaderboard")
@@ -29,7 +30,7 @@ if not profiles:
             "`python -m persobench score --profile offline` (packaged models, no network), then reload.")
     st.stop()
 
-from persobench.aggregate import OVERALL_COMPONENTS, RADAR_ASPECTS, protocol_heading, sample_notes  # noqa: E402
+from persobench.aggregate import OVERALL_COMPONENTS, protocol_heading, sample_notes  # noqa: E402
 from persobench.metrics import METRICS  # noqa: E402
 
 scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
@@ -136,33 +137,11 @@ tab_radar, tab_bars, tab_dist, tab_modes = st.tabs(
 
 with tab_radar:
     if tab_radar.open:
-        from persobench.aggregate import radar_aspects
-
-        radar = radar_aspects(board, normalize=True)
-        aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
-        missing = [a for a in RADAR_ASPECTS if a not in aspects]
-        if len(aspects) < 3:
-            st.info("The radar needs at least three of the six aspects; this profile has "
-                    f"{', '.join(aspects) or 'none'}. Missing: "
-                    + ", ".join(f"{a} ({RADAR_ASPECTS[a]})" for a in missing) + ".")
-        else:
-            st.plotly_chart(radar_figure(radar, aspects), width="stretch", key="lb_radar")
-            st.caption("Each aspect's mean mapped onto [0, 1] by the metric's range: "
-                       + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
-                       + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
+        radar_panel(board)
 
 with tab_bars:
     if tab_bars.open:
-        wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
-        bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
-        if bars.empty:
-            st.info("No response time, failure ratio or engagingness numbers for these runs.")
-        else:
-            st.plotly_chart(metric_bars_figure(bars, wanted), width="stretch", key="lb_bars")
-        if "unieval_engagingness" not in set(bars["metric"]):
-            reason = next((why for why, names in unavailable_by_reason(board).items()
-                           if "unieval_engagingness" in names), "not scored in this profile")
-            st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
+        time_failures_panel(board)
 
 with tab_dist:
     if tab_dist.open:

@@ -1,5 +1,5 @@
 """Reusable widgets: a dataset sample, the card of a background job (New run and Data pages), the
-leaderboard's ranking table and its download buttons."""
+leaderboard's ranking table, radar and time/failures panels, and its download buttons."""
 
 from __future__ import annotations
 
@@ -160,3 +160,45 @@ def structured_board_notes(board: Any, board_all: Any, protocol: str) -> None:
         st.caption("Structured-output runs (+structured) of this dataset and mode are on their own board: pick "
                    + " or ".join(f"'{md_escape(name)}'" for name in elsewhere)
                    + " under Protocol, or turn on 'Protocols side by side'.")
+
+
+def radar_panel(board: Any) -> None:
+    """The paper's radar of six aspects (each mean mapped onto [0, 1] by its metric's range), or why
+    it cannot be drawn (fewer than three aspects in this profile)."""
+    import streamlit as st
+
+    from persobench.aggregate import RADAR_ASPECTS, radar_aspects
+    from persobench.app.charts import radar_figure
+
+    radar = radar_aspects(board, normalize=True)
+    aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
+    missing = [a for a in RADAR_ASPECTS if a not in aspects]
+    if len(aspects) < 3:
+        st.info("The radar needs at least three of the six aspects; this profile has "
+                f"{', '.join(aspects) or 'none'}. Missing: "
+                + ", ".join(f"{a} ({RADAR_ASPECTS[a]})" for a in missing) + ".")
+        return
+    st.plotly_chart(radar_figure(radar, aspects), width="stretch", key="lb_radar")
+    st.caption("Each aspect's mean mapped onto [0, 1] by the metric's range: "
+               + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
+               + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
+
+
+def time_failures_panel(board: Any) -> None:
+    """Bars of response time, failure ratio and engagingness with their CIs, and why engagingness
+    is missing when it is."""
+    import streamlit as st
+
+    from persobench.app.boards import unavailable_by_reason
+    from persobench.app.charts import metric_bars_figure
+
+    wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
+    bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
+    if bars.empty:
+        st.info("No response time, failure ratio or engagingness numbers for these runs.")
+    else:
+        st.plotly_chart(metric_bars_figure(bars, wanted), width="stretch", key="lb_bars")
+    if "unieval_engagingness" not in set(bars["metric"]):
+        reason = next((why for why, names in unavailable_by_reason(board).items()
+                       if "unieval_engagingness" in names), "not scored in this profile")
+        st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
