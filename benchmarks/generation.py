@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-samples", type=int, default=8)
     parser.add_argument("--local-max-tokens", type=int, default=48)
     parser.add_argument("--local-batch-sizes", default="1,2,4,8")
+    parser.add_argument("--local-threads", type=int, default=None,
+                        help="torch threads (default: torch's, one per core); on a busy shared machine 1 avoids "
+                             "the threads waiting for each other and makes the figures steadier")
     args = parser.parse_args(argv)
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     if args.local:
@@ -168,6 +171,10 @@ def bench_local(args: argparse.Namespace) -> int:
     """Batched vs one-at-a-time SmolLM2, and the cost of the grammar constraint (see the module)."""
     from persobench.providers import local
 
+    import torch
+
+    if args.local_threads:
+        torch.set_num_threads(args.local_threads)
     sizes = [int(x) for x in args.local_batch_sizes.split(",")]
     common = dict(dataset="sample", model="local:smollm2", limit=args.local_samples,
                   max_tokens=args.local_max_tokens, checkpoint_every=100)
@@ -183,7 +190,8 @@ def bench_local(args: argparse.Namespace) -> int:
             replies[name] = dict(zip(frame["sample_id"], frame["raw_text"]))
             print(f"  {name:<22} {times[name]:7.2f} s", flush=True)
 
-        print(f"SmolLM2, {args.local_samples} demo samples, vanilla, max_tokens {args.local_max_tokens}")
+        print(f"SmolLM2, {args.local_samples} demo samples, vanilla, max_tokens {args.local_max_tokens}, "
+              f"{torch.get_num_threads()} torch thread(s)")
         for size in [*sizes, sizes[0]]:
             timed(f"batch {size}" if f"batch {size}" not in times else f"batch {size} again", batch_size=size)
         timed("plain", batch_size=local.DEFAULT_BATCH_SIZE)
@@ -200,6 +208,7 @@ def bench_local(args: argparse.Namespace) -> int:
           f"{times[f'batch {sizes[0]} again']:.1f} s (load noise)")
     print(f"  structured / plain at batch {local.DEFAULT_BATCH_SIZE}: {overhead:.2f}x time")
     print(json.dumps({"local_samples": args.local_samples, "max_tokens": args.local_max_tokens,
+                      "threads": torch.get_num_threads(),
                       "seconds": {k: round(v, 2) for k, v in times.items()}, "speedup": speedup,
                       "equal_to_batch_1": equal, "structured_over_plain": round(overhead, 2)}))
     return 0

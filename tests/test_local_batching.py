@@ -127,9 +127,21 @@ def test_tiny_model_batched_equals_unbatched(tiny_lm, tmp_path, chat_template, s
     assert len({row["prompt_tokens"] for row in four.values()}) > 1
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread while SmolLM2 generates: on a 2-core machine shared with other jobs, two
+    threads waiting for each other at every matrix product made the same run 5 to 20 times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("chat_template", [False, True])
-def test_smollm2_batched_equals_unbatched_on_the_demo_samples(tmp_path, chat_template):
+def test_smollm2_batched_equals_unbatched_on_the_demo_samples(tmp_path, chat_template, one_torch_thread):
     """SmolLM2 (the demo's model), paper-open raw text and its chat template, 24 new tokens."""
     runs = {
         size: run_generation(dataset="sample", model="local:smollm2", home=tmp_path / f"b{size}", limit=DEMO_LIMIT,
