@@ -102,6 +102,20 @@ def test_any_other_schema_is_enforced_as_json_schema(tiny_lm):
         assert set(data) == {"n", "ok"} and 0 <= data["n"] <= 99 and isinstance(data["ok"], bool)
 
 
+def test_structured_without_llguidance_fails_each_sample_in_one_line(tiny_lm, monkeypatch):
+    import sys
+
+    from persobench.providers import make_provider, parse_spec
+
+    monkeypatch.setitem(sys.modules, "llguidance", None)  # as if the package were not installed
+    monkeypatch.setitem(sys.modules, "llguidance.hf", None)
+    provider = make_provider(parse_spec(f"local:{tiny_lm}"))
+    params = GenerationParams(max_tokens=30, response_schema=reply_schema("vanilla", 30))
+    results = asyncio.run(provider.generate_batch([Request(({"role": "user", "content": "hi"},), params)] * 2))
+    assert all(isinstance(r, ProviderError) and r.kind is ErrorKind.BAD_REQUEST for r in results)
+    assert "pip install llguidance" in str(results[0]) and "\n" not in str(results[0])
+
+
 # ---------------------------------------------------------------------------------------------
 # batched generation == one at a time
 

@@ -207,7 +207,11 @@ class LocalProvider:
                 if abandoned is not None and abandoned.is_set():
                     raise ProviderError(ErrorKind.OTHER, "generation abandoned")
                 prompts = [ids for _, ids in chunk]
-                for (i, _), result in zip(chunk, self._generate_together(loaded, prompts, params, abandoned)):
+                try:
+                    chunk_results = self._generate_together(loaded, prompts, params, abandoned)
+                except ProviderError as exc:  # the same for every request of the chunk
+                    chunk_results = [exc] * len(chunk)
+                for (i, _), result in zip(chunk, chunk_results):
                     results[i] = result
         assert all(r is not None for r in results)  # every request was encoded into a group or failed
         return results  # type: ignore[return-value]
@@ -242,11 +246,17 @@ class LocalProvider:
 
         constraint = None
         if params.response_schema is not None:
-            from persobench.providers.constrained import GrammarConstraint, grammar_for
+            try:
+                from persobench.providers.constrained import GrammarConstraint, grammar_for
 
-            grammar = grammar_for(params.response_schema, params.max_tokens,
-                                  lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
-            constraint = GrammarConstraint(tokenizer, [grammar] * len(prompts))
+                grammar = grammar_for(params.response_schema, params.max_tokens,
+                                      lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+                constraint = GrammarConstraint(tokenizer, [grammar] * len(prompts))
+            except ImportError as exc:  # the local extra without llguidance
+                raise ProviderError(ErrorKind.BAD_REQUEST, f"structured output on local models needs llguidance "
+                                    f"(pip install llguidance): {exc}") from None
+            except ValueError as exc:  # a slow tokenizer, a schema llguidance cannot compile
+                raise ProviderError(ErrorKind.BAD_REQUEST, f"cannot constrain decoding to the schema: {exc}"[:300]) from None
             kwargs["logits_processor"] = LogitsProcessorList([constraint])
         if abandoned is not None:
             kwargs["stopping_criteria"] = StoppingCriteriaList([_Abandoned(abandoned)])
