@@ -16,6 +16,16 @@
    least 5x) and the largest |difference| between the stored scores and the libraries' values
    over every reply (target: at most 1e-12).
 
+4. The full offline profile (``--only offline``) on every published run: ``python -m persobench
+   score`` (a fresh process, a fresh store, no embedding cache) is timed on all 58 runs, with its
+   peak RSS and CPU time; then, in this process, the code path it replaces (per run: one batched
+   ``BERTScorer``, sentence-transformers ``encode`` of the run's persona sentences and replies,
+   nltk METEOR without memo, the lexical and persona-distance families) is timed on one FoCus run
+   and scaled by reply count to all runs. Prints total time, peak memory, the speed-up against
+   that baseline, and the largest |difference| between the two paths' values on that run (float32
+   rounding, ~1e-6: BERTScore's own values move that much with the batch a text is in). Targets:
+   under 5 minutes and 2 GB. ``--runs N`` limits the timed command to the first N runs.
+
 Pairs come from the published FoCus replies when the reference folder exists, else from the
 built-in ``sample`` dataset (repeated to the requested count).
 """
@@ -206,12 +216,156 @@ def bench_lexical(ref: Path) -> dict:
             "ours_cpu": ours_cpu, "notebook_cpu": notebook_cpu, "max_abs_diff": diff, "missing": len(missing)}
 
 
+OFFLINE_TARGET_S = 300.0
+OFFLINE_MEMORY_MB = 2048.0
+
+
+def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
+    """The offline profile of one run as PersoBench computed it before the encoder: (values, replies)."""
+    from nltk.translate.meteor_score import meteor_score
+
+    from persobench.metrics import embeddings
+    from persobench.metrics.backends import get_profile
+    from persobench.metrics.family import FamilyBatch, Progress
+    from persobench.metrics.lexical import LexicalMetrics, whitespace_tokens
+    from persobench.metrics.meteor import resolve_wordnet
+    from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD
+    from persobench.metrics.scoring import _items, _paper_persona_texts
+
+    profile = get_profile("offline")
+    generations = run.read_table("generations")
+    ok = generations[generations["status"] == "ok"]
+    replies = {str(s): str(r) for s, r in zip(ok["sample_id"], ok["response"]) if isinstance(r, str) and r.strip()}
+    chosen = [samples[sid] for sid in replies]
+    items = _items(chosen, replies, None, _paper_persona_texts(run, chosen))
+    values: dict[tuple[str, str], float] = {}
+    lexical = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap")
+    result = LexicalMetrics().score(FamilyBatch(items, lexical, profile, Progress(None)))
+    values.update(((sid, m), v) for sid, m, v in result.rows)
+    wordnet, _ = resolve_wordnet(profile.spec("wordnet"))
+    with_ref = [it for it in items if it.reference.strip()]
+    for it in with_ref:
+        values[it.sid, "meteor"] = float(meteor_score([whitespace_tokens(it.reference)],
+                                                      whitespace_tokens(it.reply), wordnet=wordnet))
+    loaded = embeddings.load_bertscorer(profile.spec("bertscore"), "cpu")
+    p, r, f = embeddings.bertscore(loaded, [it.reply for it in with_ref], [it.reference for it in with_ref])
+    for it, a, b, c in zip(with_ref, p, r, f):
+        values[it.sid, "bertscore_p"], values[it.sid, "bertscore_r"], values[it.sid, "bertscore_f1"] = a, b, c
+    vectors = embeddings.load_word_vectors(profile.spec("word_vectors"))
+    with_persona = [it for it in items if it.persona_sentences]
+    for it in with_persona:
+        values[it.sid, "persona_distance"] = embeddings.persona_distance(it.persona_text, it.reply, vectors)
+    model = embeddings.load_embedding(profile.spec("embedding"), "cpu")
+    left = [s for it in with_persona for _, s in it.persona_sentences]
+    right = [it.reply for it in with_persona for _ in it.persona_sentences]
+    flat = embeddings.pair_similarities(model, left, right)
+    cursor = 0
+    for it in with_persona:
+        sims = flat[cursor:cursor + len(it.persona_sentences)]
+        cursor += len(it.persona_sentences)
+        values[it.sid, "persona_coverage"] = sum(1 for x in sims if x >= COVERAGE_SIMILARITY_THRESHOLD) / len(sims)
+    return values, len(items)
+
+
+def warm_models() -> None:
+    from persobench.metrics import embeddings
+    from persobench.metrics.backends import get_profile
+    from persobench.metrics.meteor import meteor, resolve_wordnet
+
+    profile = get_profile("offline")
+    embeddings.load_bertscorer(profile.spec("bertscore"), "cpu")
+    embeddings.load_embedding(profile.spec("embedding"), "cpu")
+    embeddings.load_word_vectors(profile.spec("word_vectors"))
+    meteor("a cat", "a dog", resolve_wordnet(profile.spec("wordnet"))[0])
+
+
+def bench_offline(ref: Path, limit: int | None) -> dict:
+    import resource
+    import shutil
+    import subprocess
+
+    from persobench.importer import samples_for_run
+    from persobench.store import RunStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        repo = Path(__file__).resolve().parents[1]
+        command = [sys.executable, "-m", "persobench", "--home", str(home)]
+        subprocess.run([*command, "import-persobench", str(ref)], check=True, cwd=repo, capture_output=True)
+        runs = RunStore(home).runs()
+        if limit is not None:
+            for run in runs[limit:]:
+                shutil.rmtree(run.path)
+            runs = runs[:limit]
+        replies_total = sum(int((r.read_table("generations")["status"] == "ok").sum()) for r in runs)
+
+        def children_cpu() -> float:
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return usage.ru_utime + usage.ru_stime
+
+        load = os.getloadavg()[0]
+        start, cpu = time.perf_counter(), children_cpu()
+        done = subprocess.run([*command, "score", "--no-progress"], cwd=repo, capture_output=True, text=True)
+        new_s, new_cpu = time.perf_counter() - start, children_cpu() - cpu
+        if done.returncode != 0:
+            raise SystemExit(f"score failed ({done.returncode}): {done.stdout[-2000:]} {done.stderr[-2000:]}")
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        cache_mb = sum(f.stat().st_size for f in (home / "embeddings").rglob("*") if f.is_file()) / 2**20
+        load_end = os.getloadavg()[0]
+
+        focus = next((r for r in RunStore(home).runs() if r.manifest.dataset == "focus"), RunStore(home).runs()[0])
+        samples = samples_for_run(focus)
+        warm_models()  # model loads are paid once per process on both paths: not charged per run
+        start, cpu = time.perf_counter(), time.process_time()
+        old_values, old_replies = old_offline_run(focus, samples)
+        old_s, old_cpu = time.perf_counter() - start, time.process_time() - cpu
+        scores = focus.read_table("scores")
+        stored = {(str(s), str(m)): float(v) for s, m, v in zip(scores["sample_id"], scores["metric"], scores["value"])}
+    diffs: dict[str, float] = {}
+    for (sid, metric), value in old_values.items():
+        if (sid, metric) in stored:
+            diffs[metric] = max(diffs.get(metric, 0.0), abs(stored[sid, metric] - value))
+    missing = sum(1 for k in old_values if k not in stored)
+    scale = replies_total / old_replies
+    return {"runs": len(runs), "replies": replies_total, "new_s": new_s, "new_cpu": new_cpu, "peak_mb": peak_mb,
+            "cache_mb": cache_mb, "old_run": focus.run_id, "old_replies": old_replies, "old_s": old_s,
+            "old_cpu": old_cpu, "old_scaled_s": old_s * scale, "old_scaled_cpu": old_cpu * scale,
+            "diffs": diffs, "missing": missing, "load": (load, load_end)}
+
+
+def bench_offline_report(ref: Path | None, limit: int | None) -> bool:
+    if ref is None:
+        print("Offline-profile benchmark skipped: no $PERSOBENCH_REFERENCE folder")
+        return True
+    b = bench_offline(ref, limit)
+    print(f"Offline profile on {b['runs']} published runs ({b['replies']} replies), `score` command in a fresh "
+          f"store: {b['new_s']:.0f} s wall ({b['new_s'] / 60:.1f} min), {b['new_cpu']:.0f} s CPU, peak RSS "
+          f"{b['peak_mb']:.0f} MB; embedding cache written {b['cache_mb']:.0f} MB "
+          f"(load average {b['load'][0]:.1f} -> {b['load'][1]:.1f} on {os.cpu_count()} CPUs)")
+    print(f"  baseline, the per-run path it replaces, same process, on {b['old_run']} ({b['old_replies']} replies): "
+          f"{b['old_s']:.0f} s wall, {b['old_cpu']:.0f} s CPU; scaled to {b['replies']} replies "
+          f"{b['old_scaled_s']:.0f} s wall, {b['old_scaled_cpu']:.0f} s CPU")
+    print(f"  speed-up {b['old_scaled_s'] / b['new_s']:.1f}x wall, {b['old_scaled_cpu'] / b['new_cpu']:.1f}x CPU")
+    worst = max(b["diffs"].values()) if b["diffs"] else 0.0
+    print("  max |diff| against the old path: " + ", ".join(f"{m} {d:.1e}" for m, d in sorted(b["diffs"].items())))
+    ok = b["missing"] == 0 and worst <= TOLERANCE
+    if not ok:
+        print(f"  FAIL: {b['missing']} values missing or a difference above {TOLERANCE}")
+    if b["new_s"] > OFFLINE_TARGET_S:
+        print(f"  above the {OFFLINE_TARGET_S / 60:.0f}-minute target")
+    if b["peak_mb"] > OFFLINE_MEMORY_MB:
+        print(f"  above the {OFFLINE_MEMORY_MB / 1024:.0f} GB memory target")
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--reference", default=None, help="paper data folder (default $PERSOBENCH_REFERENCE)")
-    parser.add_argument("--only", choices=("lexical", "models"), default=None,
-                        help="run only the lexical part or only the model parts (default: both)")
+    parser.add_argument("--only", choices=("lexical", "models", "offline"), default=None,
+                        help="run only the lexical part, the model parts or the offline profile "
+                             "(default: lexical and models)")
+    parser.add_argument("--runs", type=int, default=None, help="offline profile: only the first N runs")
     args = parser.parse_args(argv)
     import warnings
 
@@ -222,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     ref = reference_dir(args.reference)
     ok = True
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    if args.only == "offline":
+        return 0 if bench_offline_report(ref, args.runs) else 1
     if args.only != "models":
         ok = bench_lexical_report(ref) and ok
     if args.only != "lexical":

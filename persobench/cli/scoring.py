@@ -101,38 +101,37 @@ def cmd_score(args: argparse.Namespace) -> int:
     lexical_wanted = requested is None or any(m in requested for m in (*lexical.REFERENCE_LEXICAL,
                                                                        *lexical.REPLY_LEXICAL))
     expected = sum(_valid_replies(run) for run in runs) if lexical_wanted else 0
+    from persobench.metrics.encoder import TextEncoder, store_cache_root
+
+    # One encoder for the whole command: the runs of a dataset are embedded together (their shared
+    # references and persona sentences once), cached in the store, and the memory is given back
+    # after each dataset.
+    encoder = TextEncoder(profile, store_cache_root(store.home))
     with lexical.worker_pool(expected):  # both cores for the lexical metrics of a large job
-        for run in runs:
-            if not run.has_table("generations"):
-                print(f"{run.run_id}: no generations table, skipped")
-                failures += 1
-                continue
-            try:
-                samples = _samples_for(run, samples_cache)
-                bar = _StageBar(run.run_id[:48], args.no_progress)
+        for group in _by_dataset(runs):
+            ready = _embed_group(group, encoder, profile, requested, samples_cache, args.no_progress)
+            for run in group:
+                if not run.has_table("generations"):
+                    print(f"{run.run_id}: no generations table, skipped")
+                    failures += 1
+                    continue
+                if run.run_id not in ready:
+                    print(f"{run.run_id}: not scored: {ready.get('!' + run.run_id, 'samples unavailable')}")
+                    failures += 1
+                    continue
                 try:
-                    summary = score_run(run, samples, profile=profile, metrics=requested, progress=bar)
-                finally:
-                    bar.close()
-            except PersoBenchError as exc:
-                print(f"{run.run_id}: not scored: {exc}")
-                failures += 1
-                continue
-            new = sum(summary.computed.values())
-            cached = sum(summary.cached.values())
-            metrics_done = sorted(m for m, n in summary.computed.items() if n)
-            line = f"{run.run_id}: {new} new value(s)"
-            if metrics_done:
-                line += f" for {', '.join(metrics_done)}"
-            line += f"; {cached} cached"
-            if summary.skipped_invalid:
-                line += f"; {summary.skipped_invalid} invalid repl{'y' if summary.skipped_invalid == 1 else 'ies'} not scored"
-            print(line)
-            for metric, prov in summary.provenance.items():
-                if prov.get("status") == "unavailable":
-                    unavailable.setdefault(metric, prov.get("reason", ""))
-                elif prov.get("status") == "degraded":
-                    degraded.setdefault(metric, prov.get("reason", ""))
+                    bar = _StageBar(run.run_id[:48], args.no_progress)
+                    try:
+                        summary = score_run(run, ready[run.run_id], profile=profile, metrics=requested,
+                                            progress=bar, encoder=encoder)
+                    finally:
+                        bar.close()
+                except PersoBenchError as exc:
+                    print(f"{run.run_id}: not scored: {exc}")
+                    failures += 1
+                    continue
+                _print_summary(run, summary, unavailable, degraded)
+            encoder.release()
     _report("unavailable (no number stored)", unavailable)
     _report("degraded (stored, labelled in provenance)", degraded)
     if failures:
@@ -140,6 +139,65 @@ def cmd_score(args: argparse.Namespace) -> int:
     if requested and any(m in unavailable for m in requested):
         return 1
     return 0
+
+
+def _print_summary(run: Any, summary: Any, unavailable: dict[str, str], degraded: dict[str, str]) -> None:
+    new = sum(summary.computed.values())
+    cached = sum(summary.cached.values())
+    metrics_done = sorted(m for m, n in summary.computed.items() if n)
+    line = f"{run.run_id}: {new} new value(s)"
+    if metrics_done:
+        line += f" for {', '.join(metrics_done)}"
+    line += f"; {cached} cached"
+    if summary.skipped_invalid:
+        line += f"; {summary.skipped_invalid} invalid repl{'y' if summary.skipped_invalid == 1 else 'ies'} not scored"
+    print(line)
+    for metric, prov in summary.provenance.items():
+        if prov.get("status") == "unavailable":
+            unavailable.setdefault(metric, prov.get("reason", ""))
+        elif prov.get("status") == "degraded":
+            degraded.setdefault(metric, prov.get("reason", ""))
+
+
+def _by_dataset(runs: list[Any]) -> list[list[Any]]:
+    """Runs grouped by dataset, in order of first appearance (the runs of a dataset share texts)."""
+    groups: dict[str, list[Any]] = {}
+    for run in runs:
+        groups.setdefault(str(run.manifest.dataset), []).append(run)
+    return list(groups.values())
+
+
+def _embed_group(group: list[Any], encoder: Any, profile: Any, requested: list[str] | None,
+                 samples_cache: dict[str, dict], no_progress: bool) -> dict[str, Any]:
+    """Embed every text the runs of ``group`` need, in one pass; returns run id -> its samples (and
+    ``"!" + run id`` -> the reason for a run whose samples or tables cannot be read)."""
+    from persobench.metrics.encoder import EmbeddingRequest
+    from persobench.metrics.family import Progress
+    from persobench.metrics.scoring import prepare_embeddings, run_embedding_request
+
+    ready: dict[str, Any] = {}
+    pairs: dict[tuple[str, str], None] = {}
+    sentences: dict[str, None] = {}
+    for run in group:
+        if not run.has_table("generations"):
+            continue
+        try:
+            samples = _samples_for(run, samples_cache)
+            request = run_embedding_request(run, samples, profile=profile, metrics=requested)
+        except PersoBenchError as exc:
+            ready["!" + run.run_id] = str(exc)
+            continue
+        ready[run.run_id] = samples
+        pairs.update(dict.fromkeys(request.pairs))
+        sentences.update(dict.fromkeys(request.sentences))
+    if pairs or sentences:
+        label = f"{group[0].manifest.dataset} ({len(group)} run{'s' if len(group) != 1 else ''})"
+        bar = _StageBar(label[:48], no_progress)
+        try:
+            prepare_embeddings(encoder, EmbeddingRequest(tuple(pairs), tuple(sentences)), Progress(bar))
+        finally:
+            bar.close()
+    return ready
 
 
 def _valid_replies(run: Any) -> int:

@@ -338,12 +338,13 @@ def score_run(
     overrides: Mapping[str, str] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     references: Mapping[str, str] | None = None,
+    encoder: Any = None,
 ) -> Any:
     """Score the ok rows of a run's generations table, caching results in the run folder."""
     from persobench.metrics.scoring import score_run as _score_run
 
     return _score_run(run, samples_by_id, profile=profile, metrics=metrics, overrides=overrides,
-                      progress=progress, references=references)
+                      progress=progress, references=references, encoder=encoder)
 
 
 __all__ = [

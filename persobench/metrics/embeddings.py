@@ -1,9 +1,13 @@
 """Embedding metrics: BERTScore, persona distance (averaged word vectors) and sentence similarity.
 
-- ``bertscore_p``/``_r``/``_f1``: one ``bert_score.BERTScorer`` per (model, layer, device), loaded
-  once per process and fed every reply of a run in batches. The paper called ``bert_score.score``
-  once per row (reloading the model on each call); ``benchmarks/scoring.py`` checks both give the
-  same numbers. No idf weighting and no baseline rescaling (as the paper).
+- ``bertscore_p``/``_r``/``_f1``: bert_score's model and tokenization (one ``bert_score.BERTScorer``
+  per (model, layer, device), loaded once per process); each distinct text is embedded once in
+  fixed-shape batches and matched pair by pair (:mod:`persobench.metrics.encoder`), so a reference
+  shared by many runs is embedded once and cached in the store. The paper called
+  ``bert_score.score`` once per row (reloading the model on each call); ``benchmarks/scoring.py``
+  and ``tests/test_metrics_encoder.py`` check both give the same numbers (to float32 rounding,
+  ~1e-6: bert_score's own values move that much with the batch a text lands in). No idf
+  weighting and no baseline rescaling (as the paper).
 - ``persona_distance``: cosine between the mean word vector of the persona text and of the reply,
   tokens lower-cased and split on whitespace, nltk English stop words and out-of-vocabulary tokens
   dropped; 0 when either side has no known word (the paper's code, with GloVe 6B 50-d offline and
@@ -89,14 +93,24 @@ def bertscore(loaded: LoadedBERTScorer, replies: Sequence[str], references: Sequ
 
 
 def bertscore_version(loaded: LoadedBERTScorer) -> str:
-    return (f"bertscore/1 bert-score=={package_version('bert-score')} layer {loaded.num_layers}, "
-            "no idf, no baseline rescaling")
+    from persobench.metrics.encoder import ENCODER_VERSION
+
+    return (f"bertscore/2 bert-score=={package_version('bert-score')} layer {loaded.num_layers}, "
+            f"no idf, no baseline rescaling; {ENCODER_VERSION}, greedy matching per pair")
 
 
 class BertScoreMetrics(MetricFamily):
-    """BERTScore precision, recall and F1 from one batched pass of the ``bertscore`` slot's model."""
+    """BERTScore precision, recall and F1 with the ``bertscore`` slot's model, each distinct text
+    embedded once (:class:`persobench.metrics.encoder.TextEncoder`)."""
 
     name = "bertscore"
+
+    def embedding_request(self, batch: FamilyBatch) -> Any:
+        from persobench.metrics.encoder import EmbeddingRequest
+
+        if not batch.profile.spec("bertscore").available:
+            return None
+        return EmbeddingRequest(pairs=tuple((it.reply, it.reference) for it in batch.applicable("bertscore_f1")))
 
     def score(self, batch: FamilyBatch) -> FamilyResult:
         result = FamilyResult()
@@ -105,7 +119,7 @@ class BertScoreMetrics(MetricFamily):
             return result
         items = batch.applicable("bertscore_f1")
         advance = batch.progress.stage("bertscore", len(items))
-        p, r, f = bertscore(loaded, [it.reply for it in items], [it.reference for it in items])
+        p, r, f = batch.text_encoder().bertscore([it.reply for it in items], [it.reference for it in items])
         advance(len(items))
         values = {"bertscore_p": p, "bertscore_r": r, "bertscore_f1": f}
         model_id, revision = model_identity(batch.profile.spec("bertscore"), loaded.scorer._model)
@@ -113,7 +127,7 @@ class BertScoreMetrics(MetricFamily):
             for it, v in zip(items, values[m]):
                 result.add(it.sid, m, v)
             result.record(m, "ok", model_id=model_id, revision=revision, version=bertscore_version(loaded),
-                          backend=f"bert_score.BERTScorer on {batch.profile.device}", n=len(items))
+                          backend=f"bert_score model on {batch.profile.device}, persobench encoder", n=len(items))
         return result
 
 

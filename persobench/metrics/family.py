@@ -100,6 +100,18 @@ class FamilyBatch:
     """The outputs this family :attr:`~MetricFamily.requires`, by output name."""
     outputs_wanted: frozenset[str] = frozenset()
     """Which of this family's :attr:`~MetricFamily.provides` a later family reads in this batch."""
+    encoder: Any = None
+    """The :class:`persobench.metrics.encoder.TextEncoder` that embeds texts for BERTScore and
+    persona similarity (already holding what every family's :meth:`MetricFamily.embedding_request`
+    asked for); None outside the scorer: use :meth:`text_encoder`."""
+
+    def text_encoder(self) -> Any:
+        """:attr:`encoder`, or a new one without a disk cache."""
+        if self.encoder is not None:
+            return self.encoder
+        from persobench.metrics.encoder import TextEncoder
+
+        return TextEncoder(self.profile)
 
     def applicable(self, metric: str) -> list[Item]:
         """The items ``metric`` is defined for (reference / persona present when it needs one)."""
@@ -167,6 +179,11 @@ class MetricFamily:
 
     def score(self, batch: FamilyBatch) -> FamilyResult:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def embedding_request(self, batch: FamilyBatch) -> Any:
+        """The texts :meth:`score` will embed (a :class:`persobench.metrics.encoder.EmbeddingRequest`),
+        or None: the scorer embeds the requests of all families, and of many runs, in one pass."""
+        return None
 
     def __repr__(self) -> str:
         return f"<metric family {self.name}>"

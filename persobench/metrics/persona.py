@@ -13,6 +13,8 @@ same batched pass as its own metrics, and the scorer runs it first.
 
 from __future__ import annotations
 
+from typing import Any
+
 from persobench.metrics.backends import BackendUnavailable, model_identity, package_version
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
 from persobench.metrics.nli import SENTENCE_LABELS, SentenceLabels, nli_version
@@ -31,6 +33,15 @@ class PersonaCoverageMetrics(MetricFamily):
     name = "persona_coverage"
     requires = (Requirement("nli", SENTENCE_LABELS),)
 
+    def embedding_request(self, batch: FamilyBatch) -> Any:
+        from persobench.metrics.encoder import EmbeddingRequest
+
+        if not batch.profile.spec("embedding").available:
+            return None
+        items = [it for it in batch.items if it.persona_sentences]
+        texts = [s for it in items for _, s in it.persona_sentences] + [it.reply for it in items]
+        return EmbeddingRequest(sentences=tuple(dict.fromkeys(texts)))
+
     def score(self, batch: FamilyBatch) -> FamilyResult:
         from persobench.metrics import embeddings
 
@@ -47,7 +58,7 @@ class PersonaCoverageMetrics(MetricFamily):
             left = [s for it in items for _, s in it.persona_sentences]
             right = [it.reply for it in items for _ in it.persona_sentences]
             advance = batch.progress.stage("persona similarity", len(left))
-            flat = embeddings.pair_similarities(model, left, right)
+            flat = batch.text_encoder().sentence_similarities(left, right)
             advance(len(left))
             cursor = 0
             for it in items:

@@ -42,6 +42,8 @@ from persobench.run_records import MetricProvenance, RunExtra
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from persobench.metrics.encoder import EmbeddingRequest, TextEncoder
+
     from persobench.records import Sample
     from persobench.store import Run
 
@@ -137,15 +139,56 @@ def family_plan(wanted: Sequence[str]) -> list[FamilyStep]:
                        frozenset(outputs.get(n, ()))) for n in order]
 
 
+def embedding_request(items: Sequence[Item], wanted: Sequence[str], profile: Profile) -> "EmbeddingRequest":
+    """Every text the families of ``wanted`` will embed for ``items``, in one request."""
+    from persobench.metrics.encoder import EmbeddingRequest
+
+    pairs: dict[tuple[str, str], None] = {}
+    sentences: dict[str, None] = {}
+    for step in family_plan(tuple(wanted)):
+        request = step.family.embedding_request(
+            FamilyBatch(items, step.metrics, profile, Progress(None), {}, step.outputs_wanted))
+        if request is not None:
+            pairs.update(dict.fromkeys(request.pairs))
+            sentences.update(dict.fromkeys(request.sentences))
+    return EmbeddingRequest(tuple(pairs), tuple(sentences))
+
+
+def prepare_embeddings(encoder: "TextEncoder", request: "EmbeddingRequest", progress: Progress) -> None:
+    """Embed a request in one pass; a model that cannot be loaded is left to the families to report."""
+    from persobench.metrics.backends import BackendUnavailable
+
+    if not request.pairs and not request.sentences:
+        return
+    stage: list[Any] = []
+
+    def report(done: int, total: int) -> None:
+        if not stage:
+            stage.append(progress.stage("embeddings", total))
+        stage[0](done - getattr(report, "last", 0))
+        report.last = done  # type: ignore[attr-defined]
+
+    try:
+        encoder.prepare(request.pairs, request.sentences, progress=report)
+    except BackendUnavailable:
+        pass
+
+
 def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
-                  progress: Progress) -> FamilyResult:
-    """Every family of the plan in order, each given the outputs it requires; results concatenated."""
+                  progress: Progress, encoder: "TextEncoder | None" = None) -> FamilyResult:
+    """Every family of the plan in order, each given the outputs it requires; results concatenated.
+    The texts the families embed are embedded first, in one pass (``encoder``: a new one when None)."""
+    from persobench.metrics.encoder import TextEncoder
+
+    encoder = encoder if encoder is not None else TextEncoder(profile)
+    prepare_embeddings(encoder, embedding_request(items, wanted, profile), progress)
     total = FamilyResult()
     delivered: dict[tuple[str, str], Any] = {}
     for step in family_plan(wanted):
         family = step.family
         inputs = {req.output: delivered[(req.family, req.output)] for req in family.requires}
-        result = family.score(FamilyBatch(items, step.metrics, profile, progress, inputs, step.outputs_wanted))
+        result = family.score(FamilyBatch(items, step.metrics, profile, progress, inputs, step.outputs_wanted,
+                                          encoder))
         missing = sorted(step.outputs_wanted - set(result.outputs))
         if missing:
             raise MetricRegistryError(f"metric family {family.name!r} did not deliver {', '.join(missing)}")
@@ -194,6 +237,7 @@ def score_samples(
     progress: ProgressFn | None = None,
     references: Mapping[str, str] | None = None,
     persona_texts: Mapping[str, str] | None = None,
+    encoder: "TextEncoder | None" = None,
 ) -> ScoreResult:
     """Score each sample's reply (``replies``: sample id -> text; missing or blank = invalid, unscored).
 
@@ -201,14 +245,15 @@ def score_samples(
     against a published reference exactly as the paper did). ``persona_texts`` (sample id -> text)
     is the persona text persona metrics read instead of the sentences joined by spaces (the paper's
     ``personas`` cell under its protocol); each persona metric's provenance says which
-    (``persona_input``). ``progress(stage, done, total)`` is called as work advances.
+    (``persona_input``). ``progress(stage, done, total)`` is called as work advances. ``encoder``
+    embeds texts for BERTScore and persona similarity (default: a new one, no disk cache).
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     if isinstance(profile, Profile) and overrides:
         prof = get_profile(profile.name, {**profile.overrides, **overrides})
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
     items = _items(samples, replies, references, persona_texts)
-    scored = _run_families(items, wanted, prof, Progress(progress))
+    scored = _run_families(items, wanted, prof, Progress(progress), encoder)
     scores, details = _frames(scored.rows, scored.details)
     provenance = {m: scored.provenance[m] for m in wanted if m in scored.provenance}
     for m in provenance:
@@ -274,31 +319,18 @@ def stored_scores(run: "Run") -> "pd.DataFrame":
     return run.read_table("scores")
 
 
-def score_run(
-    run: "Run",
-    samples_by_id: Mapping[str, "Sample"],
-    *,
-    profile: "str | Profile" = "offline",
-    metrics: Sequence[str] | None = None,
-    overrides: Mapping[str, str] | None = None,
-    progress: ProgressFn | None = None,
-    references: Mapping[str, str] | None = None,
-) -> RunScoreSummary:
-    """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores.
+@dataclass
+class _Pending:
+    """What :func:`score_run` has to compute for a run."""
 
-    Under the paper's protocol (template family ``paper``, imported published runs included) the
-    persona metrics read the paper's ``personas`` cell, as its evaluation did
-    (:func:`persobench.datasets.paper_cells.paper_persona_text`); other runs read the sentences.
+    replies: dict[str, str]
+    existing: "pd.DataFrame"
+    todo: dict[str, set[str]]
+    summary: RunScoreSummary
 
-    Writes ``scores`` (``sample_id, metric, value, profile``) and ``persona_details`` (the detail
-    columns plus ``profile``) and records provenance in the manifest under
-    ``extra["scores"][<profile key>]``. A (sample, metric, profile) already stored is never
-    recomputed.
-    """
-    import pandas as pd
 
-    prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+def _pending(run: "Run", samples_by_id: Mapping[str, "Sample"], prof: Profile, wanted: tuple[str, ...],
+             references: Mapping[str, str] | None) -> _Pending:
     generations = run.read_table("generations")
     if "status" not in generations.columns or "sample_id" not in generations.columns:
         raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
@@ -336,6 +368,57 @@ def score_run(
         summary.cached[metric] = len(stored & replies.keys())
         if need:
             todo[metric] = need
+    return _Pending(replies, existing, todo, summary)
+
+
+def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
+                          profile: "str | Profile" = "offline", metrics: Sequence[str] | None = None,
+                          references: Mapping[str, str] | None = None) -> "EmbeddingRequest":
+    """The texts :func:`score_run` would embed for ``run`` (only for the scores it lacks), so a
+    caller scoring many runs can embed them all in one pass first (the ``score`` command)."""
+    prof = get_profile(profile) if not isinstance(profile, Profile) else profile
+    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    work = _pending(run, samples_by_id, prof, wanted, references)
+    if not work.todo:
+        from persobench.metrics.encoder import EmbeddingRequest
+
+        return EmbeddingRequest()
+    ids = set().union(*work.todo.values())
+    samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
+    items = _items(samples, {sid: work.replies[sid] for sid in ids}, references,
+                   _paper_persona_texts(run, samples))
+    return embedding_request(items, list(work.todo), prof)
+
+
+def score_run(
+    run: "Run",
+    samples_by_id: Mapping[str, "Sample"],
+    *,
+    profile: "str | Profile" = "offline",
+    metrics: Sequence[str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+    progress: ProgressFn | None = None,
+    references: Mapping[str, str] | None = None,
+    encoder: "TextEncoder | None" = None,
+) -> RunScoreSummary:
+    """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores.
+
+    Under the paper's protocol (template family ``paper``, imported published runs included) the
+    persona metrics read the paper's ``personas`` cell, as its evaluation did
+    (:func:`persobench.datasets.paper_cells.paper_persona_text`); other runs read the sentences.
+
+    Writes ``scores`` (``sample_id, metric, value, profile``) and ``persona_details`` (the detail
+    columns plus ``profile``) and records provenance in the manifest under
+    ``extra["scores"][<profile key>]``. A (sample, metric, profile) already stored is never
+    recomputed. Embeddings are cached in the store (``<home>/embeddings``) unless ``encoder`` is
+    given (the ``score`` command passes one encoder for all its runs).
+    """
+    import pandas as pd
+
+    prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
+    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    work = _pending(run, samples_by_id, prof, wanted, references)
+    replies, existing, todo, summary = work.replies, work.existing, work.todo, work.summary
 
     recorded = run.manifest.details
     entry = recorded.profile_scores(prof.key)
@@ -345,9 +428,17 @@ def score_run(
     if todo:
         ids = set().union(*todo.values())
         samples = [samples_by_id[sid] for sid in replies if sid in ids]
+        if encoder is None:  # the store's embedding cache; the memory is given back after this run
+            from persobench.metrics.encoder import TextEncoder, store_cache_root
+
+            encoder = run_encoder = TextEncoder(prof, store_cache_root(run.path.parent.parent))
+        else:
+            run_encoder = None
         result = score_samples(samples, {sid: replies[sid] for sid in ids}, profile=prof,
                                metrics=list(todo), progress=progress, references=references,
-                               persona_texts=_paper_persona_texts(run, samples))
+                               persona_texts=_paper_persona_texts(run, samples), encoder=encoder)
+        if run_encoder is not None:
+            run_encoder.release()
         if all(len(sids) == len(ids) for sids in todo.values()):
             new_rows = result.scores  # every metric was missing for every scored sample: keep all
         else:

@@ -1,0 +1,149 @@
+"""The text encoder: embeddings that do not depend on the batch, the on-disk cache (same numbers,
+no model call for cached texts), agreement with bert_score and sentence-transformers, and the
+memoized METEOR against nltk, on published replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from persobench.metrics import embeddings
+from persobench.metrics.backends import get_profile
+from persobench.metrics.encoder import EmbeddingShelf, TextEncoder, text_key
+from persobench.metrics.scoring import score_samples
+
+MODEL_METRICS = ["bertscore_p", "bertscore_r", "bertscore_f1", "persona_coverage"]
+
+
+@pytest.fixture(scope="module")
+def published(reference_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """12 FoCus samples with their published gpt-4-turbo replies (and 30 more replies for batches)."""
+    from persobench.importer import import_persobench, samples_for_run
+    from persobench.store import RunStore
+
+    home = tmp_path_factory.mktemp("encoder-store")
+    store = RunStore(home)
+    import_persobench(store, reference_dir)
+    run = next(r for r in store.runs() if r.run_id.startswith("focus__gpt-4-turbo__vanilla"))
+    samples = samples_for_run(run)
+    generations = run.read_table("generations")
+    ok = generations[generations["status"] == "ok"]
+    replies = {str(s): str(r) for s, r in zip(ok["sample_id"], ok["response"]) if isinstance(r, str) and r.strip()}
+    ids = [sid for sid in replies if samples[sid].reference.strip() and samples[sid].persona_sentences()][:42]
+    return samples, replies, ids
+
+
+def _score(published, ids, encoder):
+    samples, replies, _ = published
+    result = score_samples([samples[i] for i in ids], {i: replies[i] for i in ids}, metrics=MODEL_METRICS,
+                           encoder=encoder)
+    return result.wide(), result.persona_details.set_index(["sample_id", "persona_index"])["similarity"]
+
+
+def test_cached_scores_equal_uncached_bit_for_bit_and_no_model_call_on_second_scoring(published, tmp_path):
+    _, _, ids = published
+    sample = ids[:12]
+    # Without a cache, these 12 alone.
+    plain_wide, plain_sims = _score(published, sample, TextEncoder(get_profile("offline")))
+    # The cache filled by a different, larger batch (other texts, other padding neighbours).
+    first = TextEncoder(get_profile("offline"), tmp_path / "embeddings")
+    _score(published, ids[::-1], first)
+    assert first.stats.embedded["sentence"] > 0 and first.stats.embedded["tokens"] > 0
+    # A second scoring from the cache: references and every sentence vector come from disk.
+    second = TextEncoder(get_profile("offline"), tmp_path / "embeddings")
+    cached_wide, cached_sims = _score(published, sample, second)
+    pd.testing.assert_frame_equal(cached_wide, plain_wide, check_exact=True)
+    pd.testing.assert_series_equal(cached_sims, plain_sims, check_exact=True)
+    assert second.stats.embedded["sentence"] == 0  # no model call for a cached sentence
+    assert second.stats.from_disk["sentence"] > 0
+    samples = published[0]
+    refs = {samples[i].reference for i in sample}
+    assert second.stats.from_disk["tokens"] == len(refs)
+    # Only the replies' token embeddings (not kept on disk: used once) went through the model.
+    assert second.stats.embedded["tokens"] == len(sample)
+    # Persona similarity alone, all cached: not one forward pass.
+    third = TextEncoder(get_profile("offline"), tmp_path / "embeddings")
+    samples, replies, _ = published
+    only = score_samples([samples[i] for i in sample], {i: replies[i] for i in sample},
+                         metrics=["persona_coverage"], encoder=third)
+    assert third.stats.forward_batches == 0
+    assert only.persona_details.set_index(["sample_id", "persona_index"])["similarity"].equals(plain_sims)
+
+
+def test_embedding_of_a_text_does_not_depend_on_its_batch(published):
+    _, replies, ids = published
+    texts = [replies[i] for i in ids]
+    alone = TextEncoder(get_profile("offline"))
+    crowd = TextEncoder(get_profile("offline"))
+    target = texts[0]
+    vec_alone = alone.sentence_vectors([target])[0]
+    vec_crowd = crowd.sentence_vectors(texts[5:] + [target])[-1]
+    assert np.array_equal(vec_alone, vec_crowd)
+    ref = published[0][ids[0]].reference
+    p1 = alone.bertscore([target], [ref])
+    p2 = crowd.bertscore(texts[3:] + [target], [ref] * (len(texts) - 3) + [ref])
+    assert (p1[0][0], p1[1][0], p1[2][0]) == (p2[0][-1], p2[1][-1], p2[2][-1])
+
+
+def test_one_pass_for_both_embeddings_when_the_models_share_layers(published):
+    encoder = TextEncoder(get_profile("offline"))
+    assert encoder.can_share()  # offline: BERTScore is all-MiniLM-L6-v2 cut at layer 4
+    _score(published, published[2][:4], encoder)
+    assert encoder.stats.shared_passes == 4
+
+
+def test_values_agree_with_bert_score_and_sentence_transformers(published):
+    samples, replies, ids = published
+    sample = ids[:10]
+    wide, sims = _score(published, sample, TextEncoder(get_profile("offline")))
+    loaded = embeddings.load_bertscorer(get_profile("offline").spec("bertscore"), "cpu")
+    p, r, f = embeddings.bertscore(loaded, [replies[i] for i in sample], [samples[i].reference for i in sample])
+    for k, sid in enumerate(sample):
+        assert wide.loc[sid, "bertscore_p"] == pytest.approx(p[k], abs=1e-5)
+        assert wide.loc[sid, "bertscore_r"] == pytest.approx(r[k], abs=1e-5)
+        assert wide.loc[sid, "bertscore_f1"] == pytest.approx(f[k], abs=1e-5)
+    model = embeddings.load_embedding(get_profile("offline").spec("embedding"), "cpu")
+    left = [s for sid in sample for s in samples[sid].persona_sentences()]
+    right = [replies[sid] for sid in sample for _ in samples[sid].persona_sentences()]
+    expected = embeddings.pair_similarities(model, left, right)
+    assert np.allclose(sims.to_numpy(), expected, atol=1e-5, rtol=0)
+
+
+def test_a_damaged_shard_is_ignored_and_a_shard_is_written_whole(tmp_path):
+    shelf = EmbeddingShelf(tmp_path, {"kind": "sentence"})
+    shelf.put(text_key("a"), np.ones((1, 3), np.float32), np.ones(1, np.float32))
+    assert shelf.flush() == 1
+    shards = list(tmp_path.glob("shard-*"))
+    assert len(shards) == 1 and not list(tmp_path.glob(".shard-*"))
+    broken = tmp_path / "shard-99999999999999999999-broken"
+    broken.mkdir()
+    (broken / "keys.npy").write_bytes(b"not numpy")
+    fresh = EmbeddingShelf(tmp_path, {"kind": "sentence"})
+    assert fresh.damaged == 1
+    vectors, weights = fresh.get(text_key("a"))
+    assert vectors.tolist() == [[1.0, 1.0, 1.0]] and weights.tolist() == [1.0]
+    assert fresh.get(text_key("b")) is None
+
+
+def test_memoized_meteor_equals_nltk_on_published_replies(published):
+    from nltk.translate.meteor_score import meteor_score
+
+    from persobench.metrics.lexical import whitespace_tokens
+    from persobench.metrics.meteor import meteor, resolve_wordnet
+
+    samples, replies, ids = published
+    wordnet, _ = resolve_wordnet(get_profile("offline").spec("wordnet"))
+    for sid in ids:
+        reference, reply = samples[sid].reference, replies[sid]
+        expected = float(meteor_score([whitespace_tokens(reference)], whitespace_tokens(reply), wordnet=wordnet))
+        assert meteor(reference, reply, wordnet) == expected
+        assert meteor(reference, reply, None) == float(meteor_score(
+            [whitespace_tokens(reference)], whitespace_tokens(reply), wordnet=_NoWordNet()))
+
+
+class _NoWordNet:
+    def synsets(self, *args, **kwargs):
+        return []
