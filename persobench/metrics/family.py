@@ -180,7 +180,7 @@ class MetricFamily:
     def score(self, batch: FamilyBatch) -> FamilyResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def embedding_request(self, batch: FamilyBatch) -> Any:
+    def embedding_request(self, batch: FamilyBatch) -> Any:  # noqa: ARG002 - overridden
         """The texts :meth:`score` will embed (a :class:`persobench.metrics.encoder.EmbeddingRequest`),
         or None: the scorer embeds the requests of all families, and of many runs, in one pass."""
         return None
