@@ -1,19 +1,28 @@
-"""``python -m persobench demo``: cached, so a second call is a fast no-op."""
+"""``python -m persobench demo``: cached (a second call is a fast no-op), and the story it tells:
+SmolLM2 as asked fails the format, SmolLM2 with structured output produces scored replies."""
 
 from __future__ import annotations
 
+import io
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "persobench", "--home", str(home), "demo", *args, "--no-progress"]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def test_demo_is_cached_second_call_is_a_fast_no_op(tmp_path):
     home = tmp_path / "demo"
-    command = [sys.executable, "-m", "persobench", "--home", str(home), "demo", "--no-local", "--limit", "3",
-               "--no-progress"]
-    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    first = demo(home, "--no-local", "--limit", "3")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "demo ready" in first.stdout
     from persobench.store import RunStore
@@ -28,8 +37,53 @@ def test_demo_is_cached_second_call_is_a_fast_no_op(tmp_path):
 
     before = snapshot()
     assert before
-    second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    second = demo(home, "--no-local", "--limit", "3", timeout=120)
     assert second.returncode == 0 and "demo ready (cached)" in second.stdout
     assert snapshot() == before  # a no-op: no run, table or manifest was rewritten
 
 
+def test_demo_runs_smollm2_plain_and_structured_in_both_modes_on_one_template(tmp_path):
+    from persobench.cli.demo import DEMO_TEMPLATE, demo_configs, estimate_seconds
+    from persobench.generation import plan_generation
+    from persobench.protocol import protocol_of
+    from persobench.store import RunStore
+
+    store = RunStore(tmp_path / "home")
+    plans = [plan_generation(config, store=store) for config in demo_configs(limit=4)]
+    assert [(p.manifest.model_label, p.template.mode) for p in plans] == [
+        (model, mode) for model in ("baseline:reference", "baseline:persona-echo", "local:smollm2",
+                                    "local:smollm2 +structured") for mode in ("vanilla", "cot")]
+    assert {p.template.name for p in plans} == {DEMO_TEMPLATE}
+    # Plain runs share a board with the baselines; the structured ones are their own configuration.
+    boards = {p.manifest.model_label: protocol_of(p.manifest).label for p in plans if p.template.mode == "vanilla"}
+    assert boards["local:smollm2"] == boards["baseline:reference"] == boards["baseline:persona-echo"]
+    assert boards["local:smollm2 +structured"] == boards["local:smollm2"] + " · structured"
+    seconds, tokens = estimate_seconds(plans)
+    assert tokens == 2 * 4 * (110 + 220)  # every SmolLM2 reply at its token limit
+    assert seconds > tokens / 100
+    assert estimate_seconds(plans[:4])[1] == 0  # baselines decode nothing
+
+
+@pytest.mark.slow
+def test_demo_tells_the_story_plain_fails_the_format_structured_is_scored(tmp_path):
+    """The demo's own code with SmolLM2 on a few samples (the default 10 take minutes on a busy
+    machine): the leaderboard CSV has both SmolLM2 variants in both modes, the structured one with
+    at most 20% invalid replies and a BERTScore above zero."""
+    home = tmp_path / "demo"
+    first = demo(home, "--limit", "3", timeout=1500)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert re.search(r"estimate: about \d+(\.\d)? (s|min) on 2 idle cores: 12 SmolLM2 replies", first.stdout)
+    assert re.search(r"demo ready: 8 runs in .* in \d+(\.\d)? (s|min) \(estimate: ", first.stdout), first.stdout
+    assert re.search(r"local:smollm2 \+structured\s+vanilla: \d/3 replies valid", first.stdout), first.stdout
+    board = subprocess.run([sys.executable, "-m", "persobench", "--home", str(home), "leaderboard", "--dataset",
+                            "sample", "--format", "csv"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert board.returncode == 0, board.stderr
+    rows = pd.read_csv(io.StringIO(board.stdout)).set_index(["model", "mode", "metric"])["mean"]
+    for mode in ("vanilla", "cot"):
+        plain, structured = rows["local:smollm2", mode], rows["local:smollm2 +structured", mode]
+        assert structured["failure_ratio"] <= 0.2, (mode, structured["failure_ratio"])
+        assert structured["bertscore_f1"] > 0, mode
+        assert plain["failure_ratio"] > structured["failure_ratio"], mode  # the plain model fails the format
+    assert "not measured for structured runs" in board.stderr
+    second = demo(home, "--limit", "3", timeout=120)
+    assert second.returncode == 0 and "demo ready (cached)" in second.stdout

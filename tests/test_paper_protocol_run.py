@@ -170,8 +170,12 @@ def test_default_policy_follows_the_template_family(tmp_path: Path) -> None:
     assert row["run_id"] == paper_run.run_id
     [step, _score] = launch_steps([row], limit=2)
     assert "--policy" not in step.argv  # the CLI's default is the same rule
-    for config in demo_configs(limit=1, local=True):
-        assert protocol_of(plan_generation(config, store=store).manifest).is_paper, config.model
+    # The demo uses PersoBench's template on purpose (README, "The demo"): the same rule gives it the
+    # robust policy, and its plain runs share one protocol with the baselines.
+    demo = [plan_generation(config, store=store) for config in demo_configs(limit=1, local=True)]
+    assert {plan.manifest.parameters["policy"] for plan in demo} == {"robust"}
+    plain = {protocol_of(plan.manifest) for plan in demo if plan.params.response_schema is None}
+    assert len(plain) == 2 and {p.mode for p in plain} == {"vanilla", "cot"}  # one per mode
 
 
 def test_a_default_cli_run_lands_on_the_published_runs_board(tmp_path: Path, monkeypatch, capsys) -> None:
