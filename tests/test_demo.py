@@ -65,6 +65,7 @@ def test_demo_runs_smollm2_plain_and_structured_in_both_modes_on_one_template(tm
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3000)
 def test_demo_tells_the_story_plain_fails_the_format_structured_is_scored(tmp_path):
     """The real command (``make run``'s: 8 samples, SmolLM2's one batch per run; fewer samples would
     hardly be faster on a CPU, where a decoding step costs about the same for 1 or 8 rows): the

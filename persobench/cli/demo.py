@@ -49,8 +49,9 @@ DEMO_PROFILE = "offline"
 #: the batch: ~24 tokens/s one at a time there, times the 2.3x that batches of 8 measured
 #: (README, "Batched local generation").
 SMOLLM2_TOKENS_PER_SECOND = 55.0
-#: Seconds the first demo spends besides SmolLM2's decoding on 2 idle cores: loading SmolLM2 and the
-#: offline profile's models, the baselines and scoring every run (README, "The demo").
+#: Allowance for what the first demo does besides SmolLM2's decoding on 2 idle cores: loading SmolLM2
+#: and the offline profile's models, the baselines and scoring every run (an allowance, not a
+#: measurement: README, "The demo").
 FIXED_SECONDS = 40.0
 
 
