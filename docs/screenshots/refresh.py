@@ -1,0 +1,108 @@
+"""Refresh the README's screenshots from the real demo: ``python docs/screenshots/refresh.py [HOME]``.
+
+Starts ``streamlit run app.py`` over the demo's store (HOME, default ``$PERSOBENCH_HOME`` or
+``./cache``; run ``python -m persobench demo`` first) on a free 127.0.0.1 port and saves, with
+Debian's headless Chromium driven by Playwright (as tests/test_browser.py does):
+
+- ``leaderboard.png``: the sample dataset's vanilla board with protocols side by side, so SmolLM2
+  as asked and SmolLM2 with structured output show beside the baselines;
+- ``explore.png``: one dialogue with every model's reply;
+- ``compare.png``: SmolLM2 plain vs structured (the Compare page's one-click button);
+- ``failures.png``: why the plain replies fail.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = Path(__file__).resolve().parent
+CHROMIUM = "/usr/bin/chromium"
+WIDTH = 1400
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _settle(page) -> None:
+    page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=120_000)
+    deadline = time.monotonic() + 120
+    while page.get_attribute('[data-testid="stApp"]', "data-test-script-state") != "notRunning":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the page script did not finish")
+        time.sleep(0.2)
+    page.wait_for_load_state("networkidle")
+    time.sleep(1.5)  # charts and data grids draw after the script ends
+
+
+def _save(page, name: str, max_height: int) -> None:
+    page.mouse.move(WIDTH - 5, 5)  # no tooltip over the page
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": WIDTH, "height": min(max(int(height) + 40, 900), max_height)})
+    time.sleep(1.0)
+    page.screenshot(path=str(OUT / f"{name}.png"))
+    print(f"saved {OUT / f'{name}.png'}")
+
+
+def main() -> int:
+    # As given (the app runs from the repository root): `cache`, what `make run` shows, reads as such in the sidebar.
+    home = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PERSOBENCH_HOME") or "cache"
+    port = _free_port()
+    env = {**os.environ, "PERSOBENCH_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.3)
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            page = browser.new_page(viewport={"width": WIDTH, "height": 1200})
+
+            page.goto(url + "/")
+            _settle(page)
+            page.get_by_text("Protocols side by side", exact=True).click()
+            _settle(page)
+            _save(page, "leaderboard", 1500)
+
+            page.goto(url + "/explore?dataset=sample&sample=sample:15")
+            _settle(page)
+            _save(page, "explore", 1700)
+
+            page.goto(url + "/compare")
+            _settle(page)
+            page.get_by_role("button", name="Plain vs structured").first.click()
+            _settle(page)
+            _save(page, "compare", 1500)
+
+            page.goto(url + "/failures")
+            _settle(page)
+            _save(page, "failures", 1300)
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
