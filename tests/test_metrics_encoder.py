@@ -147,3 +147,34 @@ def test_memoized_meteor_equals_nltk_on_published_replies(published):
 class _NoWordNet:
     def synsets(self, *args, **kwargs):
         return []
+
+
+def test_score_command_embeds_a_datasets_runs_once_and_caches_them_in_the_store(tmp_path, capsys):
+    from persobench.cli import main
+    from persobench.datasets import load_dataset, samples_by_id
+    from persobench.generation import run_generation
+    from persobench.metrics.encoder import store_cache_root
+    from persobench.store import RunStore
+
+    store = RunStore(tmp_path / "home")
+    runs = [run_generation(dataset="sample", model=model, mode="vanilla", store=store)
+            for model in ("baseline:reference", "baseline:persona-echo")]
+    assert main(["--home", str(store.home), "score", "--no-progress", "--metrics",
+                 ",".join(MODEL_METRICS)]) == 0
+    capsys.readouterr()
+    samples = samples_by_id("sample")
+    references = {s.reference for s in load_dataset("sample") if s.reference.strip()}
+    # Both runs answer the same samples: each reference's tokens are on disk once, not once per run.
+    token_shelves = list(store_cache_root(store.home).glob("tokens-*"))
+    assert len(token_shelves) == 1
+    assert len(EmbeddingShelf(token_shelves[0], {})._index) == len(references)
+    for run in runs:
+        stored = run.read_table("scores").pivot(index="sample_id", columns="metric", values="value")
+        generations = run.read_table("generations")
+        ok = generations[generations["status"] == "ok"]
+        replies = dict(zip(ok["sample_id"], ok["response"]))
+        alone = score_samples([samples[s] for s in replies], replies, metrics=MODEL_METRICS,
+                              encoder=TextEncoder(get_profile("offline")))
+        expected = alone.wide()
+        for metric in MODEL_METRICS:  # the command's batched, cached pass gives the numbers of a run alone
+            assert stored[metric].sort_index().equals(expected[metric].sort_index()), metric
