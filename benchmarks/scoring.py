@@ -24,7 +24,8 @@
    and scaled by reply count to all runs. Prints total time, peak memory, the speed-up against
    that baseline, and the largest |difference| between the two paths' values on that run (float32
    rounding, ~1e-6: BERTScore's own values move that much with the batch a text is in). Targets:
-   under 5 minutes and 2 GB. ``--runs N`` limits the timed command to the first N runs.
+   under 5 minutes and 2 GB. ``--dataset NAME`` and ``--runs N`` (the first N by id) limit the
+   timed command to some runs (PEC's 68,000 distinct persona sentences are most of the work).
 
 Pairs come from the published FoCus replies when the reference folder exists, else from the
 built-in ``sample`` dataset (repeated to the requested count).
@@ -279,7 +280,7 @@ def warm_models() -> None:
     meteor("a cat", "a dog", resolve_wordnet(profile.spec("wordnet"))[0])
 
 
-def bench_offline(ref: Path, limit: int | None) -> dict:
+def bench_offline(ref: Path, limit: int | None, dataset: str | None = None) -> dict:
     import resource
     import shutil
     import subprocess
@@ -292,7 +293,11 @@ def bench_offline(ref: Path, limit: int | None) -> dict:
         repo = Path(__file__).resolve().parents[1]
         command = [sys.executable, "-m", "persobench", "--home", str(home)]
         subprocess.run([*command, "import-persobench", str(ref)], check=True, cwd=repo, capture_output=True)
-        runs = RunStore(home).runs()
+        runs = sorted(RunStore(home).runs(), key=lambda r: r.run_id)
+        if dataset is not None:
+            for run in [r for r in runs if r.manifest.dataset != dataset]:
+                shutil.rmtree(run.path)
+            runs = [r for r in runs if r.manifest.dataset == dataset]
         if limit is not None:
             for run in runs[limit:]:
                 shutil.rmtree(run.path)
@@ -313,7 +318,8 @@ def bench_offline(ref: Path, limit: int | None) -> dict:
         cache_mb = sum(f.stat().st_size for f in (home / "embeddings").rglob("*") if f.is_file()) / 2**20
         load_end = os.getloadavg()[0]
 
-        focus = next((r for r in RunStore(home).runs() if r.manifest.dataset == "focus"), RunStore(home).runs()[0])
+        left = sorted(RunStore(home).runs(), key=lambda r: r.run_id)
+        focus = next((r for r in left if r.manifest.dataset == "focus"), left[0])
         samples = samples_for_run(focus)
         warm_models()  # model loads are paid once per process on both paths: not charged per run
         start, cpu = time.perf_counter(), time.process_time()
@@ -333,11 +339,11 @@ def bench_offline(ref: Path, limit: int | None) -> dict:
             "diffs": diffs, "missing": missing, "load": (load, load_end)}
 
 
-def bench_offline_report(ref: Path | None, limit: int | None) -> bool:
+def bench_offline_report(ref: Path | None, limit: int | None, dataset: str | None = None) -> bool:
     if ref is None:
         print("Offline-profile benchmark skipped: no $PERSOBENCH_REFERENCE folder")
         return True
-    b = bench_offline(ref, limit)
+    b = bench_offline(ref, limit, dataset)
     print(f"Offline profile on {b['runs']} published runs ({b['replies']} replies), `score` command in a fresh "
           f"store: {b['new_s']:.0f} s wall ({b['new_s'] / 60:.1f} min), {b['new_cpu']:.0f} s CPU, peak RSS "
           f"{b['peak_mb']:.0f} MB; embedding cache written {b['cache_mb']:.0f} MB "
@@ -365,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("lexical", "models", "offline"), default=None,
                         help="run only the lexical part, the model parts or the offline profile "
                              "(default: lexical and models)")
-    parser.add_argument("--runs", type=int, default=None, help="offline profile: only the first N runs")
+    parser.add_argument("--runs", type=int, default=None, help="offline profile: only the first N runs (by id)")
+    parser.add_argument("--dataset", default=None, help="offline profile: only the runs of this dataset")
     args = parser.parse_args(argv)
     import warnings
 
@@ -377,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     if args.only == "offline":
-        return 0 if bench_offline_report(ref, args.runs) else 1
+        return 0 if bench_offline_report(ref, args.runs, args.dataset) else 1
     if args.only != "models":
         ok = bench_lexical_report(ref) and ok
     if args.only != "lexical":
