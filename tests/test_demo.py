@@ -82,7 +82,7 @@ def test_demo_tells_the_story_plain_fails_the_format_structured_is_scored(tmp_pa
                             "sample", "--format", "csv"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert board.returncode == 0, board.stderr
     print(board.stdout)
-    rows = pd.read_csv(io.StringIO(board.stdout)).set_index(["model", "mode", "metric"])["mean"]
+    rows = pd.read_csv(io.StringIO(board.stdout)).set_index(["model", "mode", "metric"])["mean"].sort_index()
     for mode in ("vanilla", "cot"):
         plain, structured = rows["local:smollm2", mode], rows["local:smollm2 +structured", mode]
         assert structured["failure_ratio"] <= 0.2, (mode, structured["failure_ratio"])
