@@ -53,8 +53,21 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+class _OpenRecord:
+    """Reads and writes a flat record whose unmodelled keys are kept, as read, in ``other``."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        known, other = _split(cls, data)
+        return cls(**known, other=other)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "other"}
+        return {**data, **self.other}
+
+
 @dataclass(frozen=True)
-class Usage:
+class Usage(_OpenRecord):
     """Tokens and requests of a generation run (``extra["usage"]``)."""
 
     prompt_tokens: int = 0
@@ -69,16 +82,6 @@ class Usage:
     """Finished samples served from the response cache."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model, kept as read."""
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Usage":
-        known, other = _split(cls, data)
-        return cls(**known, other=other)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "samples_with_usage": self.samples_with_usage, "requests": self.requests, "cached": self.cached,
-                **self.other}
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class GenerationRecord:
 
 
 @dataclass(frozen=True)
-class ImportRecord:
+class ImportRecord(_OpenRecord):
     """Where an imported run's replies came from (``extra["import"]``)."""
 
     folder: str | None = None
@@ -138,15 +141,6 @@ class ImportRecord:
     """Version of the import code; a different one imports again."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model, kept as read."""
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ImportRecord":
-        known, other = _split(cls, data)
-        return cls(**known, other=other)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "other"}
-        return {**data, **self.other}
 
 
 @dataclass(frozen=True)
@@ -237,7 +231,7 @@ class ProfileScores:
 
 
 @dataclass(frozen=True)
-class ConcurrencyRecord:
+class ConcurrencyRecord(_OpenRecord):
     """How the adaptive concurrency limit moved during a ``--concurrency auto`` run (``extra["concurrency"]``)."""
 
     mode: str = "auto"
@@ -253,18 +247,9 @@ class ConcurrencyRecord:
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model, kept as read."""
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ConcurrencyRecord":
-        known, other = _split(cls, data)
-        return cls(**known, other=other)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "other"}
-        return {**data, **self.other}
-
 
 @dataclass(frozen=True)
-class TemplateRecord:
+class TemplateRecord(_OpenRecord):
     """The prompt template as a manifest may describe it in ``extra["template"]``."""
 
     name: str | None = None
@@ -273,15 +258,6 @@ class TemplateRecord:
     """Its family ("paper" for ``paper`` and ``paper-open``): the protocol a run belongs to."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model, kept as read."""
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TemplateRecord":
-        known, other = _split(cls, data)
-        return cls(**known, other=other)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in ("name", "family") if getattr(self, name) is not None}
-        return {**data, **self.other}
 
 
 @dataclass(frozen=True)
