@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from persobench.app.chrome import app_environment
-from persobench.app.text import cell_text, format_seconds, md_escape, model_kind
+from persobench.app.text import cell_text, format_seconds, md_escape, model_kind, safe_message
+from persobench.errors import PersoBenchError
 from persobench.jobs import JobManager, JobStatus
 
 
@@ -55,15 +56,19 @@ def job_card(manager: JobManager, status: JobStatus) -> None:
         head = st.columns([5, 1, 1])
         head[0].markdown(f"**{md_escape(status.title)}** · {md_escape(status.state)} · "
                          f"started {md_escape(status.created_at)}")
-        if status.active:
+        if status.active or status.busy:
             if head[1].button("Cancel", key=f"cancel-{status.job_id}"):
                 manager.cancel(status.job_id)
                 st.rerun(scope="fragment")
         elif status.resumable:
             if head[1].button("Resume", key=f"resume-{status.job_id}",
                               help="Start it again: replies already received come from the cache."):
-                manager.resume(status.job_id, env=app_environment())
-                st.rerun(scope="fragment")
+                try:
+                    manager.resume(status.job_id, env=app_environment())
+                except PersoBenchError as exc:  # its run got busy between the render and the click
+                    st.error(safe_message(str(exc)))
+                else:
+                    st.rerun(scope="fragment")
         if not status.active and head[2].button("Remove", key=f"forget-{status.job_id}",
                                                 help="Forget this entry; its runs stay in the store."):
             manager.forget(status.job_id)

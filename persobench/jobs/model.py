@@ -91,6 +91,15 @@ class JobStatus:
     """Last lines of the log (redacted), for failed or interrupted jobs."""
     run_ids: tuple[str, ...] = ()
     """Runs the job's run steps finished."""
+    busy_run: str = ""
+    """A run of this interrupted job that a live process still generates (the runner died, its
+    ``persobench run`` child did not); '' when none. Resuming waits for it: a second process on
+    the same run would stop at its lock."""
+
+    @property
+    def busy(self) -> bool:
+        """Interrupted, but one of its runs is still being generated (cancel stops it)."""
+        return bool(self.busy_run)
 
     @property
     def active(self) -> bool:
@@ -98,7 +107,7 @@ class JobStatus:
 
     @property
     def resumable(self) -> bool:
-        return self.state in ("failed", "cancelled", "interrupted")
+        return self.state in ("failed", "cancelled", "interrupted") and not self.busy_run
 
 
 def job_id_for(title: str, steps: Sequence[JobStep]) -> str:
