@@ -71,8 +71,12 @@ def job_card(manager: JobManager, status: JobStatus) -> None:
                     st.rerun(scope="fragment")
         if not status.active and head[2].button("Remove", key=f"forget-{status.job_id}",
                                                 help="Forget this entry; its runs stay in the store."):
-            manager.forget(status.job_id)
-            st.rerun(scope="fragment")
+            try:
+                manager.forget(status.job_id)
+            except PersoBenchError as exc:  # resumed elsewhere between the render and the click
+                st.error(safe_message(str(exc)))
+            else:
+                st.rerun(scope="fragment")
         for row in manager.progress(status):
             total, done = int(row.get("total") or 0), int(row.get("done") or 0)
             if row["kind"] == "run":
