@@ -178,3 +178,70 @@ def test_score_command_embeds_a_datasets_runs_once_and_caches_them_in_the_store(
         expected = alone.wide()
         for metric in MODEL_METRICS:  # the command's batched, cached pass gives the numbers of a run alone
             assert stored[metric].sort_index().equals(expected[metric].sort_index()), metric
+
+
+def test_bfloat16_profile_has_its_own_key_and_rebuilds_from_its_overrides():
+    from persobench.errors import ConfigurationError
+
+    plain, fast = get_profile("offline"), get_profile("offline", precision="bfloat16")
+    assert plain.precision == "float32" and plain.key == "offline"  # float32 keys are unchanged
+    assert fast.precision == "bfloat16" and fast.key != plain.key and fast.key.startswith("offline+")
+    assert fast.describe()["precision"] == "bfloat16"
+    again = get_profile("offline", overrides=fast.overrides)  # how a stored profile is rebuilt
+    assert again.precision == "bfloat16" and again.key == fast.key
+    with pytest.raises(ConfigurationError, match="unknown precision 'float16'"):
+        get_profile("offline", precision="float16")
+
+
+def test_bfloat16_embeddings_are_close_to_float32_batch_independent_and_cached_apart(published, tmp_path):
+    from persobench.metrics.encoder import store_cache_root
+
+    _, replies, ids = published
+    sample = ids[:12]
+    fast_profile = get_profile("offline", precision="bfloat16")
+    plain_wide, plain_sims = _score(published, sample, TextEncoder(get_profile("offline"), tmp_path / "embeddings"))
+    fast_wide, fast_sims = _score(published, sample, TextEncoder(fast_profile, tmp_path / "embeddings"))
+    bert = ["bertscore_p", "bertscore_r", "bertscore_f1"]
+    gap = float((fast_wide[bert] - plain_wide[bert]).abs().max().max())
+    sim_gap = float((fast_sims - plain_sims).abs().max())
+    assert 0 < gap < 2e-3 and 0 < sim_gap < 5e-3  # bfloat16 did run, and stayed close
+    # Each precision has its own shelves: a float32 score never reads a bfloat16 embedding.
+    assert len(list(store_cache_root(tmp_path).glob("sentence-*"))) == 2
+    # In bfloat16 too, a text's embedding does not depend on its batch.
+    texts = [replies[i] for i in ids]
+    alone = TextEncoder(fast_profile).sentence_vectors([texts[0]])[0]
+    crowd = TextEncoder(fast_profile).sentence_vectors(texts[5:] + [texts[0]])[-1]
+    assert np.array_equal(alone, crowd)
+    # And a second scoring from the bfloat16 cache gives the same numbers bit for bit.
+    again_wide, _ = _score(published, sample, TextEncoder(fast_profile, tmp_path / "embeddings"))
+    pd.testing.assert_frame_equal(again_wide, fast_wide, check_exact=True)
+
+
+def test_score_command_precision_flag_stores_bfloat16_scores_under_their_own_key(tmp_path, capsys):
+    from persobench.cli import main
+    from persobench.generation import run_generation
+    from persobench.store import RunStore
+
+    store = RunStore(tmp_path / "home")
+    run = run_generation(dataset="sample", model="baseline:persona-echo", mode="vanilla", store=store)
+    command = ["--home", str(store.home), "score", "--no-progress", "--metrics", ",".join(MODEL_METRICS)]
+    assert main(command) == 0
+    assert main([*command, "--precision", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    fast = get_profile("offline", precision="bfloat16")
+    assert f"profile {fast.key}" in out and "precision=bfloat16" in out
+    scores = store.get(run.run_id).read_table("scores")
+    assert set(scores["profile"]) == {"offline", fast.key}
+    both = scores.pivot_table(index=["sample_id", "metric"], columns="profile", values="value")
+    gap = (both["offline"] - both[fast.key]).abs()
+    continuous = gap[gap.index.get_level_values("metric").str.startswith("bertscore_")]
+    assert 0 < continuous.max() < 2e-3
+    # Coverage counts persona sentences above a cosine threshold: a cosine moved by bfloat16 across
+    # it changes a sample's coverage by a whole sentence's share, so only most samples are unchanged.
+    assert (gap.xs("persona_coverage", level="metric") == 0).mean() >= 0.5
+    recorded = store.get(run.run_id).manifest.extra["scores"][fast.key]
+    assert "bfloat16" in recorded["metrics"]["bertscore_f1"]["backend"]
+    with pytest.raises(SystemExit) as stopped:
+        main([*command, "--precision", "float16"])
+    assert stopped.value.code == 2
+    assert "invalid choice: 'float16'" in capsys.readouterr().err

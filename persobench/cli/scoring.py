@@ -25,6 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--model", action="append", default=[], metavar="SLOT=ID_OR_PATH",
                        help="override a slot's model (bertscore, nli, word_vectors, unieval, wordnet, embedding; "
                             "or bertscore.num_layers=N) with a hub id or local path; repeatable")
+    score.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                       help="arithmetic of the embedding models (BERTScore, persona similarity): float32 "
+                            "(default), or bfloat16, about 3x faster on CPUs with AMX/AVX512-BF16, values "
+                            "within ~1e-3, stored under a profile key of their own")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
     score.set_defaults(handler=cmd_score)
 
@@ -73,7 +77,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.metrics:
         requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
         validate_metric_names(requested)
-    profile = get_profile(args.profile, _parse_models(args.model))
+    profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision)
 
     store = store_from_args(args)
     if args.runs:

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from persobench.metrics.backends import (
-    BackendUnavailable, SlotModel, cached, model_identity, packaged_glove_dir, package_version,
+    BackendUnavailable, SlotModel, cached, model_identity, packaged_glove_dir, package_version, precision_note,
     resolve_transformers_path,
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
@@ -127,7 +127,8 @@ class BertScoreMetrics(MetricFamily):
             for it, v in zip(items, values[m]):
                 result.add(it.sid, m, v)
             result.record(m, "ok", model_id=model_id, revision=revision, version=bertscore_version(loaded),
-                          backend=f"bert_score model on {batch.profile.device}, persobench encoder", n=len(items))
+                          backend=f"bert_score model on {batch.profile.device}, persobench encoder"
+                          + precision_note(batch.profile), n=len(items))
         return result
 
 

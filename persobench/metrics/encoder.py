@@ -52,6 +52,17 @@ PROBE_TEXTS = ("I have two dogs and a cat.", "What do you like to do on weekends
 # --- Fixed-shape forward passes -----------------------------------------------------------------
 
 
+def precision_context(profile: Profile) -> Any:
+    """``torch.autocast`` to bfloat16 when the profile asks for it, else a no-op context."""
+    import contextlib
+
+    if profile.precision == "float32":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.autocast(device_type=profile.device.split(":")[0], dtype=getattr(torch, profile.precision))
+
+
 def padded_length(n_tokens: int) -> int:
     return max(LENGTH_STEP, -(-n_tokens // LENGTH_STEP) * LENGTH_STEP)
 
@@ -143,6 +154,8 @@ class TextEncoder:
                                  "options": dict(spec.options), "encoder": ENCODER_VERSION,
                                  "torch": torch.__version__, "transformers": transformers.__version__,
                                  "device": self.profile.device}
+        if self.profile.precision != "float32":  # float32 keys stay as they were: caches stay valid
+            about["precision"] = self.profile.precision
         if kind == "tokens":
             about["tokenization"] = f"bert_score.utils.sent_encode (bert-score=={package_version('bert-score')})"
             about["vectors"] = "token embeddings, L2-normalised; weights 0 for [CLS]/[SEP], else 1"
@@ -208,17 +221,17 @@ class TextEncoder:
 
         handle = layers[self.bert_model().num_layers - 1].register_forward_hook(hook)
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), precision_context(self.profile):
                 out = model(self._sentence_features(model, texts, length))
         finally:
             handle.remove()
-        return captured[-1], out["sentence_embedding"]
+        return captured[-1].float(), out["sentence_embedding"].float()
 
     def _sentence_forward(self, model: Any, texts: list[str], length: int) -> Any:
         import torch
 
-        with torch.inference_mode():
-            return model(self._sentence_features(model, texts, length))["sentence_embedding"]
+        with torch.inference_mode(), precision_context(self.profile):
+            return model(self._sentence_features(model, texts, length))["sentence_embedding"].float()
 
     def _token_forward(self, ids: list[list[int]], length: int) -> Any:
         import torch
@@ -230,8 +243,8 @@ class TextEncoder:
         for row, seq in enumerate(ids):
             x[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
             mask[row, :len(seq)] = 1
-        with torch.inference_mode():
-            return loaded.scorer._model(x, attention_mask=mask)[0]
+        with torch.inference_mode(), precision_context(self.profile):
+            return loaded.scorer._model(x, attention_mask=mask)[0].float()
 
     def _token_entry(self, states: Any, row: int, seq: list[int]) -> tuple[np.ndarray, np.ndarray]:
         tokenizer = self.bert_model().scorer._tokenizer

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from persobench.metrics.backends import BackendUnavailable, model_identity, package_version
+from persobench.metrics.backends import BackendUnavailable, model_identity, package_version, precision_note
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
 from persobench.metrics.nli import SENTENCE_LABELS, SentenceLabels, nli_version
 
@@ -90,7 +90,8 @@ class PersonaCoverageMetrics(MetricFamily):
                 version=(f"persona_coverage/1-embedding share of persona sentences with cosine >= "
                          f"{COVERAGE_SIMILARITY_THRESHOLD} to the reply (sentence-transformers=="
                          f"{package_version('sentence-transformers')})"),
-                backend=f"embedding-similarity>={COVERAGE_SIMILARITY_THRESHOLD}", n=len(items))
+                backend=f"embedding-similarity>={COVERAGE_SIMILARITY_THRESHOLD}" + precision_note(batch.profile),
+                n=len(items))
         else:
             result.unavailable(["persona_coverage"], f"needs an NLI or an embedding model ({embed_reason})")
         return result
