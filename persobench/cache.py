@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.providers.base import Completion, GenerationParams
-from persobench.store import sha256_hex
+from persobench.files import sha256_hex
 
 #: Bump when the key payload's shape changes, so old entries are not misread.
 KEY_VERSION = 1

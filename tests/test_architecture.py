@@ -20,19 +20,22 @@ PACKAGE = ROOT / "persobench"
 STAGES: dict[str, tuple[str, ...]] = {
     "foundation": ("persobench", "persobench.errors", "persobench.records",
                    "persobench.registry", "persobench.secrets", "persobench.csv_io", "persobench.run_records",
-                   "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store"),
+                   "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store",
+                   "persobench.files"),
     "datasets": ("persobench.datasets",),
     "prompts": ("persobench.prompts", "persobench.protocol"),
     "generation": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.cache",
                    "persobench.generation", "persobench.postprocess", "persobench.importer"),
     "metrics": ("persobench.metrics",),
     "aggregate": ("persobench.aggregate",),
+    # The front door (README "Python API"): typed calls over every stage, used by jobs, CLI and app.
+    "pipeline": ("persobench.pipeline",),
     "jobs": ("persobench.jobs",),
     # The two front ends: each may use every stage, neither imports the other.
     "cli": ("persobench.cli", "persobench.__main__"),
     "app": ("persobench.app",),
 }
-ORDER = ["foundation", "datasets", "prompts", "generation", "metrics", "aggregate", "jobs", "cli"]
+ORDER = ["foundation", "datasets", "prompts", "generation", "metrics", "aggregate", "pipeline", "jobs", "cli"]
 RANK = {stage: ORDER.index(stage) if stage in ORDER else ORDER.index("cli") for stage in STAGES}
 MAX_PAGE_LINES = 200
 # "About 500": postprocess.py sits a little over it; past this a module is split by concern.

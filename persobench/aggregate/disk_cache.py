@@ -159,7 +159,7 @@ def write_cached(path: Path, key: Mapping[str, Any], frame: "pd.DataFrame", note
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from persobench.store import atomic_write_bytes
+    from persobench.files import atomic_write_bytes
 
     try:
         table = pa.Table.from_pandas(frame, preserve_index=False)

@@ -191,19 +191,10 @@ class _ProgressBar:
 
 
 def resolve_run(store: Any, name: str) -> Any:
-    """A run by id or unique id prefix."""
-    from persobench.store import StoreError
+    """A run by id or unique id prefix (:func:`persobench.pipeline.resolve_run`)."""
+    from persobench.pipeline import resolve_run as find
 
-    try:
-        return store.get(name)
-    except StoreError:
-        pass
-    matches = [r for r in store.runs() if r.run_id.startswith(name)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise CLIError(f"no run {name!r} in {store.runs_dir}")
-    raise CLIError(f"{name!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:5])}")
+    return find(store, name)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -229,7 +220,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(text)
     else:
-        from persobench.store import atomic_write_text
+        from persobench.files import atomic_write_text
 
         atomic_write_text(args.output, text)
         print(f"wrote {len(frame)} rows to {args.output}", file=sys.stderr)

@@ -154,15 +154,14 @@ def _results(args: argparse.Namespace):
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from persobench import aggregate
+    from persobench import aggregate, pipeline
 
-    store, results = _results(args)
-    for column, value, flag in (("dataset", args.dataset, "--dataset"), ("mode", args.mode, "--mode")):
-        if value is not None and value not in set(results.frame[column]):
-            known = ", ".join(sorted(set(results.frame[column])))
-            raise CLIError(f"{flag} {value!r}: no runs; runs exist for: {known}")
-    board = aggregate.leaderboard(results, dataset=args.dataset, mode=args.mode, invalid=args.invalid,
-                                  profile=args.profile, side_by_side=args.side_by_side, all_samples=args.all_samples)
+    store = store_from_args(args)
+    found = pipeline.leaderboard(store=store, dataset=args.dataset, mode=args.mode, invalid=args.invalid,
+                                 profile=args.profile, include_incomplete=args.include_incomplete,
+                                 side_by_side=args.side_by_side, all_samples=args.all_samples)
+    warn_skipped(found.skipped_runs)
+    board = found.table
     scored = board[~board["metric"].isin(("failure_ratio", "instructability", "response_time"))]
     if scored.empty or (scored["status"] == "unavailable").all():
         profiles = aggregate.available_profiles(store, include_incomplete=args.include_incomplete)

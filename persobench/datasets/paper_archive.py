@@ -273,7 +273,8 @@ def fetch_paper(
     values). Raises :class:`PaperArchiveError` (one line) on any failure; nothing half-unpacked is
     left behind, and an interrupted download resumes on the next call.
     """
-    from persobench.store import default_home, sha256_file, utc_now
+    from persobench.store import default_home
+    from persobench.files import sha256_file, utc_now
 
     home = Path(home) if home is not None else default_home()
     pin = PAPER_ARCHIVE

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from persobench.providers.base import ConfigurationError
-from persobench.store import atomic_write_json
+from persobench.files import atomic_write_json
 
 if TYPE_CHECKING:
     from persobench.generation.plan import GenerationPlan

@@ -31,7 +31,8 @@ from persobench.providers import make_provider
 from persobench.providers.base import BatchingProvider, Completion, ErrorKind, Provider, ProviderError, Request
 from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
 from persobench.secrets import known_secrets, scrub
-from persobench.store import Run, RunStore, utc_now
+from persobench.store import Run, RunStore
+from persobench.files import utc_now
 
 if TYPE_CHECKING:
     from persobench.records import Sample
@@ -77,7 +78,9 @@ def run_generation(
     with hold_run_lock(run.path):
         write_resume_file(run, plan, store.home)
         clear_cancel(run.path)
-        run.update(status="running", extra=GenerationRecord(started_at=utc_now()).to_extra())
+        run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
+        run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
+                                                    dataset_file=plan.dataset_file).to_extra())
         runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
         try:
             run_coroutine(runner.main())

@@ -27,7 +27,8 @@ from persobench.jobs.model import (
 from persobench.errors import ConfigurationError
 from persobench.processes import pid_alive
 from persobench.secrets import redact
-from persobench.store import atomic_write_json, default_home, utc_now
+from persobench.store import default_home
+from persobench.files import atomic_write_json, utc_now
 
 
 def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:

@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json, score_step_marker
 from persobench.secrets import redact
-from persobench.store import atomic_write_json, default_home, utc_now
+from persobench.store import default_home
+from persobench.files import atomic_write_json, utc_now
 
 
 def run_job(folder: Path) -> int:
