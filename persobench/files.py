@@ -54,11 +54,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_refused(path: str | os.PathLike[str], exc: OSError) -> StoreWriteError:
-    """The one-line error for a write the disk refused (:data:`DISK_FULL_ERRNOS`) or failed."""
-    reason = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file would exceed the size limit",
-              errno.EDQUOT: "the disk quota is exhausted"}.get(exc.errno or 0, exc.strerror or str(exc))
-    return StoreWriteError(f"{path}: cannot write: {reason} (the previous file, if any, is unchanged)")
+def write_refused(path: str | os.PathLike[str], exc: BaseException) -> StoreWriteError:
+    """The one-line error for a write the disk refused or that failed: an ``OSError`` (full disk,
+    file size limit, quota) or a database error of the response cache (``sqlite3.Error``)."""
+    if isinstance(exc, OSError):
+        reason = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file would exceed the size limit",
+                  errno.EDQUOT: "the disk quota is exhausted"}.get(exc.errno or 0, exc.strerror or str(exc))
+    else:
+        reason = f"{str(exc) or type(exc).__name__} (is the disk full?)"
+    return StoreWriteError(f"{path}: cannot write: {reason}")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -79,7 +83,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except OSError as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise write_refused(path, exc) from exc
+        raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
     except BaseException:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
@@ -113,7 +117,7 @@ def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
     except OSError as exc:  # pyarrow raises OSError subclasses for a refused write too
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise write_refused(path, exc) from exc
+        raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
     except BaseException:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)

@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args
+from persobench.cli import CLIError, store_from_args, write_stdout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -218,7 +218,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         text = frame.to_json(orient="records", lines=True, force_ascii=False)
         text = text if text.endswith("\n") or not text else text + "\n"
     if args.output == "-":
-        sys.stdout.write(text)
+        write_stdout(text)
     else:
         from persobench.files import atomic_write_text
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from persobench.cli import CLIError, store_from_args, warn_skipped
+from persobench.cli import CLIError, store_from_args, warn_skipped, write_stdout
 
 FORMATS = ("table", "csv", "markdown", "latex", "json")
 
@@ -169,14 +169,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                 else "run `python -m persobench score` first")
         print(f"note: no per-sample scores for profile {args.profile!r} ({hint}); showing run-level numbers only",
               file=sys.stderr)
-    text = aggregate.export_board(board, args.format)
+    write_stdout(aggregate.export_board(board, args.format))
     if args.format in ("csv", "json"):
-        sys.stdout.write(text)
-        notes = _notes(board)
-        for note in notes:
+        for note in _notes(board):
             print(f"note: {note}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
     return 0
 
 
