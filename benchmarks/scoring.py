@@ -90,7 +90,8 @@ def bench_bertscore(hyps: list[str], refs: list[str]) -> dict:
     import bert_score.utils  # noqa: F401 - imports paid before any timing, for both sides
 
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.embeddings import bertscore, load_bertscorer
+    from persobench.metrics.embedding_models import load_bertscorer
+    from persobench.metrics.embeddings import bertscore
 
     spec = get_profile("offline").spec("bertscore")
     # One untimed call first: the first model load in a process also pays Python imports and cold
@@ -385,7 +386,7 @@ def bench_floor(ref: Path) -> dict:
 
     from persobench.metrics.backends import get_profile
     from persobench.metrics.encoder import BATCH_ROWS, fixed_batches, padded_length
-    from persobench.metrics.embeddings import load_embedding
+    from persobench.metrics.embedding_models import load_embedding
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"

@@ -124,7 +124,7 @@ def _readable_file_sha(path: Path) -> str:
 
 def _count_prompt_rows(path: Path) -> int:
     """Rows as the dataset loader enumerates them (the same strict reader, quoted newlines allowed)."""
-    from persobench.datasets import DatasetError
+    from persobench.errors import DatasetError
     from persobench.datasets.tables import prompt_table_rows
 
     try:

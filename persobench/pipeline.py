@@ -379,3 +379,27 @@ def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore |
     table = aggregate.leaderboard(results, dataset=dataset, mode=mode, invalid=invalid, profile=profile,
                                   side_by_side=side_by_side, all_samples=all_samples)
     return Board(table, profile, invalid, tuple((str(p), str(r)) for p, r in results.skipped_runs))
+
+
+# --- The paper's published data --------------------------------------------------------------------
+
+
+def fetch_published(*, home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
+                    url: str | None = None, sha256: str | None = None, size: int | None = None,
+                    timeout: float = 60.0, progress: Callable[[str, int, int | None], None] | None = None) -> Any:
+    """Download the paper's repository archive (pinned commit, or a mirror ``url``) and unpack its
+    data into ``<home>/reference``; returns the :class:`~persobench.datasets.paper_archive.FetchResult`."""
+    from persobench.datasets.paper_archive import fetch_paper
+
+    return fetch_paper(open_store(home, store).home, url=url, sha256=sha256, size=size, timeout=timeout,
+                       progress=progress)
+
+
+def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None,
+                     store: RunStore | None = None, datasets: Sequence[str] | None = None,
+                     models: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Any:
+    """Import published replies laid out like the paper's repository: one run per dataset, model
+    and mode (idempotent); returns the :class:`~persobench.importer.ImportReport`."""
+    from persobench.importer import import_persobench
+
+    return import_persobench(open_store(home, store), folder, datasets=datasets, models=models, modes=modes)

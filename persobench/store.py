@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import re
 import shutil
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from persobench.errors import StoreBusy, StoreError
+from persobench.errors import StoreError
 from persobench.files import atomic_write_json, atomic_write_parquet, canonical_json, read_parquet, sha256_hex, \
-    utc_now, write_refused
+    utc_now
+from persobench.locks import RUN_LOCK, hold_state_lock, lock_holder
 from persobench.run_records import SCHEMA_VERSION, RunExtra
 from persobench.secrets import strip_secrets
 
@@ -37,11 +35,6 @@ if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
     from persobench.records import Sample
 
 MANIFEST = "manifest.json"
-#: The file every process holds (``flock``, exclusive) while it reads, merges and writes a run's
-#: manifest or tables, so no change is ever computed from a stale copy and written over a newer one.
-STATE_LOCK = "state.lock"
-#: How long a state change waits for another process's change to the same run before giving up.
-STATE_LOCK_TIMEOUT_S = 120.0
 #: The run's samples as generated (``sample_id, input_hash, sample``: the sample's JSON), so scoring
 #: reads the inputs the replies answered, whatever happens to the dataset file later.
 SAMPLES_TABLE = "samples"
@@ -108,6 +101,12 @@ class RunManifest:
     def details(self) -> RunExtra:
         """``extra`` as typed records (generation, counts, import, scoring provenance)."""
         return RunExtra.from_extra(self.extra)
+
+    @property
+    def is_baseline(self) -> bool:
+        """True for a ``baseline:`` run (a floor or ceiling, not a model): the one rule every table
+        and board uses."""
+        return bool(self.model.get("baseline")) or self.model.get("provider") == "baseline"
 
     @property
     def model_label(self) -> str:
@@ -177,50 +176,6 @@ def make_run_id(
     )[:10]
     model_name = str(model.get("label") or f"{model.get('provider', '')}-{model.get('model', '')}")
     return f"{_slug(dataset)}__{_slug(model_name)}__{_slug(mode)}__{digest}"
-
-
-#: In-process re-entrancy of the state lock: ``flock`` on a second descriptor of the same file would
-#: block the process against itself, so nested holders in one process share the first descriptor.
-_HELD: dict[str, tuple[threading.RLock, list[Any]]] = {}
-_HELD_GUARD = threading.Lock()
-
-
-@contextlib.contextmanager
-def hold_state_lock(run_path: str | os.PathLike[str], *, timeout: float = STATE_LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold ``run_path``'s state lock (:data:`STATE_LOCK`) for the ``with`` block.
-
-    Every process that changes a run (generation, scoring, import, the app) takes it around its
-    read-merge-write, so changes are serialised and each starts from what is on disk. Holders wait
-    their turn (a change takes milliseconds); after ``timeout`` seconds :class:`StoreBusy`."""
-    key = str(Path(run_path).resolve())
-    with _HELD_GUARD:
-        local, state = _HELD.setdefault(key, (threading.RLock(), [None, 0]))
-    with local:
-        if state[1] == 0:
-            try:
-                handle = open(Path(run_path) / STATE_LOCK, "a+b")
-            except OSError as exc:
-                raise write_refused(Path(run_path) / STATE_LOCK, exc) from exc
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        handle.close()
-                        raise StoreBusy(f"{Path(run_path) / STATE_LOCK}: another process kept this run busy for "
-                                        f"{timeout:.0f} s; try again when it has finished") from None
-                    time.sleep(0.01)
-            state[0] = handle
-        state[1] += 1
-        try:
-            yield
-        finally:
-            state[1] -= 1
-            if state[1] == 0:
-                state[0].close()  # closing releases the flock
-                state[0] = None
 
 
 def merge_extra(current: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -380,6 +335,14 @@ class StoreProblem:
     """What is wrong with it."""
 
 
+def _stat(path: str) -> tuple[int, ...]:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class RunStore:
     """All runs under one home folder."""
 
@@ -399,6 +362,10 @@ class RunStore:
         if path.exists() and path.resolve().parent != self.runs_dir.resolve():
             raise StoreError(f"{path}: resolves outside {self.runs_dir}")
         return path
+
+    def table_path(self, run_id: str, name: str) -> Path:
+        """The file of table ``name`` of run ``run_id`` (for readers that skip the manifest)."""
+        return self.run_path(run_id) / f"{name}.parquet"
 
     def create(self, manifest: RunManifest, *, exist_ok: bool = True) -> Run:
         """Create the run folder and manifest; an existing run with the same id is returned as is."""
@@ -474,6 +441,38 @@ class RunStore:
 
     def runs(self) -> list[Run]:
         return self.scan()[0]
+
+    def fingerprint(self) -> str:
+        """A digest of the store's state, for every cache of tables read from it (the app's and the
+        aggregate's): each entry of ``runs/`` and each file in a run folder (inode, mode, size,
+        times), and whether a run's generation lock is held (a killed run changes no file).
+        Hidden entries (temporary files of atomic writes) are skipped; a folder's own times still
+        change when one is renamed into place. One ``stat`` per file: milliseconds for hundreds of runs."""
+        import hashlib
+
+        digest = hashlib.sha1()
+        try:
+            entries = sorted(os.scandir(self.runs_dir), key=lambda e: e.name)
+        except OSError:
+            return "no-runs"
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            digest.update(b"\0" + entry.name.encode("utf-8", "surrogateescape"))
+            digest.update(repr(_stat(entry.path)).encode())
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                files = sorted(os.scandir(entry.path), key=lambda e: e.name)
+            except OSError as exc:
+                digest.update(f"unreadable {exc.errno}".encode())
+                continue
+            for item in files:
+                if not item.name.startswith("."):
+                    digest.update(f"\1{item.name}{_stat(item.path)!r}".encode("utf-8", "surrogateescape"))
+                if item.name == RUN_LOCK:
+                    digest.update(b"held" if lock_holder(entry.path) is not None else b"free")
+        return digest.hexdigest()
 
     def delete(self, run_id: str) -> None:
         shutil.rmtree(self.run_path(run_id))

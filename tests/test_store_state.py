@@ -20,7 +20,8 @@ from persobench import pipeline
 from persobench.errors import StoreError
 from persobench.generation import GenerationConfig
 from persobench.metrics import score_samples
-from persobench.store import RunStore, hold_state_lock
+from persobench.locks import hold_state_lock
+from persobench.store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401
 from tests.fakes.servers import reply
 

@@ -210,7 +210,7 @@ class _Bar:
     """A progress bar on stderr that can be moved to an absolute count."""
 
     def __init__(self, *, total: int, desc: str, disabled: bool) -> None:
-        from persobench.cli.progress import ProgressBar
+        from persobench.console import ProgressBar
 
         self._bar = ProgressBar(total=total, desc=desc, unit="reply" if "generat" in desc else "run",
                                 disabled=disabled)

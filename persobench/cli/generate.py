@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--policy", choices=("robust", "paper"), default=None,
                      help="post-processing policy (default: paper for the paper's templates, so a default run is on "
                           "the paper's protocol; robust for the others)")
-    run.add_argument("--models", default=None, metavar="FILE", help="model registry file (TOML or YAML)")
+    run.add_argument("--models", dest="models_file", default=None, metavar="FILE",
+                     help="model registry file (TOML or YAML)")
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="model option (VALUE parsed as JSON when it can be), repeatable")
     run.add_argument("--max-attempts", type=int, default=6, help="attempts per request, retries included (default 6)")
@@ -98,27 +99,28 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace) -> Any:
+    """The parsed flags as a :class:`GenerationConfig`: the flags of
+    :data:`~persobench.generation.config.RUN_FLAGS` by their field names, the others by their own form."""
     from persobench.generation import GenerationConfig, RetryPolicy
+    from persobench.generation.config import RUN_FLAGS
 
     return GenerationConfig(
-        dataset=args.dataset, model=args.model, base_url=args.base_url, mode=args.mode, template=args.template,
+        **{name: getattr(args, name) for name in RUN_FLAGS}, base_url=args.base_url,
         chat_template=None if args.chat_template is None else args.chat_template == "on",
-        limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_concurrency=args.max_concurrency,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_parse_options(args.option),
-        models_file=args.models, retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
-        checkpoint_every=args.checkpoint_every, structured=args.structured, batch_size=args.batch_size,
+        options=_parse_options(args.option), structured=args.structured,
+        retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from persobench.generation import RunAborted, plan_generation, run_generation
+    from persobench import pipeline
+    from persobench.errors import RunAborted
 
     store = store_from_args(args)
     try:
         config = _config(args)
         if args.dry_run:
-            return _dry_run(plan_generation(config, store=store))
+            return _dry_run(pipeline.plan(config, store=store))
         bar = _ProgressBar(disabled=args.no_progress)
         cancel = threading.Event()
         # SIGTERM (e.g. the app stopping its subprocess) ends the run like the cancel file does:
@@ -126,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         in_main = threading.current_thread() is threading.main_thread()  # signals need the main thread
         previous = signal.signal(signal.SIGTERM, lambda *_: cancel.set()) if in_main else None
         try:
-            run = run_generation(config, store=store, progress=bar.update, cancel=cancel)
+            run = pipeline.generate(config, store=store, progress=bar.update, cancel=cancel)
         finally:
             if in_main:
                 signal.signal(signal.SIGTERM, previous)
@@ -180,7 +182,7 @@ class _ProgressBar:
         if self.disabled:
             return
         if self.bar is None:
-            from persobench.cli.progress import ProgressBar
+            from persobench.console import ProgressBar
 
             self.bar = ProgressBar(total=info.total, unit="sample")
         self.bar.update_to(info.done, failed=info.failed, cached=info.cached)

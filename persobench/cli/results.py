@@ -80,7 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_fetch_paper(args: argparse.Namespace) -> int:
-    from persobench.datasets.paper_archive import PAPER_ARCHIVE, fetch_paper
+    from persobench import pipeline
+    from persobench.datasets.paper_archive import PAPER_ARCHIVE
 
     store = store_from_args(args)
     last: dict[str, int] = {}
@@ -97,8 +98,8 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
     url = args.url or PAPER_ARCHIVE.url
     print(f"fetching {url}" + ("" if args.url else f" ({PAPER_ARCHIVE.repository} at {PAPER_ARCHIVE.commit[:12]})"),
           flush=True)
-    result = fetch_paper(store.home, url=args.url, sha256=args.sha256, size=args.size, timeout=args.timeout,
-                         progress=progress)
+    result = pipeline.fetch_published(store=store, url=args.url, sha256=args.sha256, size=args.size,
+                                      timeout=args.timeout, progress=progress)
     check = "verified" if result.verified else "not verified: no checksum given (pass --sha256 to check a mirror)"
     print(f"archive {result.archive} ({result.size} bytes, sha256 {result.sha256}, {check})")
     if result.resumed_from:
@@ -117,11 +118,12 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from persobench.importer import import_persobench
+    from persobench import pipeline
 
     store = store_from_args(args)
     modes = [args.mode] if args.mode else None
-    report = import_persobench(store, args.folder, datasets=args.dataset, models=args.model, modes=modes)
+    report = pipeline.import_published(args.folder, store=store, datasets=args.dataset, models=args.model,
+                                       modes=modes)
     width = max((len(r.model) for r in report.runs), default=5)
     for r in report.runs:
         print(f"{r.action:9}  {r.dataset:22} {r.mode:7}  {r.model:{width}}  n={r.n:<5} invalid={r.invalid:<4} "

@@ -91,7 +91,7 @@ class _StageBars:
             return
         if stage != self.stage or self.bar is None:
             self.close()
-            from persobench.cli.progress import ProgressBar
+            from persobench.console import ProgressBar
 
             self.stage = stage
             self.bar = ProgressBar(total=total, desc=stage, unit="item", leave=False)

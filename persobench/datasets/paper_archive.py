@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from persobench.datasets import DatasetError
+from persobench.errors import DatasetError
 
 __all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchivePin", "FetchResult", "PaperArchiveError", "fetch_paper",
            "fetched_reference", "download_progress"]

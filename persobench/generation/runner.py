@@ -31,7 +31,8 @@ from persobench.generation.progress import ProgressInfo, cancel_requested, clear
 from persobench.generation.retry import CallOutcome, PauseGate, Stopped, call_with_retries, unless_stopping
 from persobench.generation.rows import TABLE, build_row, rows_frame
 from persobench.providers import make_provider
-from persobench.providers.base import BatchingProvider, Completion, ErrorKind, Provider, ProviderError, Request
+from persobench.providers.base import BatchingProvider, Completion, Provider, Request
+from persobench.errors import ErrorKind, ProviderError
 from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
 from persobench.secrets import known_secrets, scrub
 from persobench.store import Run, RunStore
@@ -392,7 +393,7 @@ class Runner:
         record = GenerationRecord(  # started_at stays as written when the run started
             failure_reason=scrub(reason, self.secrets) if reason else reason, finished_at=utc_now(), usage=usage,
             cost_usd=estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
-            baseline=self.plan.spec.provider == "baseline",
+            baseline=self.plan.manifest.is_baseline,
         )
         concurrency = None
         if self.limit is not None:  # --concurrency auto: how the limit moved

@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.errors import MetricError
-from persobench.metrics import (
+from persobench.metrics.registry import (
     MetricRegistryError, family_names, get_family, metric_info, metric_names, validate_metric_names,
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
-from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401 - re-exported for callers
 from persobench.metrics.stored import STORED_SCORE_COLUMNS, empty_scores, score_basis, stored_scores
 from persobench.run_records import MetricProvenance, RunExtra
 

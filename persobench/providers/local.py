@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from persobench.providers.base import Completion, ConfigurationError, ErrorKind, ProviderError, Request
+from persobench.providers.base import Completion, Request
+
+from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.spec import NON_OUTPUT_OPTIONS
 
 #: Short names for models that ship inside PyPI packages: alias -> (package, file glob).
