@@ -231,11 +231,10 @@ def demo_story_panel(story: Any) -> None:
             for mode in dict.fromkeys(table["mode"]):
                 values = table[table["mode"] == mode].set_index("model")[column]
                 wide[f"{label} ({mode})"] = [float(values[m]) if m in values.index else None for m in models]
-        config = {f"valid ({mode})": st.column_config.ProgressColumn(f"valid ({mode})", min_value=0.0, max_value=1.0,
-                                                                     format="percent")
-                  for mode in dict.fromkeys(table["mode"])}
-        config.update({c: st.column_config.NumberColumn(c, format="%.3f") for c in wide if c.startswith(metric)})
-        left, right = st.columns([3, 2])
+        config = {c: st.column_config.NumberColumn(c, format="percent" if c.startswith("valid") else "%.3f",
+                                                   width="small") for c in wide if c not in ("model", "kind")}
+        config["kind"] = st.column_config.TextColumn("kind", width="small")
+        left, right = st.columns([2, 1])
         left.dataframe(wide, hide_index=True, width="stretch", column_config=config)
         left.caption(f"Valid: share of replies that parse (see **Failures** for the others). {md_escape(metric)}: "
                      "mean over the samples, an invalid reply scored worst (0), as the paper. The structured runs "
