@@ -27,7 +27,7 @@ DEMO_MODELS = (("baseline:reference", False), ("baseline:persona-echo", False),
                ("local:smollm2", False), ("local:smollm2", True))
 DEMO_MODES = ("vanilla", "cot")
 #: PersoBench's template (with SmolLM2's chat template): under the paper's raw ``paper-open`` prompt
-#: SmolLM2-135M copies the JSON example's placeholder instead of answering (docs/generation.md).
+#: SmolLM2-135M copies the JSON example's placeholder instead of answering (docs/app.md, "The demo").
 DEMO_TEMPLATE = "persobench"
 #: Samples per demo run unless ``--full``: the local provider's default batch size, so each SmolLM2
 #: run is one batch (a decoding step costs about the same for 1 or 8 rows on a CPU: fewer samples
