@@ -222,20 +222,19 @@ def demo_story_panel(story: Any) -> None:
     from persobench.app.charts import modes_figure
 
     table, metric = story.table, story.metric
+    models = list(dict.fromkeys(table["model"]))
+    wide = {"model": models, "kind": [model_kind(m) for m in models]}
+    for column, label in (("valid_share", "valid"), ("mean", metric)):
+        for mode in dict.fromkeys(table["mode"]):
+            values = table[table["mode"] == mode].set_index("model")[column]
+            wide[f"{label} ({mode})"] = [float(values[m]) if m in values.index else None for m in models]
+    config = {c: st.column_config.NumberColumn(c, format="percent" if c.startswith("valid") else "%.3f")
+              for c in wide if c not in ("model", "kind")}
     with st.container(border=True):
-        st.markdown("**The demo at a glance**")
-        st.info(story.sentence)  # composed by the library from counts: no untrusted text
-        models = list(dict.fromkeys(table["model"]))
-        wide = {"model": models, "kind": [model_kind(m) for m in models]}
-        for column, label in (("valid_share", "valid"), ("mean", metric)):
-            for mode in dict.fromkeys(table["mode"]):
-                values = table[table["mode"] == mode].set_index("model")[column]
-                wide[f"{label} ({mode})"] = [float(values[m]) if m in values.index else None for m in models]
-        config = {c: st.column_config.NumberColumn(c, format="percent" if c.startswith("valid") else "%.3f",
-                                                   width="small") for c in wide if c not in ("model", "kind")}
-        config["kind"] = st.column_config.TextColumn("kind", width="small")
-        left, right = st.columns([2, 1])
-        left.dataframe(wide, hide_index=True, width="stretch", column_config=config)
+        # The note and the chart side by side, the table under them at full width: all above the fold.
+        left, right = st.columns([1, 1])
+        left.markdown("**The demo at a glance**")
+        left.info(story.sentence)  # composed by the library from counts: no untrusted text
         left.caption(f"Valid: share of replies that parse (see **Failures** for the others). {md_escape(metric)}: "
                      "mean over the samples, an invalid reply scored worst (0), as the paper. The structured runs "
                      "sit on a board of their own below (pick their protocol): they are a different "
@@ -243,3 +242,4 @@ def demo_story_panel(story: Any) -> None:
         with right:
             st.plotly_chart(modes_figure(table[["model", "mode", "mean"]], metric=metric, height=300),
                             width="stretch", key="lb_demo_chart")
+        st.dataframe(wide, hide_index=True, width="stretch", column_config=config)
