@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8501
-# 127.0.0.1: the app has no login; `make run ADDRESS=0.0.0.0` exposes it on purpose (README, Safety).
+# 127.0.0.1: the app has no login; `make run ADDRESS=0.0.0.0` exposes it on purpose (docs/safety.md, Exposure).
 ADDRESS ?= 127.0.0.1
 
 .PHONY: run test install browser demo app bench clean-cache

@@ -7,14 +7,14 @@ from __future__ import annotations
 import streamlit as st
 
 from persobench.app.charts import distribution_figure, modes_figure
-from persobench.app.boards import (available_profiles, board_choices, board_for, metric_cells, mode_differences,
-                                   overall_with_ci, sample_values, unavailable_by_reason)
+from persobench.app.boards import (available_profiles, board_choices, board_for, demo_story_for, metric_cells,
+                                   mode_differences, overall_with_ci, sample_values, unavailable_by_reason)
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
 from persobench.app.text import md_escape
-from persobench.app.widgets import (board_downloads, radar_panel, ranking_table, structured_board_notes,
-                                    time_failures_panel)
+from persobench.app.widgets import (board_downloads, demo_story_panel, radar_panel, ranking_table,
+                                    structured_board_notes, time_failures_panel)
 
 page_setup()
 st.title("Leaderboard")
@@ -29,6 +29,9 @@ if not profiles:
     st.info("The store has runs but none is scored yet. Score them with "
             "`python -m persobench score --profile offline` (packaged models, no network), then reload.")
     st.stop()
+
+if story := load_or_stop(demo_story_for, home, sig):  # the demo's store: its story before any filter
+    demo_story_panel(story)
 
 from persobench.aggregate import OVERALL_COMPONENTS, protocol_heading, sample_notes  # noqa: E402
 from persobench.metrics import METRICS  # noqa: E402

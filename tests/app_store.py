@@ -156,3 +156,41 @@ def build_app_store(home: Path) -> dict:
             metrics += ["c_score", "unieval_groundedness"]
         score_run(run, samples_map, profile="offline", metrics=metrics)
     return info
+
+
+def build_demo_store(home: Path, *, limit: int = 4) -> dict:
+    """The store ``python -m persobench demo`` makes, without decoding SmolLM2 (minutes on a CPU):
+    the baselines' runs are generated from the demo's own configurations; SmolLM2's two runs, plain
+    and structured, get the manifests its plans would write (the same run ids and provenance) and a
+    table as the demo measured it: every plain reply truncated, every structured reply valid. Every
+    run is scored with the lexical metrics of the offline profile (the demo's)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from persobench.datasets import samples_by_id
+    from persobench.generation import plan_generation, run_generation
+    from persobench.generation.demo import DEMO_PROFILE, demo_configs
+    from persobench.metrics import score_run
+    from persobench.store import RunStore
+
+    store = RunStore(home)
+    runs: dict[tuple[str, bool, str], str] = {}
+    for config in demo_configs(limit=limit):
+        key = (config.model, bool(config.structured), config.mode)
+        if not config.model.startswith("local:"):
+            runs[key] = run_generation(config, store=store).run_id
+            continue
+        plan = plan_generation(config, store=store)
+        run = store.create(dataclasses.replace(plan.manifest, status="completed"))
+        ids = [s.id for s in plan.samples]
+        if config.structured:
+            table = {"status": ["ok"] * len(ids), "response": [f"I like that too ({i})." for i in ids]}
+        else:
+            table = {"status": ["truncated"] * len(ids), "response": [None] * len(ids)}
+        run.write_table("generations", pd.DataFrame({"sample_id": ids, **table, "latency": [1.5] * len(ids)}))
+        runs[key] = run.run_id
+    samples = samples_by_id("sample")
+    for run_id in runs.values():
+        score_run(store.get(run_id), samples, profile=DEMO_PROFILE, metrics=LEXICAL)
+    return {"home": home, "runs": runs, "limit": limit}

@@ -18,6 +18,7 @@ from tests.app_store import (
     FAILURES,
     FAKE_MODEL,
     LEXICAL,
+    build_demo_store,
     shared_app_store,
 )
 from tests.fakes.fixtures import OPENAI_SECRET
@@ -415,6 +416,41 @@ def test_leaderboard_labels_structured_runs_and_says_instructability_is_not_meas
     labels = set(ranking(at)["model"])
     assert any(label.startswith("local:smollm2 +structured (") for label in labels) and len(labels) == 3
     assert any("not measured for structured runs" in str(i.value) for i in at.info)
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory):
+    return build_demo_store(tmp_path_factory.mktemp("demo") / "home")
+
+
+def test_landing_page_of_the_demo_store_tells_the_story_on_first_render(demo_store, monkeypatch):
+    """After `make run` the first screen shows SmolLM2 plain and structured beside both baselines, across
+    their protocols, with each run's valid share, one chart and the one-sentence note: no click needed."""
+    monkeypatch.setenv("PERSOBENCH_HOME", str(demo_store["home"]))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()  # the landing page, first render
+    assert not at.exception, [e.message for e in at.exception]
+    story = frame_by_columns(at, "model", "kind", "valid (vanilla)", "valid (cot)").set_index("model")
+    assert list(story.index) == ["local:smollm2", "local:smollm2 +structured", "baseline:persona-echo",
+                                 "baseline:reference"]
+    assert story.loc["local:smollm2", "valid (vanilla)"] == 0.0 and story.loc["local:smollm2", "valid (cot)"] == 0.0
+    assert story.loc["local:smollm2 +structured", "valid (vanilla)"] == 1.0
+    assert story.loc["baseline:reference", "rougeL (cot)"] == pytest.approx(1.0)  # lexical only: ROUGE-L shown
+    assert story.loc["local:smollm2", "rougeL (vanilla)"] == 0.0  # invalid replies scored worst
+    assert story.loc["local:smollm2 +structured", "rougeL (vanilla)"] > 0
+    n = 2 * demo_store["limit"]
+    assert any(f"as asked, 0 of its {n} replies are valid" in str(i.value)
+               and f"structured output, which guarantees the reply's JSON shape, {n} of its {n}" in str(i.value)
+               for i in at.info)
+    assert [c.key for c in at.get("plotly_chart")] == ["lb_demo_chart"]  # the one chart above the board
+    # The regular board is still there below, with its widgets; its default protocol is the plain one.
+    assert "structured" not in at.selectbox(key="lb_protocol_vanilla").value
+    assert set(ranking(at)["model"]) == {"local:smollm2", "baseline:persona-echo", "baseline:reference"}
+
+
+def test_landing_page_of_another_store_has_no_demo_story(env):
+    at = open_page("pages/leaderboard.py")
+    assert "The demo at a glance" not in rendered_text(at)
+    assert not at.get("plotly_chart")
+
 
 # ---- data and metrics --------------------------------------------------------------------------
 

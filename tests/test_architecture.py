@@ -1,4 +1,4 @@
-"""The layout rules of README "Development": one-way data flow between stages, thin pages, no
+"""The layout rules of docs/development.md, "Architecture": one-way data flow between stages, thin pages, no
 Streamlit outside the app, small modules. Read from the source with `ast`, so lazy imports count too."""
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ def test_demo_is_cached_second_call_is_a_fast_no_op(tmp_path):
 
 
 def test_demo_runs_smollm2_plain_and_structured_in_both_modes_on_one_template(tmp_path):
-    from persobench.cli.demo import DEMO_TEMPLATE, demo_configs, estimate_seconds
+    from persobench.cli.demo import estimate_seconds
+    from persobench.generation.demo import DEMO_TEMPLATE, demo_configs
     from persobench.generation import plan_generation
     from persobench.protocol import protocol_of
     from persobench.store import RunStore
@@ -91,3 +92,31 @@ def test_demo_tells_the_story_plain_fails_the_format_structured_is_scored(tmp_pa
     assert "not measured for structured runs" in board.stderr
     second = demo(home, timeout=120)
     assert second.returncode == 0 and "demo ready (cached)" in second.stdout
+
+
+def test_demo_runs_are_recognised_from_their_manifests_and_need_both_smollm2_runs(tmp_path):
+    """The app finds the demo's runs from their provenance (dataset, model, template, structured,
+    generated): other runs of the same models do not count, and no story without SmolLM2's two runs."""
+    import dataclasses
+
+    from persobench.generation.demo import demo_configs
+    from persobench.generation import GenerationConfig, plan_generation
+    from persobench.generation.demo import demo_runs
+    from persobench.store import RunStore
+
+    store = RunStore(tmp_path / "home")
+    manifests = [dataclasses.replace(plan_generation(config, store=store).manifest, status="completed")
+                 for config in demo_configs(limit=3)]
+    found = demo_runs(manifests)
+    assert len(found) == 8 and set(found.values()) == {m.run_id for m in manifests}
+    assert found[("local:smollm2", True, "cot")] == manifests[-1].run_id
+
+    assert demo_runs([m for m in manifests if not m.parameters.get("structured")]) == {}  # no structured run
+    assert demo_runs([dataclasses.replace(m, status="running") for m in manifests]) == {}  # still generating
+    assert demo_runs([dataclasses.replace(m, source="imported") for m in manifests]) == {}
+    paper = plan_generation(GenerationConfig(dataset="sample", model="local:smollm2", limit=3, template="paper-open",
+                                             structured=True), store=store).manifest
+    others = [m for m in manifests if not m.parameters.get("structured")]
+    assert demo_runs([*others, dataclasses.replace(paper, status="completed")]) == {}  # not the demo's template
+    full = dataclasses.replace(plan_generation(demo_configs(limit=6)[-1], store=store).manifest, status="completed")
+    assert demo_runs([*manifests, full])[("local:smollm2", True, "cot")] == full.run_id  # the larger run wins

@@ -161,7 +161,7 @@ def test_default_policy_follows_the_template_family(tmp_path: Path) -> None:
     assert not protocol_of(explicit.manifest).is_paper
 
     # The app's planner (New run) and the demo leave the policy to the same rule.
-    from persobench.cli.demo import demo_configs
+    from persobench.generation.demo import demo_configs
     from persobench.jobs import LaunchChoice, launch_steps, plan_launch
 
     [row] = plan_launch(tmp_path, [LaunchChoice("sample", "baseline:reference", "cot")], limit=2)
@@ -170,7 +170,7 @@ def test_default_policy_follows_the_template_family(tmp_path: Path) -> None:
     assert row["run_id"] == paper_run.run_id
     [step, _score] = launch_steps([row], limit=2)
     assert step.config["policy"] is None  # the CLI's default is the same rule
-    # The demo uses PersoBench's template on purpose (README, "The demo"): the same rule gives it the
+    # The demo uses PersoBench's template on purpose (docs/app.md, "The demo"): the same rule gives it the
     # robust policy, and its plain runs share one protocol with the baselines.
     demo = [plan_generation(config, store=store) for config in demo_configs(limit=1, local=True)]
     assert {plan.manifest.parameters["policy"] for plan in demo} == {"robust"}

@@ -1,14 +1,18 @@
-"""Refresh the README's screenshots from the real demo: ``python docs/screenshots/refresh.py [HOME]``.
+"""Refresh the docs' screenshots from the real demo: ``python docs/screenshots/refresh.py [HOME]``.
 
 Starts ``streamlit run app.py`` over the demo's store (HOME, default ``$PERSOBENCH_HOME`` or
 ``./cache``; run ``python -m persobench demo`` first) on a free 127.0.0.1 port and saves, with
-Debian's headless Chromium driven by Playwright (as tests/test_browser.py does):
+Debian's headless Chromium driven by Playwright (as tests/test_browser.py does), one screenshot per
+page of the app (README.md and docs/app.md show them):
 
-- ``leaderboard.png``: the sample dataset's vanilla board with protocols side by side, so SmolLM2
-  as asked and SmolLM2 with structured output show beside the baselines;
+- ``leaderboard.png``: the landing page as ``make run`` opens it, no click: the demo's story
+  (SmolLM2 as asked and with structured output beside both baselines, valid shares, one chart)
+  above the sample dataset's vanilla board;
+- ``new-run.png``: launching a run;
 - ``explore.png``: one dialogue with every model's reply;
+- ``failures.png``: why the plain replies fail;
 - ``compare.png``: SmolLM2 plain vs structured (the Compare page's one-click button);
-- ``failures.png``: why the plain replies fail.
+- ``data.png`` and ``metrics.png``: the datasets and runs, and what each metric means.
 """
 
 from __future__ import annotations
@@ -80,13 +84,19 @@ def main() -> int:
 
             page.goto(url + "/")
             _settle(page)
-            page.get_by_text("Protocols side by side", exact=True).click()
-            _settle(page)
             _save(page, "leaderboard", 1500)
+
+            page.goto(url + "/new-run")
+            _settle(page)
+            _save(page, "new-run", 1300)
 
             page.goto(url + "/explore?dataset=sample&sample=sample:15")
             _settle(page)
             _save(page, "explore", 1700)
+
+            page.goto(url + "/failures")
+            _settle(page)
+            _save(page, "failures", 1300)
 
             page.goto(url + "/compare")
             _settle(page)
@@ -94,9 +104,10 @@ def main() -> int:
             _settle(page)
             _save(page, "compare", 1500)
 
-            page.goto(url + "/failures")
-            _settle(page)
-            _save(page, "failures", 1300)
+            for name in ("data", "metrics"):
+                page.goto(url + f"/{name}")
+                _settle(page)
+                _save(page, name, 1300)
             browser.close()
     finally:
         server.terminate()

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
 
     from persobench.aggregate import Results
+    from persobench.aggregate.story import DemoStory
 
 
 @cache_data(show_spinner=False, max_entries=4)
@@ -115,6 +116,22 @@ def board_for(home: str, signature: str, profile: str, dataset: str, invalid: st
 
     return _stored(home, "board", build, profile=profile, dataset=dataset, invalid=invalid,
                    side_by_side=side_by_side, all_samples=all_samples)
+
+
+@cache_data(show_spinner=False, max_entries=4)
+def demo_story_for(home: str, signature: str) -> "DemoStory | None":
+    """:func:`persobench.aggregate.story.demo_story` when the store holds the demo's runs (recognised
+    from their manifests, :func:`persobench.generation.demo.demo_runs`), else None. A store without
+    them costs one look at the manifests the app has already read."""
+    from persobench.app.loaders import store_scan
+    from persobench.generation.demo import DEMO_PROFILE, demo_runs
+
+    runs = demo_runs(run.manifest for run in store_scan(home, signature)[0])
+    if not runs:
+        return None
+    from persobench.aggregate.story import demo_story
+
+    return demo_story(loaded_results(home, signature, DEMO_PROFILE), runs, profile=DEMO_PROFILE)
 
 
 def _metric_rules() -> list[list[Any]]:

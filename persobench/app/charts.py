@@ -89,8 +89,9 @@ def distribution_figure(values: "pd.DataFrame", shape: str) -> "go.Figure":
     return figure
 
 
-def modes_figure(long: "pd.DataFrame") -> "go.Figure":
-    """Grouped bars of one metric's mean per model and mode (``long``: model, mode, mean)."""
+def modes_figure(long: "pd.DataFrame", *, metric: str = "mean", height: int = 380) -> "go.Figure":
+    """Grouped bars of one metric's mean per model and mode (``long``: model, mode, mean), the y axis
+    titled ``metric``."""
     import plotly.graph_objects as go
 
     long = _escaped(long)
@@ -98,8 +99,8 @@ def modes_figure(long: "pd.DataFrame") -> "go.Figure":
     figure = go.Figure()
     for mode, rows in long.groupby("mode", sort=False):
         figure.add_trace(go.Bar(x=rows["model"], y=rows["mean"], name=str(mode), marker_color=colours[mode]))
-    figure.update_layout(barmode="group", margin={"t": 30}, height=380, xaxis_title="model", yaxis_title="mean",
-                         legend_title_text="mode")
+    figure.update_layout(barmode="group", margin={"t": 30}, height=height, xaxis_title="model",
+                         yaxis_title=plot_escape(metric), legend_title_text="mode")
     return figure
 
 

@@ -211,3 +211,35 @@ def time_failures_panel(board: Any) -> None:
         reason = next((why for why, names in unavailable_by_reason(board).items()
                        if "unieval_engagingness" in names), "not scored in this profile")
         st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
+
+
+def demo_story_panel(story: Any) -> None:
+    """The demo's story above the landing page's board (a :class:`persobench.aggregate.story.DemoStory`):
+    the one-sentence note, SmolLM2 plain and structured beside both baselines with each run's valid
+    share and metric mean across their protocols, and the metric as grouped bars, all on first render."""
+    import streamlit as st
+
+    from persobench.app.charts import modes_figure
+
+    table, metric = story.table, story.metric
+    models = list(dict.fromkeys(table["model"]))
+    wide = {"model": models, "kind": [model_kind(m) for m in models]}
+    for column, label in (("valid_share", "valid"), ("mean", metric)):
+        for mode in dict.fromkeys(table["mode"]):
+            values = table[table["mode"] == mode].set_index("model")[column]
+            wide[f"{label} ({mode})"] = [float(values[m]) if m in values.index else None for m in models]
+    config = {c: st.column_config.NumberColumn(c, format="percent" if c.startswith("valid") else "%.3f")
+              for c in wide if c not in ("model", "kind")}
+    with st.container(border=True):
+        # The note and the chart side by side, the table under them at full width: all above the fold.
+        left, right = st.columns([1, 1])
+        left.markdown("**The demo at a glance**")
+        left.info(story.sentence)  # composed by the library from counts: no untrusted text
+        left.caption(f"Valid: share of replies that parse (see **Failures** for the others). {md_escape(metric)}: "
+                     "mean over the samples, an invalid reply scored worst (0), as the paper. The structured runs "
+                     "sit on a board of their own below (pick their protocol): they are a different "
+                     "configuration, and their instructability is not measured.")
+        with right:
+            st.plotly_chart(modes_figure(table[["model", "mode", "mean"]], metric=metric, height=300),
+                            width="stretch", key="lb_demo_chart")
+        st.dataframe(wide, hide_index=True, width="stretch", column_config=config)

@@ -12,7 +12,7 @@ replies fail to parse, so every metric scores them worst), while the same model 
 shape guaranteed produces replies the metrics can read. The demo uses PersoBench's own template
 (``persobench``, with SmolLM2's chat template) rather than the paper's raw ``paper-open`` prompt:
 under ``paper-open`` SmolLM2 copies the prompt's JSON example placeholder, which parses but says
-nothing (README, "The demo").
+nothing (docs/app.md, "The demo").
 
 Everything is cached: runs live in the run store, replies in the response cache and scores in the
 run folders, so a second call only checks and returns in about a second. An interrupted demo
@@ -29,28 +29,15 @@ import time
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args
+from persobench.generation.demo import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
 
-DEMO_DATASET = "sample"
-#: (model, structured output) in the order they run: the baselines first (the app fills up early),
-#: then SmolLM2 as asked and SmolLM2 with its reply's JSON shape guaranteed.
-DEMO_MODELS = (("baseline:reference", False), ("baseline:persona-echo", False),
-               ("local:smollm2", False), ("local:smollm2", True))
-DEMO_MODES = ("vanilla", "cot")
-#: PersoBench's template (with SmolLM2's chat template): under the paper's raw ``paper-open`` prompt
-#: SmolLM2-135M copies the JSON example's placeholder instead of answering (README, "The demo").
-DEMO_TEMPLATE = "persobench"
-#: Samples per demo run unless ``--full``: the local provider's default batch size, so each SmolLM2
-#: run is one batch (a decoding step costs about the same for 1 or 8 rows on a CPU: fewer samples
-#: would hardly be faster, more would need a second batch).
-DEFAULT_LIMIT = 8
-DEMO_PROFILE = "offline"
 #: SmolLM2-135M's decoding speed on 2 idle cores in batches of 8, new tokens per second summed over
 #: the batch: ~24 tokens/s one at a time there, times the 2.3x that batches of 8 measured
-#: (README, "Batched local generation").
+#: (docs/performance.md, "Batched local generation").
 SMOLLM2_TOKENS_PER_SECOND = 55.0
 #: Allowance for what the first demo does besides SmolLM2's decoding on 2 idle cores: loading SmolLM2
 #: and the offline profile's models, the baselines and scoring every run (an allowance, not a
-#: measurement: README, "The demo").
+#: measurement: docs/performance.md, "The demo").
 FIXED_SECONDS = 40.0
 
 
@@ -67,16 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--no-local", action="store_true", help="baselines only: skip the SmolLM2 runs")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(handler=cmd_demo)
-
-
-def demo_configs(*, limit: int | None, local: bool = True) -> list[Any]:
-    """The generation configurations of the demo, in the order they run (baselines first)."""
-    from persobench.generation import GenerationConfig
-
-    return [GenerationConfig(dataset=DEMO_DATASET, model=model, mode=mode, limit=limit, template=DEMO_TEMPLATE,
-                             structured=structured)
-            for model, structured in DEMO_MODELS if local or not model.startswith("local:")
-            for mode in DEMO_MODES]
 
 
 def _generated(store: Any, run_id: str) -> bool:

@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "Anthropic output_config, grammar-constrained local decoding); a separate configuration: "
                           "it no longer measures instruction following")
     run.add_argument("--batch-size", type=int, default=None,
-                     help="local models: samples per forward pass (default 8, measured: see README)")
+                     help="local models: samples per forward pass (default 8, measured: see docs/performance.md)")
     run.add_argument("--policy", choices=("robust", "paper"), default=None,
                      help="post-processing policy (default: paper for the paper's templates, so a default run is on "
                           "the paper's protocol; robust for the others)")

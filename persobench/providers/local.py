@@ -129,7 +129,7 @@ def raw_prompt_text(messages: list[dict[str, str]]) -> str:
 
 #: Samples per forward pass when the run does not say (``--batch-size``). Measured with SmolLM2 on
 #: 2 CPU cores at 110 new tokens: batch 4 ran 1.9x and batch 8 2.3x as fast as one at a time
-#: (``benchmarks/generation.py --local``; README "Batched local generation").
+#: (``benchmarks/generation.py --local``; docs/performance.md, "Batched local generation").
 DEFAULT_BATCH_SIZE = 8
 
 

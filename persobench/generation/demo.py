@@ -1,0 +1,78 @@
+"""What the embedded offline demo is, and how to recognise its runs in a store.
+
+The demo (``python -m persobench demo``, run by ``make run``) answers the built-in ``sample``
+dataset with four configurations, in vanilla and chain-of-thought modes: both baselines
+(``baseline:reference``, the ceiling; ``baseline:persona-echo``, the floor) and SmolLM2-135M-Instruct
+twice, as it is asked (``local:smollm2``) and with structured output (``local:smollm2 +structured``),
+under PersoBench's own template, scored with the ``offline`` profile.
+
+The command (:mod:`persobench.cli.demo`) builds these runs; the app (the landing page's demo story)
+finds them again from each run's provenance, the manifest, which records the dataset, model,
+template, structured output and that the run was generated (not imported). Nothing else marks a
+demo store: a store holding SmolLM2's plain and structured demo runs *is* one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from persobench.generation.config import GenerationConfig
+    from persobench.store import RunManifest
+
+DEMO_DATASET = "sample"
+#: (model, structured output) in the order they run: the baselines first (the app fills up early),
+#: then SmolLM2 as asked and SmolLM2 with its reply's JSON shape guaranteed.
+DEMO_MODELS = (("baseline:reference", False), ("baseline:persona-echo", False),
+               ("local:smollm2", False), ("local:smollm2", True))
+DEMO_MODES = ("vanilla", "cot")
+#: PersoBench's template (with SmolLM2's chat template): under the paper's raw ``paper-open`` prompt
+#: SmolLM2-135M copies the JSON example's placeholder instead of answering (docs/app.md, "The demo").
+DEMO_TEMPLATE = "persobench"
+#: Samples per demo run unless ``--full``: the local provider's default batch size, so each SmolLM2
+#: run is one batch (a decoding step costs about the same for 1 or 8 rows on a CPU: fewer samples
+#: would hardly be faster, more would need a second batch).
+DEFAULT_LIMIT = 8
+DEMO_PROFILE = "offline"
+#: The model whose two runs (plain and structured) are the demo's story.
+STORY_MODEL = "local:smollm2"
+
+
+def demo_configs(*, limit: int | None, local: bool = True) -> list["GenerationConfig"]:
+    """The generation configurations of the demo, in the order they run (baselines first)."""
+    from persobench.generation import GenerationConfig
+
+    return [GenerationConfig(dataset=DEMO_DATASET, model=model, mode=mode, limit=limit, template=DEMO_TEMPLATE,
+                             structured=structured)
+            for model, structured in DEMO_MODELS if local or not model.startswith("local:")
+            for mode in DEMO_MODES]
+
+
+def demo_model(manifest: "RunManifest") -> tuple[str, bool] | None:
+    """``(model, structured)`` of :data:`DEMO_MODELS` when ``manifest`` records a run the demo makes
+    (generated from the demo's dataset with its template), else None. Any sample limit counts:
+    ``demo --full`` and ``demo --limit N`` runs are demo runs too."""
+    if (manifest.source != "generated" or manifest.dataset != DEMO_DATASET or manifest.template != DEMO_TEMPLATE
+            or manifest.mode not in DEMO_MODES):
+        return None
+    model = manifest.model or {}
+    key = (f"{model.get('provider')}:{model.get('model')}", bool((manifest.parameters or {}).get("structured")))
+    return key if key in DEMO_MODELS else None
+
+
+def demo_runs(manifests: Iterable["RunManifest"]) -> dict[tuple[str, bool, str], str]:
+    """``(model, structured, mode) -> run id`` of the demo runs among completed ``manifests`` (the
+    one with the most samples when the demo ran more than once, e.g. with ``--full``), or ``{}``
+    unless both SmolLM2 runs, plain and structured, are there: without them there is no story."""
+    found: dict[tuple[str, bool, str], RunManifest] = {}
+    for manifest in manifests:
+        key = demo_model(manifest)
+        if key is None or manifest.status != "completed":
+            continue
+        slot = (*key, manifest.mode)
+        if slot not in found or len(manifest.sample_ids) > len(found[slot].sample_ids):
+            found[slot] = manifest
+    story = {(model, structured) for model, structured, _ in found if model == STORY_MODEL}
+    if story != {(STORY_MODEL, False), (STORY_MODEL, True)}:
+        return {}
+    return {slot: manifest.run_id for slot, manifest in found.items()}
