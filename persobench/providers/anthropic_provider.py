@@ -16,6 +16,8 @@ from persobench.providers.base import (
     resolve_api_key,
 )
 
+from persobench.secrets import shorten
+
 _TRANSPORT_OPTIONS = frozenset({"timeout", "headers"})
 
 #: Anthropic stop reasons in the vocabulary the rest of the pipeline uses.
@@ -71,7 +73,7 @@ class AnthropicProvider:
             kwargs["output_config"] = {"format": structured_output_format(params.response_schema)}
         with translated_sdk_errors(anthropic, self._secrets):
             response = await self.client.messages.create(**kwargs)
-        return _to_completion(response)
+        return _to_completion(response, self._secrets)
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -88,14 +90,14 @@ def structured_output_format(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "schema": anthropic.transform_schema(dict(schema))}
 
 
-def _to_completion(response: Any) -> Completion:
+def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Completion:
     try:
         blocks = response.content
         text = "".join(getattr(b, "text", "") or "" for b in blocks if getattr(b, "type", None) == "text")
         stop_reason = response.stop_reason
     except (AttributeError, TypeError) as exc:
         raise ProviderError(
-            ErrorKind.BAD_RESPONSE, f"response has no content blocks ({type(exc).__name__}): {str(response)[:200]}"
+            ErrorKind.BAD_RESPONSE, shorten(f"response has no content blocks ({type(exc).__name__}): {response}", 250, secrets)
         ) from None
     usage = getattr(response, "usage", None)
     return Completion(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, ru
 
 # The error types live in persobench.errors; providers import them from here as before.
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
-from persobench.secrets import scrub
+from persobench.secrets import scrub, shorten
 
 if TYPE_CHECKING:
     from persobench.records import Sample
@@ -329,5 +329,5 @@ def translated_sdk_errors(sdk: Any, secrets: Sequence[str | None]) -> Iterator[N
         raise error_from_http(exc.status_code, exc.response.headers, exc.body, str(exc), secrets=secrets) from None
     except (json.JSONDecodeError, sdk.APIResponseValidationError, ValueError) as exc:
         raise ProviderError(
-            ErrorKind.BAD_RESPONSE, f"unparseable response body ({type(exc).__name__}: {exc})"[:300]
+            ErrorKind.BAD_RESPONSE, shorten(f"unparseable response body ({type(exc).__name__}: {exc})", 300, secrets)
         ) from None

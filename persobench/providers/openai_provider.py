@@ -18,6 +18,7 @@ from persobench.providers.base import (
     check_reachable,
     resolve_api_key,
 )
+from persobench.secrets import shorten
 from persobench.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
 
 #: Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK insists on a non-empty one.
@@ -108,7 +109,7 @@ class OpenAIProvider:
     async def _send(self, kwargs: Mapping[str, Any]) -> Completion:
         with translated_sdk_errors(openai, self._secrets):
             response = await self.client.chat.completions.create(**kwargs)
-        return _to_completion(response)
+        return _to_completion(response, self._secrets)
 
     @property
     def structured_form(self) -> str | None:
@@ -154,7 +155,7 @@ class OpenAIProvider:
         await self.client.close()
 
 
-def _to_completion(response: Any) -> Completion:
+def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Completion:
     """Read the first choice; anything not shaped like a chat completion is a bad response."""
     try:
         choice = response.choices[0]
@@ -164,7 +165,7 @@ def _to_completion(response: Any) -> Completion:
         refusal = getattr(message, "refusal", None)
     except (AttributeError, IndexError, TypeError) as exc:
         raise ProviderError(
-            ErrorKind.BAD_RESPONSE, f"response has no choices[0].message ({type(exc).__name__}): {str(response)[:200]}"
+            ErrorKind.BAD_RESPONSE, shorten(f"response has no choices[0].message ({type(exc).__name__}): {response}", 250, secrets)
         ) from None
     if refusal and not text:
         # Structured-output refusals come in their own field; keep the words as the raw text.
