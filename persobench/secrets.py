@@ -11,7 +11,7 @@
   :func:`url_without_credentials` user info and query values from a URL.
 * :func:`public_url` strips user info and secret-looking query parameters from a base URL before it
   is stored or shown (:func:`public_text` does it to every URL inside a text, such as a log line);
-  :func:`credentials_environment` and :func:`url_with_credentials` carry the full URL to a child
+  :func:`remember_url`, :func:`credentials_environment` and :func:`url_with_credentials` carry the full URL to a child
   process through its environment, never through a file or its command line.
 * :func:`shorten` cuts an error text to a length *after* masking the secrets in it.
 
@@ -25,7 +25,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 __all__ = ["KEY_HOSTS_ENV", "REDACTED", "SECRET_KEYS", "URL_CREDENTIALS_ENV", "credentials_environment",
-           "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "public_text", "public_url", "redact",
+           "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "public_text", "public_url", "redact", "remember_url",
            "register_secret", "scrub", "secret_environment", "shorten", "strip_secrets", "url_with_credentials",
            "url_without_credentials"]
 
@@ -283,11 +283,36 @@ def _has_credentials(url: str) -> bool:
 URL_CREDENTIALS_ENV = "PERSOBENCH_URL_CREDENTIALS"
 
 
+#: Full base URLs this process was given, by their :func:`public_url` (filled by :func:`remember_url`).
+_FULL_URLS: dict[str, str] = {}
+
+
+def remember_url(url: str | None) -> str | None:
+    """The :func:`public_url` of ``url`` to store and show instead of it; the full URL stays in this
+    process's memory only (for :func:`credentials_environment`), and its credentials are registered
+    for :func:`redact`."""
+    if not url:
+        return url
+    public = public_url(url)
+    if public != url:
+        _FULL_URLS[public] = url
+        register_secret_url(url)
+    return public
+
+
 def credentials_environment(urls: Sequence[str | None]) -> dict[str, str]:
     """The environment a child process needs to use ``urls`` in full while only their public forms
-    appear in its command line and files; ``{}`` when no URL carries credentials."""
-    full = {public_url(u): u for u in urls if u and _has_credentials(u)}
-    return {URL_CREDENTIALS_ENV: __import__("json").dumps(full)} if full else {}
+    appear in its command line and files; ``{}`` when no URL carries credentials. Each URL may be a
+    full one or the public form of a URL given to :func:`remember_url` in this process."""
+    import json
+
+    full: dict[str, str] = {}
+    for url in urls:
+        if url and _has_credentials(url):
+            full[public_url(url)] = url
+        elif url and url in _FULL_URLS:
+            full[url] = _FULL_URLS[url]
+    return {URL_CREDENTIALS_ENV: json.dumps(full)} if full else {}
 
 
 def url_with_credentials(url: str | None, *, env: Mapping[str, str] | None = None) -> str | None:

@@ -99,9 +99,11 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
 
 def _config(args: argparse.Namespace) -> Any:
     from persobench.generation import GenerationConfig, RetryPolicy
+    from persobench.secrets import url_with_credentials
 
     return GenerationConfig(
-        dataset=args.dataset, model=args.model, base_url=args.base_url, mode=args.mode, template=args.template,
+        # a job passes a base URL's credentials in the environment, its public form on the command line
+        dataset=args.dataset, model=args.model, base_url=url_with_credentials(args.base_url), mode=args.mode, template=args.template,
         chat_template=None if args.chat_template is None else args.chat_template == "on",
         limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_concurrency=args.max_concurrency,
         max_tokens=args.max_tokens,

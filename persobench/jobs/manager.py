@@ -26,7 +26,7 @@ from persobench.jobs.model import (
 )
 from persobench.errors import ConfigurationError
 from persobench.processes import pid_alive
-from persobench.secrets import redact
+from persobench.secrets import credentials_environment, public_text, redact
 from persobench.store import atomic_write_json, default_home, utc_now
 
 
@@ -42,7 +42,12 @@ def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
         return ""
     cleaned = [line.rsplit("\r", 1)[-1] for line in data.split("\n")]
     kept = [line for line in cleaned if line.strip()][-lines:]
-    return redact("\n".join(kept))
+    return public_text(redact("\n".join(kept)))
+
+
+def step_base_urls(steps: Sequence[JobStep]) -> list[str]:
+    """The ``--base-url`` values of ``steps`` (public forms: their credentials are not in job.json)."""
+    return [step.argv[i + 1] for step in steps for i, arg in enumerate(step.argv[:-1]) if arg == "--base-url"]
 
 
 def lock_alive(lock: Path) -> bool:
@@ -103,6 +108,8 @@ class JobManager:
             child_env = dict(os.environ if env is None else env)
             child_env["PERSOBENCH_HOME"] = str(self.home.resolve())
             child_env.setdefault("PYTHONUNBUFFERED", "1")
+            # Base URLs are stored in their public form; their credentials travel in the environment.
+            child_env.update(credentials_environment(step_base_urls(steps)))
             # The child imports this same persobench, installed or not.
             package_root = str(Path(__file__).resolve().parents[2])
             paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -157,7 +164,7 @@ class JobManager:
         status = JobStatus(
             job_id=job_id, title=str(spec.get("title", job_id)), state=value,
             steps=tuple(JobStep.from_dict(s) for s in spec.get("steps", [])),
-            step_index=int(state.get("step") or 0), message=redact(state.get("message") or ""),
+            step_index=int(state.get("step") or 0), message=public_text(redact(state.get("message") or "")),
             created_at=str(spec.get("created_at", "")), finished_at=str(state.get("finished_at") or ""),
             log_tail=log_tail, run_ids=tuple(state.get("run_ids") or ()),
         )

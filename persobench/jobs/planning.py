@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step_marker
-from persobench.secrets import redact
+from persobench.secrets import public_text, redact, remember_url
 from persobench.structured import structured_label
 
 #: Models every installation can run without a key or a server.
@@ -72,8 +72,10 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
     store = RunStore(home)
     rows = []
     for choice in choices:
+        # Only the URL's public form goes into the plan (and so into job.json and the page); its
+        # credentials reach the run's process through its environment (remember_url).
         row: dict[str, Any] = {"dataset": choice.dataset, "model": choice.model, "mode": choice.mode,
-                               "base_url": choice.base_url or "", "template": choice.template or "",
+                               "base_url": remember_url(choice.base_url) or "", "template": choice.template or "",
                                "structured": False}
         try:
             plan = plan_generation(
@@ -84,7 +86,7 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
             )
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
             row.update(run_id="", samples=0, requests=0, cached=0, prompt_tokens=0, max_cost_usd=None,
-                       key_withheld=False, problem=redact(" ".join(str(exc).split()) or type(exc).__name__))
+                       key_withheld=False, problem=public_text(redact(" ".join(str(exc).split()) or type(exc).__name__)))
             rows.append(row)
             continue
         withheld = not _key_may_go_to(choice, home, env)

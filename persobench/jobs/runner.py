@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json, score_step_marker
-from persobench.secrets import redact
+from persobench.secrets import public_text, redact
 from persobench.store import atomic_write_json, default_home, utc_now
 
 
@@ -56,7 +56,7 @@ def run_job(folder: Path) -> int:
                 argv[position:position + 1] = list(state["run_ids"])
                 if not state["run_ids"]:
                     continue
-            print(f"\n=== {step.label}: python -m persobench {' '.join(argv)}", flush=True)
+            print(public_text(f"\n=== {step.label}: python -m persobench {' '.join(argv)}"), flush=True)
             returncode = _run_child(argv, folder, home, step)
             if step.kind == "run":
                 run_dir = step.run_dir(home)
@@ -79,7 +79,7 @@ def run_job(folder: Path) -> int:
         message = "; ".join(state["failures"]) if state["failures"] else ""
         if outcome == "cancelled":
             message = "cancelled by request" + (f"; {message}" if message else "")
-        save(state=outcome, message=redact(message), finished_at=utc_now())
+        save(state=outcome, message=public_text(redact(message)), finished_at=utc_now())
         lock.unlink(missing_ok=True)
     return 0 if outcome == "completed" else 1
 
