@@ -48,7 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="model option (VALUE parsed as JSON when it can be), repeatable")
     run.add_argument("--max-attempts", type=int, default=6, help="attempts per request, retries included (default 6)")
-    run.add_argument("--timeout", type=float, default=60.0, help="seconds per HTTP request (default 60)")
+    run.add_argument("--timeout", type=float, default=60.0,
+                     help="deadline in seconds for each HTTP request, the whole reply included (default 60)")
+    run.add_argument("--max-reply-bytes", type=int, default=None, metavar="N",
+                     help="largest reply read, in bytes (default 1048576 = 1 MiB); a bigger one fails the sample as "
+                          "too_large and keeps its start (same as --option max_reply_bytes=N)")
     run.add_argument("--checkpoint-every", type=int, default=50, help="rewrite the table every N replies (default 50)")
     run.add_argument("--dry-run", action="store_true",
                      help="print requests to send, cache hits and estimated prompt tokens; send nothing")
@@ -97,6 +101,13 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    options = _parse_options(args.option)
+    if args.max_reply_bytes is not None:
+        options["max_reply_bytes"] = args.max_reply_bytes
+    return options
+
+
 def _config(args: argparse.Namespace) -> Any:
     from persobench.generation import GenerationConfig, RetryPolicy
     from persobench.secrets import url_with_credentials
@@ -107,7 +118,7 @@ def _config(args: argparse.Namespace) -> Any:
         chat_template=None if args.chat_template is None else args.chat_template == "on",
         limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_concurrency=args.max_concurrency,
         max_tokens=args.max_tokens,
-        temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_parse_options(args.option),
+        temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_options(args),
         models_file=args.models, retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
         checkpoint_every=args.checkpoint_every, structured=args.structured, batch_size=args.batch_size,
     )

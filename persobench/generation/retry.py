@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from persobench.errors import PersoBenchError
-from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
+from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request, within_deadline
 
 if TYPE_CHECKING:
     from persobench.generation.concurrency import AdaptiveLimit
@@ -37,7 +37,7 @@ class RetryPolicy:
     max_retry_after: float = 600.0
     """A server asking to wait longer than this (seconds) fails the request instead."""
     timeout: float = 60.0
-    """Seconds before one HTTP request counts as timed out."""
+    """Seconds one HTTP request may take in all, reply included, before it counts as timed out."""
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Wait after failed attempt ``attempt`` (1-based): exponential with "equal jitter" (half
@@ -133,7 +133,10 @@ async def call_with_retries(
             on_attempt()
             started = time.monotonic()
             try:
-                completion = await unless_stopping(provider.generate(request), interrupt)
+                # A deadline for the whole request (HTTP providers declare it): a reply dripping in
+                # byte by byte never lets one read time out.
+                deadline = getattr(provider, "request_deadline", None)
+                completion = await unless_stopping(within_deadline(provider.generate(request), deadline), interrupt)
                 latency = time.monotonic() - started
                 return CallOutcome(completion, None, latency, attempt)
             except Stopped:  # cancelled in flight: the sample stays pending (resumable)

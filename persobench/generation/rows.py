@@ -40,7 +40,8 @@ def build_row(
     }
     if completion is None:
         assert error is not None
-        row.update(status=Status.API_ERROR.value, response=None, reasoning=None, raw_text=None,
+        # a too-large reply keeps its start (error.head) for the Failures page
+        row.update(status=Status.API_ERROR.value, response=None, reasoning=None, raw_text=error.head,
                    finish_reason=None, prompt_tokens=None, completion_tokens=None, error=error.describe())
         return row
     parsed = parse_output(

@@ -8,6 +8,8 @@ import anthropic
 
 from persobench.providers.base import (
     translated_sdk_errors,
+    capped_http_client,
+    max_reply_bytes,
     Completion,
     ErrorKind,
     ProviderError,
@@ -18,7 +20,7 @@ from persobench.providers.base import (
 
 from persobench.secrets import shorten
 
-_TRANSPORT_OPTIONS = frozenset({"timeout", "headers"})
+_TRANSPORT_OPTIONS = frozenset({"timeout", "headers", "max_reply_bytes"})
 
 #: Anthropic stop reasons in the vocabulary the rest of the pipeline uses.
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "refusal"}
@@ -40,10 +42,13 @@ class AnthropicProvider:
         self._secrets = (key,)
         options = dict(spec.options)
         self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self.request_deadline = float(options.get("timeout", timeout))
+        """Seconds one request may take in all, reply included (the retry loop enforces it)."""
         self.client = anthropic.AsyncAnthropic(
             api_key=key,
             base_url=spec.base_url,
-            timeout=float(options.get("timeout", timeout)),
+            timeout=self.request_deadline,
+            http_client=capped_http_client(anthropic, max_bytes=max_reply_bytes(options)),
             max_retries=0,  # ours is the only retry loop
             default_headers=options.get("headers") or None,
         )

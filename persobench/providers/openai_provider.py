@@ -10,6 +10,8 @@ import openai
 
 from persobench.providers.base import (
     translated_sdk_errors,
+    capped_http_client,
+    max_reply_bytes,
     Completion,
     ConfigurationError,
     ErrorKind,
@@ -26,7 +28,7 @@ PLACEHOLDER_KEY = "not-needed"
 
 #: Spec options consumed here rather than sent in the request body.
 _TRANSPORT_OPTIONS = frozenset(
-    {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format"}
+    {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format", "max_reply_bytes"}
 )
 
 #: The ``response_format`` form each server takes, learned in this process: normalised base URL
@@ -72,10 +74,13 @@ class OpenAIProvider:
             )
         self._declared_form: str | None = declared
         self._probe_lock = asyncio.Lock()
+        self.request_deadline = float(options.get("timeout", timeout))
+        """Seconds one request may take in all, reply included (the retry loop enforces it)."""
         self.client = openai.AsyncOpenAI(
             api_key=key or PLACEHOLDER_KEY,
             base_url=spec.base_url,
-            timeout=float(options.get("timeout", timeout)),
+            timeout=self.request_deadline,
+            http_client=capped_http_client(openai, max_bytes=max_reply_bytes(options)),
             max_retries=0,  # ours is the only retry loop; SDK retries would multiply it
             default_headers=options.get("headers") or None,
             organization=options.get("organization"),

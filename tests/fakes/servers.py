@@ -395,8 +395,11 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up (a reply over its size cap)
+            self.close_connection = True
 
     def _drip(self, data: bytes, interval: float) -> None:
         """Send ``data`` byte by byte; stop quietly when the client hangs up."""
