@@ -188,8 +188,13 @@ class _ProgressBar:
     def __init__(self, *, disabled: bool) -> None:
         self.bar: Any = None
         self.disabled = disabled
+        self.note = ""
 
     def update(self, info: Any) -> None:
+        note = getattr(info, "note", "")
+        if note and note != self.note:  # a long wait is said at once, even without a bar
+            self._say(note)
+        self.note = note
         if self.disabled:
             return
         if self.bar is None:
@@ -197,6 +202,13 @@ class _ProgressBar:
 
             self.bar = ProgressBar(total=info.total, unit="sample")
         self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
+
+    def _say(self, line: str) -> None:
+        tqdm_bar = getattr(self.bar, "_bar", None)
+        if tqdm_bar is not None:
+            tqdm_bar.write(line, file=sys.stderr)  # above the live bar, not through it
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
