@@ -125,7 +125,7 @@ async def unless_stopping(coro: Awaitable[T], stopping: asyncio.Event) -> T:
 async def call_with_retries(
     provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
     rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
-    limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda seconds, why: None,
+    limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda *_: None,
 ) -> CallOutcome | None:
     """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
     stopping before the request could finish. ``on_attempt`` is called before each attempt (the
