@@ -82,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_fetch_paper(args: argparse.Namespace) -> int:
     from persobench.datasets.paper_archive import PAPER_ARCHIVE, fetch_paper
 
+    from persobench.generation.numbers import check_number
+
+    check_number("timeout", args.timeout)
     store = store_from_args(args)
     last: dict[str, int] = {}
 
