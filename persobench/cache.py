@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from persobench.errors import StoreError
 from persobench.providers.base import Completion, GenerationParams
 from persobench.store import sha256_hex
 
@@ -68,7 +70,10 @@ class ResponseCache:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         # eviction_policy="none": never drop a paid-for reply. cull_limit=0 as a second guard.
-        self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", cull_limit=0)
+        try:
+            self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", cull_limit=0)
+        except sqlite3.DatabaseError as exc:
+            raise damaged_cache_error(self.directory, exc) from None
 
     def get(self, key: str) -> tuple[Completion, float] | None:
         """The stored completion and the latency it originally took, or ``None``."""
@@ -110,6 +115,16 @@ class ResponseCache:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def damaged_cache_error(directory: str | os.PathLike[str], exc: Exception) -> StoreError:
+    """The one-line error for a response cache SQLite cannot read: which file, and the way out."""
+    database = Path(directory) / "cache.db"
+    return StoreError(
+        f"{database}: the response cache is damaged ({exc}); move the folder aside "
+        f"(mv {Path(directory)} {Path(directory)}.damaged) and run again: the runs in the store's runs/ folder "
+        "are intact (tables, scores), but generating a run again requests its replies again"
+    )
 
 
 def default_cache_dir(home: str | os.PathLike[str]) -> Path:
