@@ -222,13 +222,23 @@ def resolve_run(store: Any, name: str) -> Any:
     try:
         return store.get(name)
     except StoreError:
-        pass
+        if _run_folder_exists(store, name):  # the run is there but unreadable: say so, not "no run"
+            raise
     matches = [r for r in store.runs() if r.run_id.startswith(name)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise CLIError(f"no run {name!r} in {store.runs_dir}")
     raise CLIError(f"{name!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:5])}")
+
+
+def _run_folder_exists(store: Any, name: str) -> bool:
+    from persobench.store import StoreError
+
+    try:
+        return bool(store.run_path(name).is_dir())
+    except StoreError:  # not even a valid run id
+        return False
 
 
 def cmd_export(args: argparse.Namespace) -> int:
