@@ -56,7 +56,7 @@ def test_long_echoed_key_never_stored_even_in_part(openai_server, tmp_path, monk
     openai_server.script = lambda info: error(200, body={"id": "echo " + info.headers.get("authorization", ""),
                                                          "object": "chat.completion"})
     home = tmp_path / "home"
-    assert run_cli(home, openai_server, "--limit", "2", "--max-attempts", "1") in (0, 3)  # 3: nothing succeeded
+    assert run_cli(home, openai_server, "--limit", "2", "--max-attempts", "1") == 3  # nothing succeeded
     assert all(LONG_KEY in r.headers["authorization"] for r in openai_server.requests)
     [run] = RunStore(home).runs()
     errors = run.read_table("generations")["error"]
@@ -190,7 +190,7 @@ def test_timeout_is_a_deadline_for_the_whole_request(openai_server, tmp_path):
     openai_server.script = lambda info: drip(interval=0.3)  # ~100 bytes: 30 s, no read waits 2 s
     home = tmp_path / "home"
     started = time.monotonic()
-    assert run_cli(home, openai_server, "--limit", "1", "--max-attempts", "1", "--timeout", "2") in (0, 3)
+    assert run_cli(home, openai_server, "--limit", "1", "--max-attempts", "1", "--timeout", "2") == 3
     assert time.monotonic() - started < 15
     [run] = RunStore(home).runs()
     [err] = run.read_table("generations")["error"]

@@ -15,9 +15,10 @@ from persobench.cli import CLIError, store_from_args
 def register(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser(
         "run", help="generate replies for a dataset with a model and store the run",
-        description="Generate, post-process and store a run. Exit 0 when the run completes (even with "
-        "failed samples); 1 when it was cancelled (cancel file or SIGTERM; run again to resume); 2 with a "
-        "one-line reason for a configuration error.",
+        description="Generate, post-process and store a run. Exit 0 when the run completes with at least one "
+        "reply (even with failed samples); 1 when it was cancelled (cancel file or SIGTERM; run again to resume); "
+        "2 with a one-line reason for a configuration error; 3 when it completed but no sample succeeded (every "
+        "request failed: the error column says why).",
     )
     run.add_argument("--dataset", default="sample", help="dataset name or .csv/.jsonl path (default: sample)")
     run.add_argument("--model", default="local:smollm2",
@@ -161,7 +162,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run {manifest.run_id} cancelled with {pending} sample(s) pending; run the same command "
               "again to resume", file=sys.stderr)
         return 1
+    if no_sample_succeeded(details.counts or {}):
+        failed = (details.counts or {}).get("api_error", 0)
+        print(f"run {manifest.run_id}: no sample succeeded ({failed} request(s) failed; the error column of "
+              f"`export {manifest.run_id}` says why); running the same command again retries them", file=sys.stderr)
+        return EXIT_NO_SAMPLE_SUCCEEDED
     return 0
+
+
+#: ``run``'s exit status when the run completed but every sample's request failed (HTTP 500 throughout,
+#: a reply over the size cap ...): nothing to score, and a script or job should notice.
+EXIT_NO_SAMPLE_SUCCEEDED = 3
+
+
+def no_sample_succeeded(counts: dict[str, int]) -> bool:
+    """True when a run's status counts hold failed requests and not one reply (any other status,
+    even invalid JSON, is a reply the model gave)."""
+    replies = sum(n for status, n in counts.items() if status not in ("api_error", "pending"))
+    return replies == 0 and counts.get("api_error", 0) > 0
 
 
 def _dry_run(plan: Any) -> int:
