@@ -162,24 +162,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run {manifest.run_id} cancelled with {pending} sample(s) pending; run the same command "
               "again to resume", file=sys.stderr)
         return 1
+    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
+
     if no_sample_succeeded(details.counts or {}):
         failed = (details.counts or {}).get("api_error", 0)
         print(f"run {manifest.run_id}: no sample succeeded ({failed} request(s) failed; the error column of "
               f"`export {manifest.run_id}` says why); running the same command again retries them", file=sys.stderr)
         return EXIT_NO_SAMPLE_SUCCEEDED
     return 0
-
-
-#: ``run``'s exit status when the run completed but every sample's request failed (HTTP 500 throughout,
-#: a reply over the size cap ...): nothing to score, and a script or job should notice.
-EXIT_NO_SAMPLE_SUCCEEDED = 3
-
-
-def no_sample_succeeded(counts: dict[str, int]) -> bool:
-    """True when a run's status counts hold failed requests and not one reply (any other status,
-    even invalid JSON, is a reply the model gave)."""
-    replies = sum(n for status, n in counts.items() if status not in ("api_error", "pending"))
-    return replies == 0 and counts.get("api_error", 0) > 0
 
 
 def _dry_run(plan: Any) -> int:

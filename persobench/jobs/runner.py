@@ -22,6 +22,8 @@ def run_job(folder: Path) -> int:
     stop the others); a score step scores the runs whose generation succeeded. A ``cancel`` file in
     the job folder stops the job: it is forwarded to the run in progress, which ends "cancelled".
     """
+    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED
+
     folder = Path(folder)
     spec = read_json(folder / "job.json")
     if spec is None:
@@ -66,7 +68,8 @@ def run_job(folder: Path) -> int:
                 outcome = "cancelled"
                 break
             if returncode != 0:
-                state["failures"].append(f"{step.label} exited with status {returncode}")
+                state["failures"].append(f"{step.label} exited with status {returncode}" + (
+                    " (no sample succeeded)" if step.kind == "run" and returncode == EXIT_NO_SAMPLE_SUCCEEDED else ""))
             save()
     except Exception as exc:  # noqa: BLE001 - recorded for the page; the traceback goes to the log
         import traceback
