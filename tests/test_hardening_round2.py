@@ -16,7 +16,7 @@ import pytest
 from persobench.cli import main as cli_main
 from persobench.store import RunStore
 from tests.fakes import drip, error, reply
-from tests.fakes.fixtures import openai_server  # noqa: F401
+from tests.fakes.fixtures import anthropic_server, openai_server  # noqa: F401
 
 
 def one_line_error(capsys, argv: list[str], *needles: str, code: int = 2) -> str:
@@ -235,6 +235,7 @@ def test_a_huge_reply_is_capped_and_recorded_as_too_large(openai_server, tmp_pat
     assert str(DEFAULT_MAX_REPLY_BYTES) in row["error"] and "--max-reply-bytes" in row["error"]
     assert row["raw_text"] and row["raw_text"].lstrip().startswith("{") and len(row["raw_text"]) <= 4096
     assert (table["status"] == "ok").sum() == 1
+    assert openai_server.requests[0].headers.get("accept-encoding") == "identity"  # the cap counts real bytes
     assert sum(p.stat().st_size for p in (home / "responses").rglob("*") if p.is_file()) < 2**20
     # the option lets a big reply through
     home2 = tmp_path / "home2"
@@ -243,6 +244,28 @@ def test_a_huge_reply_is_capped_and_recorded_as_too_large(openai_server, tmp_pat
                    "--max-reply-bytes", str(8 * 2**20)) == 0
     [run2] = RunStore(home2).runs()
     assert run2.read_table("generations").iloc[0]["raw_text"] == big
+
+
+def test_the_size_cap_and_deadline_are_shared_by_the_anthropic_provider(anthropic_server, tmp_path):
+    from persobench.generation import RetryPolicy, run_generation
+
+    anthropic_server.script = lambda info: (reply("B" * (2 * 2**20)) if info.index == 0
+                                            else drip(interval=0.3) if info.index == 1 else None)
+    run = run_generation(dataset="sample", model="anthropic:fake", base_url=anthropic_server.base_url, limit=3,
+                         concurrency=1, home=tmp_path / "home",
+                         retry=RetryPolicy(max_attempts=1, timeout=2))
+    errors = sorted(str(e).split(":")[0] for e in run.read_table("generations")["error"] if e)
+    assert "too_large" in errors and "timeout" in errors, errors
+
+
+def test_remember_url_keeps_the_full_url_in_memory_only():
+    from persobench.secrets import URL_CREDENTIALS_ENV, credentials_environment, remember_url, url_with_credentials
+
+    url = f"https://u:{URL_PASSWORD}@gw.example/v1?token={QUERY_TOKEN}"
+    public = remember_url(url)
+    assert public == "https://gw.example/v1" and remember_url("https://plain.example") == "https://plain.example"
+    env = credentials_environment([public])  # the public form is enough in the same process
+    assert url_with_credentials(public, env=env) == url and URL_CREDENTIALS_ENV in env
 
 
 # ---------------------------------------------------------------------------------------------
