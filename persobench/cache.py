@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from persobench.errors import StoreError
 from persobench.providers.base import Completion, GenerationParams
 from persobench.files import sha256_hex, write_refused
 
@@ -71,8 +72,10 @@ class ResponseCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             # eviction_policy="none": never drop a paid-for reply. cull_limit=0 as a second guard.
             self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", cull_limit=0)
-        except (OSError, sqlite3.OperationalError) as exc:  # a full disk: one line naming the file
+        except (OSError, sqlite3.OperationalError) as exc:  # a full disk ("disk I/O error"): one line naming the file
             raise write_refused(self.directory / "cache.db", exc) from None
+        except sqlite3.DatabaseError as exc:  # "file is not a database"  # a damaged file: say which and how to get past it
+            raise damaged_cache_error(self.directory, exc) from None
 
     def get(self, key: str) -> tuple[Completion, float] | None:
         """The stored completion and the latency it originally took, or ``None``."""
@@ -114,6 +117,16 @@ class ResponseCache:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def damaged_cache_error(directory: str | os.PathLike[str], exc: Exception) -> StoreError:
+    """The one-line error for a response cache SQLite cannot read: which file, and the way out."""
+    database = Path(directory) / "cache.db"
+    return StoreError(
+        f"{database}: the response cache is damaged ({exc}); move the folder aside "
+        f"(mv {Path(directory)} {Path(directory)}.damaged) and run again: the runs in the store's runs/ folder "
+        "are intact (tables, scores), but generating a run again requests its replies again"
+    )
 
 
 def default_cache_dir(home: str | os.PathLike[str]) -> Path:

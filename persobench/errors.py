@@ -69,6 +69,7 @@ class ErrorKind(str, enum.Enum):
     NOT_FOUND = "not_found"
     QUOTA = "quota_exceeded"
     CONFLICT = "conflict"
+    TOO_LARGE = "too_large"
     OTHER = "other"
 
 
@@ -84,11 +85,14 @@ class ProviderError(PersoBenchError):
 
     def __init__(
         self, kind: ErrorKind, message: str, *, status_code: int | None = None, retry_after: float | None = None,
+        head: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status_code = status_code
         self.retry_after = retry_after
+        self.head = head
+        """The start of a reply that could not be used whole (``too_large``), kept for the Failures page."""
 
     @property
     def retryable(self) -> bool:

@@ -200,13 +200,21 @@ def resolve_run(store: RunStore, name: str) -> Run:
     try:
         return store.get(name)
     except StoreError:
-        pass
+        if _run_folder_exists(store, name):  # the run is there but unreadable: say so, not "no run"
+            raise
     matches = [r for r in store.runs() if r.run_id.startswith(name)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise ConfigurationError(f"no run {name!r} in {store.runs_dir}")
     raise ConfigurationError(f"{name!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:5])}")
+
+
+def _run_folder_exists(store: RunStore, name: str) -> bool:
+    try:
+        return bool(store.run_path(name).is_dir())
+    except StoreError:  # not even a valid run id
+        return False
 
 
 def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" = "offline",

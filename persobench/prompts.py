@@ -228,12 +228,20 @@ def template_family(name: str) -> str:
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
-def _check_placeholders(text: str, origin: str) -> None:
-    unknown = sorted({m for m in _PLACEHOLDER.findall(text) if m not in PLACEHOLDERS})
+#: Anything shaped like a placeholder (any case, digits): ``{Personas}`` or ``{persona}`` is a typo
+#: that would reach the model with its braces, so it is an error rather than text.
+_PLACEHOLDER_LIKE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _check_placeholders(text: str, origin: str, field: str = "user") -> None:
+    """A :class:`TemplateError` naming ``origin``, ``field`` and each placeholder that is not a known one."""
+    unknown = sorted({m for m in _PLACEHOLDER_LIKE.findall(text) if m not in PLACEHOLDERS})
+    if field == "output_format" and "output_format" in _PLACEHOLDER_LIKE.findall(text):
+        unknown.append("output_format")  # the output format cannot contain itself
     if unknown:
         raise TemplateError(
-            f"{origin}: unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; "
-            f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+            f"{origin}: unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)} in field {field!r}; "
+            f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)} (placeholders are lower case)"
         )
 
 
@@ -290,7 +298,8 @@ def load_template(path: str | Path) -> PromptTemplate:
             name=path.stem, mode="vanilla", system=base.system, user=text,
             output_format=base.output_format, max_tokens=base.max_tokens, family=f"file:{path.stem}",
         )
-    _check_placeholders(template.user, str(path))
+    for field in ("system", "user", "output_format"):  # every field is rendered, so every field is checked
+        _check_placeholders(getattr(template, field), str(path), field)
     if "{output_format}" not in template.user and '"response"' not in template.user:
         raise TemplateError(f"{path}: the template never asks for the JSON output format; add {{output_format}}")
     return template
@@ -352,8 +361,10 @@ def build_messages(sample: Sample, template: PromptTemplate) -> list[dict[str, s
         "personas": personas,
         "context": context,
         "instructions": INSTRUCTIONS,
-        "output_format": template.output_format,
     }
+    # Every field of a template is rendered the same way (a {personas} in the system message too).
     values["role"] = _substitute(ROLE, values)
-    messages = [{"role": "system", "content": template.system}] if template.system else []
+    values["output_format"] = _substitute(template.output_format, values)
+    system = _substitute(template.system, values)
+    messages = [{"role": "system", "content": system}] if system else []
     return messages + [{"role": "user", "content": _substitute(template.user, values)}]

@@ -9,6 +9,11 @@
   through their environment, never through a file) and registers their values for :func:`redact`.
 * :func:`strip_secrets` drops credential fields from a mapping before it is written to disk, and
   :func:`url_without_credentials` user info and query values from a URL.
+* :func:`public_url` strips user info and secret-looking query parameters from a base URL before it
+  is stored or shown (:func:`public_text` does it to every URL inside a text, such as a log line);
+  :func:`remember_url`, :func:`credentials_environment` and :func:`url_with_credentials` carry the full URL to a child
+  process through its environment, never through a file or its command line.
+* :func:`shorten` cuts an error text to a length *after* masking the secrets in it.
 
 Only the standard library is imported: providers, generation, the job runner and the app all use it.
 """
@@ -19,8 +24,10 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
-__all__ = ["KEY_HOSTS_ENV", "REDACTED", "SECRET_KEYS", "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "redact",
-           "register_secret", "scrub", "secret_environment", "strip_secrets", "url_without_credentials"]
+__all__ = ["KEY_HOSTS_ENV", "REDACTED", "SECRET_KEYS", "URL_CREDENTIALS_ENV", "credentials_environment",
+           "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "public_text", "public_url", "redact", "remember_url",
+           "register_secret", "scrub", "secret_environment", "shorten", "strip_secrets", "url_with_credentials",
+           "url_without_credentials"]
 
 #: (pattern, keep the first group) pairs; the rest of each match becomes "[redacted]".
 _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
@@ -45,12 +52,54 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(str(name)))
 
 
+#: A run of this many consecutive characters of a known secret is masked wherever it appears: a copy
+#: of a key cut short (an error body truncated by a server or a library) still gives most of it away.
+SECRET_RUN = 16
+
+
 def scrub(text: str, secrets: Sequence[str | None]) -> str:
-    """``text`` with every given secret replaced by ``***``, so keys cannot leak through error messages."""
+    """``text`` with every given secret replaced by ``***``, so keys cannot leak through error messages.
+
+    Any run of :data:`SECRET_RUN` or more consecutive characters of a secret is masked too (a key cut
+    off by a truncation elsewhere, or a piece of its middle)."""
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
+            if len(secret) > SECRET_RUN:
+                text = _mask_runs(text, secret)
     return text
+
+
+def _mask_runs(text: str, secret: str) -> str:
+    """``text`` with every stretch covered by a :data:`SECRET_RUN`-character piece of ``secret`` masked."""
+    covered = bytearray(len(text))
+    found = False
+    for start in range(len(secret) - SECRET_RUN + 1):
+        piece = secret[start:start + SECRET_RUN]
+        position = text.find(piece)
+        while position != -1:
+            covered[position:position + SECRET_RUN] = b"\x01" * SECRET_RUN
+            found = True
+            position = text.find(piece, position + 1)
+    if not found:
+        return text
+    out, index = [], 0
+    while index < len(text):
+        if covered[index]:
+            while index < len(text) and covered[index]:
+                index += 1
+            out.append("***")
+        else:
+            out.append(text[index])
+            index += 1
+    return "".join(out)
+
+
+def shorten(text: str, limit: int, secrets: Sequence[str | None]) -> str:
+    """``text`` masked with :func:`scrub`, then cut to at most ``limit`` characters: cutting first
+    would leave a piece of a key that no longer matches the whole key."""
+    text = scrub(str(text), secrets)
+    return text if len(text) <= limit else text[:max(0, limit - 1)] + "…"
 
 
 def register_secret(value: str) -> None:
@@ -183,6 +232,126 @@ def url_without_credentials(url: str) -> str:
     netloc = f"{host}:{port}" if port is not None else host
     query = "&".join(item.split("=", 1)[0] + "=" for item in parts.query.split("&") if item)
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def public_url(url: str) -> str:
+    """``url`` without user info and without secret-looking query parameters (``key``, ``api-key``,
+    ``token``, ``sig`` ...), safe to store and show; other parameters (``api-version``) are kept.
+
+    ``http://user:pw@host:8000/v1?api-key=abc&api-version=1`` -> ``http://host:8000/v1?api-version=1``.
+    A URL too malformed to split loses its user info and its whole query.
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return re.sub(r"//[^/?#]*@", "//", url).split("?", 1)[0].split("#", 1)[0]
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    kept = [(name, value) for name, value in parse_qsl(parts.query, keep_blank_values=True)
+            if not _is_secret_parameter(name)]
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept), ""))
+
+
+def _is_secret_parameter(name: str) -> bool:
+    return is_secret_option(name) or name.lower() in ("sig", "code", "pass", "pwd", "access", "session")
+
+
+#: A URL with a scheme inside free text (a log line, a command line, an error message).
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>]+")
+
+
+def public_text(text: str) -> str:
+    """``text`` with every URL in it replaced by its :func:`public_url`: for log lines, job files
+    and anything else a page shows that may quote a base URL."""
+    return _URL_IN_TEXT.sub(lambda m: public_url(m.group(0)) if _has_credentials(m.group(0)) else m.group(0),
+                            str(text))
+
+
+def _has_credentials(url: str) -> bool:
+    return public_url(url) != url
+
+
+#: Environment variable carrying the full form of base URLs whose credentials must not be stored:
+#: a JSON object mapping each :func:`public_url` to its full URL. Its name holds none of the words
+#: that mark a key variable, so a step that runs without the operator's keys still gets it (the
+#: credentials were typed with the URL, they are not the operator's).
+URL_CREDENTIALS_ENV = "PERSOBENCH_URL_CREDENTIALS"
+
+
+#: Full base URLs this process was given, by their :func:`public_url` (filled by :func:`remember_url`).
+_FULL_URLS: dict[str, str] = {}
+
+
+def remember_url(url: str | None) -> str | None:
+    """The :func:`public_url` of ``url`` to store and show instead of it; the full URL stays in this
+    process's memory only (for :func:`credentials_environment`), and its credentials are registered
+    for :func:`redact`."""
+    if not url:
+        return url
+    public = public_url(url)
+    if public != url:
+        _FULL_URLS[public] = url
+        register_secret_url(url)
+    return public
+
+
+def credentials_environment(urls: Sequence[str | None]) -> dict[str, str]:
+    """The environment a child process needs to use ``urls`` in full while only their public forms
+    appear in its command line and files; ``{}`` when no URL carries credentials. Each URL may be a
+    full one or the public form of a URL given to :func:`remember_url` in this process."""
+    import json
+
+    full: dict[str, str] = {}
+    for url in urls:
+        if url and _has_credentials(url):
+            full[public_url(url)] = url
+        elif url and url in _FULL_URLS:
+            full[url] = _FULL_URLS[url]
+    return {URL_CREDENTIALS_ENV: json.dumps(full)} if full else {}
+
+
+def url_with_credentials(url: str | None, *, env: Mapping[str, str] | None = None) -> str | None:
+    """The full URL behind public ``url`` when :data:`URL_CREDENTIALS_ENV` carries it, else ``url``."""
+    import json
+
+    raw = (os.environ if env is None else env).get(URL_CREDENTIALS_ENV)
+    if not url or not raw:
+        return url
+    try:
+        full = json.loads(raw)
+    except ValueError:
+        return url
+    value = full.get(url) if isinstance(full, dict) else None
+    if isinstance(value, str) and value:
+        register_secret_url(value)
+        return value
+    return url
+
+
+def register_secret_url(url: str) -> None:
+    """Have :func:`redact` remove the user info and the secret query values of ``url``."""
+    import base64
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return
+    for item in (user, password):
+        if item:
+            register_secret(item)
+            register_secret(unquote(item))
+    if user and password:
+        register_secret(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
+    for name, value in parse_qsl(parts.query):
+        if _is_secret_parameter(name):
+            register_secret(value)
 
 
 #: Environment variable (or Streamlit secret) listing extra servers the app may send the operator's

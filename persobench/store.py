@@ -343,6 +343,12 @@ def _stat(path: str) -> tuple[int, ...]:
     return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+#: How to get past a run whose manifest cannot be read (its tables may well be fine).
+_MANIFEST_REPAIR = ("restore manifest.json from a backup, or move the folder aside (mv {path} {path}.broken) and "
+                    "run the same command again to generate the run anew (replies still in the response cache are "
+                    "not requested again)")
+
+
 class RunStore:
     """All runs under one home folder."""
 
@@ -400,7 +406,8 @@ class RunStore:
         try:
             return Run(path, RunManifest.from_dict(json.loads(text)))
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
-            raise StoreError(f"{manifest_path}: corrupt manifest ({exc})") from exc
+            what = "the manifest is empty" if not text.strip() else f"corrupt manifest ({exc})"
+            raise StoreError(f"{manifest_path}: unreadable, {what}; {_MANIFEST_REPAIR.format(path=path)}") from exc
 
     def _entries(self) -> list[Path]:
         try:

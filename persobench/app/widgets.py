@@ -41,6 +41,8 @@ def step_label(row: dict[str, Any]) -> str:
     eta = row.get("eta")
     if isinstance(eta, (int, float)) and row.get("state") == "running":
         label += f" · ETA {format_seconds(eta)}"
+    if row.get("note") and row.get("state") == "running":
+        label += f" · {row['note']}"  # e.g. waiting 590 s before retrying: the server asked for it
     return label
 
 

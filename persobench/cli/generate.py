@@ -15,9 +15,10 @@ from persobench.cli import CLIError, store_from_args, write_stdout
 def register(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser(
         "run", help="generate replies for a dataset with a model and store the run",
-        description="Generate, post-process and store a run. Exit 0 when the run completes (even with "
-        "failed samples); 1 when it was cancelled (cancel file or SIGTERM; run again to resume); 2 with a "
-        "one-line reason for a configuration error.",
+        description="Generate, post-process and store a run. Exit 0 when the run completes with at least one "
+        "reply (even with failed samples); 1 when it was cancelled (cancel file or SIGTERM; run again to resume); "
+        "2 with a one-line reason for a configuration error; 3 when it completed but no sample succeeded (every "
+        "request failed: the error column says why).",
     )
     run.add_argument("--dataset", default="sample", help="dataset name or .csv/.jsonl path (default: sample)")
     run.add_argument("--model", default="local:smollm2",
@@ -49,7 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="model option (VALUE parsed as JSON when it can be), repeatable")
     run.add_argument("--max-attempts", type=int, default=6, help="attempts per request, retries included (default 6)")
-    run.add_argument("--timeout", type=float, default=60.0, help="seconds per HTTP request (default 60)")
+    run.add_argument("--timeout", type=float, default=60.0,
+                     help="deadline in seconds for each HTTP request, the whole reply included (default 60)")
+    run.add_argument("--max-reply-bytes", type=int, default=None, metavar="N",
+                     help="largest reply read, in bytes (default 1048576 = 1 MiB); a bigger one fails the sample as "
+                          "too_large and keeps its start (same as --option max_reply_bytes=N)")
     run.add_argument("--checkpoint-every", type=int, default=50, help="rewrite the table every N replies (default 50)")
     run.add_argument("--dry-run", action="store_true",
                      help="print requests to send, cache hits and estimated prompt tokens; send nothing")
@@ -98,16 +103,26 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
     return options
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    options = _parse_options(args.option)
+    if args.max_reply_bytes is not None:
+        options["max_reply_bytes"] = args.max_reply_bytes
+    return options
+
+
 def _config(args: argparse.Namespace) -> Any:
     """The parsed flags as a :class:`GenerationConfig`: the flags of
     :data:`~persobench.generation.config.RUN_FLAGS` by their field names, the others by their own form."""
     from persobench.generation import GenerationConfig, RetryPolicy
     from persobench.generation.config import RUN_FLAGS
+    from persobench.secrets import url_with_credentials
 
     return GenerationConfig(
-        **{name: getattr(args, name) for name in RUN_FLAGS}, base_url=args.base_url,
+        **{name: getattr(args, name) for name in RUN_FLAGS},
+        # a job passes a base URL's credentials in the environment, its public form on the command line
+        base_url=url_with_credentials(args.base_url),
         chat_template=None if args.chat_template is None else args.chat_template == "on",
-        options=_parse_options(args.option), structured=args.structured,
+        options=_options(args), structured=args.structured,
         retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
     )
 
@@ -150,6 +165,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run {manifest.run_id} cancelled with {pending} sample(s) pending; run the same command "
               "again to resume", file=sys.stderr)
         return 1
+    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
+
+    if no_sample_succeeded(details.counts or {}):
+        failed = (details.counts or {}).get("api_error", 0)
+        print(f"run {manifest.run_id}: no sample succeeded ({failed} request(s) failed; the error column of "
+              f"`export {manifest.run_id}` says why); running the same command again retries them", file=sys.stderr)
+        return EXIT_NO_SAMPLE_SUCCEEDED
     return 0
 
 
@@ -177,8 +199,13 @@ class _ProgressBar:
     def __init__(self, *, disabled: bool) -> None:
         self.bar: Any = None
         self.disabled = disabled
+        self.note = ""
 
     def update(self, info: Any) -> None:
+        note = getattr(info, "note", "")
+        if note and note != self.note:  # a long wait is said at once, even without a bar
+            self._say(note)
+        self.note = note
         if self.disabled:
             return
         if self.bar is None:
@@ -186,6 +213,13 @@ class _ProgressBar:
 
             self.bar = ProgressBar(total=info.total, unit="sample")
         self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
+
+    def _say(self, line: str) -> None:
+        tqdm_bar = getattr(self.bar, "_bar", None)
+        if tqdm_bar is not None:
+            tqdm_bar.write(line, file=sys.stderr)  # above the live bar, not through it
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -83,6 +83,9 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
     from persobench import pipeline
     from persobench.datasets.paper_archive import PAPER_ARCHIVE
 
+    from persobench.generation.numbers import check_number
+
+    check_number("timeout", args.timeout)
     store = store_from_args(args)
     last: dict[str, int] = {}
 

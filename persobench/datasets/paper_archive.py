@@ -250,6 +250,17 @@ def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn |
     return len(wanted)
 
 
+def check_archive_url(url: str | None) -> None:
+    """Refuse any archive URL but http(s) (``file://``, ``ftp://``, ``data:`` ...): a mirror box
+    must not copy local files into the store. ``None`` is the pinned default."""
+    if url is None:
+        return
+    scheme = urllib.request.urlparse(url).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise PaperArchiveError(f"{url}: not an http or https URL (scheme {scheme or 'missing'!r}); "
+                                "fetch-paper downloads from http:// and https:// mirrors only")
+
+
 def fetched_reference(home: str | os.PathLike[str] | None = None) -> Path | None:
     """``<home>/reference`` when a fetch completed there, else None."""
     from persobench.store import default_home
@@ -277,6 +288,7 @@ def fetch_paper(
     from persobench.files import sha256_file, utc_now
 
     home = Path(home) if home is not None else default_home()
+    check_archive_url(url)
     pin = PAPER_ARCHIVE
     if url is None or url == pin.url:
         url, sha256, size = pin.url, sha256 or pin.sha256, size if size is not None else pin.size
@@ -312,9 +324,15 @@ def fetch_paper(
                                     "deleted, run fetch-paper again")
     target = home / "reference"
     got_size = archive.stat().st_size
-    files = _unpack(archive, target, {
-        "url": url, "sha256": digest, "size": got_size, "verified": sha256 is not None,
-        "repository": pin.repository if url == pin.url else None, "commit": pin.commit if url == pin.url else None,
-        "fetched_at": utc_now(),
-    }, progress=progress)
+    try:
+        files = _unpack(archive, target, {
+            "url": url, "sha256": digest, "size": got_size, "verified": sha256 is not None,
+            "repository": pin.repository if url == pin.url else None, "commit": pin.commit if url == pin.url else None,
+            "fetched_at": utc_now(),
+        }, progress=progress)
+    except PaperArchiveError as exc:
+        # A download that does not open (a mirror's HTML page answered with 200, a damaged archive)
+        # would fail the same way on every retry if it stayed: delete it, the next fetch starts over.
+        archive.unlink(missing_ok=True)
+        raise PaperArchiveError(f"{exc}; download deleted, run fetch-paper again to download it anew") from None
     return FetchResult(target, archive, url, digest, got_size, sha256 is not None, resumed, files)

@@ -140,6 +140,23 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+#: A NUL byte or a lone UTF-16 surrogate (valid JSON as ``"\ud800"``, but no character: it cannot be
+#: printed or written as UTF-8, so a later ``show`` or ``run`` would end in a traceback).
+_BAD_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+
+
+def bad_character(text: str) -> str | None:
+    """Why ``text`` cannot be used as dataset text (a NUL byte, a lone surrogate), or None."""
+    found = _BAD_CHARACTER.search(text)
+    if found is None:
+        return None
+    char, where = found.group(0), found.start() + 1
+    if char == "\x00":
+        return f"NUL byte (0x00) at character {where}; remove it"
+    return (f"lone surrogate \\u{ord(char):04x} at character {where} (half of a UTF-16 pair, not a character); "
+            "fix the escape or remove it")
+
+
 def _flatten(value: Any) -> str:
     """JSONL cells may hold lists (persona sentences, context lines): join them as the tables do."""
     if isinstance(value, list):
@@ -175,6 +192,11 @@ def load_user_file(
     seen_ids: dict[str, int] = {}
     for row_number, record in records:
         cells = {k: _flatten(v) for k, v in record.items()}
+        bad = [f"{path}: row {row_number}, column {column}: {why}"
+               for column, value in cells.items() for why in [bad_character(value)] if why]
+        if bad:
+            problems.extend(bad)
+            continue
         for column in ("context", "act_response"):
             if not cells.get(column, "").strip():
                 problems.append(f"{path}: row {row_number}, column {column}: empty")

@@ -134,16 +134,16 @@ def without_secret_options(options: Mapping[str, Any], path: str = "") -> tuple[
 def public_config(config: GenerationConfig) -> tuple[GenerationConfig, list[str]]:
     """``config`` without credentials (secret-looking options, the base URL's user info and query
     values), and what was left out, so it can be written to disk or shown."""
-    from persobench.secrets import url_without_credentials
+    from persobench.secrets import public_url
 
     options, removed = without_secret_options(dict(config.options))
     left_out = [f"--option {name}" for name in removed]
     base_url = config.base_url
     if base_url:
-        public_url = url_without_credentials(base_url)
-        if public_url not in (base_url, base_url.rstrip("/")):
+        public = public_url(base_url)
+        if public not in (base_url, base_url.rstrip("/")):
             left_out.insert(0, "the base URL's credentials")
-        base_url = public_url
+        base_url = public
     return dataclasses.replace(config, options=options, base_url=base_url), left_out
 
 

@@ -86,15 +86,11 @@ def plan_generation(
     """Resolve model, template, samples, run id and cache hits. Sends nothing, needs no key."""
     from persobench.prompts import MODES, TemplateError, build_messages, default_template_name, get_template
 
+    from persobench.generation.numbers import check_numbers
+
     if config.mode not in MODES:
         raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
-    if config.concurrency != "auto" and (not isinstance(config.concurrency, int) or config.concurrency < 1):
-        raise ConfigurationError(f"concurrency must be a whole number of at least 1 or 'auto', "
-                                 f"got {config.concurrency!r}")
-    if config.max_concurrency < 1:
-        raise ConfigurationError(f"max concurrency must be at least 1, got {config.max_concurrency}")
-    if config.retry.max_attempts < 1:
-        raise ConfigurationError("max_attempts must be at least 1")
+    check_numbers(config)  # the same ranges for the CLI and the app, one line naming the flag
     from persobench.postprocess import POLICIES
 
     if config.policy is not None and config.policy not in POLICIES:
@@ -120,8 +116,6 @@ def plan_generation(
     if temperature < 0 or max_tokens < 1:
         raise ConfigurationError("temperature must be >= 0 and max_tokens >= 1")
     if config.batch_size is not None:
-        if config.batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, got {config.batch_size}")
         spec = dataclasses.replace(spec, options={**dict(spec.options), "batch_size": int(config.batch_size)})
     # A baseline's reply is well-formed by construction: structured output would change nothing.
     structured = (config.structured or spec.structured) and spec.provider != "baseline"

@@ -2,7 +2,7 @@
 
 ``progress.json``
     ``{"run_id", "status", "total", "done", "failed", "cached", "requests", "elapsed", "eta",
-    "pid", "updated_at"}`` (:class:`ProgressInfo` plus ``updated_at``), rewritten atomically at
+    "pid", "note", "updated_at"}`` (:class:`ProgressInfo` plus ``updated_at``), rewritten atomically at
     most twice a second and at the end. A "running" file whose ``pid`` no longer exists belongs to
     a killed run (start it again to resume).
 ``cancel``
@@ -50,6 +50,9 @@ class ProgressInfo:
     """Estimated seconds to finish; ``None`` before the first reply."""
     pid: int
     """Process generating the run (lets a poller tell a live run from a killed one)."""
+    note: str = ""
+    """What the run is waiting for, when it waits long (``waiting 590 s before retrying: the server
+    asked for it (Retry-After) with rate_limit HTTP 429``); ``""`` otherwise."""
 
 
 def write_progress(run_path: str | os.PathLike[str], info: ProgressInfo) -> None:

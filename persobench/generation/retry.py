@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from persobench.errors import PersoBenchError
-from persobench.providers.base import Completion, Provider, Request
 from persobench.errors import ErrorKind, ProviderError
+from persobench.providers.base import Completion, Provider, Request, within_deadline
 
 if TYPE_CHECKING:
     from persobench.generation.concurrency import AdaptiveLimit
@@ -38,7 +38,7 @@ class RetryPolicy:
     max_retry_after: float = 600.0
     """A server asking to wait longer than this (seconds) fails the request instead."""
     timeout: float = 60.0
-    """Seconds before one HTTP request counts as timed out."""
+    """Seconds one HTTP request may take in all, reply included, before it counts as timed out."""
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Wait after failed attempt ``attempt`` (1-based): exponential with "equal jitter" (half
@@ -59,6 +59,22 @@ class CallOutcome:
     """Seconds the last attempt took."""
     attempts: int
     """Attempts made, the first included."""
+
+
+#: A backoff wait shorter than this passes unannounced; a server's Retry-After is always announced.
+ANNOUNCE_BACKOFF_S = 10.0
+
+
+def wait_note(delay: float, error: ProviderError) -> str:
+    """One line saying that a request waits ``delay`` seconds before its retry, and why; ``""`` for a
+    short backoff not worth a line."""
+    status = f" HTTP {error.status_code}" if error.status_code is not None else ""
+    if error.retry_after is not None:
+        return (f"waiting {delay:.0f} s before retrying: the server asked for it (Retry-After) with "
+                f"{error.kind.value}{status}")
+    if delay >= ANNOUNCE_BACKOFF_S:
+        return f"waiting {delay:.0f} s before retrying: backing off after {error.kind.value}{status}"
+    return ""
 
 
 class PauseGate:
@@ -110,13 +126,15 @@ async def unless_stopping(coro: Awaitable[T], stopping: asyncio.Event) -> T:
 async def call_with_retries(
     provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
     rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
-    limit: "AdaptiveLimit | None" = None,
+    limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda *_: None,
 ) -> CallOutcome | None:
     """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
     stopping before the request could finish. ``on_attempt`` is called before each attempt (the
     runner counts HTTP requests with it). A request in flight is cancelled at once when
     ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish.
-    With ``limit`` (``--concurrency auto``) each attempt waits for a slot and reports back how it went."""
+    With ``limit`` (``--concurrency auto``) each attempt waits for a slot and reports back how it went.
+    ``on_wait(seconds, why)`` is told of a wait worth announcing (:func:`wait_note`) before it starts,
+    and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why."""
     interrupt = stopping if interrupt is None else interrupt
     attempt = 0
     while True:
@@ -134,7 +152,10 @@ async def call_with_retries(
             on_attempt()
             started = time.monotonic()
             try:
-                completion = await unless_stopping(provider.generate(request), interrupt)
+                # A deadline for the whole request (HTTP providers declare it): a reply dripping in
+                # byte by byte never lets one read time out.
+                deadline = getattr(provider, "request_deadline", None)
+                completion = await unless_stopping(within_deadline(provider.generate(request), deadline), interrupt)
                 latency = time.monotonic() - started
                 return CallOutcome(completion, None, latency, attempt)
             except Stopped:  # cancelled in flight: the sample stays pending (resumable)
@@ -162,6 +183,11 @@ async def call_with_retries(
             # Never before the server's Retry-After, and hold the other workers back too.
             gate.push(time.monotonic() + error.retry_after)
             delay = max(delay, error.retry_after)
+        note = wait_note(delay, error)
+        if note:
+            on_wait(delay, note)
         await sleep_or_stop(delay, stopping)
+        if note:
+            on_wait(0.0, "")
         if stopping.is_set():
             return None

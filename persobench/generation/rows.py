@@ -42,7 +42,8 @@ def build_row(
     }
     if completion is None:
         assert error is not None
-        row.update(status=Status.API_ERROR.value, response=None, reasoning=None, raw_text=None,
+        # a too-large reply keeps its start (error.head) for the Failures page
+        row.update(status=Status.API_ERROR.value, response=None, reasoning=None, raw_text=error.head,
                    finish_reason=None, prompt_tokens=None, completion_tokens=None, error=error.describe())
         return row
     parsed = parse_output(
@@ -58,6 +59,18 @@ def build_row(
         completion_tokens=completion.completion_tokens, error=err if err is not None else parsed.note,
     )
     return row
+
+
+#: ``run``'s exit status when the run completed but every sample's request failed (HTTP 500 throughout,
+#: a reply over the size cap ...): nothing to score, and a script or a job should notice.
+EXIT_NO_SAMPLE_SUCCEEDED = 3
+
+
+def no_sample_succeeded(counts: Mapping[str, int]) -> bool:
+    """True when a run's status counts hold failed requests and not one reply (any other status,
+    even invalid JSON, is a reply the model gave)."""
+    replies = sum(n for status, n in counts.items() if status not in ("api_error", "pending"))
+    return replies == 0 and counts.get("api_error", 0) > 0
 
 
 def rows_frame(rows: Mapping[int, Mapping[str, Any]]) -> "pd.DataFrame":

@@ -157,6 +157,9 @@ class Runner:
         #: Recovery files holding replies the cache could not store, and how many no disk took.
         self.kept_in: set[Path] = set()
         self.lost = 0
+        self.waits: dict[int, tuple[float, str]] = {}
+        """Announced waits in progress: token -> (monotonic end, note); progress shows the longest."""
+        self._wait_tokens = itertools.count()
         spec = plan.spec
         self.secrets = known_secrets(api_keys=getattr(provider, "_secrets", ()) or (), base_url=spec.base_url,
                                      options=spec.options)
@@ -225,9 +228,11 @@ class Runner:
         plan = self.plan
         assert self.provider is not None
         request = Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
+        token = next(self._wait_tokens)
         outcome = await call_with_retries(
             self.provider, request, policy=self.config.retry, gate=self.gate, stopping=self.stopping,
             rng=self.rng, on_attempt=self._count_request, interrupt=self.interrupt, limit=self.limit,
+            on_wait=lambda seconds, note: self._on_wait(token, seconds, note),
         )
         if outcome is None:  # stopped during a retry wait: the sample stays pending (resumable)
             return
@@ -267,6 +272,14 @@ class Runner:
                 self._record(i, CallOutcome(None, result, share, 1))
             else:
                 self._record(i, CallOutcome(result, None, share, 1))
+
+    def _on_wait(self, token: int, seconds: float, note: str) -> None:
+        """A request starts (``note``) or ends (``""``) a long wait: progress says so at once."""
+        if note:
+            self.waits[token] = (time.monotonic() + seconds, note)
+        else:
+            self.waits.pop(token, None)
+        self._report(force=True)
 
     def _record(self, i: int, outcome: CallOutcome) -> None:
         """Cache and record the outcome of sample ``i``, then checkpoint and report."""
@@ -360,6 +373,7 @@ class Runner:
         return ProgressInfo(
             run_id=self.run.run_id, status=status, total=len(self.plan.samples), done=done, failed=failed,
             cached=cached, requests=self.requests, elapsed=round(elapsed, 3), eta=eta, pid=os.getpid(),
+            note=max(self.waits.values())[1] if self.waits and status == "running" else "",
         )
 
     def _report(self, *, force: bool = False, status: str = "running") -> None:

@@ -8,7 +8,6 @@ nor start it twice.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import subprocess
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import (
-    JOB_SECRETS_ENV,
     LAUNCH_GRACE_S,
     RUNNER_MODULE,
     JobStatus,
@@ -28,9 +26,9 @@ from persobench.jobs.model import (
 )
 from persobench.errors import ConfigurationError
 from persobench.processes import pid_alive
-from persobench.secrets import redact
-from persobench.store import default_home
 from persobench.files import atomic_write_json, utc_now
+from persobench.secrets import credentials_environment, public_text, redact
+from persobench.store import default_home
 
 
 def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
@@ -45,7 +43,12 @@ def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
         return ""
     cleaned = [line.rsplit("\r", 1)[-1] for line in data.split("\n")]
     kept = [line for line in cleaned if line.strip()][-lines:]
-    return redact("\n".join(kept))
+    return public_text(redact("\n".join(kept)))
+
+
+def step_base_urls(steps: Sequence[JobStep]) -> list[str]:
+    """The base URLs of the run steps (public forms: their credentials are not in job.json)."""
+    return [str(step.config["base_url"]) for step in steps if step.kind == "run" and step.config.get("base_url")]
 
 
 def lock_alive(lock: Path) -> bool:
@@ -105,10 +108,9 @@ class JobManager:
             atomic_write_json(folder / "state.json", {"state": "launching", "step": 0, "updated_at": utc_now()})
             child_env = dict(os.environ if env is None else env)
             child_env["PERSOBENCH_HOME"] = str(self.home.resolve())
-            secrets = {str(i): dict(s.secrets) for i, s in enumerate(steps) if s.secrets}
-            if secrets:  # credentials reach the steps through the environment, never job.json or the log
-                child_env[JOB_SECRETS_ENV] = json.dumps(secrets)
             child_env.setdefault("PYTHONUNBUFFERED", "1")
+            # Base URLs are stored in their public form; their credentials travel in the environment.
+            child_env.update(credentials_environment(step_base_urls(steps)))
             # The child imports this same persobench, installed or not.
             package_root = str(Path(__file__).resolve().parents[2])
             paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -163,7 +165,7 @@ class JobManager:
         status = JobStatus(
             job_id=job_id, title=str(spec.get("title", job_id)), state=value,
             steps=tuple(JobStep.from_dict(s) for s in spec.get("steps", [])),
-            step_index=int(state.get("step") or 0), message=redact(state.get("message") or ""),
+            step_index=int(state.get("step") or 0), message=public_text(redact(state.get("message") or "")),
             created_at=str(spec.get("created_at", "")), finished_at=str(state.get("finished_at") or ""),
             log_tail=log_tail, run_ids=tuple(state.get("run_ids") or ()),
         )

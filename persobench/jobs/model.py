@@ -34,10 +34,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-#: The runner's environment variable holding each step's :attr:`JobStep.secrets` (JSON, by step
-#: index); the runner gives a step's child its own under :data:`STEP_SECRETS_ENV`.
-JOB_SECRETS_ENV = "PERSOBENCH_JOB_SECRETS"
-STEP_SECRETS_ENV = "PERSOBENCH_STEP_SECRETS"
 #: What a step does, each through the library's front door (:mod:`persobench.pipeline`).
 STEP_KINDS = ("run", "score", "import", "fetch")
 
@@ -64,10 +60,6 @@ class JobStep:
     withhold_keys: bool = False
     """Run the step without the app's API keys in its environment: its server is a base URL typed
     into the page, which the operator did not configure (see :func:`persobench.secrets.key_allowed`)."""
-    secrets: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """Config fields that hold credentials (``base_url`` with user info or secret query values,
-    ``options`` with secret entries), as given. Never written to ``job.json`` or shown: the launcher
-    hands them to the step's child through its environment (:data:`JOB_SECRETS_ENV`)."""
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep
-from persobench.secrets import redact
+from persobench.secrets import public_text, redact, remember_url
 from persobench.structured import structured_label
 
 #: Models every installation can run without a key or a server.
@@ -73,8 +73,10 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
     store = RunStore(home)
     rows = []
     for choice in choices:
+        # Only the URL's public form goes into the plan (and so into job.json and the page); its
+        # credentials reach the run's process through its environment (remember_url).
         row: dict[str, Any] = {"dataset": choice.dataset, "model": choice.model, "mode": choice.mode,
-                               "base_url": choice.base_url or "", "template": choice.template or "",
+                               "base_url": remember_url(choice.base_url) or "", "template": choice.template or "",
                                "structured": False}
         config = GenerationConfig(dataset=choice.dataset, model=choice.model, mode=choice.mode,
                                   base_url=choice.base_url or None, limit=limit, seed=seed,
@@ -84,7 +86,7 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
             plan = pipeline.plan(config, store=store)
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
             row.update(run_id="", samples=0, requests=0, cached=0, prompt_tokens=0, max_cost_usd=None,
-                       key_withheld=False, problem=redact(" ".join(str(exc).split()) or type(exc).__name__))
+                       key_withheld=False, problem=public_text(redact(" ".join(str(exc).split()) or type(exc).__name__)))
             rows.append(row)
             continue
         withheld = not _key_may_go_to(choice, home, env)
@@ -143,14 +145,12 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
                                       structured=bool(plan.get("structured")))
         if concurrency is not None:
             config = dataclasses.replace(config, concurrency=concurrency)
-        stored, left_out = public_config(config)
-        secrets = {"base_url": config.base_url, "options": dict(config.options)} if left_out else {}
+        stored, _ = public_config(config)  # the base URL's credentials travel in the environment
         label = structured_label(config.model, config.structured)
         steps.append(JobStep(label=f"{label} · {config.mode} · {stored.dataset}", kind="run",
                              config=stored.to_dict(),
                              expect={"dataset": config.dataset, "model": config.model, "mode": config.mode},
-                             run_id=plan.get("run_id") or None, withhold_keys=bool(plan.get("key_withheld")),
-                             secrets=secrets))
+                             run_id=plan.get("run_id") or None, withhold_keys=bool(plan.get("key_withheld"))))
     if profile and steps:
         steps.append(JobStep(label=f"score ({profile} profile)", kind="score",
                              config={"profile": profile, "metrics": None, "runs": "job"}))

@@ -9,7 +9,6 @@ the runner down with it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,9 +18,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from persobench.files import atomic_write_json, utc_now
-from persobench.jobs.model import (CANCEL_GRACE_S, JOB_SECRETS_ENV, RUNNER_MODULE, STEP_SECRETS_ENV, JobStep,
-                                   read_json)
-from persobench.secrets import redact
+from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json
+from persobench.secrets import public_text, redact
 from persobench.store import default_home
 
 def run_job(folder: Path) -> int:
@@ -31,6 +29,8 @@ def run_job(folder: Path) -> int:
     stop the others); a score step scores the runs whose generation succeeded. A ``cancel`` file in
     the job folder stops the job: it is forwarded to the run in progress, which ends "cancelled".
     """
+    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED
+
     folder = Path(folder)
     spec = read_json(folder / "job.json")
     if spec is None:
@@ -61,7 +61,7 @@ def run_job(folder: Path) -> int:
             if step.kind == "score" and step.config.get("runs", "job") == "job" and not state["run_ids"]:
                 continue  # no run of this job completed: nothing to score
             save(step=index, message=f"running {step.label}")
-            print(f"\n=== {step.label}", flush=True)
+            print(public_text(f"\n=== {step.label}"), flush=True)
             returncode = _run_child(folder, index, home, step)
             if step.kind == "run":
                 run_dir = step.run_dir(home)
@@ -71,7 +71,8 @@ def run_job(folder: Path) -> int:
                 outcome = "cancelled"
                 break
             if returncode != 0:
-                state["failures"].append(f"{step.label} exited with status {returncode}")
+                state["failures"].append(f"{step.label} exited with status {returncode}" + (
+                    " (no sample succeeded)" if step.kind == "run" and returncode == EXIT_NO_SAMPLE_SUCCEEDED else ""))
             save()
     except Exception as exc:  # noqa: BLE001 - recorded for the page; the traceback goes to the log
         import traceback
@@ -84,7 +85,7 @@ def run_job(folder: Path) -> int:
         message = "; ".join(state["failures"]) if state["failures"] else ""
         if outcome == "cancelled":
             message = "cancelled by request" + (f"; {message}" if message else "")
-        save(state=outcome, message=redact(message), finished_at=utc_now())
+        save(state=outcome, message=public_text(redact(message)), finished_at=utc_now())
         lock.unlink(missing_ok=True)
     return 0 if outcome == "completed" else 1
 
@@ -96,11 +97,8 @@ def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
     from persobench.secrets import is_secret_name
 
     env = dict(os.environ)
-    secrets = json.loads(env.pop(JOB_SECRETS_ENV, "") or "{}").get(str(index))
     if step.withhold_keys:  # a server typed into the page gets no key of the operator's
         env = {name: value for name, value in env.items() if not is_secret_name(name)}
-    if secrets:
-        env[STEP_SECRETS_ENV] = json.dumps(secrets)
     proc = subprocess.Popen([sys.executable, "-m", RUNNER_MODULE, "step", str(folder), str(index)],
                             stdin=subprocess.DEVNULL, env=env)
     cancel_sent_at: float | None = None
@@ -147,19 +145,22 @@ def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: AR
 
     from persobench import pipeline
     from persobench.generation import GenerationConfig
+    from persobench.secrets import url_with_credentials
 
     config = GenerationConfig.from_dict(step.config)
-    secrets = json.loads(os.environ.get(STEP_SECRETS_ENV) or "{}")
-    if secrets:  # the credentials job.json leaves out
-        config = dataclasses.replace(config, base_url=secrets.get("base_url", config.base_url),
-                                     options=secrets.get("options", config.options))
+    # job.json holds the base URL's public form; its credentials come in the environment
+    config = dataclasses.replace(config, base_url=url_with_credentials(config.base_url))
     cancel = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: cancel.set())
     run = pipeline.generate(config, home=home, cancel=cancel)
     counts = {k: v for k, v in (run.manifest.details.counts or {}).items() if v}
     print(f"run {run.run_id}: {run.manifest.status} ({', '.join(f'{k}={v}' for k, v in counts.items()) or '-'})",
           flush=True)
-    return 1 if run.manifest.status == "cancelled" else 0
+    if run.manifest.status == "cancelled":
+        return 1
+    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
+
+    return EXIT_NO_SAMPLE_SUCCEEDED if no_sample_succeeded(run.manifest.details.counts or {}) else 0
 
 
 def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:

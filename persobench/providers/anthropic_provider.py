@@ -9,13 +9,17 @@ import anthropic
 from persobench.errors import ErrorKind, ProviderError
 from persobench.providers.base import (
     translated_sdk_errors,
+    capped_http_client,
+    max_reply_bytes,
     Completion,
     Request,
     check_reachable,
     resolve_api_key,
 )
 
-_TRANSPORT_OPTIONS = frozenset({"timeout", "headers"})
+from persobench.secrets import shorten
+
+_TRANSPORT_OPTIONS = frozenset({"timeout", "headers", "max_reply_bytes"})
 
 #: Anthropic stop reasons in the vocabulary the rest of the pipeline uses.
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "refusal"}
@@ -37,10 +41,13 @@ class AnthropicProvider:
         self._secrets = (key,)
         options = dict(spec.options)
         self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self.request_deadline = float(options.get("timeout", timeout))
+        """Seconds one request may take in all, reply included (the retry loop enforces it)."""
         self.client = anthropic.AsyncAnthropic(
             api_key=key,
             base_url=spec.base_url,
-            timeout=float(options.get("timeout", timeout)),
+            timeout=self.request_deadline,
+            http_client=capped_http_client(anthropic, max_bytes=max_reply_bytes(options)),
             max_retries=0,  # ours is the only retry loop
             default_headers=options.get("headers") or None,
         )
@@ -70,7 +77,7 @@ class AnthropicProvider:
             kwargs["output_config"] = {"format": structured_output_format(params.response_schema)}
         with translated_sdk_errors(anthropic, self._secrets):
             response = await self.client.messages.create(**kwargs)
-        return _to_completion(response)
+        return _to_completion(response, self._secrets)
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -87,14 +94,14 @@ def structured_output_format(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "schema": anthropic.transform_schema(dict(schema))}
 
 
-def _to_completion(response: Any) -> Completion:
+def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Completion:
     try:
         blocks = response.content
         text = "".join(getattr(b, "text", "") or "" for b in blocks if getattr(b, "type", None) == "text")
         stop_reason = response.stop_reason
     except (AttributeError, TypeError) as exc:
         raise ProviderError(
-            ErrorKind.BAD_RESPONSE, f"response has no content blocks ({type(exc).__name__}): {str(response)[:200]}"
+            ErrorKind.BAD_RESPONSE, shorten(f"response has no content blocks ({type(exc).__name__}): {response}", 250, secrets)
         ) from None
     usage = getattr(response, "usage", None)
     return Completion(

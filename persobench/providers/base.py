@@ -7,15 +7,17 @@ types below. Retries, concurrency, caching and post-processing live once in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import json
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
-from persobench.secrets import scrub
+from persobench.secrets import scrub, shorten
 
 if TYPE_CHECKING:
     from persobench.records import Sample
@@ -313,20 +315,99 @@ def check_reachable(url: str, *, timeout: float = 5.0) -> None:
         raise ConfigurationError(f"cannot reach server {scheme}://{host}:{port} ({reason})") from None
 
 
+#: Largest reply body (bytes on the wire) a provider reads; a bigger one fails the request as
+#: ``too_large`` without being stored whole. Change it with the model option ``max_reply_bytes``
+#: (``run --max-reply-bytes``). Chat replies are a few kilobytes; 1 MiB leaves room for long ones.
+DEFAULT_MAX_REPLY_BYTES = 1_048_576
+#: Characters of a too-large reply kept in the row's ``raw_text`` (the Failures page shows them).
+TOO_LARGE_HEAD_CHARS = 2000
+
+
+def max_reply_bytes(options: Mapping[str, Any]) -> int:
+    """The reply size cap for a model's options (``max_reply_bytes``, default :data:`DEFAULT_MAX_REPLY_BYTES`)."""
+    value = options.get("max_reply_bytes", DEFAULT_MAX_REPLY_BYTES)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"option max_reply_bytes must be a whole number of bytes >= 1, got {value!r}")
+    return value
+
+
+def capped_http_client(sdk: Any, *, max_bytes: int) -> Any:
+    """An HTTP client for a Stainless SDK (``openai``, ``anthropic``) that reads at most ``max_bytes``
+    of any reply: a bigger one raises :class:`ProviderError` ``too_large`` carrying its head, so a
+    5 MB reply is neither held in memory nor cached. Replies are asked for uncompressed, so the cap
+    counts the reply's real size and the head is readable text."""
+    return sdk.DefaultAsyncHttpxClient(
+        event_hooks={"response": [_ReplySizeCap(max_bytes)]}, headers={"Accept-Encoding": "identity"},
+    )
+
+
+class _ReplySizeCap:
+    """A response hook replacing the body stream with one that stops past ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+
+    async def __call__(self, response: Any) -> None:
+        library = sys.modules[type(response).__module__.split(".")[0]]  # httpx or its fork httpx2
+        declared = response.headers.get("content-length", "")
+        declared_size = int(declared) if declared.isdigit() else None
+        response.stream = _capped_stream(library, response.stream, self.max_bytes, declared_size)
+
+
+def _capped_stream(library: Any, inner: Any, max_bytes: int, declared: int | None) -> Any:
+    class CappedStream(library.AsyncByteStream):  # the client requires its own stream type
+        async def __aiter__(self) -> Any:
+            received, head = 0, bytearray()
+            async for chunk in inner:
+                received += len(chunk)
+                if len(head) < TOO_LARGE_HEAD_CHARS:
+                    head += chunk[:TOO_LARGE_HEAD_CHARS - len(head)]
+                too_big = received > max_bytes or (declared is not None and declared > max_bytes)
+                if too_big and (len(head) >= TOO_LARGE_HEAD_CHARS or received > max_bytes):
+                    size = f"{declared} bytes" if declared is not None else f"more than {max_bytes} bytes"
+                    raise ProviderError(
+                        ErrorKind.TOO_LARGE,
+                        f"the reply is {size}, over the cap of {max_bytes} bytes (raise it with "
+                        f"--max-reply-bytes or the model option max_reply_bytes); its start is kept in raw_text",
+                        head=bytes(head).decode("utf-8", errors="replace"),
+                    )
+                yield chunk
+
+        async def aclose(self) -> None:
+            await inner.aclose()
+
+    return CappedStream()
+
+
+async def within_deadline(coro: Any, seconds: float | None) -> Any:
+    """Await ``coro``, failing it as a ``timeout`` when the whole of it (connecting, waiting, reading
+    every byte of the reply) takes more than ``seconds``: a server dripping one byte a second never
+    lets a single read time out. ``None``: no deadline (in-process models)."""
+    if not seconds:
+        return await coro
+    try:
+        return await asyncio.wait_for(coro, seconds)
+    except TimeoutError:
+        raise ProviderError(ErrorKind.TIMEOUT, f"no complete reply within {seconds:g} s (--timeout is a deadline "
+                            "for the whole request, reply included)") from None
+
+
 @contextlib.contextmanager
 def translated_sdk_errors(sdk: Any, secrets: Sequence[str | None]) -> Iterator[None]:
     """Turn the exceptions of a Stainless-generated SDK (``openai``, ``anthropic``: same class
     names) into :class:`ProviderError`, so the one retry loop classifies every provider alike."""
     try:
         yield
-    except sdk.APITimeoutError as exc:
-        raise ProviderError(ErrorKind.TIMEOUT, scrub(str(exc), secrets)) from None
-    except sdk.APIConnectionError as exc:
+    except sdk.APIConnectionError as exc:  # APITimeoutError is one too
+        if isinstance(exc.__cause__, ProviderError):  # our own check inside the HTTP client (too_large)
+            raise exc.__cause__ from None
+        if isinstance(exc, sdk.APITimeoutError):
+            raise ProviderError(ErrorKind.TIMEOUT, scrub(str(exc), secrets)) from None
         cause = exc.__cause__ or exc
         raise ProviderError(ErrorKind.CONNECTION, scrub(f"{exc} ({type(cause).__name__})", secrets)) from None
     except sdk.APIStatusError as exc:
         raise error_from_http(exc.status_code, exc.response.headers, exc.body, str(exc), secrets=secrets) from None
     except (json.JSONDecodeError, sdk.APIResponseValidationError, ValueError) as exc:
         raise ProviderError(
-            ErrorKind.BAD_RESPONSE, f"unparseable response body ({type(exc).__name__}: {exc})"[:300]
+            ErrorKind.BAD_RESPONSE, shorten(f"unparseable response body ({type(exc).__name__}: {exc})", 300, secrets)
         ) from None

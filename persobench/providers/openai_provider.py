@@ -11,11 +11,14 @@ import openai
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import (
     translated_sdk_errors,
+    capped_http_client,
+    max_reply_bytes,
     Completion,
     Request,
     check_reachable,
     resolve_api_key,
 )
+from persobench.secrets import shorten
 from persobench.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
 
 #: Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK insists on a non-empty one.
@@ -23,7 +26,7 @@ PLACEHOLDER_KEY = "not-needed"
 
 #: Spec options consumed here rather than sent in the request body.
 _TRANSPORT_OPTIONS = frozenset(
-    {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format"}
+    {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format", "max_reply_bytes"}
 )
 
 #: The ``response_format`` form each server takes, learned in this process: normalised base URL
@@ -69,10 +72,13 @@ class OpenAIProvider:
             )
         self._declared_form: str | None = declared
         self._probe_lock = asyncio.Lock()
+        self.request_deadline = float(options.get("timeout", timeout))
+        """Seconds one request may take in all, reply included (the retry loop enforces it)."""
         self.client = openai.AsyncOpenAI(
             api_key=key or PLACEHOLDER_KEY,
             base_url=spec.base_url,
-            timeout=float(options.get("timeout", timeout)),
+            timeout=self.request_deadline,
+            http_client=capped_http_client(openai, max_bytes=max_reply_bytes(options)),
             max_retries=0,  # ours is the only retry loop; SDK retries would multiply it
             default_headers=options.get("headers") or None,
             organization=options.get("organization"),
@@ -106,7 +112,7 @@ class OpenAIProvider:
     async def _send(self, kwargs: Mapping[str, Any]) -> Completion:
         with translated_sdk_errors(openai, self._secrets):
             response = await self.client.chat.completions.create(**kwargs)
-        return _to_completion(response)
+        return _to_completion(response, self._secrets)
 
     @property
     def structured_form(self) -> str | None:
@@ -152,7 +158,7 @@ class OpenAIProvider:
         await self.client.close()
 
 
-def _to_completion(response: Any) -> Completion:
+def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Completion:
     """Read the first choice; anything not shaped like a chat completion is a bad response."""
     try:
         choice = response.choices[0]
@@ -162,7 +168,7 @@ def _to_completion(response: Any) -> Completion:
         refusal = getattr(message, "refusal", None)
     except (AttributeError, IndexError, TypeError) as exc:
         raise ProviderError(
-            ErrorKind.BAD_RESPONSE, f"response has no choices[0].message ({type(exc).__name__}): {str(response)[:200]}"
+            ErrorKind.BAD_RESPONSE, shorten(f"response has no choices[0].message ({type(exc).__name__}): {response}", 250, secrets)
         ) from None
     if refusal and not text:
         # Structured-output refusals come in their own field; keep the words as the raw text.

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 #: Spec options that do not change what the model writes: kept out of cache keys and run ids.
 NON_OUTPUT_OPTIONS = frozenset(
     {"timeout", "headers", "max_tokens_param", "device", "dtype", "organization", "project",
-     "structured_format", "batch_size"}
+     "structured_format", "batch_size", "max_reply_bytes"}
 )
 
 

@@ -5,6 +5,7 @@ from tests.fakes.servers import (
     FakeLLMServer,
     RequestInfo,
     default_text,
+    drip,
     error,
     hang,
     malformed,
@@ -14,6 +15,6 @@ from tests.fakes.servers import (
 )
 
 __all__ = [
-    "Action", "FakeLLMServer", "RequestInfo", "default_text", "error", "hang", "malformed", "prompt_id",
+    "Action", "FakeLLMServer", "RequestInfo", "default_text", "drip", "error", "hang", "malformed", "prompt_id",
     "reply", "reset",
 ]

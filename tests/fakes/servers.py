@@ -4,7 +4,8 @@ an Anthropic Messages server, scriptable per request.
 A script is a function ``RequestInfo -> Action | None`` (``None``: the default reply). Actions:
 :func:`reply` (optionally slow, cut off, refused), :func:`error` (any status, Retry-After),
 :func:`hang` (no answer until the client times out), :func:`reset` (TCP reset, no response),
-:func:`malformed` (HTTP 200 with a body that is not JSON).
+:func:`malformed` (HTTP 200 with a body that is not JSON), :func:`drip` (a valid reply sent one byte
+at a time, so no single read ever times out).
 
 The server records every request (prompt, per-prompt attempt number, arrival time, headers) and
 the peak number of requests in flight, so tests assert on what the server saw, not on what the
@@ -37,7 +38,7 @@ class Action:
     """What the server does with one request."""
 
     kind: str
-    """"reply", "error", "hang", "reset" or "malformed"."""
+    """"reply", "error", "hang", "reset", "malformed" or "drip"."""
     text: str | None = None
     """Reply text (``None``: the default JSON reply)."""
     finish_reason: str = "stop"
@@ -56,6 +57,8 @@ class Action:
     """Seconds before answering (``None``: the server's default latency)."""
     usage: tuple[int, int] | None = (12, 7)
     """(prompt, completion) tokens reported; ``None`` omits usage."""
+    interval: float = 0.0
+    """Drip: seconds between two bytes of the reply."""
 
 
 def reply(text: str | None = None, *, finish_reason: str = "stop", delay: float | None = None,
@@ -78,6 +81,11 @@ def reset() -> Action:
 
 def malformed() -> Action:
     return Action("malformed")
+
+
+def drip(text: str | None = None, *, interval: float = 0.5) -> Action:
+    """A complete, valid reply whose body goes out one byte every ``interval`` seconds (headers at once)."""
+    return Action("drip", text=text, interval=interval)
 
 
 @dataclass(frozen=True)
@@ -328,6 +336,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._abort()
             elif action.kind == "malformed":
                 self._send_raw(200, b'{"id": "x", "choices": [ {"message": ', "application/json")
+            elif action.kind == "drip":
+                self._drip(json.dumps(self._reply_body(info, action)).encode("utf-8"), action.interval)
             elif action.kind == "error":
                 self._send_json(action.status, action.body if action.body is not None else self._error_body(action),
                                 action.headers)
@@ -385,8 +395,26 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up (a reply over its size cap)
+            self.close_connection = True
+
+    def _drip(self, data: bytes, interval: float) -> None:
+        """Send ``data`` byte by byte; stop quietly when the client hangs up."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.flush()
+            for index in range(len(data)):
+                self.wfile.write(data[index:index + 1])
+                self.wfile.flush()
+                time.sleep(interval)
+        except OSError:
+            self.close_connection = True
 
     def _abort(self) -> None:
         """Reset the TCP connection without a response (SO_LINGER 0 makes close() send RST)."""
