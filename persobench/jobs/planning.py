@@ -67,6 +67,7 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
     and any problem (unknown model, missing key), without sending anything."""
     from persobench import pipeline
     from persobench.generation import GenerationConfig
+    from persobench.generation.config import public_config
     from persobench.locks import lock_holder
     from persobench.store import RunStore
 
@@ -81,7 +82,9 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         config = GenerationConfig(dataset=choice.dataset, model=choice.model, mode=choice.mode,
                                   base_url=choice.base_url or None, limit=limit, seed=seed,
                                   template=choice.template or None, structured=choice.structured)
-        row["config"] = config.to_dict()  # the job runs exactly the configuration estimated here
+        # The job runs exactly the configuration estimated here; its base URL in public form (the
+        # credentials stay in this process's memory, remember_url, and reach the job's environment).
+        row["config"] = public_config(config)[0].to_dict()
         try:
             plan = pipeline.plan(config, store=store)
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
