@@ -4,6 +4,7 @@ uses, so a newcomer's first five commands are never stale."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -117,3 +118,16 @@ def test_readme_names_every_command_of_the_cli():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = sorted(name for name in names if f"`{name}`" not in readme and f"persobench {name}" not in readme)
     assert not missing, f"README.md does not mention these commands: {missing}"
+
+
+def test_the_readme_python_api_example_runs(tmp_path):
+    """The Python API example is run as written, in an empty folder: it generates, scores and prints a board."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Python API"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    code += "\nassert report.failures == 0 and report.new_values > 0\nprint('rows', len(board.table))\n"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split("rows")[-1]) > 0
+    assert (tmp_path / "cache" / "runs").is_dir()
