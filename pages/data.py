@@ -110,7 +110,7 @@ with tab_import:
     @st.fragment(run_every=2.0)
     def import_jobs() -> None:
         manager = JobManager(current_home())
-        for job in [j for j in manager.jobs() if j.steps and j.steps[0].kind == "import"][:5]:
+        for job in [j for j in manager.jobs() if j.steps and j.steps[0].kind in ("import", "fetch")][:5]:
             job_card(manager, job)
             download = download_progress(manager.home) if job.active and job.step_index == 0 else None
             if download is not None and job.steps[0].kind == "fetch":

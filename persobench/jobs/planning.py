@@ -87,6 +87,8 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         row["config"] = public_config(config)[0].to_dict()
         try:
             plan = pipeline.plan(config, store=store)
+            # what the plan applies: a baseline ignores structured output, so its config says so
+            row["config"]["structured"] = plan.params.response_schema is not None
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
             row.update(run_id="", samples=0, requests=0, cached=0, prompt_tokens=0, max_cost_usd=None,
                        key_withheld=False, problem=public_text(redact(" ".join(str(exc).split()) or type(exc).__name__)))
@@ -146,8 +148,8 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
                                       base_url=plan.get("base_url") or None, limit=limit, seed=seed,
                                       template=plan.get("template_option") or None,
                                       structured=bool(plan.get("structured")))
-        if concurrency is not None:
-            config = dataclasses.replace(config, concurrency=concurrency)
+        if concurrency is not None:  # a page's choice may come as text ("8", "auto")
+            config = dataclasses.replace(config, concurrency="auto" if str(concurrency) == "auto" else int(concurrency))
         stored, _ = public_config(config)  # the base URL's credentials travel in the environment
         label = structured_label(config.model, config.structured)
         steps.append(JobStep(label=f"{label} · {config.mode} · {stored.dataset}", kind="run",
