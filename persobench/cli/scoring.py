@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "(default), or bfloat16, about 3x faster on CPUs with AMX/AVX512-BF16, values "
                             "within ~1e-3, stored under a profile key of their own")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from persobench.cli import judge
+
+    judge.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
     score.set_defaults(handler=cmd_score)
 
 
@@ -77,9 +80,11 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.metrics:
         requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
         validate_metric_names(requested)
-    profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision)
+    from persobench.cli import judge
 
     store = store_from_args(args)
+    profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision,
+                          judge=judge.judge_from_args(args, store.home))
     if args.runs:
         from persobench.cli.generate import resolve_run
 
@@ -92,11 +97,16 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"no runs with generations in {store.runs_dir}")
             return 0
 
+    from persobench.metrics.judge import JudgeError
     from persobench.metrics.scoring import score_run
 
+    samples_cache: dict[str, dict] = {}
+    if args.dry_run:
+        return judge.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
+    if profile.judge is not None:
+        judge.check_cost(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
     print(f"profile {profile.key} on {profile.device}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
-    samples_cache: dict[str, dict] = {}
     unavailable: dict[str, str] = {}
     degraded: dict[str, str] = {}
     failures = 0
@@ -130,6 +140,8 @@ def cmd_score(args: argparse.Namespace) -> int:
                                             progress=bar, encoder=encoder)
                     finally:
                         bar.close()
+                except JudgeError:
+                    raise  # no key, or a judge failing every request: one line, not one per run
                 except PersoBenchError as exc:
                     print(f"{run.run_id}: not scored: {exc}")
                     failures += 1
@@ -138,6 +150,8 @@ def cmd_score(args: argparse.Namespace) -> int:
             encoder.release()
     _report("unavailable (no number stored)", unavailable)
     _report("degraded (stored, labelled in provenance)", degraded)
+    if judge.report(profile):  # pairs left without an answer: those scores are missing
+        failures += 1
     if failures:
         return 1
     if requested and any(m in unavailable for m in requested):
