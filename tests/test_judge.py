@@ -299,3 +299,52 @@ def test_boards_keep_judge_and_nli_model_numbers_apart_and_say_who_labelled(open
         header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("### "))
         assert expected in header and f"profile {key}" in header
         assert json.loads(aggregate.export_board(boards[key], "json"))["nli_labels"].startswith(expected)
+
+
+# --- calibration -------------------------------------------------------------------------------------------
+
+
+def test_agreement_matches_scikit_learn_and_counts_unlabelled_pairs():
+    from sklearn.metrics import cohen_kappa_score, confusion_matrix
+
+    from persobench.metrics.judge import UNANSWERED, agreement
+    from persobench.metrics.nli import LABELS
+
+    reference = ["entailment", "neutral", "contradiction", "neutral", "entailment", "neutral", "contradiction"]
+    judged = ["entailment", "entailment", "contradiction", "neutral", UNPARSEABLE, "neutral", UNANSWERED]
+    result = agreement(reference, judged)
+    both = [(r, j) for r, j in zip(reference, judged) if j in LABELS]
+    assert (result.n, result.unlabelled) == (5, 2)
+    assert result.accuracy == pytest.approx(4 / 5)
+    assert result.kappa == pytest.approx(cohen_kappa_score([r for r, _ in both], [j for _, j in both]))
+    matrix = confusion_matrix([r for r, _ in both], [j for _, j in both], labels=list(LABELS))
+    assert [[result.confusion[r][j] for j in LABELS] for r in LABELS] == matrix.tolist()
+    assert result.confusion["entailment"][UNPARSEABLE] == 1 and result.confusion["contradiction"][UNANSWERED] == 1
+
+
+@pytest.mark.reference
+@pytest.mark.hub_loading
+def test_the_calibration_benchmark_measures_agreement_when_both_labellers_exist(reference_dir, openai_server,
+                                                                                 tmp_path, capsys):
+    """benchmarks/judge.py end to end on published FoCus pairs, with a tiny NLI model built in code
+    (always contradiction) and the fake judge (always entailment): agreement is exactly none."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    from tests.fakes.tiny_models import build_tiny_nli
+
+    spec = importlib.util.spec_from_file_location("judge_benchmark", ROOT / "benchmarks" / "judge.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    nli_dir = build_tiny_nli(tmp_path / "nli", favoured=0)
+    openai_server.script = judge_script({}, default="entailment")
+    code = bench.main(["--judge", "openai:judge-model", "--judge-base-url", openai_server.base_url, "--nli",
+                       str(nli_dir), "--pairs", "12", "--reference", str(reference_dir),
+                       "--cache", str(tmp_path / "responses"), "--require"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "pairs: 12 drawn (seed 0) from" in out and "of 16 published FoCus runs" in out
+    assert "pairs both labelled: 12" in out and "accuracy: 0.000" in out
+    assert len(openai_server.requests) == 12
+    row = next(line for line in out.splitlines() if line.strip().startswith("contradiction "))
+    assert row.split()[1:3] == ["12", "0"]  # all 12 NLI contradictions were judged entailment

@@ -488,3 +488,41 @@ def judge_labeller(config: JudgeConfig) -> JudgeLabeller:
         if key not in _LABELLERS:
             _LABELLERS[key] = JudgeLabeller(config)
         return _LABELLERS[key]
+
+
+# --- Calibration ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How a judge's labels agree with a reference labeller's (the NLI model) on the same pairs."""
+
+    n: int
+    """Pairs both labelled (the judge's unparseable and unanswered pairs are left out)."""
+    accuracy: float
+    """Share of those pairs with the same label."""
+    kappa: float
+    """Cohen's kappa over the three labels (1 = perfect, 0 = chance agreement)."""
+    confusion: Mapping[str, Mapping[str, int]]
+    """Reference label -> judge label -> pairs (judge columns include :data:`UNPARSEABLE` and
+    :data:`UNANSWERED`)."""
+    unlabelled: int
+    """Pairs the judge gave no label (unparseable or unanswered)."""
+
+
+def agreement(reference: Sequence[str], judged: Sequence[str]) -> Agreement:
+    """Accuracy, Cohen's kappa and the confusion matrix of ``judged`` against ``reference`` labels."""
+    if len(reference) != len(judged):
+        raise ValueError(f"{len(reference)} reference labels for {len(judged)} judged ones")
+    columns = (*LABELS, UNPARSEABLE, UNANSWERED)
+    confusion = {r: dict.fromkeys(columns, 0) for r in LABELS}
+    for r, j in zip(reference, judged):
+        confusion[r][j if j in columns else UNPARSEABLE] += 1
+    both = [(r, j) for r, j in zip(reference, judged) if j in LABELS]
+    n = len(both)
+    if not n:
+        return Agreement(0, float("nan"), float("nan"), confusion, len(judged))
+    observed = sum(r == j for r, j in both) / n
+    expected = sum((sum(r == lab for r, _ in both) / n) * (sum(j == lab for _, j in both) / n) for lab in LABELS)
+    kappa = (observed - expected) / (1 - expected) if expected < 1 else float("nan")
+    return Agreement(n, observed, kappa, confusion, len(judged) - n)
