@@ -25,7 +25,6 @@ for the pairs, sends no judge request, and exits 0 (1 with ``--require``).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import tempfile
@@ -33,16 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.scoring import reference_dir  # noqa: E402 - the same lookup of the published data
+
 METRICS = ("c_score", "ue_score", "persona_coverage")
-
-
-def reference_dir(explicit: str | None) -> Path | None:
-    candidates = [explicit, os.environ.get("PERSOBENCH_REFERENCE"),
-                  str(Path(__file__).resolve().parents[2] / "shared" / "persobench-reference")]
-    for c in candidates:
-        if c and (Path(c) / "Responses").is_dir():
-            return Path(c)
-    return None
 
 
 def focus_pairs(ref: Path, n: int, seed: int) -> tuple[list[tuple[str, str]], int, int]:
