@@ -8,15 +8,15 @@ judge (:func:`judge_from_args`), pass it to the profile, and print :func:`report
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from persobench.cli import CLIError
+from persobench.metrics.judge_plan import estimate_runs
 
 
 def add_arguments(score: argparse.ArgumentParser) -> None:
     """The judge's flags on the ``score`` parser."""
     from persobench.cli.generate import _concurrency
-    from persobench.metrics.judge import DEFAULT_PROMPT
 
     group = score.add_argument_group(
         "LLM judge", "label the NLI pairs of c_score, p_consistency, ue_score and persona_coverage with an LLM "
@@ -31,8 +31,10 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
     group.add_argument("--judge-max-cost", type=float, default=None, metavar="USD",
                        help="stop sending judge requests once their estimated cost would pass this many US dollars "
                             "(pairs left unlabelled get no value; a later run with a higher cap finishes them)")
-    group.add_argument("--judge-prompt", default=DEFAULT_PROMPT, metavar="VERSION",
-                       help=f"version of the judge's prompt template (default {DEFAULT_PROMPT})")
+    # No default here: the parser stays light (the judge module loads numpy); make_judge picks it.
+    group.add_argument("--judge-prompt", default=None, metavar="VERSION",
+                       help="version of the judge's prompt template (default: the package's current one, "
+                            "shown by --dry-run)")
     group.add_argument("--judge-plain", action="store_true",
                        help="ask the judge for a one-word label instead of structured output (for servers that "
                             "take no response_format)")
@@ -63,26 +65,6 @@ def _money(value: float | None) -> str:
     return "unknown (no prices for this judge)" if value is None else f"${value:,.4f}"
 
 
-def estimate(profile: Any, runs: Iterable[Any], samples_for: Callable[[Any], Any],
-             metrics: list[str] | None, show: Callable[[str], None] | None = None) -> Any:
-    """The judge's estimate for every pair the runs lack (duplicates across runs counted once);
-    ``show`` gets one line per run."""
-    from persobench.metrics.judge import judge_labeller
-    from persobench.metrics.scoring import run_nli_pairs
-
-    labeller = judge_labeller(profile.judge)
-    every: dict[tuple[str, str], None] = {}
-    for run in runs:
-        if not run.has_table("generations"):
-            continue
-        pairs = run_nli_pairs(run, samples_for(run), profile=profile, metrics=metrics)
-        every.update(dict.fromkeys(pairs))
-        if show is not None:
-            part = labeller.estimate(pairs)
-            show(f"  {run.run_id}: {part.pairs} pair(s), {part.cached} cached, {part.requests} to send")
-    return labeller.estimate(list(every))
-
-
 def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], metrics: list[str] | None) -> int:
     """Print the judge, its prompt, and per run and in total the pairs, tokens and cost; send nothing."""
     from persobench.metrics.judge import judge_labeller
@@ -97,7 +79,7 @@ def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], me
         print(f"--- {message['role']} ---")
         print(message["content"])
     print("--- pairs ---")
-    total = estimate(profile, runs, samples_for, metrics, show=print)
+    total = estimate_runs(profile, runs, samples_for, metrics, show=print)
     print(f"total: {total.pairs} distinct pair(s), {total.cached} in the response cache, {total.requests} "
           f"request(s) to send, ~{total.prompt_tokens:,} prompt tokens, at most {total.completion_tokens:,} "
           f"completion tokens, estimated cost at most {_money(total.cost_usd)}")
@@ -112,7 +94,7 @@ def check_cost(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any],
     judge = profile.judge
     if judge is None or judge.max_cost is None:
         return
-    total = estimate(profile, runs, samples_for, metrics)
+    total = estimate_runs(profile, runs, samples_for, metrics)
     if total.cost_usd is not None and total.cost_usd > judge.max_cost:
         print(f"note: the judge's {total.requests} request(s) may cost up to {_money(total.cost_usd)}, above "
               f"--judge-max-cost {_money(judge.max_cost)}: it stops sending at the cap and the pairs left get no value")

@@ -239,19 +239,10 @@ def _report(title: str, items: dict[str, str]) -> None:
 
 
 def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
-    """Samples of ``run`` by id: an imported run's own prompt table when it has one (importer),
-    else the registered dataset named in its manifest (loaded once per command)."""
-    from persobench.datasets import samples_by_id
+    """Samples of ``run`` by id (:func:`persobench.metrics.scoring.run_samples`), one line on failure."""
+    from persobench.metrics.scoring import run_samples
 
     try:
-        imported = run.manifest.details.imported
-        if imported is not None and imported.prompts_file:
-            from persobench.importer import samples_for_run
-
-            return samples_for_run(run)
-        name = run.manifest.dataset
-        if name not in cache:
-            cache[name] = samples_by_id(name)
-        return cache[name]
+        return run_samples(run, cache)
     except (PersoBenchError, KeyError, ValueError, OSError) as exc:  # KeyError: a sample id missing
         raise CLIError(f"cannot load the samples of dataset {run.manifest.dataset!r}: {exc}") from None

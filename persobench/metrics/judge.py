@@ -136,13 +136,15 @@ class JudgeConfig:
         return {"judge": self.spec.to_public_dict(), "prompt": self.prompt, "structured": self.structured}
 
 
-def make_judge(model: str, *, base_url: str | None = None, prompt: str = DEFAULT_PROMPT,
+def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = None,
                concurrency: int | str = 8, max_concurrency: int = 32, max_cost: float | None = None,
                cache_dir: str | None = None, models_file: str | None = None, home: Any = None,
                api_key: str | None = None, retry: "RetryPolicy | None" = None, plain: bool = False) -> JudgeConfig:
-    """A checked :class:`JudgeConfig` (:class:`ConfigurationError`, one line, for anything wrong)."""
+    """A checked :class:`JudgeConfig` (:class:`ConfigurationError`, one line, for anything wrong);
+    ``prompt`` None: :data:`DEFAULT_PROMPT`."""
     from persobench.models_registry import prices_for, resolve_model
 
+    prompt = prompt or DEFAULT_PROMPT
     spec = resolve_model(model, base_url=base_url, models_file=models_file, home=home)
     if spec.provider == "baseline":
         raise ConfigurationError(f"judge {model!r}: a baseline replies with fixed text and cannot label NLI pairs")

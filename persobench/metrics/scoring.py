@@ -390,6 +390,22 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
     return embedding_request(items, list(work.todo), prof)
 
 
+def run_samples(run: "Run", cache: dict[str, dict]) -> dict[str, "Sample"]:
+    """Samples of ``run`` by id: an imported run's own prompt table when it has one (importer), else
+    the registered dataset named in its manifest (loaded once per ``cache``)."""
+    from persobench.datasets import samples_by_id
+
+    imported = run.manifest.details.imported
+    if imported is not None and imported.prompts_file:
+        from persobench.importer import samples_for_run
+
+        return samples_for_run(run)
+    name = run.manifest.dataset
+    if name not in cache:
+        cache[name] = samples_by_id(name)
+    return cache[name]
+
+
 def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
                   metrics: Sequence[str] | None = None,
                   references: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
