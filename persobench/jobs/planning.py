@@ -122,9 +122,13 @@ def _key_may_go_to(choice: LaunchChoice, home: str | os.PathLike[str], env: Mapp
 
 
 def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed: int = 0,
-                 profile: str | None = "offline", concurrency: int | str | None = None) -> list[JobStep]:
+                 profile: str | None = "offline", concurrency: int | str | None = None,
+                 judge: Any = None, home: str | os.PathLike[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> list[JobStep]:
     """The job for planned runs: one ``run`` step each, then one ``score`` step for them all.
-    ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's)."""
+    ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's).
+    ``judge`` (a :class:`~persobench.jobs.judging.JudgeChoice`): a last ``score --judge`` step for the
+    NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
     steps = []
     for plan in plans:
         argv = ["run", "--dataset", plan["dataset"], "--model", plan["model"], "--mode", plan["mode"],
@@ -149,6 +153,10 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed:
         # how scoring goes and stays readable (run steps report through progress.json instead).
         steps.append(JobStep(label=f"score ({profile} profile)", kind="score",
                              argv=("score", "--profile", profile, score_step_marker())))
+    if judge is not None and steps:
+        from persobench.jobs.judging import judge_step
+
+        steps.append(judge_step(judge, home=home or ".", env=env))
     return steps
 
 
