@@ -515,7 +515,9 @@ class Agreement:
 def agreement(reference: Sequence[str], judged: Sequence[str]) -> Agreement:
     """Accuracy, Cohen's kappa and the confusion matrix of ``judged`` against ``reference`` labels."""
     if len(reference) != len(judged):
-        raise ValueError(f"{len(reference)} reference labels for {len(judged)} judged ones")
+        from persobench.metrics.scoring import ScoringError
+
+        raise ScoringError(f"agreement: {len(reference)} reference labels for {len(judged)} judged ones")
     columns = (*LABELS, UNPARSEABLE, UNANSWERED)
     confusion = {r: dict.fromkeys(columns, 0) for r in LABELS}
     for r, j in zip(reference, judged):
