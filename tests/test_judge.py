@@ -26,7 +26,7 @@ from persobench.metrics.judge import (
 )
 from persobench.records import PersonaSet, Sample, Turn
 from persobench.store import RunManifest, RunStore
-from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
+from tests.fakes.fixtures import anthropic_server, openai_server  # noqa: F401 - fixtures
 from tests.fakes.judge import judge_script, pair_of
 from tests.fakes.servers import error, hang
 
@@ -352,3 +352,41 @@ def test_the_calibration_benchmark_measures_agreement_when_both_labellers_exist(
     assert len(openai_server.requests) == 12
     row = next(line for line in out.splitlines() if line.strip().startswith("contradiction "))
     assert row.split()[1:3] == ["12", "0"]  # all 12 NLI contradictions were judged entailment
+
+
+# --- generation's machinery: rate limits, other providers, keys -----------------------------------------
+
+
+def test_rate_limited_judge_requests_are_retried_by_the_one_retry_loop(openai_server, tmp_path):
+    first_refused = judge_script(LABEL_MAP, then=lambda info: (
+        error(429, "slow down", headers={"retry-after-ms": "20"}) if info.attempt == 1 else None))
+    openai_server.script = first_refused
+    judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path),
+                       concurrency="auto")
+    result = score_samples(_samples(), R, profile=get_profile("offline", judge=judge), metrics=["c_score"])
+    assert _values(result, "c_score") == EXPECTED["c_score"]
+    stats = judge_labeller(judge).stats
+    assert stats.attempts == len(openai_server.requests) == 2 * 4 and stats.unanswered == 0
+    assert set(openai_server.counts.values()) == {2}  # each pair: refused once, answered on the retry
+
+
+def test_an_anthropic_judge_answers_through_its_structured_output(anthropic_server, tmp_path):
+    anthropic_server.script = judge_script(LABEL_MAP)
+    judge = make_judge("anthropic:judge-model", base_url=anthropic_server.base_url, cache_dir=str(tmp_path))
+    result = score_samples(_samples(), R, profile=get_profile("offline", judge=judge), metrics=["c_score", "ue_score"])
+    assert _values(result, "c_score") == EXPECTED["c_score"] and _values(result, "ue_score") == EXPECTED["ue_score"]
+    schemas = [r.body["output_config"]["format"]["schema"] for r in anthropic_server.requests]
+    assert schemas and all(sc["properties"]["label"]["enum"] == ["entailment", "neutral", "contradiction"]
+                           for sc in schemas)
+
+
+def test_a_judge_echoing_the_key_never_gets_it_on_disk(openai_server, tmp_path):
+    from tests.fakes.fixtures import OPENAI_SECRET
+    from tests.fakes.servers import reply
+
+    openai_server.script = lambda info: reply(f"entailment {OPENAI_SECRET}")
+    judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path / "responses"))
+    result = score_samples(_samples()[:1], R, profile=get_profile("offline", judge=judge), metrics=["c_score"])
+    assert result.scores.empty and judge_labeller(judge).stats.unparseable == 1  # and not guessed "entailment"
+    on_disk = b"".join(p.read_bytes() for p in (tmp_path / "responses").rglob("*") if p.is_file())
+    assert b"entailment" in on_disk and OPENAI_SECRET.encode() not in on_disk
