@@ -7,7 +7,8 @@ import streamlit as st
 
 from persobench.app.boards import backend_counts, profile_slots, unavailable_metrics
 from persobench.app.cache import current_state
-from persobench.app.chrome import page_setup
+from persobench.app.chrome import app_environment, page_setup
+from persobench.app.judge import judge_form, show_estimate
 from persobench.app.text import md_escape
 
 page_setup()
@@ -66,6 +67,32 @@ else:
         st.warning("Some metrics were computed with different models in different runs: "
                    + ", ".join(md_escape(m) for m in mixed[mixed > 1].index)
                    + ". Their leaderboard numbers are not comparable across those runs.")
+
+st.subheader("Score the stored runs with an LLM judge")
+
+
+def launch_judge(choice) -> None:
+    from persobench.jobs import JobManager
+    from persobench.jobs.judging import judge_step
+
+    env = app_environment()
+    JobManager(home).launch(f"LLM judge {choice.model}", [judge_step(choice, home=home, env=env, runs=())], env=env)
+    st.toast("Launched in the background; follow it on the New run page.")
+
+
+
+judge = judge_form("metrics")
+if judge is not None:
+    from persobench.jobs.judging import estimate_for_store
+
+    # Estimating reads every stored run's pairs: only when asked, and then kept for this choice.
+    if st.toggle("Show the judge's estimate for the stored runs", key="metrics_judge_estimate"):
+        plan = st.session_state.get("metrics_judge_plan")
+        if plan is None or plan[0] != (judge, sig):
+            plan = st.session_state["metrics_judge_plan"] = ((judge, sig), *estimate_for_store(home, judge))
+        if show_estimate(plan[1], plan[2]):
+            st.button("Launch the judge", type="primary", key="metrics_judge_launch",
+                      disabled=plan[1].requests == 0, on_click=launch_judge, args=(judge,))
 
 st.subheader("Profiles")
 cols = st.columns(2)

@@ -13,6 +13,7 @@ import streamlit as st
 
 from persobench.app.cache import current_home
 from persobench.app.chrome import app_environment, page_setup
+from persobench.app.judge import judge_form, show_estimate
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
 from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
@@ -73,6 +74,7 @@ with st.container(border=True):
     concurrency = d5.selectbox("Requests in flight", ["8", "auto", "1", "4", "16", "32"], key="new_concurrency",
                                help="auto: start at 2, raise while replies come back, halve on a 429 or 5xx "
                                     "(at most 32).")
+    judge = judge_form("new")
 
 t1, t2 = st.columns([3, 1])
 template = t1.selectbox(
@@ -124,12 +126,18 @@ else:
     if not blocked.empty:
         st.warning(f"{len(blocked)} combination(s) cannot start (see the problem column); "
                    f"{len(ready)} can.")
+    if judge is not None and ready:
+        from persobench.jobs.judging import estimate_for_launch
+
+        show_estimate(*estimate_for_launch(home, judge, ready, limit=int(limit) or None, seed=int(seed)),
+                      note="Replies are not written yet: each sample's reference stands in for its reply.")
     if "local:smollm2" in chosen_models:
         st.caption("local:smollm2 runs on this machine's CPU, 8 samples per forward pass: about 2.3x the "
                    "one-at-a-time speed of roughly 25 tokens per second on 2 cores, so a few seconds per reply.")
     if st.button("Launch", type="primary", disabled=not ready, key="new_launch"):
         steps = launch_steps(ready, limit=int(limit) or None, seed=int(seed), concurrency=concurrency,
-                             profile=None if profile == "(do not score)" else profile)
+                             profile=None if profile == "(do not score)" else profile,
+                             judge=judge, home=home, env=key_env)
         title = f"{len(ready)} run(s): " + ", ".join(sorted({p['dataset'] for p in ready}))
         job_id, started = jobs.launch(title, steps, env=key_env)
         if started:

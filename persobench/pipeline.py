@@ -232,6 +232,7 @@ def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" =
     from persobench.metrics import lexical, validate_metric_names
     from persobench.metrics.backends import Profile, get_profile
     from persobench.metrics.encoder import TextEncoder, store_cache_root
+    from persobench.metrics.judge import JudgeError
     from persobench.metrics.scoring import score_run
 
     requested = validate_metric_names(list(metrics)) if metrics is not None else None
@@ -273,6 +274,8 @@ def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" =
                 try:
                     summary = score_run(run, samples, profile=prof, metrics=requested, encoder=encoder,
                                         progress=_staged(progress, run.run_id[:48]))
+                except JudgeError:
+                    raise  # no key, or a judge failing every request: one line, not one per run
                 except PersoBenchError as exc:
                     finish(RunScore(run.run_id, error=str(exc)))
                     continue

@@ -135,3 +135,8 @@ def test_a_built_wheel_installs_a_working_persobench_command(tmp_path: Path):
     where = subprocess.run([sys.executable, "-c", "import persobench; print(persobench.__file__)"], cwd=elsewhere,
                            env=env, capture_output=True, text=True, timeout=60).stdout.strip()
     assert Path(where).is_relative_to(target)
+    # The LLM judge's prompt template is package data: the installed copy loads it.
+    template = subprocess.run([sys.executable, "-c", "from persobench.metrics.judge import load_template; "
+                               "print(load_template().version)"], cwd=elsewhere, env=env, capture_output=True,
+                              text=True, timeout=60)
+    assert template.stdout.strip() == "nli-judge-1", template.stderr

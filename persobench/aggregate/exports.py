@@ -74,7 +74,8 @@ def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
             notes.append(f"overall: n/a, {reason}")
         ov_rows = {r["model"]: r for r in ov.to_dict("records")}
         degraded_names = set(degraded["metric"])
-        blocks.append({"dataset": dataset, "mode": mode, "board": board_name, "profile": profile, "models": models,
+        blocks.append({"dataset": dataset, "mode": mode, "board": board_name, "profile": profile,
+                       "labeller": board_labeller(group), "models": models,
                        "metrics": metrics, "cells": cells, "overall": ov_rows, "notes": notes,
                        "degraded": degraded_names, "sizes": sizes,
                        "invalid": group["invalid"].iloc[0] if "invalid" in group else ""})
@@ -119,11 +120,28 @@ def protocol_heading(board_name: str, mode: str) -> str:
     return f"protocol {board_name}"
 
 
+def board_labeller(board: pd.DataFrame) -> str:
+    """Who labelled the NLI pairs of a board's numbers (one profile): "NLI labels by LLM judge <model>
+    (prompt <version>)" for a judge profile, else "NLI labels by NLI model <id>"; "" when the board has
+    no NLI-based number. Judge and NLI-model numbers never share a board: their profile keys differ."""
+    from persobench.metrics import metric_names
+    from persobench.metrics.judge import labeller_note
+
+    if board.empty:
+        return ""
+    nli = board[board["metric"].isin(metric_names(needs="nli")) & (board["status"] != "unavailable")]
+    if nli.empty:
+        return ""
+    profiles = sorted(set(nli["profile"]))
+    return "; ".join(note for p in profiles if (note := labeller_note(p, nli.loc[nli["profile"] == p, "model_id"])))
+
+
 def _title(block: Mapping[str, Any]) -> str:
     policy = {"worst": "invalid replies scored worst (paper)", "exclude": "invalid replies excluded"}.get(
         block["invalid"], f"invalid replies: {block['invalid']}")
+    labeller = f" · {block['labeller']}" if block.get("labeller") else ""
     return (f"{block['dataset']} · {protocol_heading(block['board'], block['mode'])} · profile {block['profile']}"
-            f" · {policy}")
+            f"{labeller} · {policy}")
 
 
 def _grid(block: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -240,6 +258,7 @@ def _json(board: pd.DataFrame) -> str:
     labels = {label: _protocol_fields(label) for label in board["protocol"].unique()} if "protocol" in board else {}
     payload = {
         "profiles": sorted(board["profile"].unique().tolist()) if len(board) else [],
+        "nli_labels": board_labeller(board),
         "invalid": sorted(board["invalid"].unique().tolist()) if len(board) else [],
         "protocols": sorted(labels),
         "metrics": [{k: _jsonable(v) for k, v in row.items()} | labels.get(row.get("protocol"), {})

@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "(default), or bfloat16, about 3x faster on CPUs with AMX/AVX512-BF16, values "
                             "within ~1e-3, stored under a profile key of their own")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from persobench.cli import judge
+
+    judge.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
     score.set_defaults(handler=cmd_score)
 
 
@@ -51,9 +54,11 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.metrics:
         requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
         validate_metric_names(requested)
-    profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision)
+    from persobench.cli import judge
 
     store = store_from_args(args)
+    profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision,
+                          judge=judge.judge_from_args(args, store.home))
     if not args.runs:
         readable, problems = store.scan()
         warn_skipped((p.path, p.reason) for p in problems)
@@ -61,17 +66,24 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"no runs with generations in {store.runs_dir}")
             return 0
 
+    runs = pipeline.resolve_runs(store, args.runs or None)
+    samples_cache: dict[str, dict] = {}
+    if args.dry_run:
+        return judge.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
+    if profile.judge is not None:
+        judge.check_cost(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
     print(f"profile {profile.key} on {profile.device}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
     bars = _StageBars(args.no_progress)
     try:
-        report = pipeline.score(args.runs or None, profile=profile, metrics=requested, store=store,
+        report = pipeline.score(runs, profile=profile, metrics=requested, store=store,
                                 progress=bars, on_run=lambda result: (bars.close(), _print_result(result)))
     finally:
         bars.close()
     _report("unavailable (no number stored)", dict(report.unavailable))
     _report("degraded (stored, labelled in provenance)", dict(report.degraded))
-    if report.failures:
+    unanswered = judge.report(profile)  # pairs left without an answer: those scores are missing
+    if report.failures or unanswered:
         return 1
     if requested and any(m in report.unavailable for m in requested):
         return 1
@@ -129,3 +141,10 @@ def _report(title: str, items: dict[str, str]) -> None:
     print(f"{title}:")
     for reason, metrics in by_reason.items():
         print(f"  {', '.join(metrics)}: {reason}")
+
+
+def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
+    """Samples of ``run`` by id (:func:`persobench.pipeline.run_samples`)."""
+    from persobench import pipeline
+
+    return pipeline.run_samples(run, datasets=cache)

@@ -129,11 +129,15 @@ def _key_may_go_to(choice: LaunchChoice, home: str | os.PathLike[str], env: Mapp
 
 
 def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None, seed: int = 0,
-                 profile: str | None = "offline", concurrency: int | str | None = None) -> list[JobStep]:
+                 profile: str | None = "offline", concurrency: int | str | None = None,
+                 judge: Any = None, home: str | os.PathLike[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> list[JobStep]:
     """The job for planned runs (rows of :func:`plan_launch`): one ``run`` step each, with the
     configuration the plan estimated, then one ``score`` step for the runs the job completes.
     ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's);
-    ``limit`` and ``seed`` apply to rows planned without a configuration."""
+    ``limit`` and ``seed`` apply to rows planned without a configuration. ``judge`` (a
+    :class:`~persobench.jobs.judging.JudgeChoice`): a last score step with the LLM judge for the
+    NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
     import dataclasses
 
     from persobench.generation import GenerationConfig
@@ -159,6 +163,10 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
     if profile and steps:
         steps.append(JobStep(label=f"score ({profile} profile)", kind="score",
                              config={"profile": profile, "metrics": None, "runs": "job"}))
+    if judge is not None and steps:
+        from persobench.jobs.judging import judge_step
+
+        steps.append(judge_step(judge, home=home or ".", env=env))
     return steps
 
 

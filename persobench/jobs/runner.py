@@ -186,12 +186,24 @@ def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
         else:
             print(f"{result.run_id}: not scored: {redact(result.error)}", flush=True)
 
-    runs = run_ids if step.config.get("runs", "job") == "job" else None
-    report = pipeline.score(runs, profile=str(step.config.get("profile") or "offline"),
-                            metrics=step.config.get("metrics"), home=home, progress=progress, on_run=on_run)
+    from persobench.jobs.judging import judge_profile
+
+    chosen = step.config.get("runs", "job")
+    runs = run_ids if chosen == "job" else None if chosen == "all" else list(chosen)
+    profile = judge_profile(step.config, home)
+    report = pipeline.score(runs, profile=profile, metrics=step.config.get("metrics"), home=home,
+                            progress=progress, on_run=on_run)
     for metric, reason in report.unavailable.items():
         print(f"unavailable: {metric}: {reason}", flush=True)
-    return 1 if report.failures else 0
+    unanswered = 0
+    if profile.judge is not None:
+        from persobench.metrics.judge import judge_labeller
+
+        stats = judge_labeller(profile.judge).stats
+        unanswered = stats.unanswered
+        print(f"judge {profile.judge.model_name}: {stats.pairs} pair(s), {stats.sent} answered now, "
+              f"{stats.unparseable} unparseable, {stats.unanswered} unanswered", flush=True)
+    return 1 if report.failures or unanswered else 0
 
 
 def _import(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001

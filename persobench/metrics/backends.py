@@ -84,15 +84,23 @@ class Profile:
     """Arithmetic of the embedding models' forward passes (BERTScore, persona similarity): ``float32``,
     or ``bfloat16`` (CPU autocast: about 3x faster on CPUs with AMX or AVX512-BF16, values within
     ~1e-3). Anything but float32 is also in ``overrides``, so its scores get their own profile key."""
+    judge: Any = None
+    """The LLM judge (:class:`persobench.metrics.judge.JudgeConfig`) that labels the NLI pairs in place
+    of the ``nli`` slot's model; ``None``: the NLI model does. Its identity is part of :attr:`key`."""
 
     @property
     def key(self) -> str:
-        """Stored with every score: the profile name, plus a short hash when overrides apply, so
-        numbers from different backends never share a key."""
-        if not self.overrides:
-            return self.name
-        digest = hashlib.sha256(repr(sorted(self.overrides.items())).encode()).hexdigest()[:8]
-        return f"{self.name}+{digest}"
+        """Stored with every score: the profile name, plus a short hash when overrides apply, plus
+        ``+judge=<model>,prompt=<version>`` when an LLM judge labels the NLI pairs, so numbers from
+        different backends never share a key."""
+        key = self.name
+        if self.overrides:
+            key += "+" + hashlib.sha256(repr(sorted(self.overrides.items())).encode()).hexdigest()[:8]
+        if self.judge is not None:
+            from persobench.metrics.judge import PROFILE_MARK
+
+            key += PROFILE_MARK + self.judge.identity
+        return key
 
     def spec(self, slot: str) -> SlotModel:
         return self.specs[slot]
@@ -102,6 +110,7 @@ class Profile:
         return {
             "name": self.name, "key": self.key, "device": self.device, "precision": self.precision,
             "overrides": dict(self.overrides),
+            **({"judge": self.judge.describe()} if self.judge is not None else {}),
             "slots": {s: {"model_id": sp.model_id, "source": sp.source, "options": dict(sp.options),
                           "unavailable_reason": sp.unavailable_reason} for s, sp in self.specs.items()},
         }
@@ -231,10 +240,12 @@ def precision_note(profile: Profile) -> str:
 
 
 def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] | None = None, *,
-                precision: str | None = None) -> Profile:
+                precision: str | None = None, judge: Any = None) -> Profile:
     """The profile ``name`` with ``overrides`` (slot or metric name -> hub id or local path) applied,
     its embedding models running in ``precision`` (:data:`PRECISIONS`; default float32, or the
-    ``precision`` key of ``overrides``, which is how a profile's own overrides rebuild it).
+    ``precision`` key of ``overrides``, which is how a profile's own overrides rebuild it), and with
+    ``judge`` (a :class:`persobench.metrics.judge.JudgeConfig`) labelling the NLI pairs instead of the
+    ``nli`` slot's model.
 
     An unknown profile, slot, option or precision, or an override path that does not exist, raises
     :class:`ConfigurationError` with one line naming it."""
@@ -280,8 +291,13 @@ def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] 
             specs["bertscore"], options={**specs["bertscore"].options, "num_layers": layers})
     if precision != "float32":
         clean["precision"] = precision
+    if judge is not None:
+        if "nli" in slot_values:
+            raise ConfigurationError("an LLM judge and an NLI model override (nli=...) both label the NLI pairs: "
+                                     "give one of them")
+        specs["nli"] = SlotModel("nli", judge.model_id, "judge", judge.describe())
     return Profile(name=name, specs=specs, overrides=dict(sorted(clean.items())), device=default_device(),
-                   precision=precision)
+                   precision=precision, judge=judge)
 
 
 # --- The model cache ------------------------------------------------------------------------------

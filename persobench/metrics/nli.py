@@ -129,14 +129,59 @@ def ue_score_of(persona_label: str, reference_label: str) -> float:
     return 0.0
 
 
-def nli_version(metric: str) -> str:
+def nli_version(metric: str, judge_prompt: str | None = None) -> str:
     what = {
         "c_score": "(persona text -> reply): entailment 1, neutral 0, contradiction -1",
         "p_consistency": "(persona text -> reply): 0 if contradiction else 1",
         "ue_score": "(persona text -> reply, reference -> reply): 2 both entail, 1 persona only, else 0",
         "persona_coverage": "share of persona sentences whose (sentence -> reply) label is entailment",
     }[metric]
+    if judge_prompt is not None:
+        return f"{metric}/1 LLM judge prompt {judge_prompt} NLI {what}"
     return f"{metric}/1 transformers=={package_version('transformers')} NLI {what}"
+
+
+def unlabelled_note(samples: int) -> str:
+    """The provenance reason of a metric some of whose samples got no value for want of a label."""
+    if not samples:
+        return ""
+    return (f"{samples} sample(s) without a value: a pair they need got no label (an unparseable judge "
+            "answer or a failed request; counted, never guessed)")
+
+
+def nli_pairs(items: Sequence[Item], metrics: Sequence[str],
+              need_labels: bool) -> tuple[list[tuple[str, str]], list[tuple[str, Item, int]]]:
+    """The (premise, hypothesis) pairs the NLI metrics of ``items`` need, and what each one is for:
+    ``(kind, item, persona index)`` with kind ``persona`` (persona text -> reply), ``reference``
+    (reference -> reply, ``ue_score`` only) or ``sentence`` (one persona sentence -> reply, for the
+    per-sentence labels). The ``score --judge --dry-run`` estimate counts exactly these."""
+    persona_items = [it for it in items if it.persona_sentences]
+    pairs: list[tuple[str, str]] = []
+    slots: list[tuple[str, Item, int]] = []
+    if metrics:
+        for it in persona_items:
+            pairs.append((it.persona_text, it.reply))
+            slots.append(("persona", it, -1))
+            if "ue_score" in metrics and it.reference.strip():
+                pairs.append((it.reference, it.reply))
+                slots.append(("reference", it, -1))
+    if need_labels:
+        for it in persona_items:
+            for index, (_, sentence) in enumerate(it.persona_sentences):
+                pairs.append((sentence, it.reply))
+                slots.append(("sentence", it, index))
+    return pairs, slots
+
+
+def _judge_loader(judge: Any) -> Any:
+    """A loader (``(spec, device) -> labeller``) that hands out the judge's labeller."""
+
+    def load(spec: SlotModel, device: str) -> Any:  # noqa: ARG001 - the NLI loader's signature
+        from persobench.metrics.judge import judge_labeller
+
+        return judge_labeller(judge)
+
+    return load
 
 
 def nli_identity(spec: SlotModel, model: NLIModel) -> tuple[str, str]:
@@ -161,6 +206,9 @@ class SentenceLabels:
     """How it ran (library and device)."""
     reason: str = ""
     """Why ``labels`` is ``None``."""
+    judge_prompt: str | None = None
+    """The judge's prompt version when an LLM judge labelled (labels may then be ``unparseable`` or
+    ``unanswered``: no value is computed from those); ``None`` for an NLI model."""
 
 
 class NLIMetrics(MetricFamily):
@@ -174,28 +222,18 @@ class NLIMetrics(MetricFamily):
         metrics = batch.metrics
         need_labels = SENTENCE_LABELS in batch.outputs_wanted
         result = FamilyResult()
-        model, reason = batch.load_model("nli", load_nli, result)
+        judge = batch.profile.judge
+        # The judge's labeller takes the NLI model's place: same predict(), same metric code below.
+        loader = load_nli if judge is None else _judge_loader(judge)
+        model, reason = batch.load_model("nli", loader, result)
         if model is None:
             if need_labels:
                 result.outputs[SENTENCE_LABELS] = SentenceLabels(None, reason=reason)
             return result
-        persona_items = [it for it in batch.items if it.persona_sentences]
-        pairs: list[tuple[str, str]] = []
-        slots: list[tuple[str, Item, int]] = []  # (kind, item, persona index)
-        if metrics:
-            for it in persona_items:
-                pairs.append((it.persona_text, it.reply))
-                slots.append(("persona", it, -1))
-                if "ue_score" in metrics and it.reference.strip():
-                    pairs.append((it.reference, it.reply))
-                    slots.append(("reference", it, -1))
-        if need_labels:
-            for it in persona_items:
-                for index, (_, sentence) in enumerate(it.persona_sentences):
-                    pairs.append((sentence, it.reply))
-                    slots.append(("sentence", it, index))
+        pairs, slots = nli_pairs(batch.items, metrics, need_labels)
         advance = batch.progress.stage("nli", len(pairs))
         predictions = model.predict(pairs, progress=advance)
+        persona_items = [it for it in batch.items if it.persona_sentences]
         persona_label: dict[str, str] = {}
         reference_label: dict[str, str] = {}
         labels: dict[str, list[str]] = {it.sid: [""] * len(it.persona_sentences) for it in persona_items}
@@ -206,12 +244,18 @@ class NLIMetrics(MetricFamily):
                 reference_label[it.sid] = pred.label
             else:
                 labels[it.sid][index] = pred.label
-        model_id, revision = nli_identity(batch.profile.spec("nli"), model)
-        backend = f"transformers sequence classification on {batch.profile.device}"
+        if judge is None:
+            model_id, revision = nli_identity(batch.profile.spec("nli"), model)
+            backend = f"transformers sequence classification on {batch.profile.device}"
+        else:
+            model_id, revision, backend = model.provenance()
         counts = dict.fromkeys(metrics, 0)
+        missing = dict.fromkeys(metrics, 0)  # samples left without a value: a pair had no label
         for it in persona_items:
             label = persona_label.get(it.sid)
-            if label is None:
+            if label not in LABELS:  # unparseable or unanswered (judge): counted, never guessed
+                for m in metrics:
+                    missing[m] += m != "ue_score" or it.sid in reference_label
                 continue
             if "c_score" in metrics:
                 result.add(it.sid, "c_score", c_score_of(label))
@@ -220,11 +264,17 @@ class NLIMetrics(MetricFamily):
                 result.add(it.sid, "p_consistency", p_consistency_of(label))
                 counts["p_consistency"] += 1
             if "ue_score" in metrics and it.sid in reference_label:
-                result.add(it.sid, "ue_score", ue_score_of(label, reference_label[it.sid]))
-                counts["ue_score"] += 1
+                if reference_label[it.sid] in LABELS:
+                    result.add(it.sid, "ue_score", ue_score_of(label, reference_label[it.sid]))
+                    counts["ue_score"] += 1
+                else:
+                    missing["ue_score"] += 1
+        prompt = judge.prompt if judge is not None else None
         for m in metrics:
-            result.record(m, "ok", model_id=model_id, revision=revision, version=nli_version(m), backend=backend,
-                          n=counts[m])
+            result.record(m, "ok", model_id=model_id, revision=revision, version=nli_version(m, prompt),
+                          backend=backend, n=counts[m], reason=unlabelled_note(missing[m]))
+            if missing[m]:
+                result.provenance[m]["unlabelled"] = missing[m]
         if need_labels:
-            result.outputs[SENTENCE_LABELS] = SentenceLabels(labels, model_id, revision, backend)
+            result.outputs[SENTENCE_LABELS] = SentenceLabels(labels, model_id, revision, backend, judge_prompt=prompt)
         return result

@@ -17,7 +17,7 @@ from typing import Any
 
 from persobench.metrics.backends import BackendUnavailable, model_identity, package_version, precision_note
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
-from persobench.metrics.nli import SENTENCE_LABELS, SentenceLabels, nli_version
+from persobench.metrics.nli import LABELS, SENTENCE_LABELS, SentenceLabels, nli_version, unlabelled_note
 
 #: Cosine similarity (all-MiniLM-L6-v2 sentence embeddings, persona sentence vs reply) at or above
 #: which a persona sentence counts as engaged when no NLI model is available. Calibrated on 965
@@ -72,12 +72,19 @@ class PersonaCoverageMetrics(MetricFamily):
                 sim = similarities[it.sid][index] if it.sid in similarities else float("nan")
                 result.details.append((it.sid, index, speaker, sentence, label or None, sim))
         if labels is not None:
+            missing = 0
             for it in items:
                 got = labels[it.sid]
+                if any(g not in LABELS for g in got):  # a judge's unparseable or missing label: no value
+                    missing += 1
+                    continue
                 result.add(it.sid, "persona_coverage", sum(1 for g in got if g == "entailment") / len(got))
             result.record("persona_coverage", "ok", model_id=nli.model_id, revision=nli.revision,
-                          version=nli_version("persona_coverage"), backend=f"nli-entailment; {nli.backend}",
-                          n=len(items))
+                          version=nli_version("persona_coverage", nli.judge_prompt),
+                          backend=f"nli-entailment; {nli.backend}", n=len(items) - missing,
+                          reason=unlabelled_note(missing))
+            if missing:
+                result.provenance["persona_coverage"]["unlabelled"] = missing
         elif model is not None:
             for it in items:
                 sims = similarities[it.sid]

@@ -250,7 +250,7 @@ def score_samples(
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     if isinstance(profile, Profile) and overrides:
-        prof = get_profile(profile.name, {**profile.overrides, **overrides})
+        prof = get_profile(profile.name, {**profile.overrides, **overrides}, judge=profile.judge)
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
     items = _items(samples, replies, references, persona_texts)
     scored = _run_families(items, wanted, prof, Progress(progress), encoder)
@@ -407,6 +407,26 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
     items = _items(samples, {sid: work.replies[sid] for sid in ids}, references,
                    _paper_persona_texts(run, samples))
     return embedding_request(items, list(work.todo), prof)
+
+
+def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
+                  metrics: Sequence[str] | None = None,
+                  references: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The (premise, hypothesis) pairs :func:`score_run` would have labelled for ``run`` (only for the
+    NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
+    from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
+
+    prof = get_profile(profile) if not isinstance(profile, Profile) else profile
+    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    work = _pending(run, samples_by_id, prof, wanted, references)
+    steps = {step.family.name: step for step in family_plan(tuple(work.todo))}
+    if "nli" not in steps:
+        return []
+    ids = set().union(*work.todo.values())
+    samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
+    items = _items(samples, {sid: work.replies[sid] for sid in ids}, references, _paper_persona_texts(run, samples))
+    step = steps["nli"]
+    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted)[0]
 
 
 def score_run(

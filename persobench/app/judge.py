@@ -1,0 +1,53 @@
+"""The LLM judge in the app: the form that picks it (New run's scoring step, the Metrics page) and
+its cost estimate, shown before anything is launched. Keys never pass through here: the job's
+process reads them from the app's environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from persobench.app.text import md_escape
+from persobench.jobs.judging import JudgeChoice
+
+#: What the judge toggle's help says, on both pages.
+JUDGE_HELP = ("Label the NLI pairs of c_score, p_consistency, ue_score and persona_coverage with an LLM "
+              "instead of the NLI model (the offline profile has none). Judge numbers are stored under a "
+              "profile of their own (its name carries the judge and the prompt version) and never share a "
+              "board with NLI-model numbers.")
+
+
+def judge_form(prefix: str) -> JudgeChoice | None:
+    """A toggle and, when on, the judge's model, base URL, concurrency and cost cap; the choice or None.
+    Widget keys: ``<prefix>_judge_on``, ``_judge_model``, ``_judge_base_url``, ``_judge_concurrency``,
+    ``_judge_max_cost``."""
+    import streamlit as st
+
+    if not st.toggle("Score the NLI metrics with an LLM judge", key=f"{prefix}_judge_on", help=JUDGE_HELP):
+        return None
+    c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
+    model = c1.text_input("Judge model", value="openai:gpt-4o-mini", key=f"{prefix}_judge_model",
+                          help="Any model a run takes: provider:model, a preset, or a models-file name.")
+    base_url = c2.text_input("Judge base URL (OpenAI-compatible servers)", key=f"{prefix}_judge_base_url",
+                             placeholder="http://localhost:11434/v1")
+    concurrency = c3.selectbox("Judge requests in flight", ["8", "auto", "1", "4", "16", "32"],
+                               key=f"{prefix}_judge_concurrency")
+    cap = c4.number_input("Max judge cost (USD, 0 = no cap)", min_value=0.0, value=0.0, step=0.5,
+                          key=f"{prefix}_judge_max_cost")
+    if not model.strip():
+        return None
+    return JudgeChoice(model.strip(), base_url.strip() or None,
+                       "auto" if concurrency == "auto" else int(concurrency), float(cap) or None)
+
+
+def show_estimate(estimate: Any, problem: str, *, note: str = "") -> bool:
+    """The judge's estimate as one caption (or the problem as a warning); True when it can launch."""
+    import streamlit as st
+
+    if estimate is None:
+        st.warning(f"LLM judge: {md_escape(problem)}")
+        return False
+    cost = "unknown (no prices for this judge)" if estimate.cost_usd is None else f"at most {estimate.cost_usd:.4f} USD"
+    st.caption(f"LLM judge: {estimate.pairs:,} pair(s) to label, {estimate.cached:,} in the response cache, "
+               f"{estimate.requests:,} request(s) to send, about {estimate.prompt_tokens:,} prompt tokens; "
+               f"estimated cost {cost}." + (f" {note}" if note else ""))
+    return True

@@ -1,0 +1,117 @@
+"""``score --judge``: the flags, the dry run and the report of the LLM judge that labels NLI pairs.
+
+Kept apart from :mod:`persobench.cli.scoring` so that the command wires it in a few lines: build the
+judge (:func:`judge_from_args`), pass it to the profile, and print :func:`report` at the end;
+``--dry-run`` prints :func:`dry_run` instead of scoring.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+from persobench.cli import CLIError
+from persobench.metrics.judge_plan import estimate_runs
+
+
+def add_arguments(score: argparse.ArgumentParser) -> None:
+    """The judge's flags on the ``score`` parser."""
+    from persobench.cli.generate import _concurrency
+
+    group = score.add_argument_group(
+        "LLM judge", "label the NLI pairs of c_score, p_consistency, ue_score and persona_coverage with an LLM "
+        "instead of the NLI model; scores are stored under a profile key naming the judge and its prompt")
+    group.add_argument("--judge", default=None, metavar="PROVIDER:MODEL",
+                       help="the judge: any model spec `run` takes (openai:gpt-4o-mini, a preset, a models-file name)")
+    group.add_argument("--judge-base-url", default=None, metavar="URL",
+                       help="server URL of an OpenAI-compatible judge (vLLM, Ollama, ...)")
+    group.add_argument("--judge-concurrency", type=_concurrency, default=8, metavar="N|auto",
+                       help="judge requests in flight, or auto (raised while replies come back, halved on 429/5xx); "
+                            "default 8")
+    group.add_argument("--judge-max-cost", type=float, default=None, metavar="USD",
+                       help="stop sending judge requests once their estimated cost would pass this many US dollars "
+                            "(pairs left unlabelled get no value; a later run with a higher cap finishes them)")
+    # No default here: the parser stays light (the judge module loads numpy); make_judge picks it.
+    group.add_argument("--judge-prompt", default=None, metavar="VERSION",
+                       help="version of the judge's prompt template (default: the package's current one, "
+                            "shown by --dry-run)")
+    group.add_argument("--judge-plain", action="store_true",
+                       help="ask the judge for a one-word label instead of structured output (for servers that "
+                            "take no response_format)")
+    score.add_argument("--dry-run", action="store_true",
+                       help="with --judge: show the prompt, the pairs to label, tokens and estimated cost; "
+                            "send and write nothing")
+
+
+def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
+    """The :class:`~persobench.metrics.judge.JudgeConfig` of ``--judge`` (None without it)."""
+    if args.judge is None:
+        given = [flag for flag, value in (("--judge-base-url", args.judge_base_url),
+                                          ("--judge-max-cost", args.judge_max_cost), ("--dry-run", args.dry_run),
+                                          ("--judge-plain", args.judge_plain))
+                 if value]
+        if given:
+            raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
+        return None
+    from persobench.cache import default_cache_dir
+    from persobench.metrics.judge import make_judge
+
+    return make_judge(args.judge, base_url=args.judge_base_url, prompt=args.judge_prompt,
+                      concurrency=args.judge_concurrency, max_cost=args.judge_max_cost,
+                      cache_dir=str(default_cache_dir(home)), home=home, plain=args.judge_plain)
+
+
+def _money(value: float | None) -> str:
+    return "unknown (no prices for this judge)" if value is None else f"${value:,.4f}"
+
+
+def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], metrics: list[str] | None) -> int:
+    """Print the judge, its prompt, and per run and in total the pairs, tokens and cost; send nothing."""
+    from persobench.metrics.judge import judge_labeller
+
+    judge = profile.judge
+    template = judge_labeller(judge).template
+    form = "structured output: JSON {\"label\": enum}" if judge.structured else "one-word answer"
+    print(f"judge {judge.model_name}, prompt {template.version} ({template.sha256}), {form}; "
+          f"profile key {profile.key}")
+    messages = template.messages("{premise}", "{hypothesis}", structured=judge.structured)
+    for message in messages:
+        print(f"--- {message['role']} ---")
+        print(message["content"])
+    print("--- pairs ---")
+    total = estimate_runs(profile, runs, samples_for, metrics, show=print)
+    print(f"total: {total.pairs} distinct pair(s), {total.cached} in the response cache, {total.requests} "
+          f"request(s) to send, ~{total.prompt_tokens:,} prompt tokens, at most {total.completion_tokens:,} "
+          f"completion tokens, estimated cost at most {_money(total.cost_usd)}")
+    if judge.max_cost is not None and total.cost_usd is not None and total.cost_usd > judge.max_cost:
+        print(f"note: above --judge-max-cost {_money(judge.max_cost)}: the judge would stop at the cap")
+    print("dry run: nothing sent, nothing written")
+    return 0
+
+
+def check_cost(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], metrics: list[str] | None) -> None:
+    """Before sending: say when the upper-bound estimate passes ``--judge-max-cost``."""
+    judge = profile.judge
+    if judge is None or judge.max_cost is None:
+        return
+    total = estimate_runs(profile, runs, samples_for, metrics)
+    if total.cost_usd is not None and total.cost_usd > judge.max_cost:
+        print(f"note: the judge's {total.requests} request(s) may cost up to {_money(total.cost_usd)}, above "
+              f"--judge-max-cost {_money(judge.max_cost)}: it stops sending at the cap and the pairs left get no value")
+
+
+def report(profile: Any) -> int:
+    """Print what the judge did in this command; the number of pairs left without an answer."""
+    if profile.judge is None:
+        return 0
+    from persobench.metrics.judge import judge_labeller
+
+    labeller = judge_labeller(profile.judge)
+    s = labeller.stats
+    print(f"judge {profile.judge.model_name} (prompt {labeller.template.version}): {s.pairs} pair(s): "
+          f"{s.cached} from the response cache, {s.sent} answered now ({s.attempts} request(s)); "
+          f"{s.unparseable} unparseable and {s.unanswered} unanswered (counted, no value); "
+          f"~{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, cost {_money(s.cost_usd)}")
+    if s.first_error:
+        print(f"  first failed request: {s.first_error}")
+    return s.unanswered
