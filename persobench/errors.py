@@ -14,7 +14,7 @@ prints ``error: <message>`` and exits 2. A few families sit under it::
 
 The builtin bases are kept from before the hierarchy existed, so ``except ValueError`` around
 configuration and dataset errors still works. Specific classes (``MissingKeyError``,
-``CSVFormatError``, ``ScoringError`` ...) live beside the code that raises them.
+``CSVFormatError`` ...) live beside the code that raises them.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ class StoreBusy(StoreError):
 
 class MetricError(PersoBenchError):
     """A metric cannot be computed (its model is unavailable, its inputs are bad) or is unknown."""
+
+
+class ScoringError(MetricError, ValueError):
+    """Inputs that cannot be scored (e.g. a run's sample ids missing from its dataset)."""
 
 
 class ErrorKind(str, enum.Enum):

@@ -68,7 +68,7 @@ def test_every_exception_class_is_a_persobench_error():
         ("persobench.importer:ImportFolderError", DatasetError, ValueError),
         ("persobench.store:StoreError", StoreError, RuntimeError),
         ("persobench.metrics:UnknownMetricError", MetricError, KeyError),
-        ("persobench.metrics.scoring:ScoringError", MetricError, ValueError),
+        ("persobench.errors:ScoringError", MetricError, ValueError),
         ("persobench.metrics.backends:BackendUnavailable", MetricError, RuntimeError),
         ("persobench.providers.base:ProviderError", ProviderError, Exception),
         ("persobench.generation:RunAborted", RunAborted, RuntimeError),

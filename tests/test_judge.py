@@ -320,7 +320,7 @@ def test_agreement_matches_scikit_learn_and_counts_unlabelled_pairs():
     matrix = confusion_matrix([r for r, _ in both], [j for _, j in both], labels=list(LABELS))
     assert [[result.confusion[r][j] for j in LABELS] for r in LABELS] == matrix.tolist()
     assert result.confusion["entailment"][UNPARSEABLE] == 1 and result.confusion["contradiction"][UNANSWERED] == 1
-    from persobench.metrics.scoring import ScoringError
+    from persobench.errors import ScoringError
 
     with pytest.raises(ScoringError, match="agreement: 2 reference labels for 1 judged ones"):
         agreement(reference[:2], judged[:1])

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from persobench import metrics
+from persobench.errors import ScoringError
 from persobench.metrics import backends, scoring
 from persobench.records import PersonaSet, Sample, Turn
 from persobench.store import RunManifest, RunStore
@@ -250,7 +251,7 @@ def test_score_run_keeps_profiles_apart(tmp_path):
 
 def test_score_run_rejects_unknown_sample_ids(tmp_path):
     _, run = _run(tmp_path, _samples(), [("zzz:9", "ok", "hi", 1.0)])
-    with pytest.raises(scoring.ScoringError, match="not in dataset"):
+    with pytest.raises(ScoringError, match="not in dataset"):
         metrics.score_run(run, {}, metrics=["dist1"])
 
 

@@ -48,6 +48,11 @@ class BackendUnavailable(MetricError, RuntimeError):
     """A slot's model cannot be used here; the message says why and how to get it."""
 
 
+#: What separates a profile key from the identity of the LLM judge that labelled its NLI pairs
+#: (:class:`persobench.metrics.judge.JudgeConfig`): ``offline+judge=openai:gpt-4o-mini,prompt=...``.
+PROFILE_MARK = "+judge="
+
+
 @dataclass(frozen=True)
 class SlotModel:
     """The model chosen for one backend slot of a scoring profile (``bertscore``, ``nli`` ...).
@@ -97,8 +102,6 @@ class Profile:
         if self.overrides:
             key += "+" + hashlib.sha256(repr(sorted(self.overrides.items())).encode()).hexdigest()[:8]
         if self.judge is not None:
-            from persobench.metrics.judge import PROFILE_MARK
-
             key += PROFILE_MARK + self.judge.identity
         return key
 

@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from persobench.errors import ConfigurationError, MetricError
+from persobench.errors import ConfigurationError, MetricError, ScoringError
+from persobench.metrics.backends import PROFILE_MARK
 from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
     template_versions,
 )
-from persobench.metrics.nli import LABELS, NLIPrediction
+from persobench.metrics.nli_labels import LABELS, NLIPrediction
 
 if TYPE_CHECKING:  # pragma: no cover
     from persobench.generation.retry import RetryPolicy
@@ -55,7 +56,6 @@ UNANSWERED = "unanswered"
 STRUCTURED_PROVIDERS = frozenset({"openai", "anthropic", "local"})
 
 #: Marks a profile key whose NLI labels came from a judge.
-PROFILE_MARK = "+judge="
 
 #: The first this many requests all failing for one reason that retrying cannot fix stop the judge.
 FAIL_FAST_AFTER = 20
@@ -515,7 +515,6 @@ class Agreement:
 def agreement(reference: Sequence[str], judged: Sequence[str]) -> Agreement:
     """Accuracy, Cohen's kappa and the confusion matrix of ``judged`` against ``reference`` labels."""
     if len(reference) != len(judged):
-        from persobench.metrics.scoring import ScoringError
 
         raise ScoringError(f"agreement: {len(reference)} reference labels for {len(judged)} judged ones")
     columns = (*LABELS, UNPARSEABLE, UNANSWERED)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError
-from persobench.metrics.nli import LABELS
+from persobench.metrics.nli_labels import LABELS
 
 #: The answer of a judge that was not one of the labels in the strict form: counted, never guessed.
 UNPARSEABLE = "unparseable"

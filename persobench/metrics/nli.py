@@ -30,27 +30,7 @@ from persobench.metrics.backends import (
     BackendUnavailable, SlotModel, cached, model_identity, package_version, resolve_transformers_path,
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily
-
-LABELS = ("entailment", "neutral", "contradiction")
-
-
-def normalise_label(raw: str) -> str | None:
-    """Map a model's label name to ``entailment``/``neutral``/``contradiction`` (None if unknown)."""
-    text = str(raw).strip().lower()
-    if text.startswith("entail"):
-        return "entailment"
-    if text.startswith("contra"):
-        return "contradiction"
-    if text.startswith("neutral"):
-        return "neutral"
-    return None
-
-
-@dataclass
-class NLIPrediction:
-    label: str
-    probabilities: dict[str, float]
-
+from persobench.metrics.nli_labels import LABELS, NLIPrediction, normalise_label
 
 class NLIModel:
     """A loaded NLI classifier that labels (premise, hypothesis) pairs in batches."""

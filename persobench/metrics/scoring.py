@@ -30,7 +30,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from persobench.errors import MetricError
+from persobench.errors import ScoringError
 from persobench.metrics.registry import (
     MetricRegistryError, family_names, get_family, metric_info, metric_names, validate_metric_names,
 )
@@ -49,10 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCORE_COLUMNS = ("sample_id", "metric", "value")
 DETAIL_COLUMNS = ("sample_id", "persona_index", "speaker", "sentence", "nli_label", "similarity")
-
-
-class ScoringError(MetricError, ValueError):
-    """Inputs that cannot be scored (e.g. a run's sample ids missing from its dataset)."""
 
 
 @dataclass
