@@ -16,7 +16,8 @@ from persobench.generation.config import GenerationConfig
 from persobench.models_registry import resolve_model
 from persobench.providers import PROVIDERS, ModelSpec
 from persobench.errors import ConfigurationError, PersoBenchError
-from persobench.providers.base import Completion, GenerationParams
+from persobench.providers.base import Completion, GenerationParams, raw_prompt_text
+from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
 from persobench.store import RunManifest, RunStore, make_run_id
 from persobench.structured import reply_schema
 
@@ -41,7 +42,7 @@ class GenerationPlan:
     manifest: RunManifest
     cache_dir: Path
     paper_style: str = "open"
-    """How the "paper" policy reads replies: "open" or "closed" (see :func:`paper_parse_style`)."""
+    """How the "paper" policy reads replies: "open", "closed" or "closed-fences" (see :func:`paper_parse_style`)."""
 
     @property
     def run_id(self) -> str:
@@ -80,7 +81,7 @@ def plan_generation(
     config: GenerationConfig, *, store: RunStore, samples: list["Sample"] | None = None,
 ) -> GenerationPlan:
     """Resolve model, template, samples, run id and cache hits. Sends nothing, needs no key."""
-    from persobench.prompts import MODES, TemplateError, build_messages, default_template_name, get_template
+    from persobench.prompts import MODES, TemplateError, build_messages, get_template
 
     if config.mode not in MODES:
         raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
@@ -100,7 +101,7 @@ def plan_generation(
         home=store.home,
     )
     try:
-        template = get_template(config.template or default_template_name(spec.provider), config.mode)
+        template = get_template(config.template or _default_template(spec), config.mode)
     except TemplateError as exc:
         raise ConfigurationError(str(exc)) from None
     if config.template and template.mode != config.mode and config.mode != "vanilla":
@@ -121,6 +122,9 @@ def plan_generation(
         spec = dataclasses.replace(spec, options={**dict(spec.options), "batch_size": int(config.batch_size)})
     # A baseline's reply is well-formed by construction: structured output would change nothing.
     structured = (config.structured or spec.structured) and spec.provider != "baseline"
+    if structured and chat_template is False and spec.provider != "local":
+        raise ConfigurationError("--structured needs the chat endpoint: a completions endpoint takes raw text "
+                                 "without a response schema; run with --chat-template on or without --structured")
     params = GenerationParams(
         temperature=temperature, max_tokens=max_tokens, top_p=config.top_p,
         seed=config.seed if temperature > 0 else None,  # greedy decoding has nothing to seed
@@ -136,6 +140,8 @@ def plan_generation(
     sample_dependent = bool(getattr(PROVIDERS.get(spec.provider), "sample_dependent", False))
     options = spec.output_options
     messages = [build_messages(sample, template) for sample in samples]
+    if spec.options.get(SYSTEM_IN_USER):
+        messages = [_system_in_user(m) for m in messages]
     keys = [
         cache_key(
             provider=spec.provider, model=spec.model, base_url=spec.base_url, messages=msgs, params=params,
@@ -170,12 +176,27 @@ def plan_generation(
         template_family=template.family, chat_template=chat_template,
     )
     return GenerationPlan(config, spec, template, params, samples, messages, keys, hits, manifest, cache_dir,
-                          paper_parse_style(template.name, spec.provider))
+                          paper_parse_style(template.name, spec.provider, spec.model))
+
+
+def _default_template(spec: ModelSpec) -> str:
+    """The paper's template for ``spec``: ``paper-open`` for local models and for servers with a
+    completions endpoint (the vLLM presets serve the paper's open models), else ``paper``."""
+    from persobench.prompts import DEFAULT_LOCAL_TEMPLATE, default_template_name
+
+    return DEFAULT_LOCAL_TEMPLATE if spec.options.get(COMPLETIONS_ENDPOINT) else default_template_name(spec.provider)
+
+
+def _system_in_user(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """One user message that starts with the system text (``closed_source_models.ipynb``'s Gemini
+    call: ``contents="You are a helpful response generator to output JSON.\\n\\n" + prompt``)."""
+    return [{"role": "user", "content": raw_prompt_text(messages)}] if len(messages) > 1 else messages
 
 
 def _chat_template(config: GenerationConfig, template: "PromptTemplate", spec: ModelSpec) -> bool | None:
     """Whether a local model gets its chat template (``None``: the provider has no choice)."""
-    raw_capable = bool(getattr(PROVIDERS.get(spec.provider), "raw_text_input", False))
+    raw_capable = bool(getattr(PROVIDERS.get(spec.provider), "raw_text_input", False)) \
+        or bool(spec.options.get(COMPLETIONS_ENDPOINT))
     if not raw_capable:
         if config.chat_template is False:
             raise ConfigurationError(
@@ -186,13 +207,15 @@ def _chat_template(config: GenerationConfig, template: "PromptTemplate", spec: M
     return template.chat_template if config.chat_template is None else bool(config.chat_template)
 
 
-def paper_parse_style(template: str, provider: str) -> str:
+def paper_parse_style(template: str, provider: str, model: str = "") -> str:
     """How the "paper" policy reads a run's replies, as the paper's notebook for it did: "open"
     (``open_source_models.ipynb``/``post-processing.ipynb``: the first non-greedy ``{...}`` with a
-    "response") for ``paper-open`` and local models, "closed" (``closed_source_models.ipynb``: strict
-    ``json.loads`` of the whole reply after removing code fences) for ``paper`` and API models."""
+    "response") for ``paper-open`` and local models; for ``paper`` and API models strict
+    ``json.loads`` of the whole reply (``closed_source_models.ipynb``), after removing code fences
+    ("closed-fences") for the Gemini family only, as that notebook's Gemini cell did, and as it came
+    ("closed") for every other model, as its OpenAI cell did for the gpt models."""
     if template == "paper-open":
         return "open"
-    if template == "paper":
-        return "closed"
-    return "open" if provider == "local" else "closed"
+    if template != "paper" and provider == "local":
+        return "open"
+    return "closed-fences" if "gemini" in model.lower() else "closed"
