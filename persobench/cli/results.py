@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "model, with failure ratio, instructability, response time and the overall score. Numbers of "
         "one scoring profile only (--profile). A board is one dataset, mode and protocol (template family, "
         "max tokens, temperature, parse policy, structured output), named in its header; runs of a board "
-        "are compared on their common sample ids. csv is long format: dataset,mode,model,metric,mean,std,n.",
+        "are compared on their common sample ids. csv is long format: dataset,mode,protocol,model,metric,mean,std,n.",
     )
     board.add_argument("--dataset", default=None, metavar="D", help="only this dataset")
     board.add_argument("--mode", choices=("vanilla", "cot"), default=None, help="only this mode")
@@ -175,7 +175,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         notes = _notes(board)
         for note in notes:
-            print(f"note: {note}", file=sys.stderr)
+            print(note if note.startswith("warning: ") else f"note: {note}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -185,6 +185,10 @@ def _notes(board) -> list[str]:
     from persobench import aggregate
 
     notes = []
+    for _, group in board.groupby(["dataset", "mode", "board"], sort=True) if len(board) else ():
+        if warning := aggregate.sample_set_note(group):
+            where = f"{group['dataset'].iloc[0]} · {group['mode'].iloc[0]} · protocol {group['board'].iloc[0]}"
+            notes.append(f"warning: {where}: {warning.removeprefix('warning: ')}")
     if len(board):
         notes.append(f"numbers of scoring profile {', '.join(sorted(set(board['profile'])))}; "
                      f"invalid replies: {', '.join(sorted(set(board['invalid'])))}")
