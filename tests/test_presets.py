@@ -147,3 +147,23 @@ def test_a_chat_template_never_puts_paper_open_on_the_paper_board() -> None:
         assert not protocol.is_paper and protocol.label != paper.label
         assert Protocol.from_label(protocol.label) == protocol
     assert protocol_of(manifest("local", "paper", False)).chat_template is False
+
+
+def test_presets_command_lists_every_preset_with_its_prices(capsys) -> None:
+    import json
+
+    from persobench.cli import main
+
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[2:] if line and not line.startswith("Prices")}
+    assert set(rows) == set(PAPER_PRESETS)
+    assert rows["gpt-4-turbo"][3:5] == ["10.00", "30.00"] and rows["gpt-4o-mini"][3:5] == ["0.15", "0.60"]
+    assert rows["gemini-1.5-pro"][5] == "GEMINI_API_KEY"
+    assert rows["gemma-7b-it-vllm"][3:7] == ["0.00", "0.00", "–", "paper-open"]
+    assert rows["gemma-7b-it-vllm"][7] == VLLM_BASE_URL
+    assert main(["presets", "--format", "json"]) == 0
+    data = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert data["gemini-1.5-pro"]["price_input_per_mtok"] == 1.25 and data["gemini-1.5-pro"]["template"] == "paper"
+    assert data["gemini-1.5-pro"]["base_url"] == GEMINI_OPENAI_BASE_URL
+    assert data["qwen2-7b-instruct"]["key_env"] is None and data["qwen2-7b-instruct"]["template"] == "paper-open"

@@ -101,7 +101,7 @@ def plan_generation(
         home=store.home,
     )
     try:
-        template = get_template(config.template or _default_template(spec), config.mode)
+        template = get_template(config.template or default_template_for(spec), config.mode)
     except TemplateError as exc:
         raise ConfigurationError(str(exc)) from None
     if config.template and template.mode != config.mode and config.mode != "vanilla":
@@ -179,7 +179,7 @@ def plan_generation(
                           paper_parse_style(template.name, spec.provider, spec.model))
 
 
-def _default_template(spec: ModelSpec) -> str:
+def default_template_for(spec: ModelSpec) -> str:
     """The paper's template for ``spec``: ``paper-open`` for local models and for servers with a
     completions endpoint (the vLLM presets serve the paper's open models), else ``paper``."""
     from persobench.prompts import DEFAULT_LOCAL_TEMPLATE, default_template_name
