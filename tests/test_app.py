@@ -238,6 +238,23 @@ def test_explore_direct_link_and_stepping(env):
     assert at.query_params.get("sample") == "sample:5"
 
 
+def test_explore_shows_the_prompt_each_runs_own_template_produced(env):
+    """As on the Failures page: the fake API model's run used the paper template, so its prompt is
+    the paper's system message and the stored user message for this very sample."""
+    from persobench.datasets import samples_by_id
+    from persobench.prompts import build_messages, get_template
+
+    at = open_page("pages/explore.py", {"dataset": "sample", "sample": "sample:5"})
+    assert "Prompt" in [e.label for e in at.expander]
+    codes = [str(c.value).rstrip() for c in at.code]
+    sample = samples_by_id("sample", ["sample:5"])["sample:5"]
+    user = build_messages(sample, get_template("paper", "vanilla"))[-1]["content"]
+    expected = f"[SYSTEM]\nYou are a helpful response generator to output JSON.\n\n[USER]\n{user}".rstrip()
+    assert expected in codes
+    other = samples_by_id("sample", ["sample:6"])["sample:6"]
+    assert not any(build_messages(other, get_template("paper", "vanilla"))[-1]["content"] in c for c in codes)
+
+
 def test_explore_search_and_status_filters(env):
     at = open_page("pages/explore.py")
     at.text_input(key="explore_query").input("basil").run()
