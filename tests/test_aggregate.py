@@ -317,7 +317,10 @@ def test_boards_never_mix_protocols(tmp_path):
     assert set(csv_rows.loc[csv_rows["model"] == "ours", "protocol"]) == {
         "persobench · vanilla · 110 tokens · T=0 · policy robust"}
     payload = json.loads(aggregate.export_board(board, "json"))
+    wrapped = [r for r in payload["metrics"] if r["model"] == "wrapped" and r["metric"] == "dist1"][0]
+    assert (wrapped["protocol_name"], wrapped["protocol_chat_template"]) == ("paper", True)
     hot = [r for r in payload["metrics"] if r["model"] == "hot" and r["metric"] == "dist1"][0]
+    assert hot["protocol_chat_template"] is None
     assert (hot["protocol_name"], hot["protocol_max_tokens"], hot["protocol_temperature"], hot["protocol_policy"],
             hot["protocol_structured"]) == ("paper", 110, 0.7, "paper", False)
 

@@ -200,7 +200,8 @@ def _chat_template(config: GenerationConfig, template: "PromptTemplate", spec: M
     if not raw_capable:
         if config.chat_template is False:
             raise ConfigurationError(
-                f"--chat-template off needs a local model; provider {spec.provider!r} is a chat API that applies "
+                f"--chat-template off needs a local model or a server with a completions endpoint (the -vllm "
+                f"presets, option completions_endpoint=true); provider {spec.provider!r} is a chat API that applies "
                 "its own template (the paper-open prompt is sent to it as one user message)"
             )
         return None
