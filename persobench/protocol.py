@@ -63,7 +63,8 @@ class Protocol:
     declared (raw text for ``paper-open``, chat messages for ``paper`` and the other built-ins);
     ``True`` wrapped in a chat template though the template asks for raw text (``paper-open`` with
     ``--chat-template on``, or sent to a chat API/endpoint); ``False`` sent as raw text though the
-    template asks for a chat template (``--chat-template off``, a completions endpoint)."""
+    template asks for a chat template (``--chat-template off`` on a local model or a completions
+    endpoint)."""
 
     @property
     def is_paper(self) -> bool:

@@ -81,7 +81,7 @@ def plan_generation(
     config: GenerationConfig, *, store: RunStore, samples: list["Sample"] | None = None,
 ) -> GenerationPlan:
     """Resolve model, template, samples, run id and cache hits. Sends nothing, needs no key."""
-    from persobench.prompts import MODES, TemplateError, build_messages, get_template
+    from persobench.prompts import MODES, TemplateError, get_template
 
     if config.mode not in MODES:
         raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
@@ -139,9 +139,7 @@ def plan_generation(
     # The class attribute is enough: no client (and no key) is needed to compute keys.
     sample_dependent = bool(getattr(PROVIDERS.get(spec.provider), "sample_dependent", False))
     options = spec.output_options
-    messages = [build_messages(sample, template) for sample in samples]
-    if spec.options.get(SYSTEM_IN_USER):
-        messages = [_system_in_user(m) for m in messages]
+    messages = [messages_for(sample, template, spec) for sample in samples]
     keys = [
         cache_key(
             provider=spec.provider, model=spec.model, base_url=spec.base_url, messages=msgs, params=params,
@@ -187,10 +185,17 @@ def default_template_for(spec: ModelSpec) -> str:
     return DEFAULT_LOCAL_TEMPLATE if spec.options.get(COMPLETIONS_ENDPOINT) else default_template_name(spec.provider)
 
 
-def _system_in_user(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """One user message that starts with the system text (``closed_source_models.ipynb``'s Gemini
-    call: ``contents="You are a helpful response generator to output JSON.\\n\\n" + prompt``)."""
-    return [{"role": "user", "content": raw_prompt_text(messages)}] if len(messages) > 1 else messages
+def messages_for(sample: "Sample", template: "PromptTemplate", spec: ModelSpec) -> list[dict[str, str]]:
+    """The messages a run of ``spec`` sends for ``sample``: the template's, folded into one user
+    message that starts with the system text when the spec says so (``system_in_user``, as
+    ``closed_source_models.ipynb``'s Gemini call: ``contents="You are a helpful response generator
+    to output JSON.\\n\\n" + prompt``)."""
+    from persobench.prompts import build_messages
+
+    messages = build_messages(sample, template)
+    if spec.options.get(SYSTEM_IN_USER) and len(messages) > 1:
+        return [{"role": "user", "content": raw_prompt_text(messages)}]
+    return messages
 
 
 def _chat_template(config: GenerationConfig, template: "PromptTemplate", spec: ModelSpec) -> bool | None:

@@ -181,6 +181,11 @@ def _to_completion(response: Any) -> Completion:
     if refusal and not text:
         # Structured-output refusals come in their own field; keep the words as the raw text.
         text, finish_reason = refusal, "refusal"
+    return _completion(response, text, finish_reason)
+
+
+def _completion(response: Any, text: str | None, finish_reason: str | None) -> Completion:
+    """The completion with the usage and model the response reports (chat or text completions alike)."""
     usage = getattr(response, "usage", None)
     return Completion(
         text=text or "",
@@ -200,13 +205,7 @@ def _text_completion(response: Any) -> Completion:
         raise ProviderError(
             ErrorKind.BAD_RESPONSE, f"response has no choices[0].text ({type(exc).__name__}): {str(response)[:200]}"
         ) from None
-    usage = getattr(response, "usage", None)
-    return Completion(
-        text=text or "", finish_reason=finish_reason,
-        prompt_tokens=getattr(usage, "prompt_tokens", None) if usage else None,
-        completion_tokens=getattr(usage, "completion_tokens", None) if usage else None,
-        model=getattr(response, "model", None),
-    )
+    return _completion(response, text, finish_reason)
 
 
 def _with_format(kwargs: Mapping[str, Any], schema: Mapping[str, Any], form: str) -> dict[str, Any]:
