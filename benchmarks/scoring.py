@@ -90,7 +90,8 @@ def bench_bertscore(hyps: list[str], refs: list[str]) -> dict:
     import bert_score.utils  # noqa: F401 - imports paid before any timing, for both sides
 
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.embeddings import bertscore, load_bertscorer
+    from persobench.metrics.embedding_models import load_bertscorer
+    from persobench.metrics.embeddings import bertscore
 
     spec = get_profile("offline").spec("bertscore")
     # One untimed call first: the first model load in a process also pays Python imports and cold
@@ -239,7 +240,7 @@ def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
     """The offline profile of one run as PersoBench computed it before the encoder: (values, replies)."""
     from nltk.translate.meteor_score import meteor_score
 
-    from persobench.metrics import embeddings
+    from persobench.metrics import embedding_models, embeddings
     from persobench.metrics.backends import get_profile
     from persobench.metrics.family import FamilyBatch, Progress
     from persobench.metrics.lexical import LexicalMetrics, whitespace_tokens
@@ -262,7 +263,7 @@ def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
     for it in with_ref:
         values[it.sid, "meteor"] = float(meteor_score([whitespace_tokens(it.reference)],
                                                       whitespace_tokens(it.reply), wordnet=wordnet))
-    loaded = embeddings.load_bertscorer(profile.spec("bertscore"), "cpu")
+    loaded = embedding_models.load_bertscorer(profile.spec("bertscore"), "cpu")
     p, r, f = embeddings.bertscore(loaded, [it.reply for it in with_ref], [it.reference for it in with_ref])
     for it, a, b, c in zip(with_ref, p, r, f):
         values[it.sid, "bertscore_p"], values[it.sid, "bertscore_r"], values[it.sid, "bertscore_f1"] = a, b, c
@@ -270,7 +271,7 @@ def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
     with_persona = [it for it in items if it.persona_sentences]
     for it in with_persona:
         values[it.sid, "persona_distance"] = embeddings.persona_distance(it.persona_text, it.reply, vectors)
-    model = embeddings.load_embedding(profile.spec("embedding"), "cpu")
+    model = embedding_models.load_embedding(profile.spec("embedding"), "cpu")
     left = [s for it in with_persona for _, s in it.persona_sentences]
     right = [it.reply for it in with_persona for _ in it.persona_sentences]
     flat = embeddings.pair_similarities(model, left, right)
@@ -283,13 +284,13 @@ def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
 
 
 def warm_models() -> None:
-    from persobench.metrics import embeddings
+    from persobench.metrics import embedding_models, embeddings
     from persobench.metrics.backends import get_profile
     from persobench.metrics.meteor import meteor, resolve_wordnet
 
     profile = get_profile("offline")
-    embeddings.load_bertscorer(profile.spec("bertscore"), "cpu")
-    embeddings.load_embedding(profile.spec("embedding"), "cpu")
+    embedding_models.load_bertscorer(profile.spec("bertscore"), "cpu")
+    embedding_models.load_embedding(profile.spec("embedding"), "cpu")
     embeddings.load_word_vectors(profile.spec("word_vectors"))
     meteor("a cat", "a dog", resolve_wordnet(profile.spec("wordnet"))[0])
 
@@ -385,7 +386,7 @@ def bench_floor(ref: Path) -> dict:
 
     from persobench.metrics.backends import get_profile
     from persobench.metrics.encoder import BATCH_ROWS, fixed_batches, padded_length
-    from persobench.metrics.embeddings import load_embedding
+    from persobench.metrics.embedding_models import load_embedding
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"

@@ -113,7 +113,7 @@ with tab_import:
         for job in [j for j in manager.jobs() if j.steps and j.steps[0].kind == "import"][:5]:
             job_card(manager, job)
             download = download_progress(manager.home) if job.active and job.step_index == 0 else None
-            if download is not None and job.steps[0].argv[0] == "fetch-paper":
+            if download is not None and job.steps[0].kind == "fetch":
                 done, total = int(download["done"]), download.get("total")
                 st.progress(min(done / total, 1.0) if total else 0.0,
                             text=f"downloaded {done / 2**20:.1f}" + (f" of {total / 2**20:.1f}" if total else "")

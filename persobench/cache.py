@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.providers.base import Completion, GenerationParams
-from persobench.store import sha256_hex
+from persobench.files import sha256_hex, write_refused
 
 #: Bump when the key payload's shape changes, so old entries are not misread.
 KEY_VERSION = 1
@@ -66,9 +67,12 @@ class ResponseCache:
         import diskcache
 
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # eviction_policy="none": never drop a paid-for reply. cull_limit=0 as a second guard.
-        self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", cull_limit=0)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # eviction_policy="none": never drop a paid-for reply. cull_limit=0 as a second guard.
+            self._cache = diskcache.Cache(str(self.directory), eviction_policy="none", cull_limit=0)
+        except (OSError, sqlite3.OperationalError) as exc:  # a full disk: one line naming the file
+            raise write_refused(self.directory / "cache.db", exc) from None
 
     def get(self, key: str) -> tuple[Completion, float] | None:
         """The stored completion and the latency it originally took, or ``None``."""

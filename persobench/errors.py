@@ -41,6 +41,15 @@ class StoreError(PersoBenchError, RuntimeError):
     """A run folder or table is missing, unreadable or corrupt; the message names the file."""
 
 
+class StoreWriteError(StoreError):
+    """The disk refused a write (full, over quota, file size limit); the message names the file and
+    says that the previous file is unchanged."""
+
+
+class StoreBusy(StoreError):
+    """Another process kept a run's state lock longer than a state change waits."""
+
+
 class MetricError(PersoBenchError):
     """A metric cannot be computed (its model is unavailable, its inputs are bad) or is unknown."""
 

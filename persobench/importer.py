@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from persobench.errors import DatasetError, StoreError
 from persobench.run_records import ImportRecord, RunExtra
-from persobench.store import RunManifest, RunStore, make_run_id, sha256_file
+from persobench.store import RunManifest, RunStore, make_run_id
+from persobench.files import sha256_file
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -123,7 +124,7 @@ def _readable_file_sha(path: Path) -> str:
 
 def _count_prompt_rows(path: Path) -> int:
     """Rows as the dataset loader enumerates them (the same strict reader, quoted newlines allowed)."""
-    from persobench.datasets import DatasetError
+    from persobench.errors import DatasetError
     from persobench.datasets.tables import prompt_table_rows
 
     try:
@@ -384,21 +385,11 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
         run = store.create(manifest)
     else:
         run = existing
-        _drop_stale_scores(run)
+        run.drop_scores()  # replies changed: scores of the old replies no longer describe the run
         run.update(status="running")
     run.write_table("generations", generations)
     run.update(status="completed", extra=RunExtra(imported=provenance, counts=counts).to_extra())
     return ImportedRun(run_id, dataset, model_name, mode, n_rows, invalid, provenance.source, str(path), action)
-
-
-def _drop_stale_scores(run: "Run") -> None:
-    """Replies changed: scores computed from the old replies no longer describe the run."""
-    for name in ("scores", "persona_details"):
-        path = run.table_path(name)
-        if path.exists():
-            path.unlink()
-    if run.manifest.details.scores is not None:
-        run.update(extra=RunExtra(scores={}).to_extra())
 
 
 def samples_for_run(run: "Run") -> dict[str, "Sample"]:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from persobench.providers import PROVIDERS, checked_spec, parse_spec
-from persobench.providers.base import ConfigurationError
+from persobench.errors import ConfigurationError
 from persobench.providers.spec import ModelSpec
 
 CANDIDATE_FILES = ("models.toml", "models.yaml", "models.yml")

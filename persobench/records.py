@@ -6,6 +6,8 @@ stable id from the dataset loader to the leaderboard and tables are never joined
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -63,6 +65,17 @@ class Sample:
     def is_single_query(self) -> bool:
         """True when the context is one utterance to answer, not a conversation."""
         return len(self.context) == 1
+
+    @property
+    def input_hash(self) -> str:
+        """sha256 of what a reply to this sample is generated from and scored against (personas,
+        context, responder, reference); metadata is left out. Scores record it, so a value computed
+        against other inputs is recognised as stale."""
+        payload = {"personas": [[p.speaker, list(p.sentences)] for p in self.personas],
+                   "context": [[t.speaker, t.text] for t in self.context],
+                   "responder": self.responder, "reference": self.reference}
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; :meth:`from_dict` inverts it exactly."""

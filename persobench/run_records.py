@@ -283,6 +283,18 @@ class StructuredRecord:
         return dict(self.description) if self.description is not None else self.enabled
 
 
+@dataclass(frozen=True)
+class DatasetFileRecord(_OpenRecord):
+    """The user file a generated run's samples came from (``extra["dataset_file"]``)."""
+
+    path: str | None = None
+    """The file's absolute path when the run was generated."""
+    sha256: str | None = None
+    """Checksum of the file's bytes then: a changed file is never read as this run's inputs."""
+    other: Mapping[str, Any] = field(default_factory=dict)
+    """Keys this version does not model, kept as read."""
+
+
 #: JSON keys of ``extra`` written by the generation stage.
 _GENERATION_KEYS = ("started_at", "failure_reason", "finished_at", "usage", "cost_usd", "baseline")
 
@@ -307,6 +319,8 @@ class RunExtra:
     """A template family recorded in ``extra`` (not written by this version)."""
     structured: StructuredRecord | None = None
     """Structured output as recorded in ``extra`` (this version writes ``parameters["structured"]``)."""
+    dataset_file: DatasetFileRecord | None = None
+    """The user file the samples came from; ``None`` for registered datasets and imports."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model (other stages' notes), kept as read."""
 
@@ -329,7 +343,9 @@ class RunExtra:
         concurrency, template = extra.get("concurrency"), extra.get("template")
         family = extra.get("template_family")
         structured = StructuredRecord.from_value(extra.get("structured"))
+        dataset_file = extra.get("dataset_file")
         typed = {
+            "dataset_file": isinstance(dataset_file, Mapping),
             "concurrency": isinstance(concurrency, Mapping), "template": isinstance(template, Mapping),
             "template_family": isinstance(family, str), "structured": structured is not None,
         }
@@ -345,6 +361,7 @@ class RunExtra:
             template=TemplateRecord.from_dict(template) if typed["template"] else None,
             template_family=family if typed["template_family"] else None,
             structured=structured,
+            dataset_file=DatasetFileRecord.from_dict(dataset_file) if typed["dataset_file"] else None,
             other=other,
         )
 
@@ -367,6 +384,8 @@ class RunExtra:
             data["template_family"] = self.template_family
         if self.structured is not None:
             data["structured"] = self.structured.to_value()
+        if self.dataset_file is not None:
+            data["dataset_file"] = self.dataset_file.to_dict()
         return {**data, **self.other}
 
     def profile_scores(self, profile: str) -> ProfileScores:

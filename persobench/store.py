@@ -12,123 +12,40 @@ target, so a crash mid-write leaves the previous good file in place, never a hal
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import datetime as _dt
-import hashlib
 import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from persobench.errors import StoreError
+from persobench.files import atomic_write_json, atomic_write_parquet, canonical_json, read_parquet, sha256_hex, \
+    utc_now
+from persobench.locks import RUN_LOCK, hold_state_lock, lock_holder
 from persobench.run_records import SCHEMA_VERSION, RunExtra
-from persobench.secrets import SECRET_KEYS, strip_secrets, url_without_credentials  # noqa: F401 - re-exported
+from persobench.secrets import strip_secrets
 
 if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
     import pandas as pd
 
+    from persobench.records import Sample
+
 MANIFEST = "manifest.json"
+#: The run's samples as generated (``sample_id, input_hash, sample``: the sample's JSON), so scoring
+#: reads the inputs the replies answered, whatever happens to the dataset file later.
+SAMPLES_TABLE = "samples"
+#: The tables the metrics stage writes into a run folder.
+SCORE_TABLES = ("scores", "persona_details")
 RUN_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 
 
 def default_home() -> Path:
     """``$PERSOBENCH_HOME`` or ``./cache``."""
     return Path(os.environ.get("PERSOBENCH_HOME") or "cache")
-
-
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON used for hashing (sorted keys, no whitespace)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def sha256_hex(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # some filesystems do not allow opening directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
-
-
-def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
-    """Write a DataFrame as Parquet atomically (temp file + fsync + rename)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def read_parquet(path: Path) -> "pd.DataFrame":
-    """Read a Parquet table, turning any failure into a :class:`StoreError` that names the file."""
-    import pandas as pd
-
-    path = Path(path)
-    if not path.exists():
-        raise StoreError(f"{path}: table not found")
-    try:
-        return pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several unrelated types for damaged files
-        raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__}: {exc})") from exc
 
 
 def _slug(text: str) -> str:
@@ -184,6 +101,12 @@ class RunManifest:
     def details(self) -> RunExtra:
         """``extra`` as typed records (generation, counts, import, scoring provenance)."""
         return RunExtra.from_extra(self.extra)
+
+    @property
+    def is_baseline(self) -> bool:
+        """True for a ``baseline:`` run (a floor or ceiling, not a model): the one rule every table
+        and board uses."""
+        return bool(self.model.get("baseline")) or self.model.get("provider") == "baseline"
 
     @property
     def model_label(self) -> str:
@@ -255,8 +178,28 @@ def make_run_id(
     return f"{_slug(dataset)}__{_slug(model_name)}__{_slug(mode)}__{digest}"
 
 
+def merge_extra(current: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``current`` manifest ``extra`` with ``changes`` applied key by key; ``scores`` merges per
+    profile and, within a profile, per metric, so two scoring passes never erase each other."""
+    merged = {**dict(current), **dict(changes)}
+    if "scores" in changes and isinstance(current.get("scores"), Mapping) and isinstance(changes["scores"], Mapping):
+        scores = dict(current["scores"])
+        for profile, entry in changes["scores"].items():
+            before = scores.get(profile)
+            if isinstance(before, Mapping) and isinstance(entry, Mapping) and isinstance(
+                    before.get("metrics"), Mapping) and isinstance(entry.get("metrics"), Mapping):
+                entry = {**before, **entry, "metrics": {**before["metrics"], **entry["metrics"]}}
+            scores[profile] = entry
+        merged["scores"] = scores
+    return merged
+
+
 class Run:
-    """A handle on one run folder."""
+    """A handle on one run folder.
+
+    Every change goes through :meth:`update` or :meth:`merge_table`, which read what is on disk,
+    merge and write under the run's state lock (:func:`hold_state_lock`): a handle read before
+    another process's change never writes an older state over it."""
 
     def __init__(self, path: Path, manifest: RunManifest) -> None:
         self.path = Path(path)
@@ -273,12 +216,47 @@ class Run:
         return self.table_path(name).exists()
 
     def write_table(self, name: str, frame: "pd.DataFrame") -> Path:
+        """Replace a table the caller alone writes (generation's ``generations``, an import's tables)."""
         target = self.table_path(name)
-        atomic_write_parquet(target, frame)
+        with self.locked(reload=False):
+            atomic_write_parquet(target, frame)
         return target
 
     def read_table(self, name: str) -> "pd.DataFrame":
         return read_parquet(self.table_path(name))
+
+    @contextlib.contextmanager
+    def locked(self, *, reload: bool = True) -> Iterator["Run"]:
+        """Hold the run's state lock; ``reload``: first re-read the manifest from disk, so a change
+        made in the block starts from the newest state."""
+        with hold_state_lock(self.path):
+            if reload:
+                self.reload()
+            yield self
+
+    def reload(self) -> RunManifest:
+        """Re-read the manifest from disk (it may have been changed by another process)."""
+        path = self.path / MANIFEST
+        try:
+            self.manifest = RunManifest.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise StoreError(f"{path}: the run's manifest is gone") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
+            raise StoreError(f"{path}: corrupt manifest ({exc})") from exc
+        return self.manifest
+
+    def merge_table(self, name: str,
+                    merge: "Callable[[pd.DataFrame | None], pd.DataFrame | None]") -> "pd.DataFrame | None":
+        """Read table ``name`` (``None`` when absent), ``merge`` it with the caller's new rows and write
+        the result, all under the state lock: rows another process wrote meanwhile are kept. When
+        ``merge`` returns ``None`` nothing changes and the table as read is returned."""
+        with self.locked(reload=False):
+            current = self.read_table(name) if self.has_table(name) else None
+            frame = merge(current)
+            if frame is None:
+                return current
+            atomic_write_parquet(self.table_path(name), frame)
+        return frame
 
     def damaged_table(self) -> str | None:
         """Why a table of this run is not a Parquet file (checked by its magic bytes, cheaply), or None."""
@@ -295,14 +273,53 @@ class Run:
         return None
 
     def update(self, **changes: Any) -> RunManifest:
-        """Replace manifest fields, stamp ``updated_at`` and write the manifest atomically."""
+        """Apply ``changes`` to the manifest on disk (``extra`` merged key by key, see
+        :func:`merge_extra`), stamp ``updated_at`` and write it, under the state lock."""
         if "status" in changes and changes["status"] not in RUN_STATUSES:
             raise ValueError(f"unknown run status {changes['status']!r}; expected one of {RUN_STATUSES}")
-        if "extra" in changes:
-            changes["extra"] = {**dict(self.manifest.extra), **dict(changes["extra"])}
-        self.manifest = dataclasses.replace(self.manifest, updated_at=utc_now(), **changes)
-        atomic_write_json(self.path / MANIFEST, self.manifest.to_dict())
+        with self.locked():
+            if "extra" in changes:
+                changes["extra"] = merge_extra(self.manifest.extra, changes["extra"])
+            manifest = dataclasses.replace(self.manifest, updated_at=utc_now(), **changes)
+            atomic_write_json(self.path / MANIFEST, manifest.to_dict())
+            self.manifest = manifest
         return self.manifest
+
+    def record_samples(self, samples: "Iterable[Sample]") -> None:
+        """Keep the inputs of this run's samples (:data:`SAMPLES_TABLE`): what its replies answer."""
+        import pandas as pd
+
+        rows = [{"sample_id": s.id, "input_hash": s.input_hash, "sample": canonical_json(s.to_dict())}
+                for s in samples]
+        self.write_table(SAMPLES_TABLE, pd.DataFrame(rows, columns=["sample_id", "input_hash", "sample"]))
+
+    def recorded_samples(self) -> "dict[str, Sample] | None":
+        """Sample id -> the inputs recorded when the run was generated, or ``None`` for a run that
+        recorded none (made before runs recorded their inputs)."""
+        from persobench.records import Sample
+
+        if not self.has_table(SAMPLES_TABLE):
+            return None
+        frame = self.read_table(SAMPLES_TABLE)
+        samples: dict[str, Sample] = {}
+        for position, (sid, text) in enumerate(zip(frame["sample_id"], frame["sample"])):
+            try:
+                samples[str(sid)] = Sample.from_dict(json.loads(text))
+            except (TypeError, ValueError, KeyError) as exc:
+                raise StoreError(f"{self.table_path(SAMPLES_TABLE)}: row {position + 1}, field 'sample': "
+                                 f"not a recorded sample ({type(exc).__name__}: {exc})") from None
+        return samples
+
+    def drop_scores(self) -> None:
+        """Remove every stored score and its provenance (the replies changed), under the state lock."""
+        with self.locked():
+            for name in SCORE_TABLES:
+                self.table_path(name).unlink(missing_ok=True)
+            if self.manifest.extra.get("scores"):
+                manifest = dataclasses.replace(self.manifest, updated_at=utc_now(),
+                                               extra={**dict(self.manifest.extra), "scores": {}})
+                atomic_write_json(self.path / MANIFEST, manifest.to_dict())
+                self.manifest = manifest
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r}, status={self.manifest.status!r})"
@@ -316,6 +333,14 @@ class StoreProblem:
     """The folder or file at fault."""
     reason: str
     """What is wrong with it."""
+
+
+def _stat(path: str) -> tuple[int, ...]:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class RunStore:
@@ -337,6 +362,10 @@ class RunStore:
         if path.exists() and path.resolve().parent != self.runs_dir.resolve():
             raise StoreError(f"{path}: resolves outside {self.runs_dir}")
         return path
+
+    def table_path(self, run_id: str, name: str) -> Path:
+        """The file of table ``name`` of run ``run_id`` (for readers that skip the manifest)."""
+        return self.run_path(run_id) / f"{name}.parquet"
 
     def create(self, manifest: RunManifest, *, exist_ok: bool = True) -> Run:
         """Create the run folder and manifest; an existing run with the same id is returned as is."""
@@ -412,6 +441,38 @@ class RunStore:
 
     def runs(self) -> list[Run]:
         return self.scan()[0]
+
+    def fingerprint(self) -> str:
+        """A digest of the store's state, for every cache of tables read from it (the app's and the
+        aggregate's): each entry of ``runs/`` and each file in a run folder (inode, mode, size,
+        times), and whether a run's generation lock is held (a killed run changes no file).
+        Hidden entries (temporary files of atomic writes) are skipped; a folder's own times still
+        change when one is renamed into place. One ``stat`` per file: milliseconds for hundreds of runs."""
+        import hashlib
+
+        digest = hashlib.sha1()
+        try:
+            entries = sorted(os.scandir(self.runs_dir), key=lambda e: e.name)
+        except OSError:
+            return "no-runs"
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            digest.update(b"\0" + entry.name.encode("utf-8", "surrogateescape"))
+            digest.update(repr(_stat(entry.path)).encode())
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                files = sorted(os.scandir(entry.path), key=lambda e: e.name)
+            except OSError as exc:
+                digest.update(f"unreadable {exc.errno}".encode())
+                continue
+            for item in files:
+                if not item.name.startswith("."):
+                    digest.update(f"\1{item.name}{_stat(item.path)!r}".encode("utf-8", "surrogateescape"))
+                if item.name == RUN_LOCK:
+                    digest.update(b"held" if lock_holder(entry.path) is not None else b"free")
+        return digest.hexdigest()
 
     def delete(self, run_id: str) -> None:
         shutil.rmtree(self.run_path(run_id))

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from persobench import aggregate
+from persobench import aggregate, stats
 from persobench.cli import main
 from persobench.store import RunManifest, RunStore, make_run_id
 from persobench.structured import BOARD_NOTE
@@ -481,14 +481,14 @@ def test_overall_with_ci_matches_a_hand_computed_composite(store):
     composite = np.array([(200 + 60 + 90 + 100) / 5, (0 + 40 + 50 + 0) / 5, (100 + 50 + 70 + 100) / 5, -100 / 5])
     assert a["overall"] == pytest.approx(38.0) == pytest.approx(composite.mean())
     low, high = a["overall_ci_low"], a["overall_ci_high"]
-    assert (low, high) == pytest.approx(aggregate.stats.bootstrap_ci(composite))
+    assert (low, high) == pytest.approx(stats.bootstrap_ci(composite))
     assert composite.min() <= low < a["overall"] < high <= composite.max()
     b = table[table["model"] == "B"].iloc[0]  # instructability 1: +100/5 on every sample
     composite_b = np.array([(0 + 30 + 50 + 0 + 100) / 5, (0 + 30 + 50 - 100 + 100) / 5,
                             (100 + 30 + 50 + 100 + 100) / 5, (100 + 30 + 50 + 0 + 100) / 5])
     assert b["overall"] == pytest.approx(composite_b.mean())
     assert (b["overall_paper_ci_low"], b["overall_paper_ci_high"]) == pytest.approx(
-        aggregate.stats.bootstrap_ci(composite_b - 100 / 5 + 1 / 5))
+        stats.bootstrap_ci(composite_b - 100 / 5 + 1 / 5))
     offline_only = aggregate.overall_with_ci(results, dataset="focus", mode="cot")
     assert offline_only["overall"].isna().all() and offline_only["overall_ci_low"].isna().all()
 

@@ -476,7 +476,7 @@ def test_data_page_fetches_the_paper_data_in_the_background(tmp_path, monkeypatc
         assert not at.exception
         jobs = JobManager(home)
         [job] = jobs.jobs()  # launched by the click
-        assert job.steps[0].argv[:2] == ("fetch-paper", "--import") and server.url() in job.steps[0].argv
+        assert job.steps[0].kind == "fetch" and job.steps[0].config["url"] == server.url()
         assert len(job.steps) == 1  # "do not score"
 
         def progress_shown():
@@ -558,7 +558,7 @@ def test_new_run_estimate_then_launch_in_the_background(tmp_path, monkeypatch):
     job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
     assert job.state == "completed", job.message
     assert len(job.run_ids) == 1
-    assert "--concurrency auto" in " ".join(job.steps[0].argv)
+    assert job.steps[0].config["concurrency"] == "auto"
     # The same estimate now comes from the cache.
     at.run()
     estimate = frame_by_columns(at, "dataset", "model", "mode", "requests", "cached")
@@ -601,8 +601,8 @@ def test_new_run_offers_the_paper_presets_and_a_template_choice(tmp_path, monkey
     from persobench.jobs import LaunchChoice, plan_launch
 
     plans = plan_launch(tmp_path / "home", [LaunchChoice("sample", "gemma-7b-it", "cot", None, "persobench")], limit=2)
-    argv = launch_steps(plans, limit=2, profile=None)[0].argv
-    assert argv[argv.index("--template") + 1] == "persobench"
+    config = launch_steps(plans, limit=2, profile=None)[0].config
+    assert config["template"] == "persobench"
 
 
 def test_new_run_structured_output_checkbox_launches_a_structured_run(tmp_path, monkeypatch):
@@ -638,9 +638,9 @@ def test_new_run_structured_output_checkbox_launches_a_structured_run(tmp_path, 
         jobs = JobManager(home)
         job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
         assert job.state == "completed", job.message
-        argvs = {" ".join(step.argv) for step in job.steps}
-        assert any("--model openai:fake-json" in a and "--structured" in a for a in argvs)
-        assert not any("baseline:reference" in a and "--structured" in a for a in argvs)
+        configs = [step.config for step in job.steps]
+        assert any(c["model"] == "openai:fake-json" and c["structured"] for c in configs)
+        assert not any(c["model"] == "baseline:reference" and c["structured"] for c in configs)
         assert {(r.body.get("response_format") or {}).get("type") for r in server.requests} == {"json_schema"}
     runs = {r.manifest.model_label: r for r in RunStore(home).runs()}
     assert set(runs) == {"openai:fake-json +structured", "baseline:reference"}
@@ -676,8 +676,7 @@ def test_job_runs_once_cancels_and_resumes_without_repeating_requests(tmp_path, 
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_SECRET)
     with FakeLLMServer("openai", latency=0.4) as server:
         plans = plan_launch(home, [LaunchChoice("sample", "openai:slow-model", "vanilla", server.base_url)], limit=12)
-        steps = [s for s in launch_steps(plans, limit=12, profile=None)]
-        steps = [type(s)(s.label, (*s.argv, "--concurrency", "1"), s.expect, s.kind, s.run_id) for s in steps]
+        steps = launch_steps(plans, limit=12, profile=None, concurrency=1)
         jobs = JobManager(home)
         job_id, started = jobs.launch("slow", steps)
         assert started
@@ -715,7 +714,7 @@ def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
 
     from persobench.errors import ConfigurationError
     from persobench.generation import GenerationConfig, plan_generation
-    from persobench.generation.lock import lock_holder
+    from persobench.locks import lock_holder
     from persobench.jobs import JobManager, JobStep
     from persobench.store import RunStore
     from tests.fakes import FakeLLMServer
@@ -733,10 +732,8 @@ def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
     with FakeLLMServer("openai", latency=0.2, script=hold_from_the_third) as server:
         plan = plan_generation(GenerationConfig(dataset="sample", model="openai:slow-model", base_url=server.base_url,
                                                 limit=8, concurrency=1), store=RunStore(home))
-        argv = ("run", "--dataset", "sample", "--model", "openai:slow-model", "--base-url", server.base_url,
-                "--limit", "8", "--concurrency", "1", "--no-progress")
-        step = JobStep("slow run", argv, {"dataset": "sample", "model": "openai:slow-model", "mode": "vanilla"},
-                       run_id=plan.run_id)
+        step = JobStep("slow run", "run", plan.config.to_dict(),
+                       {"dataset": "sample", "model": "openai:slow-model", "mode": "vanilla"}, run_id=plan.run_id)
         jobs = JobManager(home)
         job_id, _ = jobs.launch("killed", [step])
         wait_for(lambda: len(server.requests) >= 3)
@@ -812,6 +809,7 @@ def test_job_card_buttons_on_a_stale_status_show_one_line_errors(tmp_path):
     import json
     import os
 
+    from persobench.generation import GenerationConfig
     from persobench.generation.lock import hold_run_lock
     from persobench.jobs import JobManager, JobStep
 
@@ -819,7 +817,7 @@ def test_job_card_buttons_on_a_stale_status_show_one_line_errors(tmp_path):
     jobs = JobManager(home)
 
     def make_job(job_id: str, run_id: str, **state) -> None:
-        step = JobStep("echo run", ("run", "--dataset", "sample", "--model", "baseline:persona-echo"),
+        step = JobStep("echo run", "run", GenerationConfig(dataset="sample", model="baseline:persona-echo").to_dict(),
                        {"dataset": "sample", "model": "baseline:persona-echo", "mode": "vanilla"}, run_id=run_id)
         folder = jobs.job_dir(job_id)
         folder.mkdir(parents=True)

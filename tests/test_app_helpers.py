@@ -84,7 +84,7 @@ def test_store_signature_changes_when_a_run_changes(tmp_path):
     from persobench.generation import run_generation
 
     home = tmp_path / "home"
-    assert cache.store_signature(home) == "empty"
+    assert cache.store_signature(home) == "no-runs"
     run = run_generation(dataset="sample", model="baseline:reference", mode="vanilla", limit=2, home=home)
     first = cache.store_signature(home)
     assert first == cache.store_signature(home), "stable while nothing changes"

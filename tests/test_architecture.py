@@ -20,19 +20,22 @@ PACKAGE = ROOT / "persobench"
 STAGES: dict[str, tuple[str, ...]] = {
     "foundation": ("persobench", "persobench.errors", "persobench.records",
                    "persobench.registry", "persobench.secrets", "persobench.csv_io", "persobench.run_records",
-                   "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store"),
+                   "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store", "persobench.console", "persobench.locks",
+                   "persobench.files"),
     "datasets": ("persobench.datasets",),
     "prompts": ("persobench.prompts", "persobench.protocol"),
     "generation": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.cache",
                    "persobench.generation", "persobench.postprocess", "persobench.importer"),
     "metrics": ("persobench.metrics",),
     "aggregate": ("persobench.aggregate",),
+    # The front door (README "Python API"): typed calls over every stage, used by jobs, CLI and app.
+    "pipeline": ("persobench.pipeline",),
     "jobs": ("persobench.jobs",),
     # The two front ends: each may use every stage, neither imports the other.
     "cli": ("persobench.cli", "persobench.__main__"),
     "app": ("persobench.app",),
 }
-ORDER = ["foundation", "datasets", "prompts", "generation", "metrics", "aggregate", "jobs", "cli"]
+ORDER = ["foundation", "datasets", "prompts", "generation", "metrics", "aggregate", "pipeline", "jobs", "cli"]
 RANK = {stage: ORDER.index(stage) if stage in ORDER else ORDER.index("cli") for stage in STAGES}
 MAX_PAGE_LINES = 200
 # "About 500": postprocess.py sits a little over it; past this a module is split by concern.
@@ -171,3 +174,90 @@ def test_pages_use_no_private_persobench_names(page: Path):
                 and isinstance(node.value, ast.Name) and node.value.id in bound):
             private.append(f"{node.lineno}: {node.value.id}.{node.attr}")
     assert private == []
+
+
+def _module_graph(root: Path) -> dict[str, set[str]]:
+    """persobench module -> the persobench modules it imports (lazy imports included)."""
+    package = root / "persobench"
+    known = {_module_name_in(root, p) for p in sorted(package.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        here = _module_name_in(root, path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # Imports for type checkers only never run, so they close no cycle.
+        typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                       for stmt in node.body for inner in ast.walk(stmt)}
+        targets = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # `from a.b import c` imports a.b, and a.b.c when c is a module
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for name in names:
+                if name in known and name not in (here, "persobench"):
+                    targets.add(name)
+        graph[here] = targets
+    return graph
+
+
+def _module_name_in(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
+def test_no_import_cycle_inside_the_package():
+    """Modules of a stage import each other one way too; a function-level import does not hide a cycle.
+    A package's ``__init__`` that gathers its submodules is the package's front, so a submodule
+    importing the package itself is the cycle this finds."""
+    assert _cycles(_module_graph(ROOT)) == []
+
+
+def test_the_cycle_check_finds_a_cycle_hidden_in_a_function(tmp_path):
+    metrics = tmp_path / "persobench" / "metrics"
+    metrics.mkdir(parents=True)
+    (tmp_path / "persobench" / "__init__.py").write_text("", encoding="utf-8")
+    (metrics / "__init__.py").write_text("", encoding="utf-8")
+    (metrics / "encoder.py").write_text("from persobench.metrics.embeddings import load\n", encoding="utf-8")
+    (metrics / "embeddings.py").write_text("def load():\n    from persobench.metrics import encoder\n",
+                                           encoding="utf-8")
+    assert _cycles(_module_graph(tmp_path)) == [["persobench.metrics.embeddings", "persobench.metrics.encoder"]]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from persobench.cache import ResponseCache
 from persobench.cli import main as cli_main
-from persobench.generation.lock import hold_run_lock, lock_holder
+from persobench.generation.lock import hold_run_lock
+from persobench.locks import lock_holder
 from persobench.store import RunStore
 from tests.fakes import hang, reply
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
@@ -210,12 +211,11 @@ def test_resume_command_rebuilds_the_same_configuration(tmp_path):
     import dataclasses
 
     from persobench.generation import GenerationConfig, RetryPolicy, plan_generation
+    from persobench.generation.config import RUN_FLAGS
     from persobench.generation.lock import resume_command
 
-    from persobench.generation.lock import _RUN_FLAGS
-
     # every field of the configuration is printed by the command (a new field must be added there)
-    handled = set(_RUN_FLAGS) | {"base_url", "options", "retry", "chat_template", "structured", "cache_dir",
+    handled = set(RUN_FLAGS) | {"base_url", "options", "retry", "chat_template", "structured", "cache_dir",
                                   "fail_fast_after"}
     assert {f.name for f in dataclasses.fields(GenerationConfig)} == handled
     store = RunStore(tmp_path / "home")

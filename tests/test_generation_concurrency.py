@@ -15,7 +15,7 @@ from persobench.cli import main as cli_main
 from persobench.generation import RetryPolicy, run_generation
 from persobench.generation.concurrency import (FIRST_PROBE_ROUNDS, LATENCY_TOLERANCE, MAX_PROBE_ROUNDS,
                                                PROBE_BACKOFF, START, AdaptiveLimit, is_overload)
-from persobench.providers.base import ErrorKind, ProviderError
+from persobench.errors import ErrorKind, ProviderError
 from tests.fakes.fixtures import openai_server  # noqa: F401
 
 TOO_MANY = ProviderError(ErrorKind.RATE_LIMIT, "429", status_code=429)

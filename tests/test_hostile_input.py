@@ -71,7 +71,7 @@ def test_paper_prompt_table_with_unclosed_quote_is_rejected(tmp_path, monkeypatc
     prompts.mkdir()
     (prompts / "FoCus.csv").write_text(HEADER + 'p1,"User1: c1,r1\np2,User1: c2,r2\n', encoding="utf-8")
     monkeypatch.setenv("PERSOBENCH_PROMPTS", str(prompts))
-    from persobench.datasets import DatasetError
+    from persobench.errors import DatasetError
     from persobench.datasets.tables import load_paper_table
 
     with pytest.raises(DatasetError, match=r"FoCus.csv: row 1 \(line 2\).*quote"):

@@ -18,7 +18,8 @@ import pytest
 
 from persobench.cli import main as cli_main
 from persobench.generation import RetryPolicy, run_generation
-from persobench.providers import PROVIDERS, Completion, ErrorKind, GenerationParams, ProviderError, Request
+from persobench.errors import ErrorKind, ProviderError
+from persobench.providers import PROVIDERS, Completion, GenerationParams, Request
 from persobench.providers.base import BatchingProvider
 from persobench.store import RunStore
 from persobench.structured import reply_schema

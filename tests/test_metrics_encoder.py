@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from persobench.metrics import embeddings
+from persobench.metrics import embedding_models, embeddings
 from persobench.metrics.backends import get_profile
 from persobench.metrics.encoder import EmbeddingShelf, TextEncoder, text_key
 from persobench.metrics.scoring import score_samples
@@ -99,13 +99,13 @@ def test_values_agree_with_bert_score_and_sentence_transformers(published):
     samples, replies, ids = published
     sample = ids[:10]
     wide, sims = _score(published, sample, TextEncoder(get_profile("offline")))
-    loaded = embeddings.load_bertscorer(get_profile("offline").spec("bertscore"), "cpu")
+    loaded = embedding_models.load_bertscorer(get_profile("offline").spec("bertscore"), "cpu")
     p, r, f = embeddings.bertscore(loaded, [replies[i] for i in sample], [samples[i].reference for i in sample])
     for k, sid in enumerate(sample):
         assert wide.loc[sid, "bertscore_p"] == pytest.approx(p[k], abs=1e-5)
         assert wide.loc[sid, "bertscore_r"] == pytest.approx(r[k], abs=1e-5)
         assert wide.loc[sid, "bertscore_f1"] == pytest.approx(f[k], abs=1e-5)
-    model = embeddings.load_embedding(get_profile("offline").spec("embedding"), "cpu")
+    model = embedding_models.load_embedding(get_profile("offline").spec("embedding"), "cpu")
     left = [s for sid in sample for s in samples[sid].persona_sentences()]
     right = [replies[sid] for sid in sample for _ in samples[sid].persona_sentences()]
     expected = embeddings.pair_similarities(model, left, right)

@@ -209,7 +209,7 @@ def test_score_run_writes_tables_provenance_and_never_recomputes(tmp_path, monke
     assert first.computed == {"bleu": 1, "dist1": 2, "persona_coverage": 1, "c_score": 0}
     assert "from the hub" in first.unavailable()["c_score"]
     stored = run.read_table("scores")
-    assert list(stored.columns) == ["sample_id", "metric", "value", "profile"]
+    assert list(stored.columns) == ["sample_id", "metric", "value", "profile", "basis"]
     assert set(stored["profile"]) == {"offline"}
     assert "s:1" not in set(stored["sample_id"])
     details = run.read_table("persona_details")

@@ -129,7 +129,7 @@ def test_persona_coverage_falls_back_to_embedding_similarity_and_says_so():
     assert prov["backend"].startswith("embedding-similarity>=")
     assert "no NLI model" in prov["reason"]
     assert result.persona_details["nli_label"].isna().all()
-    from persobench.metrics.scoring import COVERAGE_SIMILARITY_THRESHOLD
+    from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD
 
     for sid, group in result.persona_details.groupby("sample_id"):  # noqa: B007 - read by query("@sid")
         expected = (group["similarity"] >= COVERAGE_SIMILARITY_THRESHOLD).mean()

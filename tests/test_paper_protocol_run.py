@@ -16,7 +16,7 @@ import pytest
 from persobench.datasets import load_dataset
 from persobench.generation import plan_generation, run_generation
 from persobench.prompts import build_messages, get_template
-from persobench.providers.base import ConfigurationError
+from persobench.errors import ConfigurationError
 from persobench.store import RunStore
 
 CHAT_TEMPLATE = (
@@ -173,7 +173,7 @@ def test_default_policy_follows_the_template_family(tmp_path: Path) -> None:
                                 store=store)
     assert row["run_id"] == paper_run.run_id
     [step, _score] = launch_steps([row], limit=2)
-    assert "--policy" not in step.argv  # the CLI's default is the same rule
+    assert step.config["policy"] is None  # the CLI's default is the same rule
     # The demo uses PersoBench's template on purpose (README, "The demo"): the same rule gives it the
     # robust policy, and its plain runs share one protocol with the baselines.
     demo = [plan_generation(config, store=store) for config in demo_configs(limit=1, local=True)]

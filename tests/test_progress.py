@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from persobench.cli.progress import ProgressBar
+from persobench.console import ProgressBar
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,8 @@ from persobench.providers import (
     parse_spec,
 )
 from persobench.models_registry import resolve_model
-from persobench.providers.base import ErrorKind, ProviderError, kind_for_status, parse_retry_after
+from persobench.providers.base import kind_for_status, parse_retry_after
+from persobench.errors import ErrorKind, ProviderError
 from persobench.records import PersonaSet, Sample, Turn
 from tests.fakes import error, reply
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET, anthropic_server, openai_server  # noqa: F401

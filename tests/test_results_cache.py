@@ -54,7 +54,7 @@ def test_a_fresh_process_reads_the_cached_table_built_for_this_state(store):
     first = aggregate.load_results(store)
     [path] = cache_files(store)
     frame, key = cached(path)
-    assert key["state"] == disk_cache.store_state(store)  # written for the state as it is
+    assert key["state"] == store.fingerprint()  # written for the state as it is
     assert key["arguments"]["profile"] == "offline"
     pd.testing.assert_frame_equal(frame, first.frame)
     second = aggregate.load_results(store)
@@ -119,7 +119,7 @@ def test_a_damaged_cache_file_is_ignored_and_rebuilt(store, damage):
     results = aggregate.load_results(store)  # never raises
     assert_fresh(store, results)
     frame, key = cached(path)  # rebuilt
-    assert key["state"] == disk_cache.store_state(store)
+    assert key["state"] == store.fingerprint()
     pd.testing.assert_frame_equal(frame, results.frame)
 
 
@@ -145,11 +145,11 @@ def test_a_cache_that_cannot_be_written_costs_nothing_but_time(store):
 
 
 def test_store_state_changes_with_every_run_file(store):
-    state = disk_cache.store_state(store)
-    assert disk_cache.store_state(store) == state  # reading changes nothing
+    state = store.fingerprint()
+    assert store.fingerprint() == state  # reading changes nothing
     run = store.runs()[0]
     run.update(status="completed")  # a manifest rewrite
-    assert disk_cache.store_state(store) != state
-    state = disk_cache.store_state(store)
+    assert store.fingerprint() != state
+    state = store.fingerprint()
     (run.path / "persona_details.parquet").write_bytes(b"x")
-    assert disk_cache.store_state(store) != state
+    assert store.fingerprint() != state

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from persobench.datasets import DatasetError
+from persobench.errors import DatasetError
 from persobench.datasets import sources
 from persobench.records import USER1, USER2, Sample
 

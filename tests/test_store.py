@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from persobench.store import (
-    RunManifest, RunStore, StoreError, atomic_write_bytes, make_run_id, strip_secrets,
-)
+from persobench.files import atomic_write_bytes
+from persobench.secrets import strip_secrets
+from persobench.store import RunManifest, RunStore, StoreError, make_run_id
 
 
 def _manifest(**overrides) -> RunManifest:
@@ -92,12 +92,12 @@ def test_a_killed_writer_never_replaces_the_good_file(tmp_path: Path) -> None:
     # A child process starts writing 50 MB and is killed mid-way: the target must still be "good".
     code = (  # noqa: UP031 - %r quotes the paths for the child
         "import os, sys; sys.path.insert(0, %r)\n"
-        "from persobench import store\n"
+        "from persobench import files\n"
         "real = os.fsync\n"
         "def slow(fd):\n"
         "    print('writing', flush=True); import time; time.sleep(30)\n"
         "os.fsync = slow\n"
-        "store.atomic_write_bytes(%r, b'x' * 50_000_000)\n"
+        "files.atomic_write_bytes(%r, b'x' * 50_000_000)\n"
     ) % (str(Path(__file__).resolve().parents[1]), str(target))
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "writing"

@@ -131,7 +131,7 @@ def test_models_file_names_the_form_so_json_schema_is_never_sent(tmp_path, monke
 
 def test_models_file_rejects_unknown_forms(tmp_path):
     from persobench.models_registry import resolve_model
-    from persobench.providers import ConfigurationError
+    from persobench.errors import ConfigurationError
 
     models = tmp_path / "models.toml"
     models.write_text('[models.x]\nspec = "openai:m"\nstructured_format = "grammar"\n')

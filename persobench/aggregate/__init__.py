@@ -42,7 +42,6 @@ board that answered different sample sets are compared on the sample ids common 
 
 from __future__ import annotations
 
-from persobench import stats  # noqa: F401 - aggregate.stats, as before the split
 from persobench.aggregate.board import BOARD_COLUMNS, SIDE_BY_SIDE, leaderboard
 from persobench.aggregate.exports import (CSV_COLUMNS, EXPORT_FORMATS, PROTOCOL_FIELDS, export_board, protocol_heading,
                                           sample_notes, sample_set_note, structured_note)

@@ -5,7 +5,7 @@ Parquet files, about three seconds); a fresh process (a just-started app, a CLI 
 reads one cached file instead. Each file carries, in its Parquet metadata, the key it was built
 for:
 
-- the store's modification state (:func:`store_state`): every entry of ``runs/`` with the inode,
+- the store's fingerprint (:meth:`persobench.store.RunStore.fingerprint`): every entry of ``runs/`` with the inode,
   size, modification and change times of each file in it, so adding, rescoring, re-importing,
   damaging or deleting a run changes it (an atomic rewrite always makes a new inode, and an
   in-place write moves the change time, which no tool can set back);
@@ -27,7 +27,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -49,44 +48,6 @@ _METADATA_KEY = b"persobench.cache"
 _BUILDERS = ("protocol.py", "run_records.py", "store.py", "stats.py")
 
 
-def store_state(store: "RunStore") -> str:
-    """A digest of everything in ``runs/`` that the aggregated tables are read from.
-
-    One ``scandir`` per run folder and one ``stat`` per file (a few milliseconds for hundreds of
-    runs). Hidden entries (temporary files of atomic writes) are skipped; the folder's own times
-    still change when one is renamed into place.
-    """
-    digest = hashlib.sha1()
-    try:
-        entries = sorted(os.scandir(store.runs_dir), key=lambda e: e.name)
-    except OSError:
-        return "no-runs"
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue
-        digest.update(b"\0" + entry.name.encode("utf-8", "surrogateescape"))
-        digest.update(repr(_stat(entry.path, follow=False)).encode())
-        if not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            files = sorted(os.scandir(entry.path), key=lambda e: e.name)
-        except OSError as exc:
-            digest.update(f"unreadable {exc.errno}".encode())
-            continue
-        for item in files:
-            if not item.name.startswith("."):
-                digest.update(f"\1{item.name}{_stat(item.path, follow=False)!r}".encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
-
-
-def _stat(path: str, *, follow: bool) -> tuple[int, ...]:
-    try:
-        st = os.stat(path, follow_symlinks=follow)
-    except OSError:
-        return ()
-    return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """Digest of the package version and the source of the modules that build cached tables."""
@@ -104,7 +65,7 @@ def code_fingerprint() -> str:
 
 def cache_key(store: "RunStore", table: str, **arguments: Any) -> dict[str, Any]:
     """The key of ``table`` built with ``arguments`` from the store as it is now."""
-    return {"table": table, "arguments": arguments, "code": code_fingerprint(), "state": store_state(store)}
+    return {"table": table, "arguments": arguments, "code": code_fingerprint(), "state": store.fingerprint()}
 
 
 def cache_path(store: "RunStore", table: str, **arguments: Any) -> Path:
@@ -159,7 +120,7 @@ def write_cached(path: Path, key: Mapping[str, Any], frame: "pd.DataFrame", note
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from persobench.store import atomic_write_bytes
+    from persobench.files import atomic_write_bytes
 
     try:
         table = pa.Table.from_pandas(frame, preserve_index=False)

@@ -7,14 +7,9 @@ run's files change, so a page rerun reuses parsed tables until something changes
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
-
-#: Files whose changes invalidate the app's caches.
-WATCHED_FILES = ("manifest.json", "generations.parquet", "scores.parquet", "persona_details.parquet")
-
 
 def cache_data(**kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``st.cache_data`` applied on first call, so importing a module does not import Streamlit."""
@@ -55,39 +50,12 @@ def store_home(home: str | os.PathLike[str] | None = None) -> Path:
     return Path(home) if home is not None else default_home()
 
 
-def run_signature(run_dir: Path) -> tuple[tuple[str, int, int], ...]:
-    """(file, mtime_ns, size) of the files of one run that the app reads."""
-    entries = []
-    for name in WATCHED_FILES:
-        try:
-            stat = os.stat(run_dir / name)
-        except OSError:
-            continue
-        entries.append((name, stat.st_mtime_ns, stat.st_size))
-    if entries and os.path.exists(run_dir / "lock"):  # a killed run changes no file: watch its lock too
-        from persobench.generation.lock import lock_holder
-
-        entries.append(("lock", int(lock_holder(run_dir) is not None), 0))
-    return tuple(entries)
-
-
 def store_signature(home: str | os.PathLike[str] | None = None) -> str:
-    """A short digest of the store's modification state; changes whenever a run's files change.
+    """The store's fingerprint (:meth:`persobench.store.RunStore.fingerprint`, the same one the
+    aggregate's disk cache keys on): it changes whenever a run's files change."""
+    from persobench.store import RunStore
 
-    Costs one ``stat`` per watched file (a few milliseconds for hundreds of runs).
-    """
-    runs_dir = store_home(home) / "runs"
-    digest = hashlib.sha1()
-    try:
-        entries = sorted(os.scandir(runs_dir), key=lambda e: e.name)
-    except OSError:
-        return "empty"
-    for entry in entries:
-        if entry.name.startswith(".") or not entry.is_dir():
-            continue
-        digest.update(entry.name.encode())
-        digest.update(repr(run_signature(Path(entry.path))).encode())
-    return digest.hexdigest()[:16]
+    return RunStore(store_home(home)).fingerprint()
 
 
 def current_home() -> str:

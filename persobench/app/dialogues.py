@@ -25,7 +25,7 @@ def _first_column(frame: "pd.DataFrame", *names: str) -> str | None:
 def coverage_threshold() -> float:
     """Similarity at or above which a persona sentence counts as engaged without an NLI model."""
     try:
-        from persobench.metrics.scoring import COVERAGE_SIMILARITY_THRESHOLD
+        from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD
 
         return float(COVERAGE_SIMILARITY_THRESHOLD)
     except Exception:  # noqa: BLE001 - the scoring stage is optional for the app

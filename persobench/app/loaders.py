@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from persobench.app.cache import cache_data, cache_resource
 from persobench.app.text import natural_key
 from persobench.secrets import redact
+from persobench.store import RunStore
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
@@ -23,8 +24,6 @@ if TYPE_CHECKING:  # pandas is imported inside the functions that need it
 def store_scan(home: str, signature: str) -> "tuple[list[Run], list[StoreProblem]]":  # noqa: ARG001
     """``RunStore.scan()`` once per store state for every loader (58 manifests take a tenth of a
     second to read); shared, read-only."""
-    from persobench.store import RunStore
-
     return RunStore(home).scan()
 
 
@@ -44,7 +43,7 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":
         rows.append({
             "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": m.model_label,
             "template": m.template,
-            "baseline": bool((m.model or {}).get("baseline")) or (m.model or {}).get("provider") == "baseline",
+            "baseline": m.is_baseline,
             "source": m.source, "status": "interrupted" if killed else m.status, "samples": len(m.sample_ids),
             "note": killed.describe() if killed else "",
             "has_generations": run.has_table("generations"), "has_scores": run.has_table("scores"),
@@ -156,22 +155,22 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
     runs = runs[(runs["dataset"] == dataset) & runs["has_generations"]]
     replies, scores, details = [], [], []
     for run in runs.itertuples():
-        run_dir = Path(home) / "runs" / run.run_id
+        store = RunStore(home)
         try:
-            g = read_columns(run_dir / "generations.parquet", list(REPLY_COLUMNS))
+            g = read_columns(store.table_path(run.run_id, "generations"), list(REPLY_COLUMNS))
         except Exception:  # noqa: BLE001 - a broken table is reported on the Data page, not fatal here
             continue
         g = g.assign(run_id=run.run_id, model=run.model, mode=run.mode, template=run.template)
         replies.append(g)
-        if (run_dir / "scores.parquet").exists():
+        if store.table_path(run.run_id, "scores").exists():
             try:
-                wide = scores_wide(read_columns(run_dir / "scores.parquet", None), profile)
+                wide = scores_wide(read_columns(store.table_path(run.run_id, "scores"), None), profile)
                 scores.append(wide.assign(run_id=run.run_id))
             except Exception:  # noqa: BLE001
                 pass
-        if (run_dir / "persona_details.parquet").exists():
+        if store.table_path(run.run_id, "persona_details").exists():
             try:
-                d = read_columns(run_dir / "persona_details.parquet", None)
+                d = read_columns(store.table_path(run.run_id, "persona_details"), None)
                 if profile is not None and "profile" in d.columns:
                     d = d[d["profile"] == profile]
                 details.append(d.assign(run_id=run.run_id))
@@ -209,7 +208,7 @@ def run_replies(home: str, signature: str, run_id: str) -> "pd.DataFrame":  # no
 
     columns = ["sample_id", "status", "response"]
     try:
-        frame = read_columns(Path(home) / "runs" / run_id / "generations.parquet", columns)
+        frame = read_columns(RunStore(home).table_path(run_id, "generations"), columns)
     except Exception:  # noqa: BLE001 - unreadable tables are listed in the sidebar
         return pd.DataFrame(columns=columns)
     return frame.reindex(columns=columns)
@@ -235,7 +234,7 @@ def status_counts(home: str, signature: str) -> "pd.DataFrame":
     parts = []
     for run in runs[runs["has_generations"]].itertuples():
         try:
-            g = read_columns(Path(home) / "runs" / run.run_id / "generations.parquet", ["status"])
+            g = read_columns(RunStore(home).table_path(run.run_id, "generations"), ["status"])
         except Exception:  # noqa: BLE001 - unreadable tables are listed in the sidebar
             continue
         counts = g["status"].astype(str).value_counts()
@@ -258,7 +257,7 @@ def failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.D
         if run_id not in runs.index:
             continue
         try:
-            g = read_columns(Path(home) / "runs" / run_id / "generations.parquet",
+            g = read_columns(RunStore(home).table_path(run_id, "generations"),
                               ["sample_id", "status", "error", "finish_reason", "raw_text", "prompt"])
         except Exception:  # noqa: BLE001
             continue

@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from persobench.errors import ConfigurationError, PersoBenchError
+from persobench.errors import ConfigurationError, PersoBenchError, StoreWriteError
 
 #: Modules that add subcommands, in help order. Each defines ``register(subparsers)``.
 COMMAND_MODULES = (
@@ -87,6 +87,33 @@ def _closed_output() -> int:
         pass
     print("error: standard output was closed before everything was written (broken pipe)", file=sys.stderr)
     return 2
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to standard output whole, or fail: a short write (full disk, file size limit)
+    is an error naming standard output, so a redirected export never ends cut with exit 0.
+
+    Python's buffered stdout drops the rest of a short write silently; the bytes go out with
+    ``os.write`` until all are written."""
+    import io
+    import os
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # captured output (tests, notebooks)
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    view = memoryview(text.encode(sys.stdout.encoding or "utf-8", errors="surrogateescape"))
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        from persobench.files import write_refused
+
+        raise StoreWriteError(f"{write_refused('standard output', exc)}; the output is incomplete") from None
 
 
 def store_from_args(args: argparse.Namespace):

@@ -29,7 +29,6 @@ import time
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args
-from persobench.errors import PersoBenchError
 
 DEMO_DATASET = "sample"
 #: (model, structured output) in the order they run: the baselines first (the app fills up early),
@@ -116,15 +115,15 @@ def _minutes(seconds: float) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from persobench.generation import RunAborted, plan_generation, run_generation
-    from persobench.providers.base import ConfigurationError
+    from persobench import pipeline
+    from persobench.errors import ConfigurationError, RunAborted
 
     started = time.monotonic()
     store = store_from_args(args)
     limit = None if args.full else args.limit
     if limit is not None and limit < 1:
         raise CLIError("--limit must be at least 1")
-    plans = [plan_generation(config, store=store) for config in demo_configs(limit=limit, local=not args.no_local)]
+    plans = [pipeline.plan(config, store=store) for config in demo_configs(limit=limit, local=not args.no_local)]
     to_generate = [p for p in plans if not _generated(store, p.run_id)]
     to_score = [p for p in plans if not _scored(store, p.run_id)]
     if not to_generate and not to_score:
@@ -153,7 +152,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 bar.update_to(base + info.done)
 
             try:
-                run_generation(plan.config, store=store, progress=on_progress)
+                pipeline.generate(plan.config, store=store, progress=on_progress)
             except ConfigurationError as exc:
                 raise CLIError(f"{plan.spec.name}: {exc}") from None
             except RunAborted as exc:
@@ -189,31 +188,29 @@ def _story(store: Any, plans: list[Any]) -> list[str]:
 
 
 def _score(store: Any, run_ids: list[str], no_progress: bool) -> int:
-    from persobench.datasets import samples_by_id
-    from persobench.metrics import score_run
+    from persobench import pipeline
+
     if not run_ids:
         return 0
-    samples = samples_by_id(DEMO_DATASET)
     bar = _Bar(total=len(run_ids), desc="scoring (offline profile)", disabled=no_progress)
-    failures = 0
+
+    def on_run(result: Any) -> None:
+        if not result.ok:
+            print(f"{result.run_id}: not scored: {result.error}", file=sys.stderr)
+        bar.update_to(bar.n + 1)
+
     try:
-        for run_id in run_ids:
-            try:
-                score_run(store.get(run_id), samples, profile=DEMO_PROFILE)
-            except PersoBenchError as exc:
-                print(f"{run_id}: not scored: {exc}", file=sys.stderr)
-                failures += 1
-            bar.update_to(bar.n + 1)
+        report = pipeline.score(run_ids, profile=DEMO_PROFILE, store=store, on_run=on_run)
     finally:
         bar.close()
-    return failures
+    return report.failures
 
 
 class _Bar:
     """A progress bar on stderr that can be moved to an absolute count."""
 
     def __init__(self, *, total: int, desc: str, disabled: bool) -> None:
-        from persobench.cli.progress import ProgressBar
+        from persobench.console import ProgressBar
 
         self._bar = ProgressBar(total=total, desc=desc, unit="reply" if "generat" in desc else "run",
                                 disabled=disabled)

@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args
+from persobench.cli import CLIError, store_from_args, write_stdout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--policy", choices=("robust", "paper"), default=None,
                      help="post-processing policy (default: paper for the paper's templates, so a default run is on "
                           "the paper's protocol; robust for the others)")
-    run.add_argument("--models", default=None, metavar="FILE", help="model registry file (TOML or YAML)")
+    run.add_argument("--models", dest="models_file", default=None, metavar="FILE",
+                     help="model registry file (TOML or YAML)")
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="model option (VALUE parsed as JSON when it can be), repeatable")
     run.add_argument("--max-attempts", type=int, default=6, help="attempts per request, retries included (default 6)")
@@ -101,27 +102,28 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace) -> Any:
+    """The parsed flags as a :class:`GenerationConfig`: the flags of
+    :data:`~persobench.generation.config.RUN_FLAGS` by their field names, the others by their own form."""
     from persobench.generation import GenerationConfig, RetryPolicy
+    from persobench.generation.config import RUN_FLAGS
 
     return GenerationConfig(
-        dataset=args.dataset, model=args.model, base_url=args.base_url, mode=args.mode, template=args.template,
+        **{name: getattr(args, name) for name in RUN_FLAGS}, base_url=args.base_url,
         chat_template=None if args.chat_template is None else args.chat_template == "on",
-        limit=args.limit, seed=args.seed, concurrency=args.concurrency, max_concurrency=args.max_concurrency,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature, top_p=args.top_p, policy=args.policy, options=_parse_options(args.option),
-        models_file=args.models, retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
-        checkpoint_every=args.checkpoint_every, structured=args.structured, batch_size=args.batch_size,
+        options=_parse_options(args.option), structured=args.structured,
+        retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from persobench.generation import RunAborted, plan_generation, run_generation
+    from persobench import pipeline
+    from persobench.errors import RunAborted
 
     store = store_from_args(args)
     try:
         config = _config(args)
         if args.dry_run:
-            return _dry_run(plan_generation(config, store=store))
+            return _dry_run(pipeline.plan(config, store=store))
         bar = _ProgressBar(disabled=args.no_progress)
         cancel = threading.Event()
         # SIGTERM (e.g. the app stopping its subprocess) ends the run like the cancel file does:
@@ -129,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         in_main = threading.current_thread() is threading.main_thread()  # signals need the main thread
         previous = signal.signal(signal.SIGTERM, lambda *_: cancel.set()) if in_main else None
         try:
-            run = run_generation(config, store=store, progress=bar.update, cancel=cancel)
+            run = pipeline.generate(config, store=store, progress=bar.update, cancel=cancel)
         finally:
             if in_main:
                 signal.signal(signal.SIGTERM, previous)
@@ -183,7 +185,7 @@ class _ProgressBar:
         if self.disabled:
             return
         if self.bar is None:
-            from persobench.cli.progress import ProgressBar
+            from persobench.console import ProgressBar
 
             self.bar = ProgressBar(total=info.total, unit="sample")
         self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
@@ -194,19 +196,10 @@ class _ProgressBar:
 
 
 def resolve_run(store: Any, name: str) -> Any:
-    """A run by id or unique id prefix."""
-    from persobench.store import StoreError
+    """A run by id or unique id prefix (:func:`persobench.pipeline.resolve_run`)."""
+    from persobench.pipeline import resolve_run as find
 
-    try:
-        return store.get(name)
-    except StoreError:
-        pass
-    matches = [r for r in store.runs() if r.run_id.startswith(name)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise CLIError(f"no run {name!r} in {store.runs_dir}")
-    raise CLIError(f"{name!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:5])}")
+    return find(store, name)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -230,9 +223,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         text = frame.to_json(orient="records", lines=True, force_ascii=False)
         text = text if text.endswith("\n") or not text else text + "\n"
     if args.output == "-":
-        sys.stdout.write(text)
+        write_stdout(text)
     else:
-        from persobench.store import atomic_write_text
+        from persobench.files import atomic_write_text
 
         atomic_write_text(args.output, text)
         print(f"wrote {len(frame)} rows to {args.output}", file=sys.stderr)

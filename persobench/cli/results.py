@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from persobench.cli import CLIError, store_from_args, warn_skipped
+from persobench.cli import CLIError, store_from_args, warn_skipped, write_stdout
 
 FORMATS = ("table", "csv", "markdown", "latex", "json")
 
@@ -89,7 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_fetch_paper(args: argparse.Namespace) -> int:
-    from persobench.datasets.paper_archive import PAPER_ARCHIVE, fetch_paper
+    from persobench import pipeline
+    from persobench.datasets.paper_archive import PAPER_ARCHIVE
 
     store = store_from_args(args)
     last: dict[str, int] = {}
@@ -106,8 +107,9 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
     url = args.url or PAPER_ARCHIVE.url
     print(f"fetching {url}" + ("" if args.url else f" ({PAPER_ARCHIVE.repository} at {PAPER_ARCHIVE.commit[:12]})"),
           flush=True)
-    result = fetch_paper(store.home, url=args.url, sha256=args.sha256, size=args.size, timeout=args.timeout,
-                         progress=progress, manifest=args.manifest, trust_unpinned=args.trust_unpinned)
+    result = pipeline.fetch_published(store=store, url=args.url, sha256=args.sha256, size=args.size,
+                                      timeout=args.timeout, progress=progress, manifest=args.manifest,
+                                      trust_unpinned=args.trust_unpinned)
     check = "verified" if result.verified else "not verified: no checksum given (pass --sha256 to check a mirror)"
     print(f"archive {result.archive} ({result.size} bytes, sha256 {result.sha256}, {check})")
     if result.resumed_from:
@@ -133,11 +135,12 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from persobench.importer import import_persobench
+    from persobench import pipeline
 
     store = store_from_args(args)
     modes = [args.mode] if args.mode else None
-    report = import_persobench(store, args.folder, datasets=args.dataset, models=args.model, modes=modes)
+    report = pipeline.import_published(args.folder, store=store, datasets=args.dataset, models=args.model,
+                                       modes=modes)
     width = max((len(r.model) for r in report.runs), default=5)
     for r in report.runs:
         print(f"{r.action:9}  {r.dataset:22} {r.mode:7}  {r.model:{width}}  n={r.n:<5} invalid={r.invalid:<4} "
@@ -170,15 +173,14 @@ def _results(args: argparse.Namespace):
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from persobench import aggregate
+    from persobench import aggregate, pipeline
 
-    store, results = _results(args)
-    for column, value, flag in (("dataset", args.dataset, "--dataset"), ("mode", args.mode, "--mode")):
-        if value is not None and value not in set(results.frame[column]):
-            known = ", ".join(sorted(set(results.frame[column])))
-            raise CLIError(f"{flag} {value!r}: no runs; runs exist for: {known}")
-    board = aggregate.leaderboard(results, dataset=args.dataset, mode=args.mode, invalid=args.invalid,
-                                  profile=args.profile, side_by_side=args.side_by_side, all_samples=args.all_samples)
+    store = store_from_args(args)
+    found = pipeline.leaderboard(store=store, dataset=args.dataset, mode=args.mode, invalid=args.invalid,
+                                 profile=args.profile, include_incomplete=args.include_incomplete,
+                                 side_by_side=args.side_by_side, all_samples=args.all_samples)
+    warn_skipped(found.skipped_runs)
+    board = found.table
     scored = board[~board["metric"].isin(("failure_ratio", "instructability", "response_time"))]
     if scored.empty or (scored["status"] == "unavailable").all():
         profiles = aggregate.available_profiles(store, include_incomplete=args.include_incomplete)
@@ -186,14 +188,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                 else "run `python -m persobench score` first")
         print(f"note: no per-sample scores for profile {args.profile!r} ({hint}); showing run-level numbers only",
               file=sys.stderr)
-    text = aggregate.export_board(board, args.format)
+    write_stdout(aggregate.export_board(board, args.format))
     if args.format in ("csv", "json"):
-        sys.stdout.write(text)
-        notes = _notes(board)
-        for note in notes:
+        for note in _notes(board):
             print(note if note.startswith("warning: ") else f"note: {note}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
     return 0
 
 

@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
-from persobench.errors import PersoBenchError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,33 +42,8 @@ def _parse_models(items: list[str]) -> dict[str, str]:
     return overrides
 
 
-class _StageBar:
-    """One progress bar per scoring stage, on stderr (plain lines every few seconds off a terminal)."""
-
-    def __init__(self, label: str, disabled: bool) -> None:
-        self.label = label
-        self.disabled = disabled
-        self.bar: Any = None
-        self.stage = ""
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if self.disabled:
-            return
-        if stage != self.stage or self.bar is None:
-            self.close()
-            from persobench.cli.progress import ProgressBar
-
-            self.stage = stage
-            self.bar = ProgressBar(total=total, desc=f"{self.label} {stage}", unit="item", leave=False)
-        self.bar.update_to(done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 def cmd_score(args: argparse.Namespace) -> int:
+    from persobench import pipeline
     from persobench.metrics import validate_metric_names
     from persobench.metrics.backends import get_profile
 
@@ -80,137 +54,70 @@ def cmd_score(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision)
 
     store = store_from_args(args)
-    if args.runs:
-        from persobench.cli.generate import resolve_run
-
-        runs = [resolve_run(store, name) for name in args.runs]
-    else:
+    if not args.runs:
         readable, problems = store.scan()
         warn_skipped((p.path, p.reason) for p in problems)
-        runs = [r for r in readable if r.has_table("generations")]
-        if not runs:
+        if not any(r.has_table("generations") for r in readable):
             print(f"no runs with generations in {store.runs_dir}")
             return 0
 
-    from persobench.metrics.scoring import score_run
-
     print(f"profile {profile.key} on {profile.device}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
-    samples_cache: dict[str, dict] = {}
-    unavailable: dict[str, str] = {}
-    degraded: dict[str, str] = {}
-    failures = 0
-    from persobench.metrics import lexical
-
-    lexical_wanted = requested is None or any(m in requested for m in (*lexical.REFERENCE_LEXICAL,
-                                                                       *lexical.REPLY_LEXICAL))
-    expected = sum(_valid_replies(run) for run in runs) if lexical_wanted else 0
-    from persobench.metrics.encoder import TextEncoder, store_cache_root
-
-    # One encoder for the whole command: the runs of a dataset are embedded together (their shared
-    # references and persona sentences once), cached in the store, and the memory is given back
-    # after each dataset.
-    encoder = TextEncoder(profile, store_cache_root(store.home))
-    with lexical.worker_pool(expected):  # both cores for the lexical metrics of a large job
-        for group in _by_dataset(runs):
-            ready = _embed_group(group, encoder, profile, requested, samples_cache, args.no_progress)
-            for run in group:
-                if not run.has_table("generations"):
-                    print(f"{run.run_id}: no generations table, skipped")
-                    failures += 1
-                    continue
-                if run.run_id not in ready:
-                    print(f"{run.run_id}: not scored: {ready.get('!' + run.run_id, 'samples unavailable')}")
-                    failures += 1
-                    continue
-                try:
-                    bar = _StageBar(run.run_id[:48], args.no_progress)
-                    try:
-                        summary = score_run(run, ready[run.run_id], profile=profile, metrics=requested,
-                                            progress=bar, encoder=encoder)
-                    finally:
-                        bar.close()
-                except PersoBenchError as exc:
-                    print(f"{run.run_id}: not scored: {exc}")
-                    failures += 1
-                    continue
-                _print_summary(run, summary, unavailable, degraded)
-            encoder.release()
-    _report("unavailable (no number stored)", unavailable)
-    _report("degraded (stored, labelled in provenance)", degraded)
-    if failures:
+    bars = _StageBars(args.no_progress)
+    try:
+        report = pipeline.score(args.runs or None, profile=profile, metrics=requested, store=store,
+                                progress=bars, on_run=lambda result: (bars.close(), _print_result(result)))
+    finally:
+        bars.close()
+    _report("unavailable (no number stored)", dict(report.unavailable))
+    _report("degraded (stored, labelled in provenance)", dict(report.degraded))
+    if report.failures:
         return 1
-    if requested and any(m in unavailable for m in requested):
+    if requested and any(m in report.unavailable for m in requested):
         return 1
     return 0
 
 
-def _print_summary(run: Any, summary: Any, unavailable: dict[str, str], degraded: dict[str, str]) -> None:
+class _StageBars:
+    """One progress bar per scoring stage, on stderr (plain lines every few seconds off a terminal)."""
+
+    def __init__(self, disabled: bool) -> None:
+        self.disabled = disabled
+        self.bar: Any = None
+        self.stage = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if self.disabled:
+            return
+        if stage != self.stage or self.bar is None:
+            self.close()
+            from persobench.console import ProgressBar
+
+            self.stage = stage
+            self.bar = ProgressBar(total=total, desc=stage, unit="item", leave=False)
+        self.bar.update_to(done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _print_result(result: Any) -> None:
+    if result.summary is None:
+        print(f"{result.run_id}: not scored: {result.error}")
+        return
+    summary = result.summary
     new = sum(summary.computed.values())
     cached = sum(summary.cached.values())
     metrics_done = sorted(m for m, n in summary.computed.items() if n)
-    line = f"{run.run_id}: {new} new value(s)"
+    line = f"{result.run_id}: {new} new value(s)"
     if metrics_done:
         line += f" for {', '.join(metrics_done)}"
     line += f"; {cached} cached"
     if summary.skipped_invalid:
         line += f"; {summary.skipped_invalid} invalid repl{'y' if summary.skipped_invalid == 1 else 'ies'} not scored"
     print(line)
-    for metric, prov in summary.provenance.items():
-        if prov.get("status") == "unavailable":
-            unavailable.setdefault(metric, prov.get("reason", ""))
-        elif prov.get("status") == "degraded":
-            degraded.setdefault(metric, prov.get("reason", ""))
-
-
-def _by_dataset(runs: list[Any]) -> list[list[Any]]:
-    """Runs grouped by dataset, in order of first appearance (the runs of a dataset share texts)."""
-    groups: dict[str, list[Any]] = {}
-    for run in runs:
-        groups.setdefault(str(run.manifest.dataset), []).append(run)
-    return list(groups.values())
-
-
-def _embed_group(group: list[Any], encoder: Any, profile: Any, requested: list[str] | None,
-                 samples_cache: dict[str, dict], no_progress: bool) -> dict[str, Any]:
-    """Embed every text the runs of ``group`` need, in one pass; returns run id -> its samples (and
-    ``"!" + run id`` -> the reason for a run whose samples or tables cannot be read)."""
-    from persobench.metrics.encoder import EmbeddingRequest
-    from persobench.metrics.family import Progress
-    from persobench.metrics.scoring import prepare_embeddings, run_embedding_request
-
-    ready: dict[str, Any] = {}
-    pairs: dict[tuple[str, str], None] = {}
-    sentences: dict[str, None] = {}
-    for run in group:
-        if not run.has_table("generations"):
-            continue
-        try:
-            samples = _samples_for(run, samples_cache)
-            request = run_embedding_request(run, samples, profile=profile, metrics=requested)
-        except PersoBenchError as exc:
-            ready["!" + run.run_id] = str(exc)
-            continue
-        ready[run.run_id] = samples
-        pairs.update(dict.fromkeys(request.pairs))
-        sentences.update(dict.fromkeys(request.sentences))
-    if pairs or sentences:
-        label = f"{group[0].manifest.dataset} ({len(group)} run{'s' if len(group) != 1 else ''})"
-        bar = _StageBar(label[:48], no_progress)
-        try:
-            prepare_embeddings(encoder, EmbeddingRequest(tuple(pairs), tuple(sentences)), Progress(bar))
-        finally:
-            bar.close()
-    return ready
-
-
-def _valid_replies(run: Any) -> int:
-    """The run's valid replies as its manifest counts them (0 when it does not say)."""
-    counts = run.manifest.extra.get("counts") or {}
-    try:
-        return int(counts.get("ok", 0))
-    except (TypeError, ValueError):
-        return 0
 
 
 def _report(title: str, items: dict[str, str]) -> None:
@@ -222,22 +129,3 @@ def _report(title: str, items: dict[str, str]) -> None:
     print(f"{title}:")
     for reason, metrics in by_reason.items():
         print(f"  {', '.join(metrics)}: {reason}")
-
-
-def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
-    """Samples of ``run`` by id: an imported run's own prompt table when it has one (importer),
-    else the registered dataset named in its manifest (loaded once per command)."""
-    from persobench.datasets import samples_by_id
-
-    try:
-        imported = run.manifest.details.imported
-        if imported is not None and imported.prompts_file:
-            from persobench.importer import samples_for_run
-
-            return samples_for_run(run)
-        name = run.manifest.dataset
-        if name not in cache:
-            cache[name] = samples_by_id(name)
-        return cache[name]
-    except (PersoBenchError, KeyError, ValueError, OSError) as exc:  # KeyError: a sample id missing
-        raise CLIError(f"cannot load the samples of dataset {run.manifest.dataset!r}: {exc}") from None

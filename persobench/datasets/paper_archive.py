@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
-from persobench.datasets import DatasetError
+from persobench.errors import DatasetError
 
 __all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchivePin", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
            "fetch_paper", "fetched_reference", "download_progress", "paper_manifest"]
@@ -388,7 +388,8 @@ def fetch_paper(
     line) on any failure; nothing half-unpacked is left behind, and an interrupted download resumes
     on the next call.
     """
-    from persobench.store import default_home, sha256_file, utc_now
+    from persobench.store import default_home
+    from persobench.files import sha256_file, utc_now
 
     home = Path(home) if home is not None else default_home()
     pin = PAPER_ARCHIVE

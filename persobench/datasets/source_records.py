@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from persobench.datasets import DatasetError
+from persobench.errors import DatasetError
 from persobench.records import USER1, USER2, PersonaSet, Sample, Turn
 
 __all__ = [

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from persobench.datasets import DatasetError
+from persobench.errors import DatasetError
 from persobench.datasets.source_records import (SPC_TRAILING_TURNS_DROPPED, SourceFormatError, bst_record_to_sample,
                                                 focus_record_to_sample, it_convai2_record_to_sample,
                                                 parse_spc_conversation, pec_record_to_sample, spc_record_to_sample)

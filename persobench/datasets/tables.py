@@ -26,7 +26,7 @@ def prompt_table_rows(path: Path) -> list[dict[str, str]]:
     read, lacks a column or has a quote that would swallow rows.
     """
     from persobench.csv_io import CSVFormatError, read_csv_rows
-    from persobench.datasets import DatasetError
+    from persobench.errors import DatasetError
 
     try:
         with open(path, newline="", encoding="utf-8") as handle:
@@ -65,7 +65,7 @@ def read_prompt_table(
 def load_paper_table(
     *, dataset: str, file_stem: str, unlabelled_owner: str, labels_name_owner: bool = True, source: str | None = None,
 ) -> list[Sample]:
-    from persobench.datasets import DatasetError
+    from persobench.errors import DatasetError
 
     path = Path(source) if source else tables_dir() / f"{file_stem}.csv"
     if not path.exists():

@@ -33,7 +33,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from persobench.providers.base import ErrorKind, ProviderError
+from persobench.errors import ErrorKind, ProviderError
 
 #: ``--concurrency auto`` starts with this many requests in flight.
 START = 2

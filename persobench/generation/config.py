@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from persobench.errors import ConfigurationError
 from persobench.generation.retry import RetryPolicy
 from persobench.providers import DEFAULT_LOCAL_MODEL
 
@@ -66,3 +71,108 @@ class GenerationConfig:
     batch_size: int | None = None
     """Samples per forward pass for in-process models; ``None``: the provider's measured default.
     Not part of the cache key (greedy outputs do not depend on it)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``retry`` as an object); :meth:`from_dict` inverts it. Jobs store it in
+        ``job.json`` and runs in ``resume.json``, so a front end never passes a config as argv."""
+        data = dataclasses.asdict(self)
+        data["options"] = dict(self.options)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "GenerationConfig":
+        """The config of :meth:`to_dict`; unknown keys are an error naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigurationError(f"generation config: unknown field(s) {', '.join(unknown)}")
+        values = dict(data)
+        if isinstance(values.get("retry"), Mapping):
+            values["retry"] = RetryPolicy(**values["retry"])
+        return cls(**values)
+
+
+#: GenerationConfig field -> the ``run`` flag that sets it (value printed as ``str``): the one
+#: mapping between the config and the command line. The CLI parser's destinations carry the same
+#: names; :func:`config_command` prints a config as the command that runs it again. Fields not
+#: listed are printed by :func:`config_command` in a form of their own (``chat_template``,
+#: ``structured``, ``retry``, ``base_url``, ``options``) or have no flag (``cache_dir`` and
+#: ``fail_fast_after``: ``run`` uses ``<home>/responses`` and the default).
+RUN_FLAGS = {"dataset": "--dataset", "model": "--model", "mode": "--mode", "template": "--template",
+             "policy": "--policy", "limit": "--limit", "seed": "--seed", "max_tokens": "--max-tokens",
+             "temperature": "--temperature", "top_p": "--top-p", "models_file": "--models",
+             "concurrency": "--concurrency", "max_concurrency": "--max-concurrency", "batch_size": "--batch-size",
+             "checkpoint_every": "--checkpoint-every"}
+#: Always printed, default or not: what the run is (a later change of a default must not turn the
+#: printed command into another run).
+_ALWAYS = ("dataset", "model", "mode", "template", "policy")
+
+
+def without_secret_options(options: Mapping[str, Any], path: str = "") -> tuple[dict[str, Any], list[str]]:
+    """``options`` with every credential-looking entry removed (recursively), and the removed names.
+
+    Removed, not redacted: ``--option x-api-key="[redacted]"`` would send ``[redacted]`` as the key.
+    """
+    from persobench.secrets import SECRET_KEYS, is_secret_option
+
+    kept: dict[str, Any] = {}
+    removed: list[str] = []
+    for key, value in options.items():
+        name = f"{path}{key}"
+        if key.lower() in SECRET_KEYS or (is_secret_option(key) and not isinstance(value, Mapping)):
+            removed.append(name)
+        elif isinstance(value, Mapping):
+            inner, gone = without_secret_options(value, f"{name}.")
+            removed += gone
+            if inner or not gone:
+                kept[key] = inner
+        else:
+            kept[key] = value
+    return kept, removed
+
+
+def public_config(config: GenerationConfig) -> tuple[GenerationConfig, list[str]]:
+    """``config`` without credentials (secret-looking options, the base URL's user info and query
+    values), and what was left out, so it can be written to disk or shown."""
+    from persobench.secrets import url_without_credentials
+
+    options, removed = without_secret_options(dict(config.options))
+    left_out = [f"--option {name}" for name in removed]
+    base_url = config.base_url
+    if base_url:
+        public_url = url_without_credentials(base_url)
+        if public_url not in (base_url, base_url.rstrip("/")):
+            left_out.insert(0, "the base URL's credentials")
+        base_url = public_url
+    return dataclasses.replace(config, options=options, base_url=base_url), left_out
+
+
+def config_command(config: GenerationConfig, home: str | os.PathLike[str]) -> tuple[str, list[str]]:
+    """(the ``python -m persobench run`` command that runs ``config`` again, and so resumes it from
+    the cache; what that command leaves out because it is secret).
+
+    The command carries every option of the run: what it is (dataset, model, mode, template,
+    policy, sample subset, decoding, structured output, chat template, base URL, model options) and
+    how it ran (concurrency, batch size, retries, checkpoints). It never carries a credential
+    (:func:`public_config`); the second item names what was left out, so the user can give it again
+    (API keys always come from the environment)."""
+    config, left_out = public_config(config)
+    default = GenerationConfig()
+    argv = ["python", "-m", "persobench", "--home", str(home), "run"]
+    for name, flag in RUN_FLAGS.items():
+        value = getattr(config, name)
+        if value is not None and (name in _ALWAYS or value != getattr(default, name)):
+            argv += [flag, str(value)]
+    if config.chat_template is not None:
+        argv += ["--chat-template", "on" if config.chat_template else "off"]
+    if config.structured:
+        argv.append("--structured")
+    if config.retry.max_attempts != default.retry.max_attempts:
+        argv += ["--max-attempts", str(config.retry.max_attempts)]
+    if config.retry.timeout != default.retry.timeout:
+        argv += ["--timeout", repr(float(config.retry.timeout))]
+    if config.base_url:
+        argv += ["--base-url", config.base_url]
+    for key, value in config.options.items():
+        argv += ["--option", f"{key}={json.dumps(value)}"]
+    return shlex.join(argv), left_out

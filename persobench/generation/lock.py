@@ -8,9 +8,9 @@
     the pid of the holder instead of paying for every request again and overwriting the table.
     The app's launcher checks the same lock before starting a run.
 ``resume.json``
-    Written when a run starts: the command that resumes it (credentials left out, and named so the
-    user can give them again), the response-cache folder and the cache
-    key of every sample, so a run killed before its first checkpoint still says how many of its
+    Written when a run starts: its typed config (credentials left out, and named so the user can
+    give them again), from which the command that resumes it is printed, the response-cache folder
+    and the cache key of every sample, so a run killed before its first checkpoint still says how many of its
     replies are safe in the cache (:func:`interruption`).
 
 A run whose manifest says "running" while nobody holds its lock was killed: it is *interrupted*.
@@ -19,23 +19,25 @@ A run whose manifest says "running" while nobody holds its lock was killed: it i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator
 
-from persobench.providers.base import ConfigurationError
-from persobench.store import atomic_write_json
+from persobench.generation.config import GenerationConfig, config_command, public_config
+from persobench.errors import ConfigurationError
+from persobench.files import atomic_write_json
+from persobench.locks import RUN_LOCK, lock_holder, read_pid
 
 if TYPE_CHECKING:
     from persobench.generation.plan import GenerationPlan
     from persobench.store import Run
 
-LOCK_FILE = "lock"
+LOCK_FILE = RUN_LOCK
 RESUME_FILE = "resume.json"
 
 
@@ -50,14 +52,6 @@ class RunLocked(ConfigurationError):
                          f"or cancel it (touch {run_path / 'cancel'}) and run again to take over")
 
 
-def _read_pid(handle: Any) -> int | None:
-    try:
-        handle.seek(0)
-        return int(handle.read().strip() or 0) or None
-    except (OSError, ValueError):
-        return None
-
-
 @contextlib.contextmanager
 def hold_run_lock(run_path: str | os.PathLike[str]) -> Iterator[None]:
     """Hold the run's lock for the ``with`` block; :class:`RunLocked` at once if a live process has it."""
@@ -69,7 +63,7 @@ def hold_run_lock(run_path: str | os.PathLike[str]) -> Iterator[None]:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                pid = _read_pid(handle)
+                pid = read_pid(handle)
                 if pid or attempt == 5:
                     raise RunLocked(Path(run_path), pid) from None
                 time.sleep(0.05)
@@ -82,105 +76,16 @@ def hold_run_lock(run_path: str | os.PathLike[str]) -> Iterator[None]:
         handle.close()  # closing releases the flock
 
 
-def lock_holder(run_path: str | os.PathLike[str]) -> int | None:
-    """The pid holding the run's lock (0 when it cannot be read), or ``None`` when nobody does."""
-    try:
-        handle = open(Path(run_path) / LOCK_FILE, encoding="ascii")
-    except OSError:
-        return None
-    with handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_pid(handle) or 0
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        return None
-
-
-#: GenerationConfig field -> the ``run`` flag that sets it (value printed as ``str``). The fields
-#: not listed are written by :func:`resume_command` itself: ``base_url`` and ``options`` (without
-#: credentials), ``retry`` (``--max-attempts``, ``--timeout``), ``chat_template`` and ``structured``
-#: (flags of their own form); ``cache_dir`` and ``fail_fast_after`` have no flag (``run`` uses
-#: ``<home>/responses`` and the default; neither changes what is generated).
-_RUN_FLAGS = {"dataset": "--dataset", "model": "--model", "mode": "--mode", "template": "--template",
-              "policy": "--policy", "limit": "--limit", "seed": "--seed", "max_tokens": "--max-tokens",
-              "temperature": "--temperature", "top_p": "--top-p", "models_file": "--models",
-              "concurrency": "--concurrency", "max_concurrency": "--max-concurrency", "batch_size": "--batch-size",
-              "checkpoint_every": "--checkpoint-every"}
-#: Always printed, default or not: what the run is (a later change of a default must not turn the
-#: printed command into another run).
-_ALWAYS = ("dataset", "model", "mode", "template", "policy")
-
-
-def _without_secrets(options: Mapping[str, Any], path: str = "") -> tuple[dict[str, Any], list[str]]:
-    """``options`` with every credential-looking entry removed (recursively), and the removed names.
-
-    Removed, not redacted: ``--option x-api-key="[redacted]"`` would send ``[redacted]`` as the key.
-    """
-    from persobench.secrets import SECRET_KEYS, is_secret_option
-
-    kept: dict[str, Any] = {}
-    removed: list[str] = []
-    for key, value in options.items():
-        name = f"{path}{key}"
-        if key.lower() in SECRET_KEYS or (is_secret_option(key) and not isinstance(value, Mapping)):
-            removed.append(name)
-        elif isinstance(value, Mapping):
-            inner, gone = _without_secrets(value, f"{name}.")
-            removed += gone
-            if inner or not gone:
-                kept[key] = inner
-        else:
-            kept[key] = value
-    return kept, removed
-
-
-def resume_plan(plan: "GenerationPlan", home: str | os.PathLike[str]) -> tuple[str, list[str]]:
-    """(the ``python -m persobench run`` command that runs ``plan``'s configuration again, and so
-    resumes it from the cache; what that command leaves out).
-
-    The command carries every option of the run: what it is (dataset, model, mode, template,
-    policy, sample subset, decoding, structured output, chat template, base URL, model options) and
-    how it ran (concurrency, batch size, retries, checkpoints). It never carries a credential:
-    options whose names look secret (``x-api-key``, ``authorization``, ``*token*``, headers
-    included) are left out entirely, as are user info and query values of the base URL; the second
-    item names them, so the user can give them again (API keys always come from the environment).
-    """
-    from persobench.generation.config import GenerationConfig
-    from persobench.secrets import url_without_credentials
-
-    config, default = plan.config, GenerationConfig()
-    values = {**{name: getattr(config, name) for name in _RUN_FLAGS},
-              "template": config.template or plan.template.name}
-    argv = ["python", "-m", "persobench", "--home", str(home), "run"]
-    for name, flag in _RUN_FLAGS.items():
-        value = values[name]
-        if value is not None and (name in _ALWAYS or value != getattr(default, name)):
-            argv += [flag, str(value)]
-    if config.chat_template is not None:
-        argv += ["--chat-template", "on" if config.chat_template else "off"]
-    if config.structured:
-        argv.append("--structured")
-    if config.retry.max_attempts != default.retry.max_attempts:
-        argv += ["--max-attempts", str(config.retry.max_attempts)]
-    if config.retry.timeout != default.retry.timeout:
-        argv += ["--timeout", repr(float(config.retry.timeout))]
-    left_out: list[str] = []
-    if config.base_url:
-        public_url = url_without_credentials(config.base_url)
-        argv += ["--base-url", public_url]
-        if public_url != config.base_url.rstrip("/") and public_url != config.base_url:
-            left_out.append("the base URL's credentials")
-    options, removed = _without_secrets(dict(config.options))
-    for key, value in options.items():
-        argv += ["--option", f"{key}={json.dumps(value)}"]
-    left_out += [f"--option {name}" for name in removed]
-    return shlex.join(argv), left_out
+def _pinned(plan: "GenerationPlan") -> "GenerationConfig":
+    """The plan's config with its template named, so the printed command stays this run even if
+    the default template changes (the policy is already resolved by the plan)."""
+    return dataclasses.replace(plan.config, template=plan.config.template or plan.template.name)
 
 
 def resume_command(plan: "GenerationPlan", home: str | os.PathLike[str]) -> str:
-    """The command of :func:`resume_plan` (credentials left out)."""
-    return resume_plan(plan, home)[0]
+    """The command that runs ``plan``'s configuration again, credentials left out
+    (:func:`persobench.generation.config.config_command`)."""
+    return config_command(_pinned(plan), home)[0]
 
 
 def resume_note(left_out: list[str]) -> str:
@@ -192,9 +97,11 @@ def resume_note(left_out: list[str]) -> str:
 
 
 def write_resume_file(run: "Run", plan: "GenerationPlan", home: str | os.PathLike[str]) -> None:
-    command, left_out = resume_plan(plan, home)
+    """The run's typed config (credentials left out), its store, cache folder and cache keys."""
+    config, left_out = public_config(_pinned(plan))
     atomic_write_json(run.path / RESUME_FILE, {
-        "command": command, "left_out": left_out, "cache_dir": str(plan.cache_dir), "keys": list(plan.keys),
+        "config": config.to_dict(), "home": str(home), "left_out": left_out, "cache_dir": str(plan.cache_dir),
+        "keys": list(plan.keys),
     })
 
 
@@ -223,9 +130,11 @@ def interruption(run: "Run") -> Interruption | None:
     total = len(run.manifest.sample_ids)
     try:
         info = json.loads((run.path / RESUME_FILE).read_text(encoding="utf-8"))
-        command, cache_dir, keys = str(info["command"]), Path(info["cache_dir"]), list(info["keys"])
+        config = GenerationConfig.from_dict(info["config"])
+        command = config_command(config, info.get("home") or run.path.parent.parent)[0]
+        cache_dir, keys = Path(info["cache_dir"]), list(info["keys"])
         note = resume_note([str(item) for item in info.get("left_out") or []])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, ConfigurationError):
         return Interruption(cached=0, total=total, command="run the same `python -m persobench run` command again")
     cached = 0
     if cache_dir.is_dir():

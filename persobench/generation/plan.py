@@ -23,6 +23,7 @@ from persobench.structured import reply_schema
 
 if TYPE_CHECKING:
     from persobench.prompts import PromptTemplate
+    from persobench.run_records import DatasetFileRecord
     from persobench.records import Sample
 
 
@@ -43,6 +44,9 @@ class GenerationPlan:
     cache_dir: Path
     paper_style: str = "open"
     """How the "paper" policy reads replies: "open", "closed" or "closed-fences" (see :func:`paper_parse_style`)."""
+    dataset_file: "DatasetFileRecord | None" = None
+    """The user file the samples were read from (absolute path and checksum); ``None`` for a
+    registered dataset or samples given by the caller."""
 
     @property
     def run_id(self) -> str:
@@ -131,8 +135,10 @@ def plan_generation(
         chat_template=chat_template is not False,
         response_schema=reply_schema(mode, max_tokens) if structured else None,
     )
+    dataset_file = None
     if samples is None:
         samples = _load_samples(config)
+        dataset_file = _dataset_file(config.dataset)
     if not samples:
         raise ConfigurationError(f"dataset {config.dataset!r} selected no samples")
 
@@ -174,7 +180,7 @@ def plan_generation(
         template_family=template.family, chat_template=chat_template,
     )
     return GenerationPlan(config, spec, template, params, samples, messages, keys, hits, manifest, cache_dir,
-                          paper_parse_style(template.name, spec.provider, spec.model))
+                          paper_parse_style(template.name, spec.provider, spec.model), dataset_file)
 
 
 def default_template_for(spec: ModelSpec) -> str:
@@ -196,6 +202,21 @@ def messages_for(sample: "Sample", template: "PromptTemplate", spec: ModelSpec) 
     if spec.options.get(SYSTEM_IN_USER) and len(messages) > 1:
         return [{"role": "user", "content": raw_prompt_text(messages)}]
     return messages
+
+
+def _dataset_file(dataset: str) -> "DatasetFileRecord | None":
+    """Where a user-file dataset was read from, with its checksum (``None`` for registered datasets)."""
+    from persobench.datasets import is_file_dataset
+    from persobench.run_records import DatasetFileRecord
+    from persobench.files import sha256_file
+
+    if not is_file_dataset(dataset):
+        return None
+    path = Path(dataset).expanduser().resolve()
+    try:
+        return DatasetFileRecord(path=str(path), sha256=sha256_file(path))
+    except OSError as exc:
+        raise ConfigurationError(f"{path}: unreadable ({exc.strerror or exc})") from None
 
 
 def _chat_template(config: GenerationConfig, template: "PromptTemplate", spec: ModelSpec) -> bool | None:

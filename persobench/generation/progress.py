@@ -20,7 +20,7 @@ from typing import Any
 
 from persobench.processes import pid_alive
 
-from persobench.store import atomic_write_json, utc_now
+from persobench.files import atomic_write_json, utc_now
 
 PROGRESS_FILE = "progress.json"
 CANCEL_FILE = "cancel"

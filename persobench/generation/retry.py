@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from persobench.errors import PersoBenchError
-from persobench.providers.base import Completion, ErrorKind, Provider, ProviderError, Request
+from persobench.providers.base import Completion, Provider, Request
+from persobench.errors import ErrorKind, ProviderError
 
 if TYPE_CHECKING:
     from persobench.generation.concurrency import AdaptiveLimit

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from persobench.providers.base import Completion, ProviderError
+from persobench.providers.base import Completion
+
+from persobench.errors import ProviderError
 
 if TYPE_CHECKING:
     import pandas as pd

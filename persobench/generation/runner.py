@@ -14,24 +14,29 @@ import dataclasses
 import itertools
 import os
 import random
+import sqlite3
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from persobench.cache import ResponseCache
-from persobench.errors import RunAborted
+from persobench.errors import RunAborted, StoreWriteError
 from persobench.generation.concurrency import AdaptiveLimit
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
+from persobench.generation.recovery import keep_reply, restore_replies
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
 from persobench.generation.retry import CallOutcome, PauseGate, Stopped, call_with_retries, unless_stopping
 from persobench.generation.rows import TABLE, build_row, rows_frame
 from persobench.providers import make_provider
-from persobench.providers.base import BatchingProvider, Completion, ErrorKind, Provider, ProviderError, Request
+from persobench.providers.base import BatchingProvider, Completion, Provider, Request
+from persobench.errors import ErrorKind, ProviderError
 from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
 from persobench.secrets import known_secrets, scrub
-from persobench.store import Run, RunStore, utc_now
+from persobench.store import Run, RunStore
+from persobench.files import write_refused, utc_now
 
 if TYPE_CHECKING:
     from persobench.records import Sample
@@ -67,6 +72,8 @@ def run_generation(
         config = dataclasses.replace(config, **fields)
     store = store or RunStore(home)
     plan = plan_generation(config, store=store, samples=samples)
+    if restore_replies(store.run_path(plan.run_id), plan.cache_dir):  # kept by a run whose disk was full
+        plan = plan_generation(config, store=store, samples=samples)
     provider: Provider | None = None
     if plan.n_requests:  # a fully cached run needs neither a key nor a server
         provider = make_provider(plan.spec, api_key=api_key, timeout=config.retry.timeout)
@@ -77,7 +84,9 @@ def run_generation(
     with hold_run_lock(run.path):
         write_resume_file(run, plan, store.home)
         clear_cancel(run.path)
-        run.update(status="running", extra=GenerationRecord(started_at=utc_now()).to_extra())
+        run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
+        run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
+                                                    dataset_file=plan.dataset_file).to_extra())
         runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
         try:
             run_coroutine(runner.main())
@@ -86,6 +95,9 @@ def run_generation(
             status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
             runner.finish(status, reason=f"{type(exc).__name__}: {exc}" if status == "failed" else None)
             raise
+        if runner.write_failure:
+            runner.finish("failed", reason=runner.write_failure)
+            raise StoreWriteError(runner.write_failure_report())
         if runner.abort_reason:
             runner.finish("failed", reason=runner.abort_reason)
             raise RunAborted(runner.abort_reason, run)
@@ -140,6 +152,11 @@ class Runner:
         self.first_outcomes: list[ProviderError | None] = []
         self.since_checkpoint = 0
         self.limit: AdaptiveLimit | None = None
+        #: The first write the disk refused (one line naming the file); generation stops sending then.
+        self.write_failure: str | None = None
+        #: Recovery files holding replies the cache could not store, and how many no disk took.
+        self.kept_in: set[Path] = set()
+        self.lost = 0
         spec = plan.spec
         self.secrets = known_secrets(api_keys=getattr(provider, "_secrets", ()) or (), base_url=spec.base_url,
                                      options=spec.options)
@@ -164,7 +181,10 @@ class Runner:
         if not plan.n_requests:
             return
         assert self.provider is not None
-        self.cache = ResponseCache(plan.cache_dir)
+        try:
+            self.cache = ResponseCache(plan.cache_dir)
+        except (OSError, sqlite3.Error) as exc:
+            raise write_refused(plan.cache_dir, exc) from None
         ceiling = self.config.max_concurrency if self.config.concurrency == "auto" else int(self.config.concurrency)
         workers = min(ceiling, self.provider.max_concurrency or ceiling, plan.n_requests)
         if self.config.concurrency == "auto":
@@ -254,7 +274,15 @@ class Runner:
         completion = self._scrubbed(outcome.completion)
         if completion is not None:
             # Store first: from here on a crash cannot lose this reply.
-            self.cache.set(plan.keys[i], completion, latency=outcome.latency)
+            try:
+                self.cache.set(plan.keys[i], completion, latency=outcome.latency)
+            except (OSError, sqlite3.Error) as exc:
+                self._refused(write_refused(plan.cache_dir / "cache.db", exc))
+                kept = keep_reply(self.run.path, plan.keys[i], completion, outcome.latency)
+                if kept is None:
+                    self.lost += 1
+                else:
+                    self.kept_in.add(kept)
         self.rows[i] = self._scrub_row(build_row(
             plan, i, completion, outcome.error, latency=outcome.latency, attempts=outcome.attempts,
             cached=False,
@@ -266,6 +294,23 @@ class Runner:
             self.since_checkpoint = 0
             self._write_table()
         self._report()
+
+    def _refused(self, error: StoreWriteError) -> None:
+        """The disk refused a write: stop sending (requests in flight still finish and are kept)."""
+        if self.write_failure is None:
+            self.write_failure = str(error)
+        self.stopping.set()
+
+    def write_failure_report(self) -> str:
+        """The one line a run stopped by a refused write ends with: the file, what is kept where."""
+        text = f"{self.write_failure}; stopped sending requests"
+        if self.kept_in:
+            files = ", ".join(str(p) for p in sorted(self.kept_in))
+            text += (f"; replies received but not cached are kept in {files} and reused by the next run of the "
+                     "same command (free some space first)")
+        if self.lost:
+            text += f"; {self.lost} received repl{'y' if self.lost == 1 else 'ies'} could not be written anywhere"
+        return text
 
     def _scrubbed(self, completion: Completion | None) -> Completion | None:
         """``completion`` with every credential the run knows removed from its text: a server that
@@ -297,7 +342,10 @@ class Runner:
     # -- files ------------------------------------------------------------------------------------
 
     def _write_table(self) -> None:
-        self.run.write_table(TABLE, rows_frame(self.rows))
+        try:
+            self.run.write_table(TABLE, rows_frame(self.rows))
+        except StoreWriteError as exc:  # the rows are rebuilt from the cache by the next run
+            self._refused(exc)
 
     def snapshot(self, status: str = "running") -> ProgressInfo:
         done = len(self.rows)
@@ -321,7 +369,10 @@ class Runner:
         now = time.monotonic()
         if force or now - self.last_progress_write >= 0.5:
             self.last_progress_write = now
-            write_progress(self.run.path, info)
+            try:
+                write_progress(self.run.path, info)
+            except StoreWriteError as exc:
+                self._refused(exc)
 
     def finish(self, status: str, *, reason: str | None = None) -> None:
         """Write the table, the manifest summary and the final progress."""
@@ -342,11 +393,14 @@ class Runner:
         record = GenerationRecord(  # started_at stays as written when the run started
             failure_reason=scrub(reason, self.secrets) if reason else reason, finished_at=utc_now(), usage=usage,
             cost_usd=estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
-            baseline=self.plan.spec.provider == "baseline",
+            baseline=self.plan.manifest.is_baseline,
         )
         concurrency = None
         if self.limit is not None:  # --concurrency auto: how the limit moved
             concurrency = ConcurrencyRecord.from_dict({"mode": "auto", **dataclasses.asdict(self.limit.stats())})
         extra = RunExtra(generation=record, counts=counts, concurrency=concurrency).to_extra()
-        self.run.update(status=status, extra=extra)
+        try:
+            self.run.update(status=status, extra=extra)
+        except StoreWriteError as exc:  # the manifest stays "running": the run reads as interrupted
+            self._refused(exc)
         self._report(force=True, status=status)

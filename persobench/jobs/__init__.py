@@ -4,7 +4,8 @@ process that writes to the run store. No Streamlit here: the app, the runner and
 * :mod:`~persobench.jobs.model`: what a job is (:class:`JobStep`, :class:`JobStatus`, its files).
 * :mod:`~persobench.jobs.planning`: estimates before launching and the steps of a job.
 * :mod:`~persobench.jobs.manager`: :class:`JobManager` launches, lists, cancels, resumes.
-* :mod:`~persobench.jobs.runner`: the detached process, ``python -m persobench.jobs job DIR``.
+* :mod:`~persobench.jobs.runner`: the detached process, ``python -m persobench.jobs job DIR``, and
+  its step children, each running a typed step through :mod:`persobench.pipeline`.
 
 A lock file makes a second click or a page rerun a no-op while the job is alive; progress is read
 from each run's ``progress.json`` and a ``cancel`` file stops it. Relaunching a cancelled or crashed
@@ -19,7 +20,6 @@ from persobench.jobs.model import (
     JobStatus,
     JobStep,
     job_id_for,
-    score_step_marker,
 )
 from persobench.jobs.planning import (
     BUILTIN_MODEL_CHOICES,
@@ -36,5 +36,5 @@ __all__ = [
     "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "JobManager",
     "JobStatus", "JobStep", "LaunchChoice", "fetch_paper_steps", "import_steps", "job_id_for", "launch_steps",
     "lock_alive",
-    "missing_key", "plan_launch", "registry_models", "score_step_marker", "tail_text",
+    "missing_key", "plan_launch", "registry_models", "tail_text",
 ]

@@ -8,6 +8,7 @@ nor start it twice.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import (
+    JOB_SECRETS_ENV,
     LAUNCH_GRACE_S,
     RUNNER_MODULE,
     JobStatus,
@@ -27,7 +29,8 @@ from persobench.jobs.model import (
 from persobench.errors import ConfigurationError
 from persobench.processes import pid_alive
 from persobench.secrets import redact
-from persobench.store import atomic_write_json, default_home, utc_now
+from persobench.store import default_home
+from persobench.files import atomic_write_json, utc_now
 
 
 def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
@@ -102,6 +105,9 @@ class JobManager:
             atomic_write_json(folder / "state.json", {"state": "launching", "step": 0, "updated_at": utc_now()})
             child_env = dict(os.environ if env is None else env)
             child_env["PERSOBENCH_HOME"] = str(self.home.resolve())
+            secrets = {str(i): dict(s.secrets) for i, s in enumerate(steps) if s.secrets}
+            if secrets:  # credentials reach the steps through the environment, never job.json or the log
+                child_env[JOB_SECRETS_ENV] = json.dumps(secrets)
             child_env.setdefault("PYTHONUNBUFFERED", "1")
             # The child imports this same persobench, installed or not.
             package_root = str(Path(__file__).resolve().parents[2])
@@ -174,7 +180,7 @@ class JobManager:
 
     def _busy_run(self, status: JobStatus) -> tuple[Path, int] | None:
         """The first of the job's runs whose lock a live process holds, with that pid (0 if unread)."""
-        from persobench.generation.lock import lock_holder
+        from persobench.locks import lock_holder
 
         for run_dir in self._run_dirs(status):
             pid = lock_holder(run_dir)
@@ -217,8 +223,10 @@ class JobManager:
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
 
     def _run_dirs(self, status: JobStatus) -> list[Path]:
-        runs_dir = self.home / "runs"
-        dirs = [runs_dir / r for r in status.run_ids if (runs_dir / r).is_dir()]
+        from persobench.store import RunStore
+
+        store = RunStore(self.home)
+        dirs = [store.run_path(r) for r in status.run_ids if store.run_path(r).is_dir()]
         for step in status.steps:
             found = step.run_dir(self.home)
             if found is not None and found not in dirs:

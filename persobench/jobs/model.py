@@ -1,6 +1,6 @@
 """What a background job is: its steps, its status and the files it keeps under ``<home>/jobs/<id>/``.
 
-A job folder holds ``job.json`` (title and steps, written once by the launcher), ``state.json``
+A job folder holds ``job.json`` (title and typed steps, written once by the launcher), ``state.json``
 (written by the runner as it goes), ``lock`` (the runner's pid while it is alive), ``cancel`` (a stop
 request) and ``log.txt`` (the runner's output).
 """
@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from persobench.errors import ConfigurationError
 
 JOB_STATES = ("launching", "running", "completed", "failed", "cancelled", "interrupted")
 #: A lock without a pid yet is considered alive for this long (the launcher writes it first).
@@ -32,38 +34,61 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+#: The runner's environment variable holding each step's :attr:`JobStep.secrets` (JSON, by step
+#: index); the runner gives a step's child its own under :data:`STEP_SECRETS_ENV`.
+JOB_SECRETS_ENV = "PERSOBENCH_JOB_SECRETS"
+STEP_SECRETS_ENV = "PERSOBENCH_STEP_SECRETS"
+#: What a step does, each through the library's front door (:mod:`persobench.pipeline`).
+STEP_KINDS = ("run", "score", "import", "fetch")
+
+
 @dataclass(frozen=True)
 class JobStep:
-    """One command of a job: ``python -m persobench ARGV``."""
+    """One step of a job: a typed request the job's child process runs through :mod:`persobench.pipeline`."""
 
     label: str
     """What the page shows for this step."""
-    argv: tuple[str, ...]
-    """Arguments of ``python -m persobench``."""
+    kind: str
+    """One of :data:`STEP_KINDS`: ``run`` (generation), ``score``, ``import`` or ``fetch`` (download
+    the paper's data, then import it)."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """The step's typed request as JSON. ``run``: a :class:`~persobench.generation.GenerationConfig`
+    (:meth:`~persobench.generation.GenerationConfig.to_dict`, credentials left out); ``score``:
+    ``profile``, ``metrics`` (a list, or ``None`` for all) and ``runs`` (``"job"``: the runs this
+    job's run steps completed, ``"all"``: every run in the store); ``import``: ``folder``;
+    ``fetch``: ``url`` (``None``: the pinned archive)."""
     expect: Mapping[str, str] = field(default_factory=dict)
     """The dataset, model and mode the step generates (kept in ``job.json`` for display)."""
-    kind: str = "run"
-    """``run`` (generation), ``score`` or ``import``."""
     run_id: str | None = None
     """The run the step writes, when known in advance (``plan_generation`` computes it)."""
     withhold_keys: bool = False
     """Run the step without the app's API keys in its environment: its server is a base URL typed
     into the page, which the operator did not configure (see :func:`persobench.secrets.key_allowed`)."""
+    secrets: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Config fields that hold credentials (``base_url`` with user info or secret query values,
+    ``options`` with secret entries), as given. Never written to ``job.json`` or shown: the launcher
+    hands them to the step's child through its environment (:data:`JOB_SECRETS_ENV`)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in STEP_KINDS:
+            raise ConfigurationError(f"unknown job step kind {self.kind!r}; expected one of {', '.join(STEP_KINDS)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "argv": list(self.argv), "expect": dict(self.expect), "kind": self.kind,
+        return {"label": self.label, "kind": self.kind, "config": dict(self.config), "expect": dict(self.expect),
                 "run_id": self.run_id, "withhold_keys": self.withhold_keys}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobStep":
-        return cls(str(data["label"]), tuple(data["argv"]), dict(data.get("expect") or {}),
-                   str(data.get("kind") or "run"), data.get("run_id"), bool(data.get("withhold_keys", False)))
+        return cls(str(data["label"]), str(data["kind"]), dict(data.get("config") or {}),
+                   dict(data.get("expect") or {}), data.get("run_id"), bool(data.get("withhold_keys", False)))
 
     def run_dir(self, home: Path) -> Path | None:
         """The folder of the run this step writes (None until it exists, or when it writes no run)."""
         if not self.run_id:
             return None
-        path = Path(home) / "runs" / self.run_id
+        from persobench.store import RunStore
+
+        path = RunStore(home).run_path(self.run_id)
         return path if path.is_dir() else None
 
 
@@ -116,8 +141,3 @@ def job_id_for(title: str, steps: Sequence[JobStep]) -> str:
     digest = hashlib.sha256(payload.encode()).hexdigest()[:10]
     slug = re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-")[:40] or "job"
     return f"{slug}-{digest}"
-
-
-def score_step_marker() -> str:
-    """Placeholder in a score step's argv replaced by the ids of the runs the job wrote."""
-    return "@RUNS"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from persobench.jobs.model import JobStep, score_step_marker
+from persobench.jobs.model import JobStep
 from persobench.secrets import redact
 from persobench.structured import structured_label
 
@@ -65,8 +65,9 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
                 seed: int = 0, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """For each choice: run id, samples, requests to send, cache hits, prompt-token and cost estimates
     and any problem (unknown model, missing key), without sending anything."""
-    from persobench.generation import GenerationConfig, plan_generation
-    from persobench.generation.lock import lock_holder
+    from persobench import pipeline
+    from persobench.generation import GenerationConfig
+    from persobench.locks import lock_holder
     from persobench.store import RunStore
 
     store = RunStore(home)
@@ -75,13 +76,12 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         row: dict[str, Any] = {"dataset": choice.dataset, "model": choice.model, "mode": choice.mode,
                                "base_url": choice.base_url or "", "template": choice.template or "",
                                "structured": False}
+        config = GenerationConfig(dataset=choice.dataset, model=choice.model, mode=choice.mode,
+                                  base_url=choice.base_url or None, limit=limit, seed=seed,
+                                  template=choice.template or None, structured=choice.structured)
+        row["config"] = config.to_dict()  # the job runs exactly the configuration estimated here
         try:
-            plan = plan_generation(
-                GenerationConfig(dataset=choice.dataset, model=choice.model, mode=choice.mode,
-                                 base_url=choice.base_url or None, limit=limit, seed=seed,
-                                 template=choice.template or None, structured=choice.structured),
-                store=store,
-            )
+            plan = pipeline.plan(config, store=store)
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
             row.update(run_id="", samples=0, requests=0, cached=0, prompt_tokens=0, max_cost_usd=None,
                        key_withheld=False, problem=redact(" ".join(str(exc).split()) or type(exc).__name__))
@@ -121,59 +121,63 @@ def _key_may_go_to(choice: LaunchChoice, home: str | os.PathLike[str], env: Mapp
     return key_allowed(choice.base_url, configured=[configured], env=env)
 
 
-def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed: int = 0,
+def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None, seed: int = 0,
                  profile: str | None = "offline", concurrency: int | str | None = None) -> list[JobStep]:
-    """The job for planned runs: one ``run`` step each, then one ``score`` step for them all.
-    ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's)."""
+    """The job for planned runs (rows of :func:`plan_launch`): one ``run`` step each, with the
+    configuration the plan estimated, then one ``score`` step for the runs the job completes.
+    ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's);
+    ``limit`` and ``seed`` apply to rows planned without a configuration."""
+    import dataclasses
+
+    from persobench.generation import GenerationConfig
+    from persobench.generation.config import public_config
+
     steps = []
     for plan in plans:
-        argv = ["run", "--dataset", plan["dataset"], "--model", plan["model"], "--mode", plan["mode"],
-                "--seed", str(seed), "--no-progress"]
-        if limit:
-            argv += ["--limit", str(limit)]
-        if plan.get("base_url"):
-            argv += ["--base-url", plan["base_url"]]
-        if plan.get("template_option"):
-            argv += ["--template", plan["template_option"]]
-        if plan.get("structured"):
-            argv += ["--structured"]
+        if plan.get("config"):
+            config = GenerationConfig.from_dict(plan["config"])
+        else:
+            config = GenerationConfig(dataset=plan["dataset"], model=plan["model"], mode=plan["mode"],
+                                      base_url=plan.get("base_url") or None, limit=limit, seed=seed,
+                                      template=plan.get("template_option") or None,
+                                      structured=bool(plan.get("structured")))
         if concurrency is not None:
-            argv += ["--concurrency", str(concurrency)]
-        label = structured_label(plan["model"], bool(plan.get("structured")))
-        steps.append(JobStep(label=f"{label} · {plan['mode']} · {plan['dataset']}", argv=tuple(argv),
-                             expect={"dataset": plan["dataset"], "model": plan["model"], "mode": plan["mode"]},
-                             kind="run", run_id=plan.get("run_id") or None,
-                             withhold_keys=bool(plan.get("key_withheld"))))
+            config = dataclasses.replace(config, concurrency=concurrency)
+        stored, left_out = public_config(config)
+        secrets = {"base_url": config.base_url, "options": dict(config.options)} if left_out else {}
+        label = structured_label(config.model, config.structured)
+        steps.append(JobStep(label=f"{label} · {config.mode} · {stored.dataset}", kind="run",
+                             config=stored.to_dict(),
+                             expect={"dataset": config.dataset, "model": config.model, "mode": config.mode},
+                             run_id=plan.get("run_id") or None, withhold_keys=bool(plan.get("key_withheld")),
+                             secrets=secrets))
     if profile and steps:
-        # Off a terminal the CLI prints a progress line at most every few seconds: the job log shows
-        # how scoring goes and stays readable (run steps report through progress.json instead).
         steps.append(JobStep(label=f"score ({profile} profile)", kind="score",
-                             argv=("score", "--profile", profile, score_step_marker())))
+                             config={"profile": profile, "metrics": None, "runs": "job"}))
     return steps
 
 
 def import_steps(folder: str, *, score: str) -> list[JobStep]:
     """Import a folder in the paper's layout, then score (``lexical``, ``offline`` or ``none``)."""
-    steps = [JobStep(label="import", argv=("import-persobench", str(Path(folder).expanduser().resolve())),
-                     kind="import")]
+    steps = [JobStep(label="import", kind="import", config={"folder": str(Path(folder).expanduser().resolve())})]
     return steps + _score_steps(score)
 
 
 def fetch_paper_steps(*, score: str, url: str | None = None) -> list[JobStep]:
-    """Download the paper's data (``fetch-paper --import``, a mirror ``url`` if given), then score."""
-    argv = ("fetch-paper", "--import", "--no-progress") + (("--url", url) if url else ())
-    return [JobStep(label="download and import the paper's data", argv=argv, kind="import")] + _score_steps(score)
+    """Download the paper's data (a mirror ``url`` if given) and import it, then score."""
+    return [JobStep(label="download and import the paper's data", kind="fetch", config={"url": url}),
+            *_score_steps(score)]
 
 
 def _score_steps(score: str) -> list[JobStep]:
     """Scoring after an import: ``lexical`` (fast), ``offline`` (the whole profile) or ``none``."""
-    steps: list[JobStep] = []
     if score == "lexical":
         # The metrics that need no model: fast enough to score all published replies right after an import.
         from persobench.metrics import metric_names
 
-        steps.append(JobStep(label="score (lexical metrics)", kind="score",
-                             argv=("score", "--profile", "offline", "--metrics", ",".join(metric_names(needs="none")))))
-    elif score == "offline":
-        steps.append(JobStep(label="score (offline profile)", kind="score", argv=("score", "--profile", "offline")))
-    return steps
+        return [JobStep(label="score (lexical metrics)", kind="score",
+                        config={"profile": "offline", "metrics": list(metric_names(needs="none")), "runs": "all"})]
+    if score == "offline":
+        return [JobStep(label="score (offline profile)", kind="score",
+                        config={"profile": "offline", "metrics": None, "runs": "all"})]
+    return []

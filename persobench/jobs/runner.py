@@ -1,7 +1,15 @@
-"""The detached job process: ``python -m persobench.jobs job DIR`` runs a job's steps in order."""
+"""The detached job process and its step children.
+
+``python -m persobench.jobs job DIR`` runs a job's steps in order, each in a child process
+``python -m persobench.jobs step DIR INDEX`` that reads the step's typed request from ``job.json``
+and runs it through the library's front door (:mod:`persobench.pipeline`): no step is ever turned
+into command-line arguments. A child per step keeps a cancel (or a crash) of one step from taking
+the runner down with it.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json, score_step_marker
+from persobench.files import atomic_write_json, utc_now
+from persobench.jobs.model import (CANCEL_GRACE_S, JOB_SECRETS_ENV, RUNNER_MODULE, STEP_SECRETS_ENV, JobStep,
+                                   read_json)
 from persobench.secrets import redact
-from persobench.store import atomic_write_json, default_home, utc_now
-
+from persobench.store import default_home
 
 def run_job(folder: Path) -> int:
     """Execute a job's steps in order; the body of ``python -m persobench.jobs job DIR``.
@@ -49,15 +58,11 @@ def run_job(folder: Path) -> int:
             if (folder / "cancel").exists():
                 outcome = "cancelled"
                 break
+            if step.kind == "score" and step.config.get("runs", "job") == "job" and not state["run_ids"]:
+                continue  # no run of this job completed: nothing to score
             save(step=index, message=f"running {step.label}")
-            argv = list(step.argv)
-            if score_step_marker() in argv:
-                position = argv.index(score_step_marker())
-                argv[position:position + 1] = list(state["run_ids"])
-                if not state["run_ids"]:
-                    continue
-            print(f"\n=== {step.label}: python -m persobench {' '.join(argv)}", flush=True)
-            returncode = _run_child(argv, folder, home, step)
+            print(f"\n=== {step.label}", flush=True)
+            returncode = _run_child(folder, index, home, step)
             if step.kind == "run":
                 run_dir = step.run_dir(home)
                 if returncode == 0 and run_dir is not None and run_dir.name not in state["run_ids"]:
@@ -84,16 +89,20 @@ def run_job(folder: Path) -> int:
     return 0 if outcome == "completed" else 1
 
 
-def _run_child(argv: list[str], folder: Path, home: Path, step: JobStep) -> int:
-    """Run ``python -m persobench ARGV``, forwarding a cancel request to the run it writes."""
+def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
+    """Run step ``index`` in ``python -m persobench.jobs step DIR INDEX``, forwarding a cancel request
+    to the run it writes."""
     from persobench.generation import request_cancel
-
     from persobench.secrets import is_secret_name
 
     env = dict(os.environ)
+    secrets = json.loads(env.pop(JOB_SECRETS_ENV, "") or "{}").get(str(index))
     if step.withhold_keys:  # a server typed into the page gets no key of the operator's
         env = {name: value for name, value in env.items() if not is_secret_name(name)}
-    proc = subprocess.Popen([sys.executable, "-m", "persobench", *argv], stdin=subprocess.DEVNULL, env=env)
+    if secrets:
+        env[STEP_SECRETS_ENV] = json.dumps(secrets)
+    proc = subprocess.Popen([sys.executable, "-m", RUNNER_MODULE, "step", str(folder), str(index)],
+                            stdin=subprocess.DEVNULL, env=env)
     cancel_sent_at: float | None = None
     while proc.poll() is None:
         time.sleep(0.3)
@@ -113,9 +122,103 @@ def _run_child(argv: list[str], folder: Path, home: Path, step: JobStep) -> int:
     return int(proc.returncode)
 
 
+def run_step(folder: Path, index: int) -> int:
+    """The body of ``python -m persobench.jobs step DIR INDEX``: one step through the pipeline.
+    Exit 0 when it succeeded, 1 when it was cancelled or scored nothing, 2 with a one-line error."""
+    from persobench.errors import PersoBenchError
+
+    spec = read_json(Path(folder) / "job.json")
+    if spec is None:
+        print(f"error: {folder}: no job.json", file=sys.stderr)
+        return 2
+    home = Path(spec.get("home") or default_home())
+    step = JobStep.from_dict(spec["steps"][index])
+    state = read_json(Path(folder) / "state.json") or {}
+    try:
+        return _STEPS[step.kind](step, home, list(state.get("run_ids") or ()))
+    except PersoBenchError as exc:
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+
+
+def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001 - one signature for every kind
+    import dataclasses
+    import threading
+
+    from persobench import pipeline
+    from persobench.generation import GenerationConfig
+
+    config = GenerationConfig.from_dict(step.config)
+    secrets = json.loads(os.environ.get(STEP_SECRETS_ENV) or "{}")
+    if secrets:  # the credentials job.json leaves out
+        config = dataclasses.replace(config, base_url=secrets.get("base_url", config.base_url),
+                                     options=secrets.get("options", config.options))
+    cancel = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: cancel.set())
+    run = pipeline.generate(config, home=home, cancel=cancel)
+    counts = {k: v for k, v in (run.manifest.details.counts or {}).items() if v}
+    print(f"run {run.run_id}: {run.manifest.status} ({', '.join(f'{k}={v}' for k, v in counts.items()) or '-'})",
+          flush=True)
+    return 1 if run.manifest.status == "cancelled" else 0
+
+
+def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
+    from persobench import pipeline
+    from persobench.console import ProgressBar
+
+    bars: dict[str, ProgressBar] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars.clear()
+            bars[stage] = ProgressBar(total=total, desc=stage, unit="item", leave=False)
+        bars[stage].update_to(done)
+
+    def on_run(result: Any) -> None:
+        for bar in bars.values():
+            bar.close()
+        bars.clear()
+        if result.ok:
+            print(f"{result.run_id}: {sum(result.summary.computed.values())} new value(s)", flush=True)
+        else:
+            print(f"{result.run_id}: not scored: {redact(result.error)}", flush=True)
+
+    runs = run_ids if step.config.get("runs", "job") == "job" else None
+    report = pipeline.score(runs, profile=str(step.config.get("profile") or "offline"),
+                            metrics=step.config.get("metrics"), home=home, progress=progress, on_run=on_run)
+    for metric, reason in report.unavailable.items():
+        print(f"unavailable: {metric}: {reason}", flush=True)
+    return 1 if report.failures else 0
+
+
+def _import(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001
+    from persobench import pipeline
+
+    report = pipeline.import_published(str(step.config["folder"]), home=home)
+    print(f"imported {len(report.runs)} run(s) from {report.folder}", flush=True)
+    return 0
+
+
+def _fetch(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001
+    from persobench import pipeline
+
+    result = pipeline.fetch_published(home=home, url=step.config.get("url"))
+    print(f"unpacked {result.files} files into {result.folder}", flush=True)
+    report = pipeline.import_published(str(result.folder), home=home)
+    print(f"imported {len(report.runs)} run(s) from {report.folder}", flush=True)
+    return 0
+
+
+_STEPS = {"run": _generate, "score": _score, "import": _import, "fetch": _fetch}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == "job":
         return run_job(Path(args[1]))
+    if len(args) == 3 and args[0] == "step" and args[2].isdigit():
+        return run_step(Path(args[1]), int(args[2]))
     print(f"usage: python -m {RUNNER_MODULE} job JOB_DIR", file=sys.stderr)
     return 2

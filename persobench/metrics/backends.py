@@ -216,7 +216,7 @@ def _spec_for_override(slot: str, value: str, options: Mapping[str, Any]) -> Slo
 
 def _slot_of_metric(name: str) -> str | None:
     """The backend slot of a per-sample metric (``None`` for unknown metrics and those needing no model)."""
-    from persobench.metrics import METRICS
+    from persobench.metrics.registry import METRICS
 
     info = METRICS.get(name)
     return info.slot if info is not None and info.level == "sample" else None

@@ -90,7 +90,7 @@ class EmbeddingShelf:
         self.folder.mkdir(parents=True, exist_ok=True)
         about = self.folder / "backend.json"
         if not about.exists():
-            from persobench.store import atomic_write_json
+            from persobench.files import atomic_write_json
 
             atomic_write_json(about, self.description)
         keys = list(self._pending)

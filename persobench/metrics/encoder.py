@@ -132,12 +132,12 @@ class TextEncoder:
 
     # -- models ---------------------------------------------------------------------------------
     def bert_model(self) -> Any:
-        from persobench.metrics.embeddings import load_bertscorer
+        from persobench.metrics.embedding_models import load_bertscorer
 
         return load_bertscorer(self.profile.spec("bertscore"), self.profile.device)
 
     def sentence_model(self) -> Any:
-        from persobench.metrics.embeddings import load_embedding
+        from persobench.metrics.embedding_models import load_embedding
 
         return load_embedding(self.profile.spec("embedding"), self.profile.device)
 

@@ -43,7 +43,7 @@ class PersonaCoverageMetrics(MetricFamily):
         return EmbeddingRequest(sentences=tuple(dict.fromkeys(texts)))
 
     def score(self, batch: FamilyBatch) -> FamilyResult:
-        from persobench.metrics import embeddings
+        from persobench.metrics import embedding_models
 
         result = FamilyResult()
         items = [it for it in batch.items if it.persona_sentences]
@@ -51,7 +51,7 @@ class PersonaCoverageMetrics(MetricFamily):
         similarities: dict[str, list[float]] = {}
         embed_reason = ""
         try:
-            model = embeddings.load_embedding(spec, batch.profile.device)
+            model = embedding_models.load_embedding(spec, batch.profile.device)
         except BackendUnavailable as exc:
             model, embed_reason = None, str(exc)
         if model is not None:

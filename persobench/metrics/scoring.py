@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.errors import MetricError
-from persobench.metrics import (
+from persobench.metrics.registry import (
     MetricRegistryError, family_names, get_family, metric_info, metric_names, validate_metric_names,
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
-from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401 - re-exported for callers
+from persobench.metrics.stored import STORED_SCORE_COLUMNS, empty_scores, score_basis, stored_scores
 from persobench.run_records import MetricProvenance, RunExtra
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -305,26 +305,15 @@ def _paper_persona_texts(run: "Run", samples: Sequence["Sample"]) -> dict[str, s
     return {s.id: paper_persona_text(s) for s in samples}
 
 
-def _empty_scores() -> "pd.DataFrame":
-    import pandas as pd
-
-    return pd.DataFrame({"sample_id": pd.Series(dtype=str), "metric": pd.Series(dtype=str),
-                         "value": pd.Series(dtype="float64"), "profile": pd.Series(dtype=str)})
-
-
-def stored_scores(run: "Run") -> "pd.DataFrame":
-    """The run's scores table (empty with the right columns when none is stored)."""
-    if not run.has_table("scores"):
-        return _empty_scores()
-    return run.read_table("scores")
-
-
 @dataclass
 class _Pending:
     """What :func:`score_run` has to compute for a run."""
 
     replies: dict[str, str]
-    existing: "pd.DataFrame"
+    bases: dict[str, str]
+    """Sample id -> :func:`score_basis` of its current valid reply."""
+    invalid: set[str]
+    """Samples whose generation row is not ``ok`` (stored values of theirs are stale)."""
     todo: dict[str, set[str]]
     summary: RunScoreSummary
 
@@ -334,7 +323,8 @@ def _pending(run: "Run", samples_by_id: Mapping[str, "Sample"], prof: Profile, w
     generations = run.read_table("generations")
     if "status" not in generations.columns or "sample_id" not in generations.columns:
         raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
-    ok = generations[generations["status"] == "ok"]
+    is_ok = generations["status"] == "ok"
+    ok = generations[is_ok]
     reply_column = "response" if "response" in ok.columns else None
     if reply_column is None:
         raise ScoringError(f"{run.table_path('generations')}: no response column")
@@ -348,27 +338,56 @@ def _pending(run: "Run", samples_by_id: Mapping[str, "Sample"], prof: Profile, w
 
     existing = stored_scores(run)
     mine = existing[existing["profile"] == prof.key]
-    have: dict[str, set[str]] = {}
-    for metric, group in mine.groupby("metric"):
-        have[str(metric)] = set(group["sample_id"].astype(str))
-
-    todo: dict[str, set[str]] = {}
     summary = RunScoreSummary(run.run_id, prof.key, skipped_invalid=int(len(generations) - len(ok)))
     # What each valid reply has, worked out once (not once per metric): (reference, persona) present.
     present: dict[str, tuple[str, bool]] = {}
+    bases: dict[str, str] = {}
     for sid, reply in replies.items():
         if reply.strip():
             sample = samples_by_id[sid]
-            reference = references.get(sid, sample.reference) if references else sample.reference
-            present[sid] = (str(reference or ""), bool(sample.persona_sentences()))
+            reference = str((references.get(sid, sample.reference) if references else sample.reference) or "")
+            present[sid] = (reference, bool(sample.persona_sentences()))
+            bases[sid] = score_basis(sample, reply, reference)
+    have: dict[str, set[str]] = {}
+    for metric, sid, basis in zip(mine["metric"].astype(str), mine["sample_id"].astype(str), mine["basis"]):
+        if bases.get(sid) == basis:  # a value computed from another reply or other inputs is stale
+            have.setdefault(metric, set()).add(sid)
+
+    todo: dict[str, set[str]] = {}
     for metric in wanted:
         stored = have.get(metric, set())
         need = {sid for sid, (reference, has_persona) in present.items()
                 if sid not in stored and applicable(metric, reference, has_persona)}
-        summary.cached[metric] = len(stored & replies.keys())
+        summary.cached[metric] = len(stored)
         if need:
             todo[metric] = need
-    return _Pending(replies, existing, todo, summary)
+    invalid = set(generations.loc[~is_ok, "sample_id"].astype(str))
+    return _Pending(replies, bases, invalid, todo, summary)
+
+
+def _merge_scores(current: "pd.DataFrame | None", new_rows: "pd.DataFrame", work: _Pending) -> "pd.DataFrame | None":
+    """The stored scores with ``new_rows`` merged in: rows another process wrote meanwhile are kept;
+    a (sample, metric, profile) scored again is replaced; values of a sample whose reply is now
+    invalid, or computed from another reply or other inputs (its basis), are dropped. ``None`` when
+    nothing changes (the table is not rewritten)."""
+    import pandas as pd
+
+    if current is None or current.empty:
+        merged = new_rows
+    else:
+        if "basis" not in current.columns:
+            current = current.assign(basis=None)
+        sids = current["sample_id"].astype(str)
+        stale = sids.isin(work.invalid) | pd.Series(
+            [sid in work.bases and basis != work.bases[sid] for sid, basis in zip(sids, current["basis"])],
+            index=current.index, dtype=bool)
+        replaced = set(zip(new_rows["sample_id"], new_rows["metric"], new_rows["profile"]))
+        again = pd.Series([key in replaced for key in zip(sids, current["metric"], current["profile"])],
+                          index=current.index, dtype=bool)
+        if new_rows.empty and not stale.any():
+            return None
+        merged = pd.concat([current[~(stale | again)], new_rows], ignore_index=True)
+    return merged.reset_index(drop=True)[list(STORED_SCORE_COLUMNS)]
 
 
 def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
@@ -418,13 +437,11 @@ def score_run(
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
     work = _pending(run, samples_by_id, prof, wanted, references)
-    replies, existing, todo, summary = work.replies, work.existing, work.todo, work.summary
-
-    recorded = run.manifest.details
-    entry = recorded.profile_scores(prof.key)
-    stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
+    replies, todo, summary = work.replies, work.todo, work.summary
 
     new_prov: dict[str, dict[str, Any]] = {}
+    new_rows = empty_scores()
+    details = None
     if todo:
         ids = set().union(*todo.values())
         samples = [samples_by_id[sid] for sid in replies if sid in ids]
@@ -445,56 +462,65 @@ def score_run(
             wanted_rows = [m in todo and s in todo[m] for s, m in
                            zip(result.scores["sample_id"].tolist(), result.scores["metric"].tolist())]
             new_rows = result.scores[pd.Series(wanted_rows, index=result.scores.index, dtype=bool)]
-        new_rows = new_rows.assign(profile=prof.key)
+        new_rows = new_rows.assign(profile=prof.key, basis=[work.bases[sid] for sid in new_rows["sample_id"]])
         for metric in todo:
             summary.computed[metric] = int((new_rows["metric"] == metric).sum())
-        if len(new_rows) or not run.has_table("scores"):
-            merged = pd.concat([existing, new_rows], ignore_index=True) if len(existing) else new_rows
-            merged = merged.drop_duplicates(subset=["sample_id", "metric", "profile"], keep="first")
-            run.write_table("scores", merged.reset_index(drop=True)[["sample_id", "metric", "value", "profile"]])
         if "persona_coverage" in todo and len(result.persona_details):
             details = result.persona_details.assign(profile=prof.key)
-            if run.has_table("persona_details"):
-                old = run.read_table("persona_details")
-                keep = ~(old["profile"].eq(prof.key) & old["sample_id"].isin(set(details["sample_id"])))
-                details = pd.concat([old[keep], details], ignore_index=True)
-            run.write_table("persona_details", details.reset_index(drop=True))
         new_prov = result.provenance
 
-    for metric in wanted:
-        if metric in new_prov:
-            record = MetricProvenance.from_dict(new_prov[metric])
-            previous = stored_prov.get(metric)
-            if previous is not None and previous.status != "unavailable":
-                if record.status == "unavailable":
-                    record = previous  # keep what the stored numbers were made with
-                else:
-                    record = dataclasses.replace(record, n=previous.n + record.n)
-                    if (previous.model_id, previous.revision_or_hash) != (record.model_id, record.revision_or_hash):
+    # Read, merge and write under the run's state lock: values and provenance another process
+    # wrote meanwhile (a second `score`, generation's checkpoints) are kept, never overwritten.
+    with run.locked():
+        merged = run.merge_table("scores", lambda current: _merge_scores(current, new_rows, work))
+        if details is not None:
+            def merge_details(old: "pd.DataFrame | None") -> "pd.DataFrame":
+                if old is None:
+                    return details.reset_index(drop=True)
+                keep = ~(old["profile"].eq(prof.key) & old["sample_id"].isin(set(details["sample_id"])))
+                return pd.concat([old[keep], details], ignore_index=True).reset_index(drop=True)
+
+            run.merge_table("persona_details", merge_details)
+        counted = (merged[merged["profile"] == prof.key]["metric"].value_counts() if merged is not None
+                   else pd.Series(dtype="int64"))
+        recorded = run.manifest.details
+        entry = recorded.profile_scores(prof.key)
+        stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
+        for metric in wanted:
+            if metric in new_prov:
+                record = MetricProvenance.from_dict(new_prov[metric])
+                previous = stored_prov.get(metric)
+                if previous is not None and previous.status != "unavailable":
+                    if record.status == "unavailable":
+                        record = previous  # keep what the stored numbers were made with
+                    elif (previous.model_id, previous.revision_or_hash) != (record.model_id, record.revision_or_hash):
                         record = dataclasses.replace(record, mixed_with={
                             "model_id": previous.model_id, "revision_or_hash": previous.revision_or_hash,
                             "metric_version": previous.metric_version})
-            stored_prov[metric] = record
-    recorded_empty = False
-    if not replies:
-        # Nothing valid to score (every reply failed): still record which metrics this profile
-        # covers, so aggregation can give the run the worst values the paper assigns instead of
-        # leaving the metric out, and still marks a metric unavailable where the profile has no model.
-        for metric in wanted:
-            if metric in stored_prov:
-                continue
-            slot = metric_info(metric).needs
-            spec = prof.specs.get(slot)
-            if spec is not None and not spec.available:
-                stored_prov[metric] = MetricProvenance("unavailable", reason=spec.unavailable_reason, backend=slot)
-            else:
-                # No model ran, so no model id: comparisons must not see a second "model" here.
-                stored_prov[metric] = MetricProvenance("ok", reason="no valid reply to score", backend=slot)
-            recorded_empty = True
-    summary.provenance = {m: stored_prov[m].to_dict() for m in wanted if m in stored_prov}
-    if new_prov or recorded_empty:
-        entry = dataclasses.replace(
-            entry, profile=prof.describe(), metrics=stored_prov,
-            updated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-        run.update(extra=RunExtra(scores={**(recorded.scores or {}), prof.key: entry}).to_extra())
+                stored_prov[metric] = record
+            if metric in stored_prov and stored_prov[metric].status != "unavailable":
+                # n counts the values stored now, whoever computed them.
+                stored_prov[metric] = dataclasses.replace(stored_prov[metric], n=int(counted.get(metric, 0)))
+        recorded_empty = False
+        if not replies:
+            # Nothing valid to score (every reply failed): still record which metrics this profile
+            # covers, so aggregation can give the run the worst values the paper assigns instead of
+            # leaving the metric out, and still marks a metric unavailable where the profile has no model.
+            for metric in wanted:
+                if metric in stored_prov:
+                    continue
+                slot = metric_info(metric).needs
+                spec = prof.specs.get(slot)
+                if spec is not None and not spec.available:
+                    stored_prov[metric] = MetricProvenance("unavailable", reason=spec.unavailable_reason, backend=slot)
+                else:
+                    # No model ran, so no model id: comparisons must not see a second "model" here.
+                    stored_prov[metric] = MetricProvenance("ok", reason="no valid reply to score", backend=slot)
+                recorded_empty = True
+        summary.provenance = {m: stored_prov[m].to_dict() for m in wanted if m in stored_prov}
+        if new_prov or recorded_empty or stored_prov != dict(entry.metrics):
+            entry = dataclasses.replace(
+                entry, profile=prof.describe(), metrics=stored_prov,
+                updated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+            run.update(extra=RunExtra(scores={prof.key: entry}).to_extra())
     return summary

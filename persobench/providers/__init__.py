@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from persobench.errors import ConfigurationError
 from persobench.providers.base import (
     Completion,
-    ConfigurationError,
-    ErrorKind,
     GenerationParams,
     MissingKeyError,
     Provider,
-    ProviderError,
     Request,
     key_requirement_of,
 )
@@ -26,8 +24,8 @@ from persobench.providers.spec import NON_OUTPUT_OPTIONS, ModelSpec
 from persobench.registry import Registry, UnknownNameError
 
 __all__ = [
-    "Completion", "ConfigurationError", "DEFAULT_LOCAL_MODEL", "ErrorKind", "GenerationParams", "MissingKeyError",
-    "ModelSpec", "NON_OUTPUT_OPTIONS", "PROVIDERS", "Provider", "ProviderError", "Request", "key_requirement",
+    "Completion", "DEFAULT_LOCAL_MODEL", "GenerationParams", "MissingKeyError",
+    "ModelSpec", "NON_OUTPUT_OPTIONS", "PROVIDERS", "Provider", "Request", "key_requirement",
     "make_provider", "missing_key_env", "parse_spec",
 ]
 

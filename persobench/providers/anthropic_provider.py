@@ -6,11 +6,10 @@ from typing import Any, Mapping
 
 import anthropic
 
+from persobench.errors import ErrorKind, ProviderError
 from persobench.providers.base import (
     translated_sdk_errors,
     Completion,
-    ErrorKind,
-    ProviderError,
     Request,
     check_reachable,
     resolve_api_key,

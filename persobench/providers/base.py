@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
-# The error types live in persobench.errors; providers import them from here as before.
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.secrets import scrub
 

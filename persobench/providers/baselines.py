@@ -17,7 +17,9 @@ import json
 import re
 from typing import Any
 
-from persobench.providers.base import Completion, ConfigurationError, ErrorKind, ProviderError, Request
+from persobench.providers.base import Completion, Request
+
+from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 
 BASELINES = ("reference", "persona-echo")
 

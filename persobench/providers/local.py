@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from persobench.providers.base import (  # raw_prompt_text: re-exported, its home before the vLLM completions path
-    Completion, ConfigurationError, ErrorKind, ProviderError, Request, raw_prompt_text,
+    Completion, Request, raw_prompt_text,
 )
+
+from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.spec import NON_OUTPUT_OPTIONS
 
 #: Short names for models that ship inside PyPI packages: alias -> (package, file glob).

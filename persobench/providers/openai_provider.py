@@ -8,12 +8,10 @@ from typing import Any, Mapping
 
 import openai
 
+from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import (
     translated_sdk_errors,
     Completion,
-    ConfigurationError,
-    ErrorKind,
-    ProviderError,
     Request,
     check_reachable,
     raw_prompt_text,

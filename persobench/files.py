@@ -1,0 +1,138 @@
+"""Files that are never half-written: atomic writes (temporary file, fsync, rename), checksums, and
+the one-line error for a write the disk refused. Used by the store and by every stage that writes."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from persobench.errors import StoreError, StoreWriteError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The errors that mean the disk refused a write (full, over quota, file too large).
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON used for hashing (sorted keys, no whitespace)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def sha256_hex(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some filesystems do not allow opening directories
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_refused(path: str | os.PathLike[str], exc: BaseException) -> StoreWriteError:
+    """The one-line error for a write the disk refused or that failed: an ``OSError`` (full disk,
+    file size limit, quota) or a database error of the response cache (``sqlite3.Error``)."""
+    if isinstance(exc, OSError):
+        reason = {errno.ENOSPC: "the disk is full", errno.EFBIG: "the file would exceed the size limit",
+                  errno.EDQUOT: "the disk quota is exhausted"}.get(exc.errno or 0, exc.strerror or str(exc))
+    else:
+        reason = f"{str(exc) or type(exc).__name__} (is the disk full?)"
+    return StoreWriteError(f"{path}: cannot write: {reason}")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the new one.
+
+    A refused write (full disk, file size limit) raises :class:`StoreWriteError` naming ``path``;
+    the previous file stays as it was and no temporary file is left behind."""
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
+    except BaseException:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
+    """Write a DataFrame as Parquet atomically (temp file + fsync + rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # pyarrow raises OSError subclasses for a refused write too
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
+    except BaseException:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def read_parquet(path: Path) -> "pd.DataFrame":
+    """Read a Parquet table, turning any failure into a :class:`StoreError` that names the file."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise StoreError(f"{path}: table not found")
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for damaged files
+        raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__}: {exc})") from exc

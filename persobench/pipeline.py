@@ -1,0 +1,408 @@
+"""The library's front door: typed calls for the whole pipeline, used by the CLI, the background
+jobs, the demo and the app alike.
+
+::
+
+    from persobench import pipeline
+    from persobench.generation import GenerationConfig
+
+    run = pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=8), home="cache")
+    report = pipeline.score([run.run_id], profile="offline", home="cache")
+    board = pipeline.leaderboard(home="cache", dataset="sample")
+    print(board.table)
+
+Every call takes the store as ``home`` (a folder) or ``store`` (a :class:`~persobench.store.RunStore`);
+every change it makes to a run is a read-merge-write under the run's state lock
+(:meth:`persobench.store.Run.update`), so a ``score`` beside a running generation, or two scores
+at once, never lose each other's values.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from persobench.errors import ConfigurationError, PersoBenchError, StoreError
+from persobench.store import Run, RunStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from persobench.generation import GenerationConfig, GenerationPlan, ProgressInfo
+    from persobench.metrics.backends import Profile
+    from persobench.metrics.scoring import RunScoreSummary
+    from persobench.records import Sample
+
+#: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
+ScoreProgress = Callable[[str, int, int], None]
+
+
+def open_store(home: str | os.PathLike[str] | None = None, store: RunStore | None = None) -> RunStore:
+    """``store`` itself, or the store at ``home`` (default ``$PERSOBENCH_HOME`` or ``./cache``)."""
+    return store if store is not None else RunStore(home)
+
+
+# --- Generation ------------------------------------------------------------------------------------
+
+
+def plan(config: "GenerationConfig", *, home: str | os.PathLike[str] | None = None,
+         store: RunStore | None = None) -> "GenerationPlan":
+    """What ``generate(config)`` would do: run id, samples, requests to send, cache hits, estimates.
+    Sends nothing and needs no key."""
+    from persobench.generation import plan_generation
+
+    return plan_generation(config, store=open_store(home, store))
+
+
+def generate(config: "GenerationConfig", *, home: str | os.PathLike[str] | None = None,
+             store: RunStore | None = None, progress: "Callable[[ProgressInfo], None] | None" = None,
+             cancel: threading.Event | None = None, api_key: str | None = None) -> Run:
+    """Generate (or resume) a run and post-process its replies; returns the run.
+
+    Raises :class:`~persobench.errors.ConfigurationError` before sending anything for a bad
+    configuration, :class:`~persobench.errors.RunAborted` when the first requests all fail for one
+    reason, and :class:`~persobench.errors.StoreWriteError` when the disk refuses a write (every
+    reply received is kept: see :func:`persobench.generation.run_generation`)."""
+    from persobench.generation import run_generation
+
+    return run_generation(config, store=open_store(home, store), progress=progress, cancel=cancel,
+                          api_key=api_key)
+
+
+# --- Scoring ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunScore:
+    """What one scoring pass did to one run."""
+
+    run_id: str
+    """The run."""
+    summary: "RunScoreSummary | None" = None
+    """New and cached values per metric and the provenance; ``None`` when the run was not scored."""
+    error: str = ""
+    """Why the run was not scored (one line), or ``""``."""
+
+    @property
+    def ok(self) -> bool:
+        return self.summary is not None
+
+
+@dataclass(frozen=True)
+class ScoreReport:
+    """What :func:`score` did."""
+
+    profile: str
+    """The profile key the numbers were stored under."""
+    device: str
+    """Where the models ran ("cpu", "cuda" ...)."""
+    runs: tuple[RunScore, ...] = ()
+    """One entry per run asked for, in order."""
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+    """Metric -> why it has no number (its model is not available in this profile)."""
+    degraded: Mapping[str, str] = field(default_factory=dict)
+    """Metric -> why its numbers come from a fallback (stored, labelled in the provenance)."""
+
+    @property
+    def failures(self) -> int:
+        """Runs that could not be scored."""
+        return sum(1 for r in self.runs if not r.ok)
+
+    @property
+    def new_values(self) -> int:
+        """Values computed by this pass, over all runs."""
+        return sum(sum(r.summary.computed.values()) for r in self.runs if r.summary is not None)
+
+
+def run_samples(run: Run, *, datasets: dict[str, dict[str, "Sample"]] | None = None) -> dict[str, "Sample"]:
+    """Sample id -> the inputs ``run``'s replies answer, which is what its scores are computed against.
+
+    A run records its samples when it is generated (``samples.parquet``), so an edited, moved or
+    replaced dataset file never changes its scores. An imported run reads the prompt table it was
+    imported with. A run made before runs recorded their samples reads its dataset, and is refused
+    (:class:`~persobench.errors.StoreError` naming the file) when that dataset is a file whose
+    checksum no longer matches the one recorded at generation time. ``datasets``: a per-call cache
+    of loaded registered datasets."""
+    recorded = run.recorded_samples()
+    if recorded is not None:
+        return recorded
+    details = run.manifest.details
+    if details.imported is not None and details.imported.prompts_file:
+        from persobench.importer import samples_for_run
+
+        try:
+            return samples_for_run(run)
+        except (PersoBenchError, KeyError, ValueError, OSError) as exc:
+            raise StoreError(f"run {run.run_id}: cannot read its imported prompt table "
+                             f"{details.imported.prompts_file}: {exc}") from None
+    _check_dataset_file(run)
+    from persobench.datasets import samples_by_id
+
+    name = run.manifest.dataset
+    cache = datasets if datasets is not None else {}
+    try:
+        if name not in cache:
+            cache[name] = samples_by_id(name)
+        everything = cache[name]
+        return {sid: everything[sid] for sid in run.manifest.sample_ids}
+    except KeyError as exc:
+        raise StoreError(f"run {run.run_id}: sample {exc.args[0]!r} is not in dataset {name!r} any more") from None
+    except (PersoBenchError, ValueError, OSError) as exc:
+        raise StoreError(f"run {run.run_id}: cannot load the samples of dataset {name!r}: {exc}") from None
+
+
+def _check_dataset_file(run: Run) -> None:
+    """Refuse to read a user file that changed or moved since the run was generated from it."""
+    from persobench.files import sha256_file
+
+    record = run.manifest.details.dataset_file
+    if record is None or not record.path:
+        return
+    try:
+        digest = sha256_file(record.path)
+    except OSError:
+        raise StoreError(f"{record.path}: the dataset file run {run.run_id} was generated from is gone; put it "
+                         "back to score the run") from None
+    if digest != record.sha256:
+        raise StoreError(f"{record.path}: the dataset file changed since run {run.run_id} was generated from it "
+                         "(checksum differs); its scores would no longer match its replies. Restore the file, or "
+                         "generate the run again")
+
+
+def _by_dataset(runs: Iterable[Run]) -> list[list[Run]]:
+    """Runs grouped by dataset, in order of first appearance (the runs of a dataset share texts)."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(str(run.manifest.dataset), []).append(run)
+    return list(groups.values())
+
+
+def _valid_replies(run: Run) -> int:
+    """The run's valid replies as its manifest counts them (0 when it does not say)."""
+    counts = run.manifest.extra.get("counts") or {}
+    try:
+        return int(counts.get("ok", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def resolve_runs(store: RunStore, names: Sequence[str] | None) -> list[Run]:
+    """Runs by id or unique id prefix; every readable run with generations when ``names`` is empty."""
+    if not names:
+        return [r for r in store.runs() if r.has_table("generations")]
+    return [resolve_run(store, name) for name in names]
+
+
+def resolve_run(store: RunStore, name: str) -> Run:
+    """A run by id or unique id prefix (:class:`ConfigurationError` naming the candidates otherwise)."""
+    try:
+        return store.get(name)
+    except StoreError:
+        pass
+    matches = [r for r in store.runs() if r.run_id.startswith(name)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ConfigurationError(f"no run {name!r} in {store.runs_dir}")
+    raise ConfigurationError(f"{name!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:5])}")
+
+
+def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" = "offline",
+          metrics: Sequence[str] | None = None, overrides: Mapping[str, str] | None = None,
+          precision: str = "float32", home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
+          progress: ScoreProgress | None = None,
+          on_run: "Callable[[RunScore], None] | None" = None) -> ScoreReport:
+    """Score runs (ids, prefixes or handles; default every run with generations) with a profile.
+
+    Only values a run lacks are computed: a (sample, metric, profile) already stored from the same
+    reply and inputs is kept; one whose reply was generated again is computed again. The runs of a
+    dataset are embedded in one pass (their shared references and persona sentences once), cached
+    in the store. Each run's values are merged into what is stored under its lock. ``on_run`` is
+    called after each run (the CLI prints a line per run)."""
+    from persobench.metrics import lexical, validate_metric_names
+    from persobench.metrics.backends import Profile, get_profile
+    from persobench.metrics.encoder import TextEncoder, store_cache_root
+    from persobench.metrics.scoring import score_run
+
+    requested = validate_metric_names(list(metrics)) if metrics is not None else None
+    prof = profile if isinstance(profile, Profile) else get_profile(profile, dict(overrides or {}),
+                                                                     precision=precision)
+    store = open_store(home, store)
+    chosen = (resolve_runs(store, None) if not runs
+              else [r if isinstance(r, Run) else resolve_run(store, r) for r in runs])
+    results: list[RunScore] = []
+    unavailable: dict[str, str] = {}
+    degraded: dict[str, str] = {}
+    datasets: dict[str, dict[str, Sample]] = {}
+    lexical_wanted = requested is None or any(m in requested for m in (*lexical.REFERENCE_LEXICAL,
+                                                                       *lexical.REPLY_LEXICAL))
+    expected = sum(_valid_replies(run) for run in chosen) if lexical_wanted else 0
+
+    def finish(result: RunScore) -> None:
+        results.append(result)
+        if result.summary is not None:
+            for metric, prov in result.summary.provenance.items():
+                if prov.get("status") == "unavailable":
+                    unavailable.setdefault(metric, prov.get("reason", ""))
+                elif prov.get("status") == "degraded":
+                    degraded.setdefault(metric, prov.get("reason", ""))
+        if on_run is not None:
+            on_run(result)
+
+    # One encoder for the whole call: the runs of a dataset are embedded together, cached in the
+    # store, and the memory is given back after each dataset.
+    encoder = TextEncoder(prof, store_cache_root(store.home))
+    with lexical.worker_pool(expected):  # both cores for the lexical metrics of a large job
+        for group in _by_dataset(chosen):
+            ready = _embed_group(group, encoder, prof, requested, datasets, progress)
+            for run in group:
+                samples = ready.get(run.run_id)
+                if isinstance(samples, str):
+                    finish(RunScore(run.run_id, error=samples))
+                    continue
+                try:
+                    summary = score_run(run, samples, profile=prof, metrics=requested, encoder=encoder,
+                                        progress=_staged(progress, run.run_id[:48]))
+                except PersoBenchError as exc:
+                    finish(RunScore(run.run_id, error=str(exc)))
+                    continue
+                finish(RunScore(run.run_id, summary))
+            encoder.release()
+    return ScoreReport(prof.key, prof.device, tuple(results), unavailable, degraded)
+
+
+def _staged(progress: ScoreProgress | None, label: str) -> ScoreProgress | None:
+    if progress is None:
+        return None
+    return lambda stage, done, total: progress(f"{label} {stage}", done, total)
+
+
+def _embed_group(group: list[Run], encoder: Any, profile: "Profile", requested: Sequence[str] | None,
+                 datasets: dict[str, dict[str, "Sample"]], progress: ScoreProgress | None) -> dict[str, Any]:
+    """Embed every text the runs of ``group`` need, in one pass; returns run id -> its samples, or
+    run id -> the one-line reason it cannot be scored."""
+    from persobench.metrics.encoder import EmbeddingRequest
+    from persobench.metrics.family import Progress
+    from persobench.metrics.scoring import prepare_embeddings, run_embedding_request
+
+    ready: dict[str, Any] = {}
+    pairs: dict[tuple[str, str], None] = {}
+    sentences: dict[str, None] = {}
+    for run in group:
+        if not run.has_table("generations"):
+            ready[run.run_id] = "no generations table"
+            continue
+        try:
+            samples = run_samples(run, datasets=datasets)
+            request = run_embedding_request(run, samples, profile=profile, metrics=requested)
+        except PersoBenchError as exc:
+            ready[run.run_id] = str(exc)
+            continue
+        ready[run.run_id] = samples
+        pairs.update(dict.fromkeys(request.pairs))
+        sentences.update(dict.fromkeys(request.sentences))
+    if pairs or sentences:
+        label = f"{group[0].manifest.dataset} ({len(group)} run{'s' if len(group) != 1 else ''})"
+        prepare_embeddings(encoder, EmbeddingRequest(tuple(pairs), tuple(sentences)),
+                           Progress(_staged(progress, label[:48])))
+    return ready
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate` did: the run it generated and the scoring pass over it."""
+
+    run: Run
+    """The generated (or resumed) run."""
+    report: ScoreReport
+    """Its scores."""
+
+
+def evaluate(config: "GenerationConfig", *, profile: "str | Profile" = "offline",
+             metrics: Sequence[str] | None = None, home: str | os.PathLike[str] | None = None,
+             store: RunStore | None = None, progress: "Callable[[ProgressInfo], None] | None" = None,
+             cancel: threading.Event | None = None, api_key: str | None = None) -> Evaluation:
+    """:func:`generate`, then :func:`score` the run."""
+    store = open_store(home, store)
+    run = generate(config, store=store, progress=progress, cancel=cancel, api_key=api_key)
+    return Evaluation(run, score([run], profile=profile, metrics=metrics, store=store))
+
+
+# --- Boards ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Board:
+    """A leaderboard: the long table of :func:`persobench.aggregate.leaderboard` and how it was made."""
+
+    table: "pd.DataFrame"
+    """One row per run and metric (:data:`persobench.aggregate.BOARD_COLUMNS`): mean, std, n, CI as numbers."""
+    profile: str
+    """The scoring profile whose numbers the board holds."""
+    invalid: str
+    """How invalid replies count: "worst" (the paper's) or "exclude"."""
+    skipped_runs: tuple[tuple[str, str], ...] = ()
+    """(folder, reason) of runs that could not be read and were left out."""
+
+    @property
+    def overall(self) -> "pd.DataFrame":
+        """One row per run: the overall score and its rank (:func:`persobench.aggregate.overall_table`)."""
+        from persobench import aggregate
+
+        return aggregate.overall_table(self.table)
+
+    def export(self, fmt: str) -> str:
+        """The board as text: table, csv, markdown, latex or json."""
+        from persobench import aggregate
+
+        return aggregate.export_board(self.table, fmt)
+
+
+def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
+                dataset: str | None = None, mode: str | None = None, profile: str = "offline",
+                invalid: str = "worst", include_incomplete: bool = False, side_by_side: bool = False,
+                all_samples: bool = False) -> Board:
+    """The leaderboard of the store's scored runs (one board per dataset, mode and protocol)."""
+    from persobench import aggregate
+
+    store = open_store(home, store)
+    results = aggregate.load_results(store, profile=profile, include_incomplete=include_incomplete)
+    if results.empty:
+        raise ConfigurationError(f"no completed runs with generations in {store.runs_dir}; "
+                                 "import (import-persobench) or generate runs first")
+    for column, value in (("dataset", dataset), ("mode", mode)):
+        if value is not None and value not in set(results.frame[column]):
+            known = ", ".join(sorted(set(results.frame[column])))
+            raise ConfigurationError(f"{column} {value!r}: no runs; runs exist for: {known}")
+    table = aggregate.leaderboard(results, dataset=dataset, mode=mode, invalid=invalid, profile=profile,
+                                  side_by_side=side_by_side, all_samples=all_samples)
+    return Board(table, profile, invalid, tuple((str(p), str(r)) for p, r in results.skipped_runs))
+
+
+# --- The paper's published data --------------------------------------------------------------------
+
+
+def fetch_published(*, home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
+                    url: str | None = None, sha256: str | None = None, size: int | None = None,
+                    timeout: float = 60.0, progress: Callable[[str, int, int | None], None] | None = None,
+                    manifest: str | os.PathLike[str] | None = None, trust_unpinned: bool = False) -> Any:
+    """Download the paper's repository archive (pinned commit, or a mirror ``url``) and unpack its
+    data into ``<home>/reference``, every file checked against the content ``manifest`` (default:
+    the packaged one for the pinned archive; an incomplete one needs ``trust_unpinned``); returns
+    the :class:`~persobench.datasets.paper_archive.FetchResult`."""
+    from persobench.datasets.paper_archive import fetch_paper
+
+    return fetch_paper(open_store(home, store).home, url=url, sha256=sha256, size=size, timeout=timeout,
+                       progress=progress, manifest=manifest, trust_unpinned=trust_unpinned)
+
+
+def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None,
+                     store: RunStore | None = None, datasets: Sequence[str] | None = None,
+                     models: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Any:
+    """Import published replies laid out like the paper's repository: one run per dataset, model
+    and mode (idempotent); returns the :class:`~persobench.importer.ImportReport`."""
+    from persobench.importer import import_persobench
+
+    return import_persobench(open_store(home, store), folder, datasets=datasets, models=models, modes=modes)
