@@ -1,4 +1,5 @@
-"""Explore: one dialogue at a time: personas, context, reference and every model's reply with scores.
+"""Explore: one dialogue at a time: personas, context, reference and every model's reply with scores
+and the prompt its run's own template produced.
 
 Direct link: ``/explore?dataset=NAME&sample=SAMPLE_ID``. All dialogue text is untrusted and shown
 with ``st.text`` or escaped Markdown (``persobench.app.text.md_escape``).
@@ -11,7 +12,8 @@ import streamlit as st
 
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, page_setup
-from persobench.app.dialogues import coverage_threshold, dialogue_label, matching_dialogues, persona_marks
+from persobench.app.dialogues import (coverage_threshold, dialogue_label, matching_dialogues, persona_marks,
+                                      prompt_text)
 from persobench.app.loaders import dataset_error, dataset_samples, dialogue_data, profiles_in_store, runs_table
 from persobench.app.text import md_escape, status_badge
 
@@ -185,6 +187,13 @@ for reply in current_replies.itertuples():
         if isinstance(reply.raw_text, str) and reply.raw_text:
             with st.expander("Raw output"):
                 st.code(reply.raw_text, language=None, wrap_lines=True)
+        with st.expander("Prompt"):  # what this run's own template sent, as on the Failures page
+            prompt, note = prompt_text(reply.prompt, dataset, current, str(reply.mode),
+                                       template=reply.template if isinstance(reply.template, str) else None)
+            if note:
+                st.caption(md_escape(note))
+            if prompt:
+                st.code(prompt, language=None, wrap_lines=True)
 
 st.caption("Link to this dialogue: add `?dataset=…&sample=…` to the Explore page URL (the address bar "
            "already shows it after you pick a dialogue).")

@@ -33,7 +33,8 @@ if not profiles:
 if story := load_or_stop(demo_story_for, home, sig):  # the demo's store: its story before any filter
     demo_story_panel(story)
 
-from persobench.aggregate import OVERALL_COMPONENTS, protocol_heading, sample_notes  # noqa: E402
+from persobench.aggregate import OVERALL_COMPONENTS, protocol_heading, sample_notes, sample_set_note  # noqa: E402
+from persobench.aggregate.exports import NO_SHARED_SAMPLES  # noqa: E402
 from persobench.metrics import METRICS  # noqa: E402
 
 scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
@@ -93,10 +94,14 @@ rank_by = st.selectbox("Rank by", rank_choices, index=rank_choices.index(default
                        help="Models whose 95% confidence intervals overlap share a rank (shown with '=').")
 
 # ---- ranking table -----------------------------------------------------------------------------
-st.subheader(f"{dataset} · {protocol_heading(protocol, mode)}")
+disjoint = sample_set_note(board)
+st.subheader(f"{dataset} · {protocol_heading(protocol, mode)}" + (f" · {NO_SHARED_SAMPLES}" if disjoint else ""))
 counts = board[board["metric"] == "failure_ratio"]
-for note in sample_notes({r.model: (int(r.n), int(r.run_n)) for r in counts.itertuples()}):
-    st.info(md_escape(note.replace("--all-samples uses", "'All samples' uses")))
+if disjoint:  # each row is over its own samples: say which runs answered the same ones
+    st.warning(md_escape(disjoint.removeprefix("warning: ")))
+else:
+    for note in sample_notes({r.model: (int(r.n), int(r.run_n)) for r in counts.itertuples()}):
+        st.info(md_escape(note.replace("--all-samples uses", "'All samples' uses")))
 structured_board_notes(board, board_all, protocol)
 ranked = ranking_table(board, overall, rank_by, chosen, with_overall=has_overall)
 if not has_overall:

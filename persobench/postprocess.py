@@ -9,10 +9,11 @@ Two policies:
     "{" to the nearest following "}"), parse each with strict ``json.loads`` and keep the first one
     that has a "response" key. The value is used verbatim (not stripped); an empty value counts as a
     failure because the published tables store it as an empty cell. Verified row for row against
-    every published ``Raw Responses``/``Responses`` pair. ``paper_style="closed"`` (the closed-source
-    models, ``closed_source_models.ipynb``): remove every "```json" and "```", strip, and ``json.loads``
-    the whole text strictly; an object's "response" (missing counts as "") is the reply, anything
-    else (prose around the JSON, two objects, a list) is invalid.
+    every published ``Raw Responses``/``Responses`` pair. ``paper_style="closed"`` (the OpenAI models of
+    ``closed_source_models.ipynb``: gpt-3.5-turbo, gpt-4-turbo, gpt-4o-mini): ``json.loads`` of the
+    whole reply as it came; an object's "response" (missing counts as "") is the reply, anything else
+    (prose around the JSON, code fences, two objects, a list) is invalid. ``paper_style="closed-fences"``
+    (that notebook's Gemini cell): the same after removing every "```json" and "```" and stripping.
 
 ``"robust"`` (default)
     Decodes a full JSON object from every "{" (so nested braces, code fences, prose around the JSON
@@ -146,8 +147,8 @@ def parse_output(
     ``finish_reason`` is the provider's stop reason when known ("length"/"max_tokens" mean the
     token limit was hit; "stop" means the model ended on its own). ``require_reasoning`` (chain-of-
     thought runs) notes a missing "reasoning" string in :attr:`ParsedOutput.note` without failing the
-    reply. The "paper" policy ignores both, as the paper did; ``paper_style`` is "open" or "closed"
-    (the two notebooks, see the module docstring). For its failures it still reports the robust
+    reply. The "paper" policy ignores both, as the paper did; ``paper_style`` is "open", "closed" or
+    "closed-fences" (the notebooks' cells, see the module docstring). For its failures it still reports the robust
     policy's diagnosis as the status (e.g. ``truncated``), so only the valid/invalid split is the paper's.
 
     Never raises for any string input; an unknown ``policy`` is a :class:`ConfigurationError` (a ``ValueError``).
@@ -155,10 +156,11 @@ def parse_output(
     if policy == "robust":
         return _parse_robust(raw_text, finish_reason, require_reasoning)
     if policy == "paper":
-        if paper_style == "closed":
-            return _parse_paper_closed(raw_text)
+        if paper_style in PAPER_STYLES_CLOSED:
+            return _parse_paper_closed(raw_text, strip_fences=paper_style == "closed-fences")
         if paper_style != "open":
-            raise ConfigurationError(f"unknown paper_style {paper_style!r}; expected 'open' or 'closed'")
+            raise ConfigurationError(
+                f"unknown paper_style {paper_style!r}; expected 'open', 'closed' or 'closed-fences'")
         return _parse_paper(raw_text)
     raise ConfigurationError(f"unknown post-processing policy {policy!r}; known: {', '.join(POLICIES)}")
 
@@ -210,10 +212,16 @@ def _paper_value(value: Any, reasoning: Any, span: tuple[int, int] | None) -> Pa
     return ParsedOutput(Status.OK.value, response, reasoning, None, span, "paper")
 
 
-def _parse_paper_closed(raw_text: str | None) -> ParsedOutput:
-    """``closed_source_models.ipynb``: fences removed, the whole text parsed strictly, ``.get('response', '')``."""
+#: The closed-source notebook's two ways of reading a reply (``closed_source_models.ipynb``).
+PAPER_STYLES_CLOSED = ("closed", "closed-fences")
+
+
+def _parse_paper_closed(raw_text: str | None, *, strip_fences: bool) -> ParsedOutput:
+    """``closed_source_models.ipynb``: the whole text parsed strictly, ``.get('response', '')``; the
+    Gemini cell first removes code fences (``.strip().replace('```json', '').replace('```', '').strip()``),
+    the OpenAI cell calls ``json.loads(response_text)`` on the reply as it came."""
     text = raw_text if isinstance(raw_text, str) else ""
-    cleaned = text.strip().replace("```json", "").replace("```", "").strip()
+    cleaned = text.strip().replace("```json", "").replace("```", "").strip() if strip_fences else text.strip()
     try:
         obj = json.loads(cleaned)
     except (ValueError, RecursionError):
@@ -229,7 +237,8 @@ def _parse_paper_closed(raw_text: str | None) -> ParsedOutput:
     if diagnosis.status == Status.OK.value:
         status = Status.INVALID_JSON.value
         what = "a JSON list or value" if cleaned and obj is not None else "text around the JSON object"
-        error = f"the reply is not one JSON object once code fences are removed ({what}); the robust policy finds a reply"
+        fences = " once code fences are removed" if strip_fences else ""
+        error = f"the reply is not one JSON object{fences} ({what}); the robust policy finds a reply"
     else:
         status, error = diagnosis.status, diagnosis.error
     return ParsedOutput(status, None, diagnosis.reasoning, error, None, "paper")

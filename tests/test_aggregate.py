@@ -192,7 +192,7 @@ def test_duplicate_model_labels_get_distinct_names(store):
 def test_csv_export_has_exactly_the_long_columns(store):
     board = aggregate.leaderboard(aggregate.load_results(store))
     text = aggregate.export_board(board, "csv")
-    assert text.splitlines()[0] == "dataset,mode,model,metric,mean,std,n"
+    assert text.splitlines()[0] == "dataset,mode,protocol,model,metric,mean,std,n"
     back = pd.read_csv(io.StringIO(text))
     assert list(back.columns) == aggregate.CSV_COLUMNS
     row = back[(back["model"] == "A") & (back["metric"] == "dist1")].iloc[0]
@@ -225,7 +225,7 @@ def test_cli_leaderboard(store, capsys):
     home = str(store.home)
     assert main(["--home", home, "leaderboard", "--format", "csv"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "dataset,mode,model,metric,mean,std,n"
+    assert out.splitlines()[0] == "dataset,mode,protocol,model,metric,mean,std,n"
     assert main(["--home", home, "leaderboard", "--format", "csv", "--invalid", "exclude", "--mode", "vanilla"]) == 0
     exclude = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert set(exclude["mode"]) == {"vanilla"}
@@ -262,7 +262,7 @@ def test_a_run_whose_every_reply_failed_scores_worst_not_missing(tmp_path):
 # --- comparable boards --------------------------------------------------------------------------
 
 def make_protocol_run(store, *, model, ids, template="paper", policy="paper", max_tokens=110, temperature=0.0,
-                      source="generated", dist1=0.5, status="ok", structured=False):
+                      source="generated", dist1=0.5, status="ok", structured=False, chat_template=None):
     """A completed focus/vanilla run over ``ids`` under the given protocol settings."""
     spec = {"provider": "test", "model": model, "label": model}
     parameters = {"temperature": temperature, "max_tokens": max_tokens, "policy": policy}
@@ -272,7 +272,7 @@ def make_protocol_run(store, *, model, ids, template="paper", policy="paper", ma
                          parameters=parameters)
     run = store.create(RunManifest(run_id=run_id, dataset="focus", sample_ids=tuple(ids), model=spec, mode="vanilla",
                                    template=template, template_hash=template, parameters=parameters,
-                                   status="completed", source=source))
+                                   status="completed", source=source, chat_template=chat_template))
     run.write_table("generations", pd.DataFrame({"sample_id": ids, "status": [status] * len(ids),
                                                  "response": ["r"] * len(ids), "latency": [1.0] * len(ids)}))
     values = dist1 if isinstance(dist1, list) else [dist1] * len(ids)
@@ -291,13 +291,17 @@ def test_boards_never_mix_protocols(tmp_path):
     make_protocol_run(store, model="gpt-4o-mini", ids=ALL, source="imported", template="paper-vanilla",
                       dist1=0.9, status="empty")
     make_protocol_run(store, model="Gemma-7B-Instruct", ids=ALL, source="imported", template="paper-open")
-    make_protocol_run(store, model="mine", ids=ALL, template="paper-open")  # a new paper-protocol run
+    # a new paper-protocol run: paper-open as raw text, as a local model or a completions endpoint gets it
+    make_protocol_run(store, model="mine", ids=ALL, template="paper-open", chat_template=False)
+    # paper-open wrapped in a chat template (local --chat-template on): never on the paper board
+    make_protocol_run(store, model="wrapped", ids=ALL, template="paper-open", chat_template=True)
     make_protocol_run(store, model="hot", ids=ALL, temperature=0.7)
     make_protocol_run(store, model="ours", ids=ALL, template="persobench", policy="robust")
     board = aggregate.leaderboard(aggregate.load_results(store))
     boards = {b: set(g["model"]) for b, g in board.groupby("board")}
     assert boards == {
         PAPER_LABEL: {"gpt-4o-mini", "Gemma-7B-Instruct", "mine"},
+        PAPER_LABEL + " · chat template": {"wrapped"},
         "paper · vanilla · 110 tokens · T=0.7 · policy paper": {"hot"},
         "persobench · vanilla · 110 tokens · T=0 · policy robust": {"ours"},
     }
@@ -305,11 +309,18 @@ def test_boards_never_mix_protocols(tmp_path):
     ins = board[board["metric"] == "instructability"].set_index("model")["mean"]
     assert ins["hot"] == 1.0 and ins["gpt-4o-mini"] == 0.0 and ins["mine"] == 1.0
     text = aggregate.export_board(board, "table")
-    assert text.count("== focus · protocol ") == 3 and f"== focus · protocol {PAPER_LABEL} · profile offline" in text
+    assert text.count("== focus · protocol ") == 4 and f"== focus · protocol {PAPER_LABEL} · profile offline" in text
     csv_rows = pd.read_csv(io.StringIO(aggregate.export_board(board, "csv")))
     assert list(csv_rows.columns) == aggregate.CSV_COLUMNS
+    # csv names each row's protocol, as the markdown header and the json rows do
+    assert dict(zip(csv_rows["model"], csv_rows["protocol"]))["hot"] == "paper · vanilla · 110 tokens · T=0.7 · policy paper"
+    assert set(csv_rows.loc[csv_rows["model"] == "ours", "protocol"]) == {
+        "persobench · vanilla · 110 tokens · T=0 · policy robust"}
     payload = json.loads(aggregate.export_board(board, "json"))
+    wrapped = [r for r in payload["metrics"] if r["model"] == "wrapped" and r["metric"] == "dist1"][0]
+    assert (wrapped["protocol_name"], wrapped["protocol_chat_template"]) == ("paper", True)
     hot = [r for r in payload["metrics"] if r["model"] == "hot" and r["metric"] == "dist1"][0]
+    assert hot["protocol_chat_template"] is None
     assert (hot["protocol_name"], hot["protocol_max_tokens"], hot["protocol_temperature"], hot["protocol_policy"],
             hot["protocol_structured"]) == ("paper", 110, 0.7, "paper", False)
 
@@ -384,6 +395,37 @@ def test_runs_sharing_no_sample_are_each_over_their_own(tmp_path):
     board = aggregate.leaderboard(aggregate.load_results(store))
     assert board.set_index(["model", "metric"]).loc[("b", "dist1"), "n"] == 7
     assert "share no sample id" in aggregate.export_board(board, "table")
+
+
+def test_a_board_whose_runs_share_no_sample_says_so_in_header_cli_and_which_runs_share_which(tmp_path, capsys):
+    """A --limit 3 run beside two 7-sample runs of other ids: the board falls back to each run's own
+    samples; the header, the CLI's csv/json warning and the note say so and group the runs by sample set."""
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="a", ids=ALL[:3])
+    make_protocol_run(store, model="b", ids=ALL[3:])
+    make_protocol_run(store, model="c", ids=ALL[3:], dist1=0.6)
+    board = aggregate.leaderboard(aggregate.load_results(store))
+    sets = board.drop_duplicates("model").set_index("model")["sample_set"]
+    assert sets["b"] == sets["c"] == "S1" and sets["a"] == "S2"
+    note = aggregate.sample_set_note(board)
+    assert note.startswith("warning: the 3 runs share no sample id")
+    assert "S1 = 7 samples: b, c; S2 = 3 samples: a" in note
+    text = aggregate.export_board(board, "table")
+    assert f"== focus · protocol {PAPER_LABEL} · profile offline · invalid replies scored worst (paper) · " \
+           "runs share no sample id ==" in text
+    assert "S1 = 7 samples: b, c" in text and "sample ids common to all" not in text
+    assert "runs share no sample id" in aggregate.export_board(board, "markdown").splitlines()[0]
+    for fmt in ("csv", "json"):
+        assert main(["--home", str(store.home), "leaderboard", "--format", fmt]) == 0
+        err = capsys.readouterr().err
+        assert f"warning: focus · vanilla · protocol {PAPER_LABEL}: the 3 runs share no sample id" in err
+        assert "S2 = 3 samples: a" in err
+    # runs that share samples get no set label and no warning
+    common = RunStore(tmp_path / "common")
+    make_protocol_run(common, model="a", ids=ALL[:5])
+    make_protocol_run(common, model="b", ids=ALL)
+    shared = aggregate.leaderboard(aggregate.load_results(common))
+    assert set(shared["sample_set"]) == {""} and aggregate.sample_set_note(shared) is None
 
 
 # ---- ranking with ties (moved from the app) -----------------------------------------------------

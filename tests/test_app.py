@@ -200,7 +200,7 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
     assert set(captured) == {"CSV (long)", "Markdown", "LaTeX"}
 
     csv = pd.read_csv(io.StringIO(captured["CSV (long)"]))
-    assert list(csv.columns) == ["dataset", "mode", "model", "metric", "mean", "std", "n"]
+    assert list(csv.columns) == ["dataset", "mode", "protocol", "model", "metric", "mean", "std", "n"]
     assert set(csv["dataset"]) == {"sample"} and set(csv["mode"]) == {"vanilla"}
     assert set(csv["model"]) == {"baseline:reference", "baseline:persona-echo", FAKE_MODEL}
     ref = csv[(csv["model"] == "baseline:reference") & (csv["metric"] == "bleu")].iloc[0]
@@ -237,6 +237,23 @@ def test_explore_direct_link_and_stepping(env):
     assert "sample\\:6" in at.subheader[0].value
     at.button(key="explore_prev").click().run()
     assert at.query_params.get("sample") == "sample:5"
+
+
+def test_explore_shows_the_prompt_each_runs_own_template_produced(env):
+    """As on the Failures page: the fake API model's run used the paper template, so its prompt is
+    the paper's system message and the stored user message for this very sample."""
+    from persobench.datasets import samples_by_id
+    from persobench.prompts import build_messages, get_template
+
+    at = open_page("pages/explore.py", {"dataset": "sample", "sample": "sample:5"})
+    assert "Prompt" in [e.label for e in at.expander]
+    codes = [str(c.value).rstrip() for c in at.code]
+    sample = samples_by_id("sample", ["sample:5"])["sample:5"]
+    user = build_messages(sample, get_template("paper", "vanilla"))[-1]["content"]
+    expected = f"[SYSTEM]\nYou are a helpful response generator to output JSON.\n\n[USER]\n{user}".rstrip()
+    assert expected in codes
+    other = samples_by_id("sample", ["sample:6"])["sample:6"]
+    assert not any(build_messages(other, get_template("paper", "vanilla"))[-1]["content"] in c for c in codes)
 
 
 def test_explore_search_and_status_filters(env):
@@ -357,13 +374,29 @@ def test_compare_plain_vs_structured_is_one_click(tmp_path, monkeypatch):
     assert table.loc["dist1", "mean A"] == 0.0 and table.loc["dist1", "mean B"] == pytest.approx(0.8)
     assert table.loc["failure_ratio", "mean A"] == 1.0 and table.loc["failure_ratio", "mean B"] == 0.0
 
+def test_leaderboard_says_when_runs_share_no_sample_and_which_share_which(tmp_path, monkeypatch):
+    from persobench.store import RunStore
+    from tests.test_aggregate import ALL, PAPER_LABEL, make_protocol_run
+
+    store = RunStore(tmp_path / "home")
+    make_protocol_run(store, model="twenty", ids=ALL[:3])
+    make_protocol_run(store, model="also", ids=ALL[:3])
+    make_protocol_run(store, model="seeded", ids=ALL[3:])
+    monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
+    at = open_page("pages/leaderboard.py")
+    assert at.subheader[0].value == f"focus · protocol {PAPER_LABEL} · runs share no sample id"
+    warnings = " ".join(str(w.value).replace("\\", "") for w in at.warning)  # shown escaped, as plain text
+    assert "the 3 runs share no sample id" in warnings
+    assert "S1 = 7 samples: seeded; S2 = 3 samples: also, twenty" in warnings
+
+
 def test_leaderboard_boards_are_one_protocol_and_compare_common_samples(tmp_path, monkeypatch):
     from persobench.store import RunStore
     from tests.test_aggregate import ALL, PAPER_LABEL, make_protocol_run
 
     store = RunStore(tmp_path / "home")
     make_protocol_run(store, model="gpt-4o-mini", ids=ALL, source="imported", template="paper-vanilla")
-    make_protocol_run(store, model="small", ids=ALL[:3], template="paper-open")
+    make_protocol_run(store, model="small", ids=ALL[:3], template="paper-open", chat_template=False)  # raw text
     make_protocol_run(store, model="hot", ids=ALL, temperature=0.7)
     monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
     at = open_page("pages/leaderboard.py")

@@ -31,6 +31,17 @@ def test_show_sample_prints_two_annotated_samples_and_prompts(tmp_path: Path) ->
     assert "<system>" not in local and "paper-open vanilla" in local and "(in 110 words or less)." in local
 
 
+
+def test_show_with_a_preset_prints_what_its_runs_send(tmp_path: Path) -> None:
+    """A -vllm preset sends paper-open (raw text); Gemini one user message starting with the system text."""
+    vllm = cli("show", "sample", "--limit", "1", "--model", "gemma-7b-it-vllm", home=tmp_path).stdout
+    assert "paper-open vanilla" in vllm and "<system>" not in vllm
+    gemini = cli("show", "sample", "--limit", "1", "--model", "gemini-1.5-pro", "--format", "json", home=tmp_path)
+    messages = json.loads(gemini.stdout)[0]["messages"]
+    assert [m["role"] for m in messages] == ["user"]
+    assert messages[0]["content"].startswith("You are a helpful response generator to output JSON.\n\nI will provide")
+
+
 def test_show_json_is_machine_readable(tmp_path: Path) -> None:
     result = cli("show", "sample", "--limit", "3", "--mode", "cot", "--format", "json", home=tmp_path)
     items = json.loads(result.stdout)

@@ -27,9 +27,10 @@ SUBSET = ("Prompts/FoCus.csv", "Responses/FoCus/gpt-4o-mini.csv", "Responses/FoC
 ROOT = "PersoBench-a1c347b74795f490d21f1e14eac3914ccbf3d651"
 
 
-def build_archive(reference: Path, kind: str, extra: dict[str, bytes] | None = None) -> bytes:
-    """The subset wrapped in GitHub's top folder, plus files that must not be unpacked."""
-    files = {f"{ROOT}/{name}": (reference / name).read_bytes() for name in SUBSET}
+def build_archive(reference: Path, kind: str, extra: dict[str, bytes] | None = None,
+                  without: tuple[str, ...] = ()) -> bytes:
+    """The subset (less ``without``) wrapped in GitHub's top folder, plus files that must not be unpacked."""
+    files = {f"{ROOT}/{name}": (reference / name).read_bytes() for name in SUBSET if name not in without}
     files[f"{ROOT}/README.md"] = b"# not part of the data\n"
     files[f"{ROOT}/Figures/x.png"] = b"\x89PNG"
     files.update(extra or {})
@@ -209,3 +210,130 @@ def test_refetch_replaces_the_reference_atomically_and_cli_imports(reference_dir
     runs = RunStore(home).runs()
     assert {r.manifest.model_label for r in runs} == {"gpt-4o-mini", "Gemma-7B-Instruct"}
     assert all(Path(r.manifest.extra["import"]["prompts_file"]).is_relative_to(home / "reference") for r in runs)
+
+
+# ---- the content manifest ----------------------------------------------------------------------
+
+def write_manifest(path: Path, files: dict[str, str | None], *, complete: bool = True) -> Path:
+    import json
+
+    path.write_text(json.dumps({"repository": "salehafzoon/PersoBench", "commit": ROOT.split("-")[-1],
+                                "complete": complete, "files": files}), encoding="utf-8")
+    return path
+
+
+def subset_digests(reference: Path) -> dict[str, str]:
+    return {name: hashlib.sha256((reference / name).read_bytes()).hexdigest() for name in SUBSET}
+
+
+def test_every_unpacked_file_is_checked_against_the_manifest(reference_dir, home, tmp_path, capsys):
+    import json
+
+    manifest = write_manifest(tmp_path / "manifest.json", subset_digests(reference_dir))
+    body = build_archive(reference_dir, "zip")
+    with ArchiveServer(body) as server:
+        code = main(["fetch-paper", "--url", server.url(), "--manifest", str(manifest), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"content: {len(SUBSET)} files match the sha256 pinned by {manifest}" in out
+    content = json.loads((home / "reference" / MARKER).read_text())["content"]
+    assert content["verified_files"] == len(SUBSET) and content["unpinned_files"] == {} and content["complete"]
+
+
+@pytest.mark.parametrize("damage", ["wrong sha256", "unlisted file", "pinned file missing"])
+def test_a_manifest_mismatch_leaves_nothing_unpacked_and_keeps_the_old_reference(reference_dir, home, tmp_path,
+                                                                               damage):
+    files = subset_digests(reference_dir)
+    if damage == "wrong sha256":
+        files["Responses/FoCus/gpt-4o-mini.csv"] = "0" * 64
+        expected = "Responses/FoCus/gpt-4o-mini.csv: sha256 "
+    elif damage == "unlisted file":
+        del files["Evaluations/FoCus-results.csv"]
+        expected = "Evaluations/FoCus-results.csv is not in the content manifest"
+    else:
+        files["Prompts/PEC.csv"] = "a" * 64
+        expected = "Prompts/PEC.csv pinned by the content manifest"
+    manifest = write_manifest(tmp_path / "manifest.json", files)
+    good = home / "reference" / "Prompts" / "FoCus.csv"
+    good.parent.mkdir(parents=True)
+    good.write_text("the previous, good reference")
+    (home / "reference" / MARKER).write_text("{}")
+    body = build_archive(reference_dir, "zip")
+    with ArchiveServer(body) as server:
+        with pytest.raises(PaperArchiveError, match=expected) as failure:
+            fetch_paper(home, url=server.url(), manifest=manifest)
+    assert "\n" not in str(failure.value) and str(failure.value).endswith("nothing unpacked; download deleted")
+    assert leftovers(home) == ["reference"] and good.read_text() == "the previous, good reference"
+    assert sorted((home / "reference").rglob("*")) == [home / "reference" / MARKER, good.parent, good]
+    assert list((home / "downloads").iterdir()) == []  # the wrong content is not kept for a later run
+
+
+def test_an_incomplete_manifest_is_refused_unless_trusted_and_the_trusted_files_are_recorded(
+        reference_dir, home, tmp_path, capsys):
+    import json
+
+    files: dict[str, str | None] = dict(subset_digests(reference_dir))
+    files["Responses/FoCus/gpt-4o-mini-COT.csv"] = None  # listed, not pinned
+    del files["Raw Responses/FoCus/Gemma-7B-Instruct.csv"]  # not listed at all
+    manifest = write_manifest(tmp_path / "manifest.json", files, complete=False)
+    body = build_archive(reference_dir, "zip")
+    with ArchiveServer(body) as server:
+        code = main(["fetch-paper", "--url", server.url(), "--manifest", str(manifest)])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "\n" not in err and "the content manifest is incomplete (4 of 5 listed files pinned" in err
+        assert server.ranges == [] and not (home / "downloads").exists() and leftovers(home) == []
+        assert main(["fetch-paper", "--url", server.url(), "--manifest", str(manifest), "--trust-unpinned",
+                     "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "content: 4 files match" in out and "warning: 2 files are not pinned by the manifest" in out
+    content = json.loads((home / "reference" / MARKER).read_text())["content"]
+    assert content["unpinned_files"] == {
+        name: hashlib.sha256((reference_dir / name).read_bytes()).hexdigest()
+        for name in ("Responses/FoCus/gpt-4o-mini-COT.csv", "Raw Responses/FoCus/Gemma-7B-Instruct.csv")}
+    # trusted or not, a pinned file that differs is still refused
+    files["Prompts/FoCus.csv"] = "f" * 64
+    write_manifest(manifest, files, complete=False)
+    with ArchiveServer(body) as server:
+        with pytest.raises(PaperArchiveError, match="Prompts/FoCus.csv: sha256"):
+            fetch_paper(home, url=server.url(), manifest=manifest, trust_unpinned=True)
+
+
+def test_the_packaged_manifest_is_of_the_pinned_commit_and_its_incompleteness_stops_the_default_fetch(home, capsys):
+    from persobench.datasets.paper_archive import PAPER_ARCHIVE, paper_manifest
+
+    manifest = paper_manifest()
+    assert (manifest.repository, manifest.commit) == (PAPER_ARCHIVE.repository, PAPER_ARCHIVE.commit)
+    assert not manifest.complete and manifest.pinned == 0  # no hash could be computed offline (see its "about")
+    assert "Evaluations/FoCus-results.xlsx" in manifest.files and "Prompts/FoCus.csv" in manifest.files
+    # refused before any network access: the pinned GitHub URL is never contacted
+    assert main(["fetch-paper"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "paper_manifest.json: the content manifest is incomplete" in err
+    assert "--trust-unpinned" in err and not (home / "downloads").exists()
+
+
+def test_an_xlsx_only_archive_yields_the_published_tables(reference_dir, home, tmp_path):
+    """The repository holds its evaluation tables as .xlsx only: a fetched copy gives the published
+    figures (here from workbooks built from the hand-converted CSV tables)."""
+    import csv
+
+    from openpyxl import Workbook
+
+    from persobench.datasets.published import published_table, read_published_table
+
+    extra = {}
+    for table in sorted((reference_dir / "Evaluations").glob("*-results.csv")):
+        workbook = Workbook()
+        with open(table, newline="", encoding="utf-8") as handle:
+            for row in csv.reader(handle):
+                workbook.active.append(row)
+        buffer = io.BytesIO()
+        workbook.save(buffer)
+        extra[f"{ROOT}/Evaluations/{table.stem}.xlsx"] = buffer.getvalue()
+    body = build_archive(reference_dir, "tar.gz", extra=extra, without=("Evaluations/FoCus-results.csv",))
+    with ArchiveServer(body) as server:
+        fetch_paper(home, url=server.url("x.tar.gz"))
+    folder = home / "reference"
+    assert not list((folder / "Evaluations").glob("*.csv"))
+    for mode, name in (("vanilla", "FoCus-results"), ("cot", "FoCus-COT-results")):
+        assert published_table(folder, "FoCus", mode) == read_published_table(reference_dir / "Evaluations" / f"{name}.csv")

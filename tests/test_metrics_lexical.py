@@ -280,3 +280,68 @@ def test_batch_metric_lists_come_from_metric_info():
                                     (*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL))
     assert set(values) == {*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL}
     assert all(len(v) == 2 for v in values.values()) and values["bleu"][1] is None
+
+
+# --- IDF overlap: the notebook's tokenization ------------------------------------------------------
+
+def _notebook_preprocess(text: str) -> str:
+    """``evaluation.ipynb``'s ``preprocess_text``, with nltk's ``word_tokenize`` as it is (its punkt
+    sentence split is skipped: ``preserve_line=True``; the text has no ``.``/``?``/``!`` left)."""
+    import string
+
+    from nltk.tokenize import word_tokenize
+
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    stops = lexical.stop_words()
+    return " ".join(word for word in word_tokenize(text, preserve_line=True) if word not in stops)
+
+
+def _notebook_idf_overlap(persona: str, reply: str) -> float:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    matrix = TfidfVectorizer().fit_transform([_notebook_preprocess(persona), _notebook_preprocess(reply)])
+    return float(cosine_similarity(matrix[0:1], matrix[1:2])[0][0])
+
+
+def test_idf_overlap_tokenizes_as_the_notebook_does():
+    """word_tokenize splits "cannot" into the stop words "can" + "not" and cuts at non-ASCII
+    punctuation: "I cannot swim." keeps only "swim", where a whitespace split kept "cannot"."""
+    assert lexical.preprocess("I cannot swim.") == "swim" == _notebook_preprocess("I cannot swim.")
+    assert lexical.preprocess("I don’t swim, I’m gonna sail") == _notebook_preprocess("I don’t swim, I’m gonna sail")
+    persona = "I cannot swim.I love sailing."
+    for reply in ("I cannot swim.", "We're gonna sail, I can’t wait!", "Sailing: I love it"):
+        assert lexical.idf_overlap(persona, reply) == pytest.approx(_notebook_idf_overlap(persona, reply), abs=1e-12)
+    assert "idf_overlap/2" in lexical.idf_overlap_version()  # scores made with the old tokens are recomputed
+
+
+@pytest.mark.reference
+def test_idf_overlap_equals_the_notebook_on_every_published_focus_reply(reference_dir):
+    """All 12,895 valid FoCus replies: the tokens equal the notebook's, and on the 252 pairs where a
+    whitespace split gave other tokens (up to 0.031 apart), the score equals the notebook's."""
+    import pandas as pd
+
+    personas = list(pd.read_csv(reference_dir / "Prompts" / "FoCus.csv", keep_default_na=False)["personas"])
+    persona_tokens = [_notebook_preprocess(p) for p in personas]
+    assert [lexical.preprocess(p) for p in personas] == persona_tokens
+    stops = lexical.stop_words()
+
+    def whitespace(text: str) -> str:  # the former tokenization
+        return " ".join(w for w in text.lower().translate(lexical._PUNCT_TABLE).split() if w not in stops)
+
+    valid = changed = 0
+    for path in sorted((reference_dir / "Responses" / "FoCus").glob("*.csv")):
+        replies = pd.read_csv(path, keep_default_na=False)["gen_response"]
+        for row, reply in enumerate(replies):
+            if not reply:
+                continue
+            valid += 1
+            ours = lexical.preprocess(reply)
+            assert ours == _notebook_preprocess(reply), (path.name, row)
+            persona = personas[row]  # the notebook's own row alignment
+            old = lexical.tfidf_cosine(whitespace(persona), whitespace(reply))
+            new = lexical.tfidf_cosine(persona_tokens[row], ours)
+            if abs(old - new) > 1e-12:
+                changed += 1
+                assert new == pytest.approx(_notebook_idf_overlap(persona, reply), abs=1e-12), (path.name, row)
+    assert (valid, changed) == (12895, 252)

@@ -140,6 +140,10 @@ def test_a_runs_prompt_is_shown_with_its_own_template() -> None:
     assert (stored, note) == ("the stored user message", "")
     missing, note = prompt_text(None, "sample", sample.id, "vanilla", template="my-file.toml")
     assert missing == "" and "my-file.toml" in note
+    # the Gemini preset stores one user message that already starts with the system text: shown once
+    folded = "You are a helpful response generator to output JSON.\n\nI will provide you ..."
+    shown, _ = prompt_text(folded, "sample", sample.id, "vanilla", template="paper")
+    assert shown == folded and shown.count("You are a helpful") == 1
 
 
 # ---- the default parse policy follows the template family (issue 11) ---------------------------

@@ -107,7 +107,7 @@ def test_reasoning_is_extracted_and_a_missing_one_is_noted_not_failed() -> None:
     ('{\n  "response": "cut off by the token', "truncated", None),
 ])
 def test_paper_policy_closed_style_is_strict_json_of_the_whole_reply(raw: str, status: str, response) -> None:
-    parsed = parse_output(raw, policy="paper", paper_style="closed")
+    parsed = parse_output(raw, policy="paper", paper_style="closed-fences")
     assert (parsed.status, parsed.response) == (status, response)
     # The open-source style finds the non-greedy {...} inside prose that the closed style rejects.
     if raw.startswith("Sure!"):
@@ -133,7 +133,7 @@ def test_paper_closed_style_matches_the_notebook_code() -> None:
                '{"response": null}', '{"x": 1}', 'text', '', '"just a string"', '{"response": "d",}',
                '{"response": "e"}\n```', '```json{"response": "f"}```', '{"response": true}']
     for raw in replies:
-        parsed = parse_output(raw, policy="paper", paper_style="closed")
+        parsed = parse_output(raw, policy="paper", paper_style="closed-fences")
         assert parsed.response == notebook(raw), raw
 
 
@@ -466,3 +466,19 @@ def test_pathological_inputs_do_not_raise() -> None:
     for text in ["{" * 5000, '{"a":' * 3000, "[" * 3000 + "{", '{"response": "' + "\\" * 999, "}" * 100 + "{"]:
         for policy in POLICIES:
             assert parse_output(text, policy=policy).status != Status.OK
+
+
+def test_paper_policy_strips_code_fences_for_gemini_only() -> None:
+    """closed_source_models.ipynb: the Gemini cell removes "```json"/"```" before json.loads; the
+    OpenAI cell (gpt-3.5-turbo, gpt-4-turbo, gpt-4o-mini) parses the reply as it came."""
+    from persobench.generation.plan import paper_parse_style
+
+    fenced = '```json\n{"response": "Hi"}\n```'
+    assert paper_parse_style("paper", "openai", "gpt-4o-mini") == "closed"
+    assert paper_parse_style("paper", "openai", "gemini-1.5-pro") == "closed-fences"
+    assert paper_parse_style("paper-open", "openai", "gemini-1.5-pro") == "open"
+    gpt = parse_output(fenced, policy="paper", paper_style="closed")
+    assert gpt.status == "invalid_json" and gpt.response is None
+    assert parse_output(fenced, policy="paper", paper_style="closed-fences").response == "Hi"
+    # json.loads itself tolerates surrounding whitespace: so does the OpenAI style.
+    assert parse_output(' {"response": "Hi"}\n', policy="paper", paper_style="closed").response == "Hi"

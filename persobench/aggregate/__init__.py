@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from persobench.aggregate.board import BOARD_COLUMNS, SIDE_BY_SIDE, leaderboard
 from persobench.aggregate.exports import (CSV_COLUMNS, EXPORT_FORMATS, PROTOCOL_FIELDS, export_board, protocol_heading,
-                                          sample_notes, structured_note)
+                                          sample_notes, sample_set_note, structured_note)
 from persobench.aggregate.ranking import (COMPARISON_COLUMNS, OVERALL_CI_COLUMNS, OVERALL_COMPONENTS, RADAR_ASPECTS,
                                           compare_models, comparison_table, model_ranking, overall_table,
                                           overall_with_ci, paired_values, radar_aspects, rank_with_ties, sample_values,
@@ -62,5 +62,5 @@ __all__ = [
     "SIDE_BY_SIDE", "available_profiles", "compare_models", "comparison_table", "export_board", "leaderboard",
     "load_metric_status", "load_results", "model_ranking", "overall_table", "overall_with_ci", "paired_values",
     "protocol_heading", "radar_aspects", "rank_with_ties", "results_table", "run_samples", "sample_notes",
-    "sample_values", "score_invalid", "structured_note", "structured_pairs", "worst_value",
+    "sample_set_note", "sample_values", "score_invalid", "structured_note", "structured_pairs", "worst_value",
 ]

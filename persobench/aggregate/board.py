@@ -16,7 +16,7 @@ from persobench.errors import ConfigurationError
 
 BOARD_COLUMNS = [
     "dataset", "mode", "model", "metric", "mean", "std", "n", "ci_low", "ci_high", "profile",
-    "run_id", "source", "invalid", "status", "reason", "model_id", "protocol", "board", "run_n",
+    "run_id", "source", "invalid", "status", "reason", "model_id", "protocol", "board", "run_n", "sample_set",
 ]
 #: The ``board`` value of a board that puts several protocols side by side (labels carry them).
 SIDE_BY_SIDE = "side by side"
@@ -75,6 +75,7 @@ def leaderboard(
     run_sizes = frame.groupby("run_id", sort=False)["sample_id"].nunique().to_dict() if len(frame) else {}
     if not all_samples:
         frame = _common_samples(frame)
+    sample_sets = _disjoint_sample_sets(frame)
     provenance = _status_lookup(results, metric_status)
     order = {m: i for i, m in enumerate(_metric_order())}
     rows: list[dict[str, Any]] = []
@@ -92,7 +93,8 @@ def leaderboard(
         label = f"{first['model']} ({first['protocol']})" if side_by_side else first["model"]
         base = {"dataset": first["dataset"], "mode": first["mode"], "model": label, "profile": profile,
                 "run_id": run_id, "source": first["source"], "invalid": invalid, "protocol": first["protocol"],
-                "board": first["board"], "run_n": int(run_sizes.get(run_id, 0))}
+                "board": first["board"], "run_n": int(run_sizes.get(run_id, 0)),
+                "sample_set": sample_sets.get(run_id, "")}
         samp = sample_codes[pos]
         uniq, first_index, row_of = np.unique(samp, return_index=True, return_inverse=True)
         order_of = np.argsort(np.argsort(first_index, kind="stable"), kind="stable")  # keep run order
@@ -161,6 +163,25 @@ def _common_samples(frame: pd.DataFrame) -> pd.DataFrame:
     in_restricted = board_key.isin(restricted)
     sample_key = pd.MultiIndex.from_frame(frame[keys + ["sample_id"]])
     return frame[~in_restricted | sample_key.isin(shared.index)]
+
+
+def _disjoint_sample_sets(frame: pd.DataFrame) -> dict[str, str]:
+    """run id -> ``"S1"``, ``"S2"`` ... for the runs of boards where no sample id is common to all runs
+    (each row is then over its own samples): runs with the same label answered the same sample ids.
+    Runs of every other board get no label."""
+    if frame.empty:
+        return {}
+    keys = ["dataset", "mode", "board"]
+    pairs = frame[keys + ["run_id", "sample_id"]].drop_duplicates(["run_id", "sample_id"])
+    labels: dict[str, str] = {}
+    for _, group in pairs.groupby(keys, sort=False, observed=True):
+        by_run = {run: frozenset(ids) for run, ids in group.groupby("run_id", sort=True, observed=True)["sample_id"]}
+        if len(by_run) < 2 or frozenset.intersection(*by_run.values()):
+            continue
+        names: dict[frozenset, str] = {}
+        for run, ids in sorted(by_run.items(), key=lambda item: (-len(item[1]), item[0])):
+            labels[run] = names.setdefault(ids, f"S{len(names) + 1}")
+    return labels
 
 
 def _bootstrap_columns(columns: Mapping[str, np.ndarray], *, level: float, n_resamples: int, seed: int) -> dict:

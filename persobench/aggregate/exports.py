@@ -16,9 +16,10 @@ from persobench.aggregate.results import _metric_order
 from persobench.errors import ConfigurationError
 
 #: Protocol fields added to every row of the json export.
-PROTOCOL_FIELDS = ("name", "max_tokens", "temperature", "policy", "structured")
-#: The long CSV export has exactly these columns.
-CSV_COLUMNS = ["dataset", "mode", "model", "metric", "mean", "std", "n"]
+PROTOCOL_FIELDS = ("name", "max_tokens", "temperature", "policy", "structured", "chat_template")
+#: The long CSV export has exactly these columns (``protocol``: the board's protocol label, as the
+#: markdown header and the json rows name it).
+CSV_COLUMNS = ["dataset", "mode", "protocol", "model", "metric", "mean", "std", "n"]
 
 
 # --- export ------------------------------------------------------------------------------------
@@ -57,6 +58,9 @@ def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
         counts = group[group["metric"] == "failure_ratio"]
         sizes = {r["model"]: (int(r["n"]), int(r["run_n"])) for r in counts.to_dict("records")}
         notes = sample_notes(sizes)
+        sets = sample_set_note(group)
+        if sets:
+            notes = [sets]
         if note := structured_note(group):
             notes.append(note)
         unavailable = group[group["status"] == "unavailable"].drop_duplicates("metric")
@@ -77,7 +81,7 @@ def _blocks(board: pd.DataFrame) -> list[dict[str, Any]]:
         blocks.append({"dataset": dataset, "mode": mode, "board": board_name, "profile": profile,
                        "labeller": board_labeller(group), "models": models,
                        "metrics": metrics, "cells": cells, "overall": ov_rows, "notes": notes,
-                       "degraded": degraded_names, "sizes": sizes,
+                       "degraded": degraded_names, "sizes": sizes, "disjoint": bool(sets),
                        "invalid": group["invalid"].iloc[0] if "invalid" in group else ""})
     return blocks
 
@@ -96,6 +100,27 @@ def sample_notes(sizes: Mapping[str, tuple[int, int]]) -> list[str]:
         return [f"compared on the {n} sample ids common to all {len(sizes)} runs (runs have "
                 f"{', '.join(str(k) for k in own)} samples; --all-samples uses every run's own samples)"]
     return []
+
+
+#: What a board header says when its runs share no sample id.
+NO_SHARED_SAMPLES = "runs share no sample id"
+
+
+def sample_set_note(board: pd.DataFrame) -> str | None:
+    """For a board whose runs share no sample id (``sample_set`` labels set): the warning that says
+    so and which runs answered the same samples, e.g. ``S1 = 20 samples: a, b; S2 = 30 samples: c``;
+    None for a board compared on common samples."""
+    if "sample_set" not in board.columns:
+        return None
+    rows = board[board["sample_set"].fillna("") != ""].drop_duplicates("run_id")
+    if rows.empty:
+        return None
+    groups = []
+    for name, group in rows.groupby("sample_set", sort=True):
+        groups.append(f"{name} = {int(group['run_n'].iloc[0])} samples: {', '.join(sorted(group['model']))}")
+    return (f"warning: the {len(rows)} runs share no sample id, so each row is over its own samples and the "
+            f"rows are not compared on the same samples. Runs with the same set answered the same samples: "
+            + "; ".join(groups))
 
 
 def structured_note(board: pd.DataFrame) -> str | None:
@@ -140,8 +165,9 @@ def _title(block: Mapping[str, Any]) -> str:
     policy = {"worst": "invalid replies scored worst (paper)", "exclude": "invalid replies excluded"}.get(
         block["invalid"], f"invalid replies: {block['invalid']}")
     labeller = f" · {block['labeller']}" if block.get("labeller") else ""
+    disjoint = f" · {NO_SHARED_SAMPLES}" if block.get("disjoint") else ""
     return (f"{block['dataset']} · {protocol_heading(block['board'], block['mode'])} · profile {block['profile']}"
-            f"{labeller} · {policy}")
+            f"{labeller} · {policy}{disjoint}")
 
 
 def _grid(block: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:

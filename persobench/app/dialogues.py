@@ -101,7 +101,9 @@ def prompt_text(prompt: Any, dataset: str, sample_id: str, mode: str, template: 
             messages = None
         if isinstance(messages, list):
             return format_messages(messages), ""
-        if built is not None and built.system:
+        if built is not None and built.system and not prompt.startswith(built.system):
+            # (a run that folded the system text into its one user message, as the Gemini preset
+            # does, stored it whole)
             return format_messages([{"role": "system", "content": built.system}, {"role": "user", "content": prompt}]), ""
         return prompt, ""
     if built is None:

@@ -143,7 +143,8 @@ REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "fi
 def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) -> dict[str, Any]:
     """Everything the Explore page needs for one dataset, in long tables keyed by run and sample.
 
-    ``replies``: run_id, model, mode, sample_id, status, response, reasoning, raw_text, error ...
+    ``replies``: run_id, model, mode, template, sample_id, status, response, reasoning, raw_text,
+    error, prompt ...
     ``scores``: run_id, sample_id and one column per metric (the chosen profile's).
     ``details``: the per-persona-sentence rows (run_id, sample_id, ...), when the run has them.
     ``order``: sample ids in dataset order; ``search``: sample id -> lower-cased text to search.
@@ -159,7 +160,7 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
             g = read_columns(store.table_path(run.run_id, "generations"), list(REPLY_COLUMNS))
         except Exception:  # noqa: BLE001 - a broken table is reported on the Data page, not fatal here
             continue
-        g = g.assign(run_id=run.run_id, model=run.model, mode=run.mode)
+        g = g.assign(run_id=run.run_id, model=run.model, mode=run.mode, template=run.template)
         replies.append(g)
         if store.table_path(run.run_id, "scores").exists():
             try:
@@ -176,7 +177,7 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
             except Exception:  # noqa: BLE001
                 pass
     reply_frame = pd.concat(replies, ignore_index=True) if replies else pd.DataFrame(
-        columns=[*REPLY_COLUMNS, "run_id", "model", "mode"])
+        columns=[*REPLY_COLUMNS, "run_id", "model", "mode", "template"])
     for column in REPLY_COLUMNS:
         if column not in reply_frame.columns:
             reply_frame[column] = None

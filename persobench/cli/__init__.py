@@ -17,6 +17,7 @@ from persobench.errors import ConfigurationError, PersoBenchError, StoreWriteErr
 COMMAND_MODULES = (
     "persobench.cli.data",
     "persobench.cli.generate",
+    "persobench.cli.presets",
     "persobench.cli.scoring",
     "persobench.cli.results",
     "persobench.cli.demo",

@@ -67,16 +67,22 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from persobench.datasets import load_dataset
     from persobench.models_registry import resolve_model
-    from persobench.prompts import DEFAULT_TEMPLATE, build_messages, default_template_name, get_template
+    from persobench.generation.plan import default_template_for, messages_for
+    from persobench.prompts import DEFAULT_TEMPLATE, build_messages, get_template
 
+    spec = resolve_model(args.model) if args.model else None
     name = args.template
     if name is None:
-        name = default_template_name(resolve_model(args.model).provider) if args.model else DEFAULT_TEMPLATE
+        name = default_template_for(spec) if spec is not None else DEFAULT_TEMPLATE
     template = get_template(name, args.mode)
+
+    def build_messages_of(sample):  # what a run of --model sends (Gemini: one user message)
+        return messages_for(sample, template, spec) if spec is not None else build_messages(sample, template)
+
     samples = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
     if args.format == "json":
         print(json.dumps(
-            [{"sample": s.to_dict(), "messages": build_messages(s, template)} for s in samples],
+            [{"sample": s.to_dict(), "messages": build_messages_of(s)} for s in samples],
             indent=2, ensure_ascii=False,
         ))
         return 0
@@ -94,7 +100,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"[reference] {sample.responder}: {sample.reference}")
         print(f"--- prompt ({template.name} {template.mode}, family {template.family}, template "
               f"{template.version_hash}, max_tokens {template.max_tokens}, temperature {template.temperature:g})")
-        for message in build_messages(sample, template):
+        for message in build_messages_of(sample):
             print(f"<{message['role']}>")
             print(message["content"])
         print()

@@ -75,10 +75,13 @@ def add_template_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template", default=None, metavar="NAME|FILE",
                         help="paper (the paper's closed-source prompt), paper-open (its open-source prompt, raw "
                              "text), persobench (ours) or a template file; default: the paper's protocol, "
-                             "paper-open for local models and paper for the others")
+                             "paper-open for local models and the -vllm presets, paper for the others")
     parser.add_argument("--chat-template", choices=("on", "off"), default=None,
-                        help="local models: wrap the prompt in the tokenizer's chat template (default: off for "
-                             "paper-open, on otherwise); chat APIs always apply their own")
+                        help="local models and servers with a completions endpoint (the -vllm presets): wrap the "
+                             "prompt in the model's chat template, 'off' sends it as raw text (default: off for "
+                             "paper-open, on otherwise; a vLLM server gets 'on' at its chat endpoint); chat APIs "
+                             "always apply their own. A prompt wrapped unlike its template declares is another "
+                             "protocol, never on the paper's board")
 
 
 def _concurrency(text: str) -> int | str:

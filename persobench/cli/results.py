@@ -28,14 +28,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     fetch = subparsers.add_parser(
         "fetch-paper", help="download the paper's published data (prompts, replies, evaluations)",
-        description="Download the repository archive of salehafzoon/PersoBench at the pinned commit, check its "
-        "size and sha256, and unpack Prompts/, Responses/, Raw Responses/ and Evaluations/ into "
-        "$PERSOBENCH_HOME/reference, the default reference folder from then on. An interrupted download "
-        "resumes; a failed one leaves nothing half-unpacked.",
+        description="Download the repository archive of salehafzoon/PersoBench at the pinned commit, unpack "
+        "Prompts/, Responses/, Raw Responses/ and Evaluations/, check every unpacked file against the packaged "
+        "sha256 manifest of that commit, and only then move the folder into $PERSOBENCH_HOME/reference, the "
+        "default reference folder from then on. The packaged manifest is incomplete (it could not be computed "
+        "offline): the fetch refuses unless --trust-unpinned accepts the files it does not pin, whose sha256 "
+        "are then recorded in reference/FETCHED.json. An interrupted download resumes; a failed one leaves "
+        "nothing half-unpacked.",
     )
     fetch.add_argument("--url", default=None, help="archive URL of a mirror (.zip, .tar.gz or .tar)")
     fetch.add_argument("--sha256", default=None, help="expected sha256 of the archive")
     fetch.add_argument("--size", type=int, default=None, help="expected size of the archive in bytes")
+    fetch.add_argument("--manifest", default=None, metavar="FILE",
+                       help="content manifest to check the unpacked files against (default: the packaged one for "
+                            "the pinned archive, none for a --url mirror)")
+    fetch.add_argument("--trust-unpinned", action="store_true",
+                       help="accept unpacked files the manifest does not pin (it is incomplete) and record their "
+                            "sha256 in reference/FETCHED.json; pinned files are still checked")
     fetch.add_argument("--import", dest="do_import", action="store_true",
                        help="then import the published runs into the store (as import-persobench)")
     fetch.add_argument("--timeout", type=float, default=60.0, help="network timeout in seconds (default 60)")
@@ -48,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "model, with failure ratio, instructability, response time and the overall score. Numbers of "
         "one scoring profile only (--profile). A board is one dataset, mode and protocol (template family, "
         "max tokens, temperature, parse policy, structured output), named in its header; runs of a board "
-        "are compared on their common sample ids. csv is long format: dataset,mode,model,metric,mean,std,n.",
+        "are compared on their common sample ids. csv is long format: dataset,mode,protocol,model,metric,mean,std,n.",
     )
     board.add_argument("--dataset", default=None, metavar="D", help="only this dataset")
     board.add_argument("--mode", choices=("vanilla", "cot"), default=None, help="only this mode")
@@ -102,12 +111,20 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
     print(f"fetching {url}" + ("" if args.url else f" ({PAPER_ARCHIVE.repository} at {PAPER_ARCHIVE.commit[:12]})"),
           flush=True)
     result = pipeline.fetch_published(store=store, url=args.url, sha256=args.sha256, size=args.size,
-                                      timeout=args.timeout, progress=progress)
+                                      timeout=args.timeout, progress=progress, manifest=args.manifest,
+                                      trust_unpinned=args.trust_unpinned)
     check = "verified" if result.verified else "not verified: no checksum given (pass --sha256 to check a mirror)"
     print(f"archive {result.archive} ({result.size} bytes, sha256 {result.sha256}, {check})")
     if result.resumed_from:
         print(f"resumed after {result.resumed_from} bytes")
     print(f"unpacked {result.files} files into {result.folder}")
+    if result.manifest is None:
+        print("content: not checked (no manifest for a mirror; pass --manifest FILE to check one)")
+    else:
+        print(f"content: {result.content_verified} files match the sha256 pinned by {result.manifest}")
+    if result.unpinned:
+        print(f"warning: {result.unpinned} files are not pinned by the manifest and were accepted (--trust-unpinned); "
+              f"their sha256 are in {result.folder / 'FETCHED.json'} (content.unpinned_files)")
     from persobench.datasets import reference_dir
 
     if reference_dir().resolve() != result.folder.resolve():
@@ -177,7 +194,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     write_stdout(aggregate.export_board(board, args.format))
     if args.format in ("csv", "json"):
         for note in _notes(board):
-            print(f"note: {note}", file=sys.stderr)
+            print(note if note.startswith("warning: ") else f"note: {note}", file=sys.stderr)
     return 0
 
 
@@ -185,6 +202,10 @@ def _notes(board) -> list[str]:
     from persobench import aggregate
 
     notes = []
+    for _, group in board.groupby(["dataset", "mode", "board"], sort=True) if len(board) else ():
+        if warning := aggregate.sample_set_note(group):
+            where = f"{group['dataset'].iloc[0]} · {group['mode'].iloc[0]} · protocol {group['board'].iloc[0]}"
+            notes.append(f"warning: {where}: {warning.removeprefix('warning: ')}")
     if len(board):
         notes.append(f"numbers of scoring profile {', '.join(sorted(set(board['profile'])))}; "
                      f"invalid replies: {', '.join(sorted(set(board['invalid'])))}")

@@ -15,10 +15,22 @@ Safety of every step:
   paths, ``..`` and links are refused) and the folder is renamed into place only when complete, so
   a failure leaves either the previous reference or none, never a half-unpacked one.
 
-GitHub builds repository archives on request and publishes no checksum for them, so the pinned
-entry carries none: the first download's size and sha256 are recorded in
-``<home>/reference/FETCHED.json`` and printed, and a mirror (``--url``) is checked against
-``--sha256``/``--size`` when given.
+GitHub builds repository archives on request and their bytes are not stable, so the pin is on the
+content instead: a packaged manifest (``datasets/data/paper_manifest.json``, :class:`ContentManifest`)
+holds the sha256 of every file the fetch unpacks at the pinned commit, and every unpacked file is
+checked against it in the staging folder, before the folder is moved into place; one mismatch, a
+file the manifest lacks (when it is complete) or a pinned file missing from the archive removes the
+staging folder, so nothing is left unpacked. The archive's own size and sha256 are still recorded
+in ``<home>/reference/FETCHED.json``, and a mirror (``--url``) is checked against
+``--sha256``/``--size`` when given (and against a manifest only when one is passed, ``--manifest``).
+
+An incomplete manifest (``"complete": false``: files listed with a null sha256, or none listed) is
+explicit and safe: :func:`fetch_paper` refuses before downloading anything, naming how many files
+are not pinned, unless the caller accepts them (``trust_unpinned=True``, ``--trust-unpinned``);
+the pinned files are still checked, and the sha256 of every accepted unpinned file is recorded in
+``FETCHED.json`` (``content.unpinned_files``), ready to be copied into the manifest. The packaged
+manifest is incomplete: it was written without access to GitHub, so no hash of the pinned commit's
+files could be computed (see its ``about`` field).
 """
 
 from __future__ import annotations
@@ -33,14 +45,14 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from persobench.errors import DatasetError
 
-__all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchivePin", "FetchResult", "PaperArchiveError", "fetch_paper",
-           "fetched_reference", "download_progress"]
+__all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchivePin", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
+           "fetch_paper", "fetched_reference", "download_progress", "paper_manifest"]
 
 #: The folders of the paper's repository that PersoBench reads.
 FOLDERS = ("Prompts", "Responses", "Raw Responses", "Evaluations")
@@ -51,6 +63,10 @@ CHUNK = 1 << 16
 
 class PaperArchiveError(DatasetError):
     """The archive could not be downloaded, verified or unpacked; the message says why in one line."""
+
+
+class ContentMismatchError(PaperArchiveError):
+    """An unpacked file disagrees with the content manifest (wrong sha256, unexpected or missing)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,62 @@ _COMMIT = "a1c347b74795f490d21f1e14eac3914ccbf3d651"
 PAPER_ARCHIVE = ArchivePin(_REPOSITORY, _COMMIT, f"https://github.com/{_REPOSITORY}/archive/{_COMMIT}.zip")
 
 
+#: The packaged content manifest of the pinned commit.
+MANIFEST_FILE = Path(__file__).resolve().parent / "data" / "paper_manifest.json"
+_SHA256_HEX = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class ContentManifest:
+    """The sha256 of every file a fetch unpacks (paths relative to the repository root)."""
+
+    repository: str
+    """GitHub ``owner/name`` the hashes were taken from."""
+    commit: str
+    """The commit whose files they are."""
+    complete: bool
+    """True when ``files`` lists every unpacked file with its sha256; False when some are not
+    pinned (null) or unlisted, which a fetch accepts only when told to (``trust_unpinned``)."""
+    files: Mapping[str, str | None] = field(default_factory=dict)
+    """Path (``Prompts/FoCus.csv``) -> lower-case sha256 hex, or None when not pinned."""
+    source: str = ""
+    """Where the manifest was read from (for messages)."""
+
+    @property
+    def pinned(self) -> int:
+        """Files with a sha256."""
+        return sum(1 for digest in self.files.values() if digest)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "ContentManifest":
+        """Read a manifest file; :class:`PaperArchiveError` naming the file and field when malformed."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PaperArchiveError(f"{path}: unreadable content manifest ({exc})") from None
+        files = data.get("files") if isinstance(data, dict) else None
+        if not isinstance(files, dict):
+            raise PaperArchiveError(f"{path}: field 'files': expected an object of path -> sha256 or null")
+        for name, digest in files.items():
+            if digest is not None and (not isinstance(digest, str) or len(digest) != 64
+                                       or not set(digest.lower()) <= _SHA256_HEX):
+                raise PaperArchiveError(f"{path}: field 'files', entry {name!r}: expected 64 hex digits or null, "
+                                        f"got {str(digest)[:70]!r}")
+        complete = data.get("complete")
+        if not isinstance(complete, bool):
+            raise PaperArchiveError(f"{path}: field 'complete': expected true or false, got {complete!r}")
+        if complete and any(digest is None for digest in files.values()):
+            raise PaperArchiveError(f"{path}: field 'complete' is true but some files have no sha256")
+        return cls(str(data.get("repository") or ""), str(data.get("commit") or ""), complete,
+                   {str(k): (v.lower() if v else None) for k, v in files.items()}, str(path))
+
+
+def paper_manifest() -> ContentManifest:
+    """The packaged manifest of :data:`PAPER_ARCHIVE`'s commit."""
+    return ContentManifest.load(MANIFEST_FILE)
+
+
 @dataclass(frozen=True)
 class FetchResult:
     """What a fetch did."""
@@ -95,6 +167,13 @@ class FetchResult:
     """Bytes already on disk when the download (re)started; 0 for a fresh download."""
     files: int
     """Files unpacked."""
+    content_verified: int = 0
+    """Unpacked files whose sha256 was checked against a pinned value of the content manifest."""
+    unpinned: int = 0
+    """Unpacked files the manifest did not pin, accepted because the caller trusted them (their
+    sha256 is in ``FETCHED.json``)."""
+    manifest: str | None = None
+    """The content manifest checked against (None: no manifest, a mirror fetched without one)."""
 
 
 ProgressFn = Callable[[str, int, int | None], None]
@@ -203,9 +282,33 @@ def _safe_parts(name: str, archive: Path) -> tuple[str, ...]:
     return tuple(p for p in path.parts if p not in ("", "."))
 
 
-def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn | None) -> int:
-    """Unpack the four folders of ``archive`` into a temporary folder, write ``marker`` into it, then
-    rename it to ``target``: the marker is present exactly when the folder is complete."""
+def _check_content(archive: Path, manifest: ContentManifest, digests: Mapping[str, str]) -> dict[str, Any]:
+    """Compare the unpacked files' sha256 with the manifest; raise on any mismatch, else the
+    ``content`` record for FETCHED.json."""
+    where = f"content manifest {manifest.source or '(given)'}"
+    for name, digest in digests.items():
+        expected = manifest.files.get(name)
+        if expected and digest != expected:
+            raise ContentMismatchError(f"{archive}: {name}: sha256 {digest}, expected {expected} ({where}); "
+                                    "nothing unpacked")
+        if name not in manifest.files and manifest.complete:
+            raise ContentMismatchError(f"{archive}: {name} is not in the {where}; nothing unpacked")
+    missing = sorted(name for name, expected in manifest.files.items() if expected and name not in digests)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ContentMismatchError(f"{archive}: {missing[0]}{more} pinned by the {where} missing from the archive; "
+                                "nothing unpacked")
+    unpinned = {name: digest for name, digest in digests.items() if not manifest.files.get(name)}
+    return {"manifest": manifest.source, "manifest_commit": manifest.commit, "complete": manifest.complete,
+            "verified_files": len(digests) - len(unpinned), "unpinned_files": unpinned,
+            "listed_but_absent": sorted(name for name in manifest.files if name not in digests)}
+
+
+def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn | None,
+            manifest: ContentManifest | None = None) -> tuple[int, dict[str, Any] | None]:
+    """Unpack the four folders of ``archive`` into a temporary folder, check every file against
+    ``manifest`` (when given), write ``marker`` into it, then rename it to ``target``: the marker is
+    present exactly when the folder is complete and checked."""
     try:
         members = _members(archive)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
@@ -221,6 +324,8 @@ def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn |
               and parts[len(prefix)] in FOLDERS and read is not None]
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".unpacking", dir=target.parent))
+    digests: dict[str, str] = {}
+    content = None
     try:
         for done, (parts, read) in enumerate(wanted, start=1):
             destination = staging.joinpath(*parts)
@@ -230,12 +335,16 @@ def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn |
             except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as exc:
                 raise PaperArchiveError(f"{archive}: damaged member {'/'.join(parts)} ({exc})") from None
             destination.write_bytes(data)
+            digests["/".join(parts)] = hashlib.sha256(data).hexdigest()
             if progress is not None:
                 progress("unpack", done, len(wanted))
         missing = [f for f in ("Prompts", "Responses") if not (staging / f).is_dir()]
         if missing:
             raise PaperArchiveError(f"{archive}: no {' or '.join(f + '/' for f in missing)} in the archive")
-        marker = {**marker, "folders": [f for f in FOLDERS if (staging / f).is_dir()], "files": len(wanted)}
+        if manifest is not None:  # every file, before the folder is moved into place
+            content = _check_content(archive, manifest, digests)
+        marker = {**marker, "folders": [f for f in FOLDERS if (staging / f).is_dir()], "files": len(wanted),
+                  "content": content}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         old = None
         if target.exists():
@@ -247,7 +356,7 @@ def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn |
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return len(wanted)
+    return len(wanted), content
 
 
 def check_archive_url(url: str | None) -> None:
@@ -277,12 +386,18 @@ def fetch_paper(
     size: int | None = None,
     timeout: float = 60.0,
     progress: ProgressFn | None = None,
+    manifest: ContentManifest | str | os.PathLike[str] | None = None,
+    trust_unpinned: bool = False,
 ) -> FetchResult:
     """Download, verify and unpack the paper's data into ``<home>/reference``.
 
     ``url`` defaults to :data:`PAPER_ARCHIVE` (``sha256``/``size`` then default to its pinned
-    values). Raises :class:`PaperArchiveError` (one line) on any failure; nothing half-unpacked is
-    left behind, and an interrupted download resumes on the next call.
+    values, ``manifest`` to the packaged one, :func:`paper_manifest`); a mirror is checked against
+    ``manifest`` only when one is given. Every unpacked file is checked against the manifest before
+    the folder is moved into place. An incomplete manifest is refused before any download unless
+    ``trust_unpinned`` accepts the files it does not pin. Raises :class:`PaperArchiveError` (one
+    line) on any failure; nothing half-unpacked is left behind, and an interrupted download resumes
+    on the next call.
     """
     from persobench.store import default_home
     from persobench.files import sha256_file, utc_now
@@ -293,6 +408,17 @@ def fetch_paper(
     if url is None or url == pin.url:
         url, sha256, size = pin.url, sha256 or pin.sha256, size if size is not None else pin.size
     sha256 = sha256.lower() if sha256 else None
+    if manifest is None and url == pin.url:
+        manifest = paper_manifest()
+    elif manifest is not None and not isinstance(manifest, ContentManifest):
+        manifest = ContentManifest.load(manifest)
+    if manifest is not None and not manifest.complete and not trust_unpinned:
+        unpinned = len(manifest.files) - manifest.pinned
+        raise PaperArchiveError(
+            f"{manifest.source}: the content manifest is incomplete ({manifest.pinned} of {len(manifest.files)} "
+            f"listed files pinned, {unpinned} not, and unlisted files unknown), so the fetched files cannot all be "
+            "verified; nothing was downloaded. Pass --trust-unpinned (trust_unpinned=True) to accept them and "
+            "record their sha256 in reference/FETCHED.json, or --manifest with a complete manifest")
     downloads = home / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     archive = downloads / _archive_name(url)
@@ -325,14 +451,17 @@ def fetch_paper(
     target = home / "reference"
     got_size = archive.stat().st_size
     try:
-        files = _unpack(archive, target, {
+        files, content = _unpack(archive, target, {
             "url": url, "sha256": digest, "size": got_size, "verified": sha256 is not None,
-            "repository": pin.repository if url == pin.url else None, "commit": pin.commit if url == pin.url else None,
-            "fetched_at": utc_now(),
-        }, progress=progress)
+            "repository": pin.repository if url == pin.url else None,
+            "commit": pin.commit if url == pin.url else None, "fetched_at": utc_now(),
+        }, progress=progress, manifest=manifest)
     except PaperArchiveError as exc:
-        # A download that does not open (a mirror's HTML page answered with 200, a damaged archive)
-        # would fail the same way on every retry if it stayed: delete it, the next fetch starts over.
+        # A download that does not open (a mirror's HTML page answered with 200, a damaged archive) or
+        # is not the pinned content would fail the same way on every retry if it stayed: delete it,
+        # the next fetch starts over.
         archive.unlink(missing_ok=True)
-        raise PaperArchiveError(f"{exc}; download deleted, run fetch-paper again to download it anew") from None
-    return FetchResult(target, archive, url, digest, got_size, sha256 is not None, resumed, files)
+        raise type(exc)(f"{exc}; download deleted, run fetch-paper again to download it anew") from None
+    return FetchResult(target, archive, url, digest, got_size, sha256 is not None, resumed, files,
+                       content["verified_files"] if content else 0, len(content["unpinned_files"]) if content else 0,
+                       manifest.source if manifest is not None else None)

@@ -16,7 +16,8 @@ from persobench.generation.config import GenerationConfig
 from persobench.models_registry import resolve_model
 from persobench.providers import PROVIDERS, ModelSpec
 from persobench.errors import ConfigurationError, PersoBenchError
-from persobench.providers.base import Completion, GenerationParams
+from persobench.providers.base import Completion, GenerationParams, raw_prompt_text
+from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
 from persobench.store import RunManifest, RunStore, make_run_id
 from persobench.structured import reply_schema
 
@@ -42,7 +43,7 @@ class GenerationPlan:
     manifest: RunManifest
     cache_dir: Path
     paper_style: str = "open"
-    """How the "paper" policy reads replies: "open" or "closed" (see :func:`paper_parse_style`)."""
+    """How the "paper" policy reads replies: "open", "closed" or "closed-fences" (see :func:`paper_parse_style`)."""
     dataset_file: "DatasetFileRecord | None" = None
     """The user file the samples were read from (absolute path and checksum); ``None`` for a
     registered dataset or samples given by the caller."""
@@ -84,7 +85,7 @@ def plan_generation(
     config: GenerationConfig, *, store: RunStore, samples: list["Sample"] | None = None,
 ) -> GenerationPlan:
     """Resolve model, template, samples, run id and cache hits. Sends nothing, needs no key."""
-    from persobench.prompts import MODES, TemplateError, build_messages, default_template_name, get_template
+    from persobench.prompts import MODES, TemplateError, get_template
 
     from persobench.generation.numbers import check_numbers
 
@@ -100,7 +101,7 @@ def plan_generation(
         home=store.home,
     )
     try:
-        template = get_template(config.template or default_template_name(spec.provider), config.mode)
+        template = get_template(config.template or default_template_for(spec), config.mode)
     except TemplateError as exc:
         raise ConfigurationError(str(exc)) from None
     if config.template and template.mode != config.mode and config.mode != "vanilla":
@@ -119,6 +120,9 @@ def plan_generation(
         spec = dataclasses.replace(spec, options={**dict(spec.options), "batch_size": int(config.batch_size)})
     # A baseline's reply is well-formed by construction: structured output would change nothing.
     structured = (config.structured or spec.structured) and spec.provider != "baseline"
+    if structured and chat_template is False and spec.provider != "local":
+        raise ConfigurationError("--structured needs the chat endpoint: a completions endpoint takes raw text "
+                                 "without a response schema; run with --chat-template on or without --structured")
     params = GenerationParams(
         temperature=temperature, max_tokens=max_tokens, top_p=config.top_p,
         seed=config.seed if temperature > 0 else None,  # greedy decoding has nothing to seed
@@ -135,7 +139,7 @@ def plan_generation(
     # The class attribute is enough: no client (and no key) is needed to compute keys.
     sample_dependent = bool(getattr(PROVIDERS.get(spec.provider), "sample_dependent", False))
     options = spec.output_options
-    messages = [build_messages(sample, template) for sample in samples]
+    messages = [messages_for(sample, template, spec) for sample in samples]
     keys = [
         cache_key(
             provider=spec.provider, model=spec.model, base_url=spec.base_url, messages=msgs, params=params,
@@ -170,7 +174,28 @@ def plan_generation(
         template_family=template.family, chat_template=chat_template,
     )
     return GenerationPlan(config, spec, template, params, samples, messages, keys, hits, manifest, cache_dir,
-                          paper_parse_style(template.name, spec.provider), dataset_file)
+                          paper_parse_style(template.name, spec.provider, spec.model), dataset_file)
+
+
+def default_template_for(spec: ModelSpec) -> str:
+    """The paper's template for ``spec``: ``paper-open`` for local models and for servers with a
+    completions endpoint (the vLLM presets serve the paper's open models), else ``paper``."""
+    from persobench.prompts import DEFAULT_LOCAL_TEMPLATE, default_template_name
+
+    return DEFAULT_LOCAL_TEMPLATE if spec.options.get(COMPLETIONS_ENDPOINT) else default_template_name(spec.provider)
+
+
+def messages_for(sample: "Sample", template: "PromptTemplate", spec: ModelSpec) -> list[dict[str, str]]:
+    """The messages a run of ``spec`` sends for ``sample``: the template's, folded into one user
+    message that starts with the system text when the spec says so (``system_in_user``, as
+    ``closed_source_models.ipynb``'s Gemini call: ``contents="You are a helpful response generator
+    to output JSON.\\n\\n" + prompt``)."""
+    from persobench.prompts import build_messages
+
+    messages = build_messages(sample, template)
+    if spec.options.get(SYSTEM_IN_USER) and len(messages) > 1:
+        return [{"role": "user", "content": raw_prompt_text(messages)}]
+    return messages
 
 
 def _dataset_file(dataset: str) -> "DatasetFileRecord | None":
@@ -190,24 +215,28 @@ def _dataset_file(dataset: str) -> "DatasetFileRecord | None":
 
 def _chat_template(config: GenerationConfig, template: "PromptTemplate", spec: ModelSpec) -> bool | None:
     """Whether a local model gets its chat template (``None``: the provider has no choice)."""
-    raw_capable = bool(getattr(PROVIDERS.get(spec.provider), "raw_text_input", False))
+    raw_capable = bool(getattr(PROVIDERS.get(spec.provider), "raw_text_input", False)) \
+        or bool(spec.options.get(COMPLETIONS_ENDPOINT))
     if not raw_capable:
         if config.chat_template is False:
             raise ConfigurationError(
-                f"--chat-template off needs a local model; provider {spec.provider!r} is a chat API that applies "
+                f"--chat-template off needs a local model or a server with a completions endpoint (the -vllm "
+                f"presets, option completions_endpoint=true); provider {spec.provider!r} is a chat API that applies "
                 "its own template (the paper-open prompt is sent to it as one user message)"
             )
         return None
     return template.chat_template if config.chat_template is None else bool(config.chat_template)
 
 
-def paper_parse_style(template: str, provider: str) -> str:
+def paper_parse_style(template: str, provider: str, model: str = "") -> str:
     """How the "paper" policy reads a run's replies, as the paper's notebook for it did: "open"
     (``open_source_models.ipynb``/``post-processing.ipynb``: the first non-greedy ``{...}`` with a
-    "response") for ``paper-open`` and local models, "closed" (``closed_source_models.ipynb``: strict
-    ``json.loads`` of the whole reply after removing code fences) for ``paper`` and API models."""
+    "response") for ``paper-open`` and local models; for ``paper`` and API models strict
+    ``json.loads`` of the whole reply (``closed_source_models.ipynb``), after removing code fences
+    ("closed-fences") for the Gemini family only, as that notebook's Gemini cell did, and as it came
+    ("closed") for every other model, as its OpenAI cell did for the gpt models."""
     if template == "paper-open":
         return "open"
-    if template == "paper":
-        return "closed"
-    return "open" if provider == "local" else "closed"
+    if template != "paper" and provider == "local":
+        return "open"
+    return "closed-fences" if "gemini" in model.lower() else "closed"

@@ -15,8 +15,14 @@ equal to them to the last bit and several times faster; the libraries stay insta
   (lower-case, drop ASCII punctuation, drop stop words), TF-IDF fitted on that pair alone with
   scikit-learn's defaults (token pattern ``\\b\\w\\w+\\b``, smooth idf, l2 norm). Computed in pure
   Python here; ``tests/test_metrics_lexical.py`` checks it against ``TfidfVectorizer``. The
-  notebooks used nltk's punkt ``word_tokenize``, which cannot be installed offline; after
-  punctuation removal a whitespace split gives the same tokens to the TF-IDF token pattern.
+  notebook (``evaluation.ipynb``, ``preprocess_text``) tokenized with nltk's ``word_tokenize``
+  *before* removing stop words, and that is not a whitespace split: it splits "cannot" into the
+  stop words "can" + "not", "gonna" into "gon" + "na", and cuts at non-ASCII punctuation
+  ("don’t" gives the stop word "don"), so the stop-word filter sees other tokens. :func:`preprocess`
+  uses nltk's Treebank word tokenizer, the one ``word_tokenize`` applies to each sentence (its
+  punkt sentence split cannot cut a text without ``.``, ``?`` or ``!``, which are gone by then, and
+  its data cannot be installed offline); a whitespace split is used only for the texts on which the
+  two provably agree (ASCII without those contractions), for speed.
 """
 
 from __future__ import annotations
@@ -242,9 +248,30 @@ def distinct_version(n: int) -> str:
 
 # --- IDF overlap -------------------------------------------------------------------------------
 
+#: Words nltk's Treebank tokenizer splits in two (its CONTRACTIONS2/3 patterns once the ASCII
+#: punctuation is gone): an ASCII text without them tokenizes as its whitespace split.
+_TREEBANK_SPLIT_WORDS = re.compile(r"(?i)cannot|gimme|gonna|gotta|lemme|wanna")
+
+
+@lru_cache(maxsize=1)
+def _treebank() -> Any:
+    from nltk.tokenize import NLTKWordTokenizer  # what nltk.word_tokenize runs on each sentence
+
+    return NLTKWordTokenizer()
+
+
+def word_tokens(text: str) -> list[str]:
+    """``nltk.word_tokenize`` of a text without ``.``/``?``/``!`` (the notebook's tokenization after
+    punctuation removal): a whitespace split where the two agree, else the Treebank tokenizer."""
+    if text.isascii() and not _TREEBANK_SPLIT_WORDS.search(text):
+        return text.split()
+    return _treebank().tokenize(text)
+
+
 def preprocess(text: str, remove_stop_words: bool = True) -> str:
-    """The notebooks' ``preprocess_text``: lower-case, drop punctuation, drop stop words."""
-    tokens = str(text).lower().translate(_PUNCT_TABLE).split()
+    """``evaluation.ipynb``'s ``preprocess_text``: lower-case, drop ASCII punctuation, tokenize with
+    ``word_tokenize`` (:func:`word_tokens`), drop nltk's English stop words, join with spaces."""
+    tokens = word_tokens(str(text).lower().translate(_PUNCT_TABLE))
     if remove_stop_words:
         stops = stop_words()
         tokens = [t for t in tokens if t not in stops]
@@ -275,8 +302,8 @@ def idf_overlap(persona_text: str, reply: str) -> float:
 
 
 def idf_overlap_version() -> str:
-    return ("idf_overlap/1 TF-IDF cosine fitted on (persona, reply), lower-cased, punctuation and nltk "
-            "English stop words removed")
+    return ("idf_overlap/2 TF-IDF cosine fitted on (persona, reply), lower-cased, punctuation removed, "
+            "nltk word_tokenize tokens, nltk English stop words removed")
 
 
 # --- Batches -----------------------------------------------------------------------------------

@@ -93,6 +93,14 @@ class Request:
         return [dict(m) for m in self.messages if m["role"] != "system"]
 
 
+def raw_prompt_text(messages: "Sequence[Mapping[str, str]]") -> str:
+    """The text a model gets without a chat template: the one message's content as it is; several
+    messages are joined with a blank line (system first, as the paper's Gemini call did:
+    ``closed_source_models.ipynb`` sends ``"You are a helpful response generator to output
+    JSON.\\n\\n" + prompt`` as its only content)."""
+    return "\n\n".join(m["content"] for m in messages)
+
+
 @dataclass(frozen=True)
 class Completion:
     """What a provider returned for one request."""

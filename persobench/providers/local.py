@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from persobench.providers.base import Completion, Request
+from persobench.providers.base import (  # raw_prompt_text: re-exported, its home before the vLLM completions path
+    Completion, Request, raw_prompt_text,
+)
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.spec import NON_OUTPUT_OPTIONS
@@ -119,12 +121,6 @@ def _load(ref: LocalModelRef, options: dict[str, Any]) -> _Loaded:
         loaded = _Loaded(tokenizer, model, frozenset(eos_ids), int(pad_id))
         _LOADED[key] = loaded
         return loaded
-
-
-def raw_prompt_text(messages: list[dict[str, str]]) -> str:
-    """The text a model gets without a chat template: the one message's content as it is; several
-    messages are joined with a blank line (system first, as the paper's Gemini calls did)."""
-    return "\n\n".join(m["content"] for m in messages)
 
 
 #: Samples per forward pass when the run does not say (``--batch-size``). Measured with SmolLM2 on

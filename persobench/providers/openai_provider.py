@@ -16,8 +16,10 @@ from persobench.providers.base import (
     Completion,
     Request,
     check_reachable,
+    raw_prompt_text,
     resolve_api_key,
 )
+from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
 from persobench.secrets import shorten
 from persobench.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
 
@@ -26,7 +28,8 @@ PLACEHOLDER_KEY = "not-needed"
 
 #: Spec options consumed here rather than sent in the request body.
 _TRANSPORT_OPTIONS = frozenset(
-    {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format", "max_reply_bytes"}
+    {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format", "max_reply_bytes",
+     COMPLETIONS_ENDPOINT, SYSTEM_IN_USER}
 )
 
 #: The ``response_format`` form each server takes, learned in this process: normalised base URL
@@ -91,12 +94,13 @@ class OpenAIProvider:
 
     async def generate(self, request: Request) -> Completion:
         params = request.params
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "messages": [dict(m) for m in request.messages],
-            "temperature": params.temperature,
-            self._max_tokens_param: params.max_tokens,
-        }
+        kwargs: dict[str, Any] = {"model": self.model, "temperature": params.temperature}
+        if not params.chat_template:  # raw text, as the paper's text-generation pipeline got it
+            kwargs["prompt"] = raw_prompt_text(request.messages)
+            kwargs["max_tokens"] = params.max_tokens
+        else:
+            kwargs["messages"] = [dict(m) for m in request.messages]
+            kwargs[self._max_tokens_param] = params.max_tokens
         if params.top_p is not None:
             kwargs["top_p"] = params.top_p
         if params.seed is not None:
@@ -105,9 +109,17 @@ class OpenAIProvider:
             kwargs["stop"] = list(params.stop)
         if self._body:
             kwargs["extra_body"] = self._body
+        if "prompt" in kwargs:
+            return await self._send_text(kwargs)
         if params.response_schema is not None:
             return await self._structured(kwargs, params.response_schema)
         return await self._send(kwargs)
+
+    async def _send_text(self, kwargs: Mapping[str, Any]) -> Completion:
+        """``/v1/completions``: the prompt as raw text, no chat template on either side."""
+        with translated_sdk_errors(openai, self._secrets):
+            response = await self.client.completions.create(**kwargs)
+        return _text_completion(response)
 
     async def _send(self, kwargs: Mapping[str, Any]) -> Completion:
         with translated_sdk_errors(openai, self._secrets):
@@ -173,6 +185,11 @@ def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Compl
     if refusal and not text:
         # Structured-output refusals come in their own field; keep the words as the raw text.
         text, finish_reason = refusal, "refusal"
+    return _completion(response, text, finish_reason)
+
+
+def _completion(response: Any, text: str | None, finish_reason: str | None) -> Completion:
+    """The completion with the usage and model the response reports (chat or text completions alike)."""
     usage = getattr(response, "usage", None)
     return Completion(
         text=text or "",
@@ -181,6 +198,18 @@ def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Compl
         completion_tokens=getattr(usage, "completion_tokens", None) if usage else None,
         model=getattr(response, "model", None),
     )
+
+
+def _text_completion(response: Any) -> Completion:
+    """Read the first choice of a text completion (``choices[0].text``)."""
+    try:
+        choice = response.choices[0]
+        text, finish_reason = choice.text, choice.finish_reason
+    except (AttributeError, IndexError, TypeError) as exc:
+        raise ProviderError(
+            ErrorKind.BAD_RESPONSE, f"response has no choices[0].text ({type(exc).__name__}): {str(response)[:200]}"
+        ) from None
+    return _completion(response, text, finish_reason)
 
 
 def _with_format(kwargs: Mapping[str, Any], schema: Mapping[str, Any], form: str) -> dict[str, Any]:

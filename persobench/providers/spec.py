@@ -10,10 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+#: Spec option: the OpenAI-compatible server also has the raw-text completions endpoint
+#: (``/v1/completions``, vLLM), where a run without a chat template (``paper-open``) sends its prompt
+#: as it is, as the paper's ``text-generation`` pipeline got it.
+COMPLETIONS_ENDPOINT = "completions_endpoint"
+#: Spec option: the system text goes at the start of the one user message, joined by a blank line
+#: (``closed_source_models.ipynb``'s Gemini call); part of the cache key, never sent as a field.
+SYSTEM_IN_USER = "system_in_user"
+
 #: Spec options that do not change what the model writes: kept out of cache keys and run ids.
 NON_OUTPUT_OPTIONS = frozenset(
     {"timeout", "headers", "max_tokens_param", "device", "dtype", "organization", "project",
-     "structured_format", "batch_size", "max_reply_bytes"}
+     "structured_format", "batch_size", "max_reply_bytes", COMPLETIONS_ENDPOINT}
 )
 
 

@@ -88,6 +88,11 @@ def drip(text: str | None = None, *, interval: float = 0.5) -> Action:
     return Action("drip", text=text, interval=interval)
 
 
+#: The OpenAI-compatible raw-text endpoint (vLLM serves it beside chat completions): the request
+#: carries ``prompt`` instead of ``messages``.
+COMPLETIONS_PATH = "/v1/completions"
+
+
 @dataclass(frozen=True)
 class RequestInfo:
     """One request as the server received it."""
@@ -259,6 +264,8 @@ class FakeLLMServer:
         messages = body.get("messages") or []
         users = [m for m in messages if m.get("role") == "user"]
         prompt = _content_text(users[-1].get("content")) if users else ""
+        if path.split("?")[0] == COMPLETIONS_PATH:  # raw text: the prompt is the whole input
+            prompt = str(body.get("prompt") or "")
         if self.flavour == "openai":
             system = "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "system")
         else:
@@ -302,8 +309,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.fake
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
-        expected = "/v1/chat/completions" if fake.flavour == "openai" else "/v1/messages"
-        if self.path.split("?")[0] != expected:
+        expected = ("/v1/chat/completions", COMPLETIONS_PATH) if fake.flavour == "openai" else ("/v1/messages",)
+        if self.path.split("?")[0] not in expected:
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
         try:
@@ -356,6 +363,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply_body(self, info: RequestInfo, action: Action) -> dict[str, Any]:
         text = action.text if action.text is not None else default_text(info)
         model = info.body.get("model", "fake")
+        if self.fake.flavour == "openai" and info.path.split("?")[0] == COMPLETIONS_PATH:
+            out = {"id": f"cmpl-{info.index}", "object": "text_completion", "created": 0, "model": model,
+                   "choices": [{"index": 0, "text": text, "finish_reason": action.finish_reason, "logprobs": None}]}
+            if action.usage:
+                out["usage"] = {"prompt_tokens": action.usage[0], "completion_tokens": action.usage[1],
+                                "total_tokens": sum(action.usage)}
+            return out
         if self.fake.flavour == "openai":
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if action.refusal is not None:
