@@ -13,7 +13,7 @@ from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.loaders import dataset_samples, dataset_table, import_preview, runs_table, store_problems
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card, show_sample
-from persobench.datasets.paper_archive import PAPER_ARCHIVE, download_progress, fetched_reference
+from persobench.datasets.paper_archive import PAPER_ARCHIVE, download_progress, fetched_reference, paper_manifest
 from persobench.jobs import JobManager, fetch_paper_steps, import_steps
 
 page_setup()
@@ -71,13 +71,20 @@ with tab_import:
     if fetched is not None:
         st.caption(f"Already fetched into {md_escape(fetched)}; fetching again replaces it.")
     st.text_input("Mirror URL (optional)", key="data_fetch_url", placeholder=PAPER_ARCHIVE.url)
+    if not paper_manifest().complete:
+        st.checkbox("Accept files the content manifest does not pin yet (their checksums are recorded in "
+                    "FETCHED.json)", key="data_fetch_trust",
+                    help="PersoBench's manifest of the pinned commit's file checksums is incomplete (it was written "
+                         "offline; docs/datasets.md says how to complete it), so a download cannot be fully "
+                         "verified. Without this the download is refused before it starts.")
 
     # Launched from on_click callbacks, which run once per click before any script pass: a click
     # must survive the rerun that takes a page opened on its own into app.py (chrome.page_setup).
     def fetch_in_background() -> None:
         url = str(st.session_state.get("data_fetch_url") or "").strip() or None
         _, started = JobManager(current_home()).launch(
-            "fetch the paper's data", fetch_paper_steps(score=st.session_state["data_import_score"], url=url))
+            "fetch the paper's data", fetch_paper_steps(score=st.session_state["data_import_score"], url=url,
+                                                        trust_unpinned=bool(st.session_state.get("data_fetch_trust"))))
         st.toast("Download started." if started else "This download is already running.")
 
     st.button("Download and import in the background", type="primary", key="data_fetch_go",

@@ -176,9 +176,11 @@ def import_steps(folder: str, *, score: str) -> list[JobStep]:
     return steps + _score_steps(score)
 
 
-def fetch_paper_steps(*, score: str, url: str | None = None) -> list[JobStep]:
-    """Download the paper's data (a mirror ``url`` if given) and import it, then score."""
-    return [JobStep(label="download and import the paper's data", kind="fetch", config={"url": url}),
+def fetch_paper_steps(*, score: str, url: str | None = None, trust_unpinned: bool = False) -> list[JobStep]:
+    """Download the paper's data (a mirror ``url`` if given) and import it, then score.
+    ``trust_unpinned``: accept files the content manifest does not pin (``fetch-paper --trust-unpinned``)."""
+    return [JobStep(label="download and import the paper's data", kind="fetch",
+                    config={"url": url, "trust_unpinned": trust_unpinned}),
             *_score_steps(score)]
 
 
