@@ -97,7 +97,7 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         withheld = not _key_may_go_to(choice, home, env)
         # Without the operator's key the run is still launched (local servers need none).
         need = missing_key(plan.spec, env) if plan.n_requests and not withheld else None
-        holder = lock_holder(store.runs_dir / plan.run_id)  # the same lock `run` takes (one process per run)
+        holder = lock_holder(store.run_path(plan.run_id))  # the same lock `run` takes (one process per run)
         row.update(
             template=plan.template.name, template_option=choice.template or "",
             structured=plan.params.response_schema is not None,
