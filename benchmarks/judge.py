@@ -70,7 +70,7 @@ def nli_labels(model_id: str, pairs: list[tuple[str, str]]) -> tuple[list[str] |
 
 
 def show_agreement(result, judge_name: str, nli_name: str) -> None:
-    from persobench.metrics.nli import LABELS
+    from persobench.metrics.nli_labels import LABELS
 
     print(f"agreement of judge {judge_name} with NLI model {nli_name}:")
     print(f"  pairs both labelled: {result.n} (judge left {result.unlabelled} unlabelled: unparseable or unanswered)")

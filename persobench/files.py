@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from persobench.errors import StoreError, StoreWriteError
 
@@ -65,8 +65,8 @@ def write_refused(path: str | os.PathLike[str], exc: BaseException) -> StoreWrit
     return StoreWriteError(f"{path}: cannot write: {reason}")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the new one.
+def _atomic_write(path: Path, fill: "Callable[[str], None]") -> None:
+    """Have ``fill`` write a temporary file beside ``path``, fsync it, rename it over ``path``.
 
     A refused write (full disk, file size limit) raises :class:`StoreWriteError` naming ``path``;
     the previous file stays as it was and no temporary file is left behind."""
@@ -75,20 +75,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
+        os.close(fd)
+        fill(tmp)
+        with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-        raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
-    except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):  # pyarrow raises OSError subclasses for a refused write too
+            raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the new one."""
+    _atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -104,25 +107,7 @@ def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:  # pyarrow raises OSError subclasses for a refused write too
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
-    except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp))
 
 
 def read_parquet(path: Path) -> "pd.DataFrame":
