@@ -138,11 +138,8 @@ def _manifest(manifest: Any) -> "RunManifest":
 def template_family(manifest: Any) -> str:
     """The template family recorded in a manifest, else the one its template name implies."""
     manifest = _manifest(manifest)
-    details = manifest.details
-    for candidate in (manifest.template_family, (manifest.parameters or {}).get("template_family"),
-                      details.template_family, details.template.family if details.template else None):
-        if candidate:
-            return str(candidate)
+    if manifest.template_family:
+        return str(manifest.template_family)
     if not manifest.template:
         return "?"
     from persobench.prompts import template_family as family_of_name  # built-ins and their former names
@@ -193,10 +190,7 @@ def protocol_of(manifest: Any) -> Protocol:
     if manifest.source == "imported":
         return paper_protocol(mode)
     parameters = manifest.parameters or {}
-    structured = parameters.get("structured")
-    if structured is None:
-        recorded = manifest.details.structured
-        structured = recorded.enabled if recorded is not None else False
+    structured = parameters.get("structured", False)
     return Protocol(
         name=template_family(manifest),
         chat_template=_chat_template_deviation(manifest),

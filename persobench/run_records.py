@@ -8,9 +8,7 @@ still works); these frozen dataclasses are how the library reads and writes them
 - :class:`ImportRecord` (import): where published replies came from, with checksums;
 - :class:`ProfileScores` per scoring profile (metrics): one :class:`MetricProvenance` per metric;
 - :class:`ConcurrencyRecord` (generation with ``--concurrency auto``): how the adaptive limit moved;
-- the prompt template and structured output as some manifests record them in ``extra``
-  (:class:`TemplateRecord`, ``template_family``, :class:`StructuredRecord`); runs made here record
-  them in the manifest's own ``template_family`` field and ``parameters["structured"]``.
+- :class:`DatasetFileRecord` (generation from a user file): its absolute path and checksum.
 
 :class:`RunExtra` is all of it, read with :meth:`RunExtra.from_extra` (``RunManifest.details``).
 Reading is lossless: a key this version does not model is kept in ``other`` and written back as
@@ -249,41 +247,6 @@ class ConcurrencyRecord(_OpenRecord):
 
 
 @dataclass(frozen=True)
-class TemplateRecord(_OpenRecord):
-    """The prompt template as a manifest may describe it in ``extra["template"]``."""
-
-    name: str | None = None
-    """The template's name."""
-    family: str | None = None
-    """Its family ("paper" for ``paper`` and ``paper-open``): the protocol a run belongs to."""
-    other: Mapping[str, Any] = field(default_factory=dict)
-    """Keys this version does not model, kept as read."""
-
-
-@dataclass(frozen=True)
-class StructuredRecord:
-    """Structured output as a manifest may record it in ``extra["structured"]``: a bare flag, or a
-    description whose ``enabled`` says whether it was on (a description without it counts as on)."""
-
-    enabled: bool
-    """Whether the run asked the provider for structured output."""
-    description: Mapping[str, Any] | None = None
-    """The description as read (written back unchanged); ``None`` when a bare flag was recorded."""
-
-    @classmethod
-    def from_value(cls, value: Any) -> "StructuredRecord | None":
-        """The record of a flag or a description; ``None`` for anything else (kept in ``other``)."""
-        if isinstance(value, bool):
-            return cls(value)
-        if isinstance(value, Mapping):
-            return cls(bool(value.get("enabled", bool(value))), dict(value))
-        return None
-
-    def to_value(self) -> bool | dict[str, Any]:
-        return dict(self.description) if self.description is not None else self.enabled
-
-
-@dataclass(frozen=True)
 class DatasetFileRecord(_OpenRecord):
     """The user file a generated run's samples came from (``extra["dataset_file"]``)."""
 
@@ -313,12 +276,6 @@ class RunExtra:
     """Profile key -> what that scoring profile computed; ``None`` before any scoring."""
     concurrency: ConcurrencyRecord | None = None
     """How the adaptive concurrency limit moved; ``None`` unless the run used ``--concurrency auto``."""
-    template: TemplateRecord | None = None
-    """The template as described in ``extra`` (not written by this version: see ``RunManifest.template_family``)."""
-    template_family: str | None = None
-    """A template family recorded in ``extra`` (not written by this version)."""
-    structured: StructuredRecord | None = None
-    """Structured output as recorded in ``extra`` (this version writes ``parameters["structured"]``)."""
     dataset_file: DatasetFileRecord | None = None
     """The user file the samples came from; ``None`` for registered datasets and imports."""
     other: Mapping[str, Any] = field(default_factory=dict)
@@ -340,15 +297,9 @@ class RunExtra:
         counts = extra.get("counts")
         imported = extra.get("import")
         scores = extra.get("scores")
-        concurrency, template = extra.get("concurrency"), extra.get("template")
-        family = extra.get("template_family")
-        structured = StructuredRecord.from_value(extra.get("structured"))
+        concurrency = extra.get("concurrency")
         dataset_file = extra.get("dataset_file")
-        typed = {
-            "dataset_file": isinstance(dataset_file, Mapping),
-            "concurrency": isinstance(concurrency, Mapping), "template": isinstance(template, Mapping),
-            "template_family": isinstance(family, str), "structured": structured is not None,
-        }
+        typed = {"dataset_file": isinstance(dataset_file, Mapping), "concurrency": isinstance(concurrency, Mapping)}
         other = {k: v for k, v in extra.items()
                  if k not in (*_GENERATION_KEYS, "counts", "import", "scores") and not typed.get(k)}
         return cls(
@@ -358,9 +309,6 @@ class RunExtra:
             scores=({str(k): ProfileScores.from_dict(v) for k, v in scores.items() if isinstance(v, Mapping)}
                     if isinstance(scores, Mapping) else None),
             concurrency=ConcurrencyRecord.from_dict(concurrency) if typed["concurrency"] else None,
-            template=TemplateRecord.from_dict(template) if typed["template"] else None,
-            template_family=family if typed["template_family"] else None,
-            structured=structured,
             dataset_file=DatasetFileRecord.from_dict(dataset_file) if typed["dataset_file"] else None,
             other=other,
         )
@@ -378,12 +326,6 @@ class RunExtra:
             data["scores"] = {k: v.to_dict() for k, v in self.scores.items()}
         if self.concurrency is not None:
             data["concurrency"] = self.concurrency.to_dict()
-        if self.template is not None:
-            data["template"] = self.template.to_dict()
-        if self.template_family is not None:
-            data["template_family"] = self.template_family
-        if self.structured is not None:
-            data["structured"] = self.structured.to_value()
         if self.dataset_file is not None:
             data["dataset_file"] = self.dataset_file.to_dict()
         return {**data, **self.other}

@@ -30,10 +30,11 @@ def test_paper_and_paper_open_are_one_family():
 
 
 def test_recorded_family_wins_over_the_template_name():
-    assert protocol_of(manifest(template="mine.toml", parameters={"template_family": "paper", "max_tokens": 110,
-                                                                  "temperature": 0, "policy": "paper"})).is_paper
+    assert protocol_of(manifest(template="mine.toml", template_family="paper", parameters={
+        "max_tokens": 110, "temperature": 0, "policy": "paper"})).is_paper
+    # Layouts PersoBench never wrote are not read: a family noted in extra is not the run's family.
     extra_family = manifest(template="x", extra={"template": {"name": "x", "family": "ours"}})
-    assert protocol_of(extra_family).name == "ours"
+    assert protocol_of(extra_family).name != "ours"
 
 
 @pytest.mark.parametrize("change", [
@@ -47,12 +48,10 @@ def test_any_setting_that_changes_outputs_changes_the_protocol(change):
     assert protocol_of(manifest(**change)) != paper_protocol("vanilla")
 
 
-def test_structured_output_recorded_in_extra_counts_when_enabled():
+def test_structured_output_is_read_from_the_runs_parameters_only():
     plain = {"temperature": 0.0, "max_tokens": 110, "policy": "paper"}
-    assert protocol_of(manifest(parameters=plain, extra={"structured": True})).structured
-    assert not protocol_of(manifest(parameters=plain, extra={"structured": {"enabled": False, "how": "x"}})).structured
-    # the run's own parameters win over a note in extra
-    assert not protocol_of(manifest(parameters={**plain, "structured": False}, extra={"structured": True})).structured
+    assert protocol_of(manifest(parameters={**plain, "structured": True})).structured
+    assert not protocol_of(manifest(parameters=plain, extra={"structured": True})).structured
 
 
 def test_old_manifests_default_sensibly():

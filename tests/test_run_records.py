@@ -16,8 +16,6 @@ from persobench.run_records import (
     MetricProvenance,
     ProfileScores,
     RunExtra,
-    StructuredRecord,
-    TemplateRecord,
     Usage,
 )
 from persobench.store import RunManifest, RunStore
@@ -77,7 +75,7 @@ def test_unknown_keys_are_kept_and_written_back():
     extra["scores"]["offline"]["metrics"]["bleu"] = {**extra["scores"]["offline"]["metrics"]["bleu"], "seconds": 1.5}
     extra["usage"] = {**extra["usage"], "reasoning_tokens": 7}
     details = RunExtra.from_extra(extra)
-    assert details.other == {"note": {"by": "another tool"}, "structured": "yes"} and details.structured is None
+    assert details.other == {"note": {"by": "another tool"}, "structured": "yes"}
     assert details.profile_scores("offline").metrics["bleu"].other == {"seconds": 1.5}
     assert details.usage.other == {"reasoning_tokens": 7}
     assert details.to_extra() == extra
@@ -137,17 +135,16 @@ def test_the_scoring_writer_keeps_the_keys_old_readers_know(tmp_path):
     assert set(on_disk["metrics"]) == {"bleu", "ue_score", "dist1"}
 
 
-def test_concurrency_template_structured_and_metric_inputs_are_typed():
+def test_concurrency_and_metric_inputs_are_typed():
     extra = {"concurrency": {"mode": "auto", "final": 4, "highest": 8, "decreases": 1, "ceiling": 8},
-             "template": {"name": "mine", "family": "ours"}, "template_family": "ours",
-             "structured": {"enabled": False, "method": "json_schema"}}
+             "dataset_file": {"path": "/data/x.csv", "sha256": "ab" * 32}}
     details = RunExtra.from_extra(extra)
     assert details.concurrency == ConcurrencyRecord("auto", final=4, highest=8, decreases=1, ceiling=8)
-    assert details.template == TemplateRecord(name="mine", family="ours") and details.template_family == "ours"
-    assert details.structured == StructuredRecord(False, {"enabled": False, "method": "json_schema"})
+    assert details.dataset_file.path == "/data/x.csv" and details.dataset_file.sha256 == "ab" * 32
     assert details.other == {} and details.to_extra() == extra
-    flag = RunExtra.from_extra({"structured": True})
-    assert flag.structured == StructuredRecord(True) and flag.to_extra() == {"structured": True}
+    # layouts never written by PersoBench are kept as read, not interpreted
+    foreign = {"template": {"name": "mine", "family": "ours"}, "template_family": "ours", "structured": True}
+    assert RunExtra.from_extra(foreign).other == foreign and RunExtra.from_extra(foreign).to_extra() == foreign
 
     provenance = {"status": "ok", "reason": "", "model_id": "", "backend": "idf", "n": 3,
                   "persona_input": "paper personas cell", "reference": "given by the caller for 3 sample(s)"}
