@@ -248,7 +248,7 @@ def test_resume_command_leaves_secrets_out_entirely(tmp_path):
                    "[redacted]", "x-api-key", "session_token", "Authorization", '"auth"'):
         assert secret not in command, secret
     _, config = _reparsed(command)
-    assert config.base_url == "http://127.0.0.1:9/v1?api-key="
+    assert config.base_url == "http://127.0.0.1:9/v1"  # user info and secret parameters dropped (public_url)
     assert config.options == {"top_k": 5, "headers": {"X-Title": "persobench"}, "extra_body": {"min_p": 0.1}}
 
 

@@ -456,12 +456,14 @@ def fetch_paper(
             "repository": pin.repository if url == pin.url else None,
             "commit": pin.commit if url == pin.url else None, "fetched_at": utc_now(),
         }, progress=progress, manifest=manifest)
-    except PaperArchiveError as exc:
-        # A download that does not open (a mirror's HTML page answered with 200, a damaged archive) or
-        # is not the pinned content would fail the same way on every retry if it stayed: delete it,
-        # the next fetch starts over.
+    except ContentMismatchError as exc:  # not the pinned content: a later run must download again
         archive.unlink(missing_ok=True)
-        raise type(exc)(f"{exc}; download deleted, run fetch-paper again to download it anew") from None
+        raise ContentMismatchError(f"{exc}; download deleted") from None
+    except PaperArchiveError as exc:
+        # A download that does not open (a mirror's HTML page answered with 200, a damaged archive)
+        # would fail the same way on every retry if it stayed: delete it, the next fetch starts over.
+        archive.unlink(missing_ok=True)
+        raise PaperArchiveError(f"{exc}; download deleted, run fetch-paper again to download it anew") from None
     return FetchResult(target, archive, url, digest, got_size, sha256 is not None, resumed, files,
                        content["verified_files"] if content else 0, len(content["unpinned_files"]) if content else 0,
                        manifest.source if manifest is not None else None)
