@@ -322,7 +322,8 @@ def _score_on_ray(chosen: list[Run], prof: "Profile", requested: Sequence[str] |
             return
         finish(RunScore(run.run_id, error=error) if error else RunScore(run.run_id, summary))
 
-    with RayScoring(prof, wanted, address=address, cache_root=store_cache_root(store.home)) as pool:
+    with RayScoring(prof, wanted, address=address, cache_root=store_cache_root(store.home),
+                    runs=len(chosen)) as pool:
         for group in _by_dataset(chosen):
             works = []
             for run in group:

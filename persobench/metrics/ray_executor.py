@@ -102,16 +102,19 @@ class ActorSlot:
     """Indices into the family groups."""
 
 
-def plan_actors(groups: Sequence[FamilyGroup], cpus: int, gpus: int) -> list[ActorSlot]:
-    """The actor pool for ``groups`` on a cluster with ``cpus`` CPUs and ``gpus`` GPUs: GPU groups on
-    one actor per GPU when there are GPUs, the rest on the remaining CPUs (each actor holds one CPU
-    for its lifetime, so the pool never waits for itself). With fewer actors than groups an actor
-    serves several groups; with more, a group's runs are spread over several actors."""
+def plan_actors(groups: Sequence[FamilyGroup], cpus: int, gpus: int, runs: int | None = None) -> list[ActorSlot]:
+    """The actor pool for ``groups`` on a cluster with ``cpus`` CPUs and ``gpus`` GPUs: the groups with
+    a torch model on one actor per GPU when there are GPUs, the rest on one actor per CPU. With fewer
+    actors than groups an actor serves several groups; with more, a group's runs are spread over
+    several actors, never more actors than shards (``runs`` per group) to give them."""
     on_gpu = [i for i, g in enumerate(groups) if g.gpu] if gpus >= 1 else []
     on_cpu = [i for i in range(len(groups)) if i not in on_gpu]
-    gpu_actors = _spread(on_gpu, gpus)
-    cpu_actors = _spread(on_cpu, max(1, cpus - len(gpu_actors)))
-    return [ActorSlot(True, g) for g in gpu_actors] + [ActorSlot(False, g) for g in cpu_actors]
+
+    def cap(slots: int, group_ids: list[int]) -> int:
+        return slots if runs is None else min(slots, len(group_ids) * max(1, runs))
+
+    return ([ActorSlot(True, g) for g in _spread(on_gpu, cap(gpus, on_gpu))] +
+            [ActorSlot(False, g) for g in _spread(on_cpu, cap(max(1, cpus), on_cpu))])
 
 
 def _spread(group_ids: list[int], slots: int) -> list[tuple[int, ...]]:
@@ -193,8 +196,9 @@ class RayScoring:
     values as its shards finish. Leaving it stops the actors, and Ray when it started it."""
 
     def __init__(self, profile: "Profile", wanted: Sequence[str], *, address: str | None = None,
-                 cache_root: Path | None = None) -> None:
+                 cache_root: Path | None = None, runs: int | None = None) -> None:
         self.profile = profile
+        self.runs = runs
         self.groups = family_groups(wanted)
         self.address = address
         self.cache_root = cache_root
@@ -214,7 +218,8 @@ class RayScoring:
             self._connect()
         resources = ray.cluster_resources()
         # The cluster's resources decide (a GPU the driver sees but Ray does not offer cannot be asked for).
-        self.slots = plan_actors(self.groups, int(resources.get("CPU", 1)), int(resources.get("GPU", 0)))
+        self.slots = plan_actors(self.groups, int(resources.get("CPU", 1)), int(resources.get("GPU", 0)),
+                                 self.runs)
         probe = None
         if self.cache_root is not None:
             probe = f".ray-probe-{uuid.uuid4().hex}"
@@ -223,7 +228,9 @@ class RayScoring:
             self._probe.write_text("persobench\n", encoding="utf-8")
         actor_class = ray.remote(ScoringWorker)
         for slot in self.slots:
-            options = {"num_cpus": 1, "num_gpus": 1} if slot.gpu else {"num_cpus": 1}
+            # A CPU actor holds its CPU; a GPU actor holds only its GPU, so GPU actors never wait for
+            # the CPU actors (which take every CPU) and the pool never waits for itself.
+            options = {"num_cpus": 0, "num_gpus": 1} if slot.gpu else {"num_cpus": 1}
             self.actors.append(actor_class.options(**options).remote(
                 self.profile, str(self.cache_root) if self.cache_root else None, probe))
         return self
