@@ -99,7 +99,7 @@ class ScoreReport:
     profile: str
     """The profile key the numbers were stored under."""
     device: str
-    """Where the models ran ("cpu", "cuda" ...)."""
+    """Where the models ran ("cpu", "cuda" ...; "ray" for the Ray executor's actors)."""
     runs: tuple[RunScore, ...] = ()
     """One entry per run asked for, in order."""
     unavailable: Mapping[str, str] = field(default_factory=dict)
@@ -311,6 +311,8 @@ def _score_on_ray(chosen: list[Run], prof: "Profile", requested: Sequence[str] |
     from persobench.metrics.ray_executor import RayScoring
     from persobench.metrics.scoring import plan_run, write_run
 
+    if not chosen:
+        return  # nothing to score: no cluster to start
     wanted = validate_metric_names(list(requested) if requested is not None else None)
     runs = {run.run_id: run for run in chosen}
 

@@ -240,3 +240,39 @@ def test_ray_values_equal_local_values_on_published_focus_runs(cluster, referenc
     assert on_ray.new_values == local.new_values > 1500
     assert _assert_same_values(_scores(local_home), _scores(ray_home)) == local.new_values
     assert _provenance(local_home) == _provenance(ray_home)
+
+
+# --- The actor's body, in this process -------------------------------------------------------------
+
+
+def test_an_actor_embeds_each_distinct_text_of_a_dataset_once_and_uses_the_disk_cache_only_when_it_sees_it(
+        demo_store, tmp_path):
+    from persobench.metrics.backends import get_profile
+    from persobench.metrics.encoder import EmbeddingRequest
+    from persobench.metrics.ray_executor import ScoringWorker
+    from persobench.metrics.scoring import plan_run, work_embedding_request
+
+    home = _copy(demo_store, tmp_path / "home")
+    profile = get_profile("offline")
+    works = [plan_run(run, pipeline.run_samples(run), profile=profile, metrics=["bertscore_f1"])
+             for run in RunStore(home).runs()]
+    texts = {text for work in works for pair in work_embedding_request(work).pairs for text in pair}
+    assert len(texts) < sum(len(work_embedding_request(w).pairs) * 2 for w in works)  # runs share references
+
+    cache = tmp_path / "embeddings"
+    cache.mkdir()
+    (cache / ".probe").write_text("persobench\n")
+    worker = ScoringWorker(profile, str(cache), ".probe")
+    assert worker.describe()["disk_cache"] is True and worker.describe()["device"] == "cpu"
+    pairs = [pair for work in works for pair in work_embedding_request(work).pairs]
+    worker.prepare(EmbeddingRequest(tuple(dict.fromkeys(pairs))))
+    results = [worker.score(work, ("bertscore_f1",)) for work in works]
+    worker.release()
+    assert worker.stats()["embedded"]["tokens"] == len(texts)  # each distinct text once, for all four runs
+    assert all(len(r.scores) == len(w.todo["bertscore_f1"]) for r, w in zip(results, works))
+
+    # Another machine (no probe file there): embeddings stay in memory, the values are the same.
+    elsewhere = ScoringWorker(profile, str(cache), ".probe-of-another-store")
+    assert elsewhere.describe()["disk_cache"] is False
+    again = elsewhere.score(works[0], ("bertscore_f1",))
+    pd.testing.assert_frame_equal(again.scores, results[0].scores)

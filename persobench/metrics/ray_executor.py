@@ -247,7 +247,7 @@ class RayScoring:
                           runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = self.address or "a new local Ray instance"
-            raise ConfigurationError(f"cannot start or reach Ray at {where}: {_first_line(exc)}") from None
+            raise ConfigurationError(f"cannot start or reach Ray at {where}: {_one_line(exc)}") from None
         self._started_ray = True
 
     def __exit__(self, *exc: object) -> None:
@@ -320,7 +320,7 @@ class RayScoring:
             try:
                 value = ray.get(ref)
             except ray.exceptions.RayError as exc:  # an actor died (out of memory, node lost ...)
-                value = f"Ray could not score {', '.join(self.groups[g].families)}: {_first_line(exc)}"
+                value = f"Ray could not score {', '.join(self.groups[g].families)}: {_one_line(exc)}"
             if isinstance(value, ScoreResult):
                 results.append(value)
             elif isinstance(value, str):
@@ -334,6 +334,7 @@ class RayScoring:
                 yield ShardsDone(work, combine_results(results), errors[0] if errors else "")
 
 
-def _first_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` (a Ray error carries the remote traceback first, its message last)."""
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return (lines[-1] if lines else type(exc).__name__)[:300]
