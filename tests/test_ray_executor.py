@@ -173,6 +173,24 @@ def test_without_ray_the_executor_says_what_to_install(tmp_path):
     assert done.stdout.strip() == "api: the ray executor needs Ray, which is not installed: pip install 'persobench[ray]'"
 
 
+def test_an_address_nothing_answers_on_is_one_line_at_once(demo_store, tmp_path):
+    pytest.importorskip("ray", reason="Ray is the optional extra persobench[ray]")
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = _copy(demo_store, tmp_path / "home")
+    done = subprocess.run([sys.executable, "-m", "persobench", "--home", str(home), "score", "--executor", "ray",
+                           "--ray-address", f"127.0.0.1:{port}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot reach Ray at 127.0.0.1:{port}: Connection refused; start it with `ray start --head` "
+        "or give its address with --ray-address"]
+    assert not _scores(home)
+
+
 # --- A killed Ray score resumes ------------------------------------------------------------------
 
 DRIVER = """

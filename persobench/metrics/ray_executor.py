@@ -240,6 +240,7 @@ class RayScoring:
 
         import persobench
 
+        _check_reachable(self.address)
         try:
             # The driver's own persobench goes with the job, so every worker runs the same code.
             self.ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
@@ -332,6 +333,22 @@ class RayScoring:
             if expected == 1:  # the run's last shard
                 del self._runs[run_id]
                 yield ShardsDone(work, combine_results(results), errors[0] if errors else "")
+
+
+def _check_reachable(address: str | None) -> None:
+    """Refuse a ``HOST:PORT`` nothing answers on in one line, at once (Ray itself retries for minutes)."""
+    import os
+    import socket
+
+    address = address or os.environ.get("RAY_ADDRESS") or ""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", a ray:// client address, or a new local instance: Ray says what is wrong
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot reach Ray at {address}: {exc.strerror or exc}; start it with "
+                                 "`ray start --head` or give its address with --ray-address") from None
 
 
 def _one_line(exc: BaseException) -> str:
