@@ -246,7 +246,7 @@ PUBLISHED_METRICS = ["bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "id
                      "bertscore_p", "bertscore_r", "bertscore_f1"]
 
 
-@pytest.mark.slow  # about 85 s on 2 shared cores: BERTScore over 2,000 published replies, twice
+@pytest.mark.slow  # 85-160 s on 2 shared cores: BERTScore over 2,000 published replies, twice
 def test_ray_values_equal_local_values_on_published_focus_runs(cluster, reference_dir, tmp_path):
     source = tmp_path / "imported"
     pipeline.import_published(reference_dir, home=source, datasets=["focus"], models=["gpt-4o-mini"],
