@@ -311,6 +311,7 @@ def _score_on_ray(chosen: list[Run], prof: "Profile", requested: Sequence[str] |
     from persobench.metrics.ray_executor import RayScoring
     from persobench.metrics.scoring import plan_run, write_run
 
+    chosen = list({run.run_id: run for run in chosen}.values())  # a run named twice is scored once
     if not chosen:
         return  # nothing to score: no cluster to start
     wanted = validate_metric_names(list(requested) if requested is not None else None)

@@ -129,6 +129,11 @@ def test_ray_values_equal_local_values_and_the_two_are_interchangeable(cluster, 
     # interchangeable: a local score after the Ray one finds nothing to compute, and the reverse
     assert pipeline.score(home=ray_home).new_values == 0
     assert pipeline.score(home=local_home, executor="ray").new_values == 0
+    # a run named twice is scored once (its shards are not sent twice)
+    fresh = _copy(demo_store, tmp_path / "fresh")
+    run_id = local.runs[0].run_id
+    twice = pipeline.score([run_id, run_id], home=fresh, metrics=["dist1"], executor="ray")
+    assert [(r.run_id, r.summary.computed) for r in twice.runs] == [(run_id, {"dist1": 8})]
 
 
 def test_cli_scores_on_ray(cluster, demo_store, tmp_path, capsys):
