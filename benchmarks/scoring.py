@@ -1,6 +1,6 @@
 """Scoring benchmark: batched models versus per-row calls, and lexical throughput on published replies.
 
-    .venv/bin/python benchmarks/scoring.py [--pairs 200] [--reference DIR] [--only lexical|models|offline|floor]
+    .venv/bin/python benchmarks/scoring.py [--pairs 200] [--reference DIR] [--only lexical|models|offline|floor|ray]
 
 1. BERTScore on the same ``--pairs`` (reply, reference) pairs and the same packaged model
    (all-MiniLM-L6-v2, layer 4): one batched ``BERTScorer`` (what PersoBench does) versus one
@@ -36,6 +36,9 @@
    multiplied by its number of batches. No tokenization, matching, METEOR or I/O is counted, so the
    full profile cannot be faster than this on the machine. Prints the floor as a ratio of the
    5-minute target.
+
+6. The Ray executor (``--only ray``, :mod:`scoring_ray`): a local Ray cluster of 2 workers against
+   the local executor on the same runs, values equal within 1e-6, times as ratios of the local one.
 
 Pairs come from the published FoCus replies when the reference folder exists, else from the
 built-in ``sample`` dataset (repeated to the requested count).
@@ -475,11 +478,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--reference", default=None, help="paper data folder (default $PERSOBENCH_REFERENCE)")
-    parser.add_argument("--only", choices=("lexical", "models", "offline", "floor"), default=None,
-                        help="run only the lexical part, the model parts, the offline profile or its floor "
-                             "(default: lexical and models)")
-    parser.add_argument("--runs", type=int, default=None, help="offline profile: only the first N runs (by id)")
-    parser.add_argument("--dataset", default=None, help="offline profile: only the runs of this dataset")
+    parser.add_argument("--only", choices=("lexical", "models", "offline", "floor", "ray"), default=None,
+                        help="run only the lexical part, the model parts, the offline profile, its floor, or "
+                             "the Ray executor against the local one (default: lexical and models)")
+    parser.add_argument("--runs", type=int, default=None,
+                        help="offline profile and ray: only the first N runs (by id; ray default 4)")
+    parser.add_argument("--dataset", default=None,
+                        help="offline profile and ray: only the runs of this dataset (ray default focus)")
+    parser.add_argument("--metrics", default=None, help="ray: only these metrics (default: all of the offline profile)")
     parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                         help="offline profile: `score --precision` (the baseline stays float32)")
     args = parser.parse_args(argv)
@@ -496,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if bench_offline_report(ref, args.runs, args.dataset, args.precision) else 1
     if args.only == "floor":
         return 0 if bench_floor_report(ref) else 1
+    if args.only == "ray":  # benchmarks/scoring_ray.py
+        from scoring_ray import bench_ray_report
+
+        return 0 if bench_ray_report(ref, args.runs, args.dataset, args.metrics) else 1
     if args.only != "models":
         ok = bench_lexical_report(ref) and ok
     if args.only != "lexical":

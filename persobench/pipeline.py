@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from persobench.metrics.scoring import RunScoreSummary
     from persobench.records import Sample
 
+#: Where :func:`score` computes: in this process, or on a Ray cluster.
+EXECUTORS = ("local", "ray")
 #: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
 ScoreProgress = Callable[[str, int, int], None]
 
@@ -97,7 +99,7 @@ class ScoreReport:
     profile: str
     """The profile key the numbers were stored under."""
     device: str
-    """Where the models ran ("cpu", "cuda" ...)."""
+    """Where the models ran ("cpu", "cuda" ...; "ray" for the Ray executor's actors)."""
     runs: tuple[RunScore, ...] = ()
     """One entry per run asked for, in order."""
     unavailable: Mapping[str, str] = field(default_factory=dict)
@@ -221,20 +223,33 @@ def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" =
           metrics: Sequence[str] | None = None, overrides: Mapping[str, str] | None = None,
           precision: str = "float32", home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
           progress: ScoreProgress | None = None,
-          on_run: "Callable[[RunScore], None] | None" = None) -> ScoreReport:
+          on_run: "Callable[[RunScore], None] | None" = None, executor: str = "local",
+          ray_address: str | None = None) -> ScoreReport:
     """Score runs (ids, prefixes or handles; default every run with generations) with a profile.
 
     Only values a run lacks are computed: a (sample, metric, profile) already stored from the same
     reply and inputs is kept; one whose reply was generated again is computed again. The runs of a
     dataset are embedded in one pass (their shared references and persona sentences once), cached
     in the store. Each run's values are merged into what is stored under its lock. ``on_run`` is
-    called after each run (the CLI prints a line per run)."""
+    called after each run (the CLI prints a line per run).
+
+    ``executor``: ``"local"`` (this process) or ``"ray"``: the values are computed by Ray actors
+    (:mod:`persobench.metrics.ray_executor`) on the cluster at ``ray_address`` (``"auto"``, an
+    address, or None: the cluster this process already joined, ``$RAY_ADDRESS``, else a new local
+    one), and written here exactly as the local executor writes them. Without Ray installed, a
+    :class:`~persobench.errors.ConfigurationError` says what to install."""
     from persobench.metrics import lexical, validate_metric_names
     from persobench.metrics.backends import Profile, get_profile
     from persobench.metrics.encoder import TextEncoder, store_cache_root
     from persobench.metrics.judge import JudgeError
     from persobench.metrics.scoring import score_run
 
+    if executor not in EXECUTORS:
+        raise ConfigurationError(f"unknown executor {executor!r}; known: {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        from persobench.metrics.ray_executor import import_ray
+
+        import_ray()  # before any work: without Ray, one line saying what to install
     requested = validate_metric_names(list(metrics)) if metrics is not None else None
     prof = profile if isinstance(profile, Profile) else get_profile(profile, dict(overrides or {}),
                                                                      precision=precision)
@@ -260,6 +275,12 @@ def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" =
         if on_run is not None:
             on_run(result)
 
+    if executor == "ray":
+        _score_on_ray(chosen, prof, requested, store, ray_address, datasets, progress, finish)
+        order = {run.run_id: k for k, run in enumerate(r for group in _by_dataset(chosen) for r in group)}
+        results.sort(key=lambda result: order[result.run_id])  # the local executor's order
+        return ScoreReport(prof.key, "ray", tuple(results), unavailable, degraded)
+
     # One encoder for the whole call: the runs of a dataset are embedded together, cached in the
     # store, and the memory is given back after each dataset.
     encoder = TextEncoder(prof, store_cache_root(store.home))
@@ -282,6 +303,50 @@ def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" =
                 finish(RunScore(run.run_id, summary))
             encoder.release()
     return ScoreReport(prof.key, prof.device, tuple(results), unavailable, degraded)
+
+
+def _score_on_ray(chosen: list[Run], prof: "Profile", requested: Sequence[str] | None, store: RunStore,
+                  address: str | None, datasets: dict[str, dict[str, "Sample"]],
+                  progress: ScoreProgress | None, finish: Callable[[RunScore], None]) -> None:
+    """The Ray executor: plan each run here, compute on the actors, write here as runs complete."""
+    from persobench.metrics import validate_metric_names
+    from persobench.metrics.encoder import store_cache_root
+    from persobench.metrics.ray_executor import RayScoring
+    from persobench.metrics.scoring import plan_run, write_run
+
+    chosen = list({run.run_id: run for run in chosen}.values())  # a run named twice is scored once
+    if not chosen:
+        return  # nothing to score: no cluster to start
+    wanted = validate_metric_names(list(requested) if requested is not None else None)
+    runs = {run.run_id: run for run in chosen}
+
+    def write(run: Run, work: Any, result: Any, error: str = "") -> None:
+        try:
+            summary = write_run(run, work, result)  # what came back is kept, even beside an error
+        except PersoBenchError as exc:
+            finish(RunScore(run.run_id, error=str(exc)))
+            return
+        finish(RunScore(run.run_id, error=error) if error else RunScore(run.run_id, summary))
+
+    with RayScoring(prof, wanted, address=address, cache_root=store_cache_root(store.home),
+                    runs=len(chosen)) as pool:
+        for group in _by_dataset(chosen):
+            works = []
+            for run in group:
+                if not run.has_table("generations"):
+                    finish(RunScore(run.run_id, error="no generations table"))
+                    continue
+                try:
+                    works.append(plan_run(run, run_samples(run, datasets=datasets), profile=prof,
+                                          metrics=requested))
+                except PersoBenchError as exc:
+                    finish(RunScore(run.run_id, error=str(exc)))
+            for work in pool.submit(works):
+                write(runs[work.run_id], work, None)
+        label = f"ray {pool.describe()}"
+        report = (lambda done, total: progress(label, done, total)) if progress is not None else None
+        for done in pool.finished(report):
+            write(runs[done.work.run_id], done.work, done.result, done.error)
 
 
 def _staged(progress: ScoreProgress | None, label: str) -> ScoreProgress | None:

@@ -28,6 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="arithmetic of the embedding models (BERTScore, persona similarity): float32 "
                             "(default), or bfloat16, about 3x faster on CPUs with AMX/AVX512-BF16, values "
                             "within ~1e-3, stored under a profile key of their own")
+    score.add_argument("--executor", choices=("local", "ray"), default="local",
+                       help="where the values are computed: local (this process, default) or ray (actors on a "
+                            "Ray cluster, one per CPU or GPU; needs pip install 'persobench[ray]'); results are "
+                            "written here either way, so the two are interchangeable and resumable")
+    score.add_argument("--ray-address", default=None, metavar="auto|ADDRESS",
+                       help="with --executor ray: the cluster to join (auto: the one `ray start` runs on this "
+                            "machine; default: $RAY_ADDRESS, else a new local Ray instance)")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
     from persobench.cli import judge
 
@@ -50,6 +57,12 @@ def cmd_score(args: argparse.Namespace) -> int:
     from persobench.metrics import validate_metric_names
     from persobench.metrics.backends import get_profile
 
+    if args.ray_address and args.executor != "ray":
+        raise CLIError("--ray-address needs --executor ray")
+    if args.executor == "ray":
+        from persobench.metrics.ray_executor import import_ray
+
+        import_ray()  # without Ray: one line saying what to install, before any work
     requested = None
     if args.metrics:
         requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
@@ -72,12 +85,15 @@ def cmd_score(args: argparse.Namespace) -> int:
         return judge.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
     if profile.judge is not None:
         judge.check_cost(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
-    print(f"profile {profile.key} on {profile.device}" +
+    where = f"Ray actors ({args.ray_address or 'RAY_ADDRESS or a local instance'})" if args.executor == "ray" \
+        else profile.device
+    print(f"profile {profile.key} on {where}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
     bars = _StageBars(args.no_progress)
     try:
         report = pipeline.score(runs, profile=profile, metrics=requested, store=store,
-                                progress=bars, on_run=lambda result: (bars.close(), _print_result(result)))
+                                progress=bars, on_run=lambda result: (bars.close(), _print_result(result)),
+                                executor=args.executor, ray_address=args.ray_address)
     finally:
         bars.close()
     _report("unavailable (no number stored)", dict(report.unavailable))

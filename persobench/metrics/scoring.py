@@ -19,15 +19,18 @@ Who computes what: :func:`family_plan` picks the metric families of the requeste
 families they require), orders them so a family runs after those it requires, and each family
 scores the whole batch in one pass (:mod:`persobench.metrics.family`).
 
+A stored run is scored in three steps (:func:`score_run`): :func:`plan_run` (what it lacks),
+:func:`compute_run` (pure: replies in, rows out; in this process or on Ray actors,
+:mod:`persobench.metrics.ray_executor`) and :func:`~persobench.metrics.score_writing.write_run`
+(the merge under the run's lock, done only by the process that planned).
+
 Persona sentences: all of the sample's persona sentences (every speaker), in source order; the
 persona *text* joins them with one space.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.errors import ScoringError
@@ -36,8 +39,8 @@ from persobench.metrics.registry import (
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
-from persobench.metrics.stored import STORED_SCORE_COLUMNS, empty_scores, score_basis, stored_scores
-from persobench.run_records import MetricProvenance, RunExtra
+from persobench.metrics.score_writing import RunScoreSummary, RunWork, write_run
+from persobench.metrics.stored import score_basis, stored_scores
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -266,24 +269,6 @@ def score_samples(
 # --- Runs -------------------------------------------------------------------------------------------
 
 
-@dataclass
-class RunScoreSummary:
-    """What :func:`score_run` did to one run."""
-
-    run_id: str
-    profile: str
-    computed: dict[str, int] = field(default_factory=dict)
-    """metric -> number of new values written."""
-    cached: dict[str, int] = field(default_factory=dict)
-    """metric -> number of values already stored (not recomputed)."""
-    provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Provenance of every requested metric (stored or new)."""
-    skipped_invalid: int = 0
-    """Generation rows not scored because their status is not ``ok``."""
-
-    def unavailable(self) -> dict[str, str]:
-        return {m: p.get("reason", "") for m, p in self.provenance.items() if p.get("status") == "unavailable"}
-
 
 #: ``persona_input`` of a persona metric's provenance: what it compared the reply with.
 PAPER_PERSONA_INPUT = "paper personas cell"
@@ -301,31 +286,25 @@ def _paper_persona_texts(run: "Run", samples: Sequence["Sample"]) -> dict[str, s
     return {s.id: paper_persona_text(s) for s in samples}
 
 
-@dataclass
-class _Pending:
-    """What :func:`score_run` has to compute for a run."""
+def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
+             metrics: Sequence[str] | None = None, overrides: Mapping[str, str] | None = None,
+             references: Mapping[str, str] | None = None) -> RunWork:
+    """The plan step of :func:`score_run`: what ``run`` lacks under ``profile`` (its ``ok`` replies,
+    their bases, and per metric the samples without a current value), read from its stored scores.
 
-    replies: dict[str, str]
-    bases: dict[str, str]
-    """Sample id -> :func:`score_basis` of its current valid reply."""
-    invalid: set[str]
-    """Samples whose generation row is not ``ok`` (stored values of theirs are stale)."""
-    todo: dict[str, set[str]]
-    summary: RunScoreSummary
-
-
-def _pending(run: "Run", samples_by_id: Mapping[str, "Sample"], prof: Profile, wanted: tuple[str, ...],
-             references: Mapping[str, str] | None) -> _Pending:
+    Raises :class:`ScoringError` when the generations table lacks its columns or names samples
+    that ``samples_by_id`` does not have."""
+    prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
+    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
     generations = run.read_table("generations")
     if "status" not in generations.columns or "sample_id" not in generations.columns:
         raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
     is_ok = generations["status"] == "ok"
     ok = generations[is_ok]
-    reply_column = "response" if "response" in ok.columns else None
-    if reply_column is None:
+    if "response" not in ok.columns:
         raise ScoringError(f"{run.table_path('generations')}: no response column")
     replies = {str(sid): ("" if text is None or (isinstance(text, float) and text != text) else str(text))
-               for sid, text in zip(ok["sample_id"], ok[reply_column])}
+               for sid, text in zip(ok["sample_id"], ok["response"])}
     missing = [sid for sid in replies if sid not in samples_by_id]
     if missing:
         raise ScoringError(
@@ -349,41 +328,68 @@ def _pending(run: "Run", samples_by_id: Mapping[str, "Sample"], prof: Profile, w
         if bases.get(sid) == basis:  # a value computed from another reply or other inputs is stale
             have.setdefault(metric, set()).add(sid)
 
-    todo: dict[str, set[str]] = {}
+    todo: dict[str, frozenset[str]] = {}
     for metric in wanted:
         stored = have.get(metric, set())
-        need = {sid for sid, (reference, has_persona) in present.items()
-                if sid not in stored and applicable(metric, reference, has_persona)}
+        need = frozenset(sid for sid, (reference, has_persona) in present.items()
+                         if sid not in stored and applicable(metric, reference, has_persona))
         summary.cached[metric] = len(stored)
         if need:
             todo[metric] = need
-    invalid = set(generations.loc[~is_ok, "sample_id"].astype(str))
-    return _Pending(replies, bases, invalid, todo, summary)
+    invalid = frozenset(generations.loc[~is_ok, "sample_id"].astype(str))
+    ids = set().union(*todo.values()) if todo else set()
+    samples = tuple(samples_by_id[sid] for sid in replies if sid in ids)
+    return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
+                   dict(references) if references else None,
+                   _paper_persona_texts(run, samples) if samples else None)
 
 
-def _merge_scores(current: "pd.DataFrame | None", new_rows: "pd.DataFrame", work: _Pending) -> "pd.DataFrame | None":
-    """The stored scores with ``new_rows`` merged in: rows another process wrote meanwhile are kept;
-    a (sample, metric, profile) scored again is replaced; values of a sample whose reply is now
-    invalid, or computed from another reply or other inputs (its basis), are dropped. ``None`` when
-    nothing changes (the table is not rewritten)."""
+def work_items(work: RunWork) -> list[Item]:
+    """The replies the compute step scores for ``work`` (every sample some metric still needs)."""
+    ids = work.sample_ids
+    return _items(work.samples, {sid: work.replies[sid] for sid in ids}, work.references, work.persona_texts)
+
+
+def compute_run(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
+                encoder: "TextEncoder | None" = None) -> "ScoreResult | None":
+    """The compute step of :func:`score_run`: the values ``work`` lacks, of ``metrics`` only when given
+    (a shard of the work), or None when it lacks none. Pure: reads no store and writes nothing.
+
+    Whatever the subset, each family sees the replies the whole run would give it, so a value is
+    the same whether the run is scored at once or family by family (:mod:`.ray_executor`)."""
+    todo = [m for m in work.todo if metrics is None or m in metrics]
+    if not todo:
+        return None
+    ids = work.sample_ids
+    return score_samples(work.samples, {sid: work.replies[sid] for sid in ids}, profile=work.profile,
+                         metrics=todo, progress=progress, references=work.references,
+                         persona_texts=work.persona_texts, encoder=encoder)
+
+
+def combine_results(results: Sequence["ScoreResult"]) -> "ScoreResult | None":
+    """Shards of one run's compute step (disjoint metrics) as one result; None for no shard."""
     import pandas as pd
 
-    if current is None or current.empty:
-        merged = new_rows
-    else:
-        if "basis" not in current.columns:
-            current = current.assign(basis=None)
-        sids = current["sample_id"].astype(str)
-        stale = sids.isin(work.invalid) | pd.Series(
-            [sid in work.bases and basis != work.bases[sid] for sid, basis in zip(sids, current["basis"])],
-            index=current.index, dtype=bool)
-        replaced = set(zip(new_rows["sample_id"], new_rows["metric"], new_rows["profile"]))
-        again = pd.Series([key in replaced for key in zip(sids, current["metric"], current["profile"])],
-                          index=current.index, dtype=bool)
-        if new_rows.empty and not stale.any():
-            return None
-        merged = pd.concat([current[~(stale | again)], new_rows], ignore_index=True)
-    return merged.reset_index(drop=True)[list(STORED_SCORE_COLUMNS)]
+    if not results:
+        return None
+    if len(results) == 1:
+        return results[0]
+    provenance: dict[str, dict[str, Any]] = {}
+    for result in results:
+        provenance.update(result.provenance)
+    return ScoreResult(pd.concat([r.scores for r in results], ignore_index=True),
+                       pd.concat([r.persona_details for r in results], ignore_index=True),
+                       provenance, results[0].profile)
+
+
+def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) -> "EmbeddingRequest":
+    """The texts the compute step of ``work`` (of ``metrics`` only, when given) will embed."""
+    from persobench.metrics.encoder import EmbeddingRequest
+
+    todo = [m for m in work.todo if metrics is None or m in metrics]
+    if not todo:
+        return EmbeddingRequest()
+    return embedding_request(work_items(work), todo, work.profile)
 
 
 def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
@@ -391,18 +397,8 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
                           references: Mapping[str, str] | None = None) -> "EmbeddingRequest":
     """The texts :func:`score_run` would embed for ``run`` (only for the scores it lacks), so a
     caller scoring many runs can embed them all in one pass first (the ``score`` command)."""
-    prof = get_profile(profile) if not isinstance(profile, Profile) else profile
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    work = _pending(run, samples_by_id, prof, wanted, references)
-    if not work.todo:
-        from persobench.metrics.encoder import EmbeddingRequest
-
-        return EmbeddingRequest()
-    ids = set().union(*work.todo.values())
-    samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
-    items = _items(samples, {sid: work.replies[sid] for sid in ids}, references,
-                   _paper_persona_texts(run, samples))
-    return embedding_request(items, list(work.todo), prof)
+    return work_embedding_request(plan_run(run, samples_by_id, profile=profile, metrics=metrics,
+                                           references=references))
 
 
 def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
@@ -412,9 +408,7 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
     NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
     from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
 
-    prof = get_profile(profile) if not isinstance(profile, Profile) else profile
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    work = _pending(run, samples_by_id, prof, wanted, references)
+    work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, references=references)
     steps = {step.family.name: step for step in family_plan(tuple(work.todo))}
     if "nli" not in steps:
         return []
@@ -436,7 +430,8 @@ def score_run(
     references: Mapping[str, str] | None = None,
     encoder: "TextEncoder | None" = None,
 ) -> RunScoreSummary:
-    """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores.
+    """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores:
+    :func:`plan_run`, :func:`compute_run` in this process, then :func:`write_run`.
 
     Under the paper's protocol (template family ``paper``, imported published runs included) the
     persona metrics read the paper's ``personas`` cell, as its evaluation did
@@ -448,95 +443,16 @@ def score_run(
     recomputed. Embeddings are cached in the store (``<home>/embeddings``) unless ``encoder`` is
     given (the ``score`` command passes one encoder for all its runs).
     """
-    import pandas as pd
-
-    prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    work = _pending(run, samples_by_id, prof, wanted, references)
-    replies, todo, summary = work.replies, work.todo, work.summary
-
-    new_prov: dict[str, dict[str, Any]] = {}
-    new_rows = empty_scores()
-    details = None
-    if todo:
-        ids = set().union(*todo.values())
-        samples = [samples_by_id[sid] for sid in replies if sid in ids]
+    work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, overrides=overrides,
+                    references=references)
+    result = None
+    if work.todo:
+        run_encoder = None
         if encoder is None:  # the store's embedding cache; the memory is given back after this run
             from persobench.metrics.encoder import TextEncoder, store_cache_root
 
-            encoder = run_encoder = TextEncoder(prof, store_cache_root(run.path.parent.parent))
-        else:
-            run_encoder = None
-        result = score_samples(samples, {sid: replies[sid] for sid in ids}, profile=prof,
-                               metrics=list(todo), progress=progress, references=references,
-                               persona_texts=_paper_persona_texts(run, samples), encoder=encoder)
+            encoder = run_encoder = TextEncoder(work.profile, store_cache_root(run.path.parent.parent))
+        result = compute_run(work, progress=progress, encoder=encoder)
         if run_encoder is not None:
             run_encoder.release()
-        if all(len(sids) == len(ids) for sids in todo.values()):
-            new_rows = result.scores  # every metric was missing for every scored sample: keep all
-        else:
-            wanted_rows = [m in todo and s in todo[m] for s, m in
-                           zip(result.scores["sample_id"].tolist(), result.scores["metric"].tolist())]
-            new_rows = result.scores[pd.Series(wanted_rows, index=result.scores.index, dtype=bool)]
-        new_rows = new_rows.assign(profile=prof.key, basis=[work.bases[sid] for sid in new_rows["sample_id"]])
-        for metric in todo:
-            summary.computed[metric] = int((new_rows["metric"] == metric).sum())
-        if "persona_coverage" in todo and len(result.persona_details):
-            details = result.persona_details.assign(profile=prof.key)
-        new_prov = result.provenance
-
-    # Read, merge and write under the run's state lock: values and provenance another process
-    # wrote meanwhile (a second `score`, generation's checkpoints) are kept, never overwritten.
-    with run.locked():
-        merged = run.merge_table("scores", lambda current: _merge_scores(current, new_rows, work))
-        if details is not None:
-            def merge_details(old: "pd.DataFrame | None") -> "pd.DataFrame":
-                if old is None:
-                    return details.reset_index(drop=True)
-                keep = ~(old["profile"].eq(prof.key) & old["sample_id"].isin(set(details["sample_id"])))
-                return pd.concat([old[keep], details], ignore_index=True).reset_index(drop=True)
-
-            run.merge_table("persona_details", merge_details)
-        counted = (merged[merged["profile"] == prof.key]["metric"].value_counts() if merged is not None
-                   else pd.Series(dtype="int64"))
-        recorded = run.manifest.details
-        entry = recorded.profile_scores(prof.key)
-        stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
-        for metric in wanted:
-            if metric in new_prov:
-                record = MetricProvenance.from_dict(new_prov[metric])
-                previous = stored_prov.get(metric)
-                if previous is not None and previous.status != "unavailable":
-                    if record.status == "unavailable":
-                        record = previous  # keep what the stored numbers were made with
-                    elif (previous.model_id, previous.revision_or_hash) != (record.model_id, record.revision_or_hash):
-                        record = dataclasses.replace(record, mixed_with={
-                            "model_id": previous.model_id, "revision_or_hash": previous.revision_or_hash,
-                            "metric_version": previous.metric_version})
-                stored_prov[metric] = record
-            if metric in stored_prov and stored_prov[metric].status != "unavailable":
-                # n counts the values stored now, whoever computed them.
-                stored_prov[metric] = dataclasses.replace(stored_prov[metric], n=int(counted.get(metric, 0)))
-        recorded_empty = False
-        if not replies:
-            # Nothing valid to score (every reply failed): still record which metrics this profile
-            # covers, so aggregation can give the run the worst values the paper assigns instead of
-            # leaving the metric out, and still marks a metric unavailable where the profile has no model.
-            for metric in wanted:
-                if metric in stored_prov:
-                    continue
-                slot = metric_info(metric).needs
-                spec = prof.specs.get(slot)
-                if spec is not None and not spec.available:
-                    stored_prov[metric] = MetricProvenance("unavailable", reason=spec.unavailable_reason, backend=slot)
-                else:
-                    # No model ran, so no model id: comparisons must not see a second "model" here.
-                    stored_prov[metric] = MetricProvenance("ok", reason="no valid reply to score", backend=slot)
-                recorded_empty = True
-        summary.provenance = {m: stored_prov[m].to_dict() for m in wanted if m in stored_prov}
-        if new_prov or recorded_empty or stored_prov != dict(entry.metrics):
-            entry = dataclasses.replace(
-                entry, profile=prof.describe(), metrics=stored_prov,
-                updated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-            run.update(extra=RunExtra(scores={prof.key: entry}).to_extra())
-    return summary
+    return write_run(run, work, result)

@@ -1,0 +1,357 @@
+"""Scoring on a Ray cluster (``score --executor ray``): the compute step on Ray actors, the plan and
+the write in the driver.
+
+How the work is split: the families a request needs are put in groups (a family with those it
+requires, e.g. persona coverage with NLI: :func:`family_groups`); each run's work
+(:class:`~persobench.metrics.score_writing.RunWork`) becomes one shard per group it needs. A pool of
+actors (:func:`plan_actors`), each serving fixed groups, scores the shards: an actor loads the
+models of its groups once (the per-process model cache) and keeps one text encoder, given each
+dataset's texts in one pass before its runs (as the local path does) and emptied after them.
+Groups with a torch model ask for a GPU each when the cluster has GPUs; everything else takes one
+CPU. Each family sees the replies the whole run would give it, so the values equal the local ones.
+
+The driver alone writes: when every shard of a run is back it merges them into the run through
+:func:`~persobench.metrics.score_writing.write_run` under the run's lock, exactly as a local score
+does. So a Ray score and a local one are interchangeable, and a killed one resumes with only the
+values it had not written.
+
+Embeddings on disk: the driver writes a probe file in the store's embedding cache; an actor that
+reads it (same machine, or the store on a shared filesystem) uses that cache, others keep their
+embeddings in memory.
+
+Ray is an optional extra (``pip install 'persobench[ray]'``), imported only here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from persobench.errors import ConfigurationError, PersoBenchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.metrics.backends import Profile
+    from persobench.metrics.encoder import EmbeddingRequest
+    from persobench.metrics.score_writing import RunWork
+    from persobench.metrics.scoring import ScoreResult
+
+#: What to install for ``--executor ray``.
+RAY_EXTRA = "pip install 'persobench[ray]'"
+#: Backend slots whose models are torch networks (worth a GPU); the others run on CPUs.
+GPU_SLOTS = frozenset({"bertscore", "embedding", "nli", "unieval"})
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or :class:`ConfigurationError` in one line saying what to install."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigurationError(f"the ray executor needs Ray, which is not installed: {RAY_EXTRA}") from None
+    return ray
+
+
+# --- Splitting the work ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FamilyGroup:
+    """Metric families scored together by one actor: a family and the families it requires."""
+
+    families: tuple[str, ...]
+    """Family names, in plan order."""
+    metrics: tuple[str, ...]
+    """The requested metrics these families compute."""
+    gpu: bool
+    """Whether one of its families runs a torch model (it then asks for a GPU when there is one)."""
+
+
+def family_groups(wanted: Sequence[str]) -> list[FamilyGroup]:
+    """The families of ``wanted`` (and those they require), grouped so that a family and the families
+    it requires are in one group (their outputs stay in one process); groups in plan order."""
+    from persobench.metrics.registry import metric_info, metric_names
+    from persobench.metrics.scoring import family_plan
+
+    steps = family_plan(tuple(wanted))
+    group_of = {step.family.name: i for i, step in enumerate(steps)}
+    for step in steps:  # union: a family joins the groups of the families it requires
+        for req in step.family.requires:
+            old, new = group_of[step.family.name], group_of[req.family]
+            group_of = {name: (new if g == old else g) for name, g in group_of.items()}
+    groups: dict[int, list[Any]] = {}
+    for step in steps:
+        groups.setdefault(group_of[step.family.name], []).append(step)
+    result = []
+    for members in groups.values():
+        names = tuple(step.family.name for step in members)
+        metrics = tuple(m for step in members for m in step.metrics)
+        slots = {metric_info(m).needs for name in names for m in metric_names(family=name)}
+        result.append(FamilyGroup(names, metrics, bool(slots & GPU_SLOTS)))
+    return result
+
+
+@dataclass(frozen=True)
+class ActorSlot:
+    """One actor of the pool: what it asks Ray for and which family groups it serves."""
+
+    gpu: bool
+    """Asks for one GPU (else one CPU)."""
+    groups: tuple[int, ...]
+    """Indices into the family groups."""
+
+
+def plan_actors(groups: Sequence[FamilyGroup], cpus: int, gpus: int, runs: int | None = None) -> list[ActorSlot]:
+    """The actor pool for ``groups`` on a cluster with ``cpus`` CPUs and ``gpus`` GPUs: the groups with
+    a torch model on one actor per GPU when there are GPUs, the rest on one actor per CPU. With fewer
+    actors than groups an actor serves several groups; with more, a group's runs are spread over
+    several actors, never more actors than shards (``runs`` per group) to give them."""
+    on_gpu = [i for i, g in enumerate(groups) if g.gpu] if gpus >= 1 else []
+    on_cpu = [i for i in range(len(groups)) if i not in on_gpu]
+
+    def cap(slots: int, group_ids: list[int]) -> int:
+        return slots if runs is None else min(slots, len(group_ids) * max(1, runs))
+
+    return ([ActorSlot(True, g) for g in _spread(on_gpu, cap(gpus, on_gpu))] +
+            [ActorSlot(False, g) for g in _spread(on_cpu, cap(max(1, cpus), on_cpu))])
+
+
+def _spread(group_ids: list[int], slots: int) -> list[tuple[int, ...]]:
+    if not group_ids:
+        return []
+    if slots <= len(group_ids):
+        return [tuple(group_ids[k::slots]) for k in range(slots)]
+    return [(group_ids[k % len(group_ids)],) for k in range(slots)]
+
+
+# --- The actor ------------------------------------------------------------------------------------
+
+
+class ScoringWorker:
+    """The body of a scoring actor (wrapped by ``ray.remote`` at run time): one profile, one text
+    encoder, models loaded once per process by the backends' cache. Calls run in submission order."""
+
+    def __init__(self, profile: "Profile", cache_root: str | None, probe: str | None) -> None:
+        from persobench.metrics.backends import default_device
+        from persobench.metrics.encoder import TextEncoder
+
+        # The actor's own device: Ray shows it the GPU it was given (CUDA_VISIBLE_DEVICES).
+        self.profile = dataclasses.replace(profile, device=default_device())
+        shared = bool(cache_root and probe and (Path(cache_root) / probe).is_file())
+        self.encoder = TextEncoder(self.profile, Path(cache_root) if shared and cache_root else None)
+        self.disk_cache = shared
+
+    def describe(self) -> dict[str, Any]:
+        """Where this actor runs and whether it reads the store's embedding cache."""
+        import os
+        import socket
+
+        return {"host": socket.gethostname(), "pid": os.getpid(), "device": self.profile.device,
+                "disk_cache": self.disk_cache}
+
+    def prepare(self, request: "EmbeddingRequest") -> None:
+        """Embed a dataset's texts in one pass (kept until :meth:`release`)."""
+        from persobench.metrics.family import Progress
+        from persobench.metrics.scoring import prepare_embeddings
+
+        prepare_embeddings(self.encoder, request, Progress(None))
+
+    def score(self, work: "RunWork", metrics: tuple[str, ...]) -> "ScoreResult | str | None":
+        """One shard: ``work``'s missing values of ``metrics``; a deliberate error comes back as its line."""
+        from persobench.metrics.scoring import compute_run
+
+        try:
+            return compute_run(dataclasses.replace(work, profile=self.profile), metrics=metrics, encoder=self.encoder)
+        except PersoBenchError as exc:
+            return str(exc)
+
+    def release(self) -> None:
+        """Forget the dataset's in-memory embeddings (the disk cache stays)."""
+        self.encoder.release()
+
+    def stats(self) -> dict[str, Any]:
+        """The encoder's counts (texts embedded, read from disk)."""
+        return dataclasses.asdict(self.encoder.stats)
+
+
+# --- The driver's side ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardsDone:
+    """Every shard of one run, back from the actors."""
+
+    work: "RunWork"
+    """The run's planned work."""
+    result: "ScoreResult | None"
+    """The shards' values combined (None when none came back)."""
+    error: str = ""
+    """Why a shard failed (one line), or ""; the values of the other shards are in ``result``."""
+
+
+class RayScoring:
+    """The actor pool for one scoring call (a context manager): joins the cluster at ``address``
+    (or uses the one this process already joined), starts the actors, and gives back each run's
+    values as its shards finish. Leaving it stops the actors, and Ray when it started it."""
+
+    def __init__(self, profile: "Profile", wanted: Sequence[str], *, address: str | None = None,
+                 cache_root: Path | None = None, runs: int | None = None) -> None:
+        self.profile = profile
+        self.runs = runs
+        self.groups = family_groups(wanted)
+        self.address = address
+        self.cache_root = cache_root
+        self.ray = import_ray()
+        self.actors: list[Any] = []
+        self.slots: list[ActorSlot] = []
+        self._started_ray = False
+        self._probe: Path | None = None
+        self._pending: dict[Any, tuple[str, int]] = {}  # shard ref -> (run id, group)
+        # run id -> (work, shards still out, results back, errors back)
+        self._runs: dict[str, tuple["RunWork", int, list[Any], list[str]]] = {}
+        self._next: dict[int, int] = {}
+
+    def __enter__(self) -> "RayScoring":
+        ray = self.ray
+        if not ray.is_initialized():
+            self._connect()
+        resources = ray.cluster_resources()
+        # The cluster's resources decide (a GPU the driver sees but Ray does not offer cannot be asked for).
+        self.slots = plan_actors(self.groups, int(resources.get("CPU", 1)), int(resources.get("GPU", 0)),
+                                 self.runs)
+        probe = None
+        if self.cache_root is not None:
+            probe = f".ray-probe-{uuid.uuid4().hex}"
+            self.cache_root.mkdir(parents=True, exist_ok=True)
+            self._probe = self.cache_root / probe
+            self._probe.write_text("persobench\n", encoding="utf-8")
+        actor_class = ray.remote(ScoringWorker)
+        for slot in self.slots:
+            # A CPU actor holds its CPU; a GPU actor holds only its GPU, so GPU actors never wait for
+            # the CPU actors (which take every CPU) and the pool never waits for itself.
+            options = {"num_cpus": 0, "num_gpus": 1} if slot.gpu else {"num_cpus": 1}
+            self.actors.append(actor_class.options(**options).remote(
+                self.profile, str(self.cache_root) if self.cache_root else None, probe))
+        return self
+
+    def _connect(self) -> None:
+        import logging
+
+        import persobench
+
+        _check_reachable(self.address)
+        try:
+            # The driver's own persobench goes with the job, so every worker runs the same code.
+            self.ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                          logging_level=logging.WARNING,
+                          runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = self.address or "a new local Ray instance"
+            raise ConfigurationError(f"cannot start or reach Ray at {where}: {_one_line(exc)}") from None
+        self._started_ray = True
+
+    def __exit__(self, *exc: object) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.actors = []
+        if self._probe is not None:
+            self._probe.unlink(missing_ok=True)
+        if self._started_ray:
+            self.ray.shutdown()
+
+    def describe(self) -> str:
+        """The pool in a few words ("2 actors (2 CPU)")."""
+        gpu = sum(1 for s in self.slots if s.gpu)
+        kinds = ", ".join(part for part in (f"{gpu} GPU" if gpu else "",
+                                            f"{len(self.slots) - gpu} CPU" if len(self.slots) > gpu else "") if part)
+        return f"{len(self.slots)} actor{'s' if len(self.slots) != 1 else ''} ({kinds})"
+
+    def actors_of(self, group: int) -> list[int]:
+        return [k for k, slot in enumerate(self.slots) if group in slot.groups]
+
+    def submit(self, works: Sequence["RunWork"]) -> list["RunWork"]:
+        """Queue the shards of ``works`` (the runs of one dataset): each actor first embeds the texts
+        of its shards in one pass, then scores them, then forgets the texts. Returns the works that
+        need nothing computed (the caller writes them at once)."""
+        from persobench.metrics.encoder import EmbeddingRequest
+        from persobench.metrics.scoring import work_embedding_request
+
+        idle = [w for w in works if not w.todo]
+        shards: dict[int, list[tuple["RunWork", int]]] = {}
+        for work in works:
+            if not work.todo:
+                continue
+            needed = [g for g, group in enumerate(self.groups) if any(m in work.todo for m in group.metrics)]
+            self._runs[work.run_id] = (work, len(needed), [], [])
+            for g in needed:
+                pool = self.actors_of(g)
+                turn = self._next.get(g, 0)
+                self._next[g] = turn + 1
+                shards.setdefault(pool[turn % len(pool)], []).append((work, g))
+        for k, mine in shards.items():
+            pairs: dict[tuple[str, str], None] = {}
+            sentences: dict[str, None] = {}
+            for work, g in mine:
+                request = work_embedding_request(work, self.groups[g].metrics)
+                pairs.update(dict.fromkeys(request.pairs))
+                sentences.update(dict.fromkeys(request.sentences))
+            if pairs or sentences:
+                self.actors[k].prepare.remote(EmbeddingRequest(tuple(pairs), tuple(sentences)))
+            for work, g in mine:
+                self._pending[self.actors[k].score.remote(work, self.groups[g].metrics)] = (work.run_id, g)
+            self.actors[k].release.remote()
+        return idle
+
+    @property
+    def shards_left(self) -> int:
+        return len(self._pending)
+
+    def finished(self, progress: Callable[[int, int], None] | None = None) -> Iterator[ShardsDone]:
+        """Each run's values as soon as all its shards are back; ``progress(done, total)`` per shard."""
+        from persobench.metrics.scoring import ScoreResult, combine_results
+
+        ray = self.ray
+        total, done = len(self._pending), 0
+        while self._pending:
+            ready, _ = ray.wait(list(self._pending), num_returns=1)
+            ref = ready[0]
+            run_id, g = self._pending.pop(ref)
+            work, expected, results, errors = self._runs[run_id]
+            try:
+                value = ray.get(ref)
+            except ray.exceptions.RayError as exc:  # an actor died (out of memory, node lost ...)
+                value = f"Ray could not score {', '.join(self.groups[g].families)}: {_one_line(exc)}"
+            if isinstance(value, ScoreResult):
+                results.append(value)
+            elif isinstance(value, str):
+                errors.append(value)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+            self._runs[run_id] = (work, expected - 1, results, errors)
+            if expected == 1:  # the run's last shard
+                del self._runs[run_id]
+                yield ShardsDone(work, combine_results(results), errors[0] if errors else "")
+
+
+def _check_reachable(address: str | None) -> None:
+    """Refuse a ``HOST:PORT`` nothing answers on in one line, at once (Ray itself retries for minutes)."""
+    import os
+    import socket
+
+    address = address or os.environ.get("RAY_ADDRESS") or ""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", a ray:// client address, or a new local instance: Ray says what is wrong
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot reach Ray at {address}: {exc.strerror or exc}; start it with "
+                                 "`ray start --head` or give its address with --ray-address") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc`` (a Ray error carries the remote traceback first, its message last)."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
