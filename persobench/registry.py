@@ -22,12 +22,18 @@ class UnknownNameError(ConfigurationError, KeyError):
 
 
 class Registry(Generic[T]):
-    """Maps names to objects given either directly or as a lazy ``"module:attribute"`` path."""
+    """Maps names to objects given either directly or as a lazy ``"module:attribute"`` path.
 
-    def __init__(self, kind: str) -> None:
+    Entries keep their registration order (:meth:`in_order`); :meth:`names` lists them sorted.
+    ``build``, when given, turns a lazily imported attribute into the registered object the first
+    time it is asked for (the metric families register their classes and store one instance each).
+    """
+
+    def __init__(self, kind: str, *, build: Callable[[Any], T] | None = None) -> None:
         self.kind = kind
         self._entries: dict[str, T | str] = {}
         self._descriptions: dict[str, str] = {}
+        self._build = build
 
     def register(self, name: str, target: T | str, *, description: str = "") -> None:
         """Register ``target`` (an object, or ``"package.module:attr"`` to import on first use)."""
@@ -48,10 +54,22 @@ class Registry(Generic[T]):
             known = ", ".join(sorted(self._entries)) or "(none)"
             raise UnknownNameError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}") from None
         if isinstance(target, str):
-            module_name, _, attr = target.partition(":")
-            target = getattr(importlib.import_module(module_name), attr)
+            target = load_object(target)
+            if self._build is not None:
+                target = self._build(target)
             self._entries[name] = target
         return target  # type: ignore[return-value]
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name``; an unknown name raises :class:`UnknownNameError`."""
+        if name not in self._entries:
+            raise UnknownNameError(f"no {self.kind} {name!r} is registered")
+        del self._entries[name]
+        self._descriptions.pop(name, None)
+
+    def in_order(self) -> tuple[str, ...]:
+        """Registered names in registration order."""
+        return tuple(self._entries)
 
     def describe(self, name: str) -> str:
         return self._descriptions.get(name, "")

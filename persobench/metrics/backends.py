@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from persobench.errors import ConfigurationError, MetricError
+from persobench.metrics.registry import METRICS, SLOTS
 
-SLOTS = ("bertscore", "nli", "word_vectors", "unieval", "wordnet", "embedding")
 PROFILE_NAMES = ("offline", "standard")
 
 HUB_NLI = "cross-encoder/nli-deberta-v3-base"
@@ -228,8 +228,6 @@ def _spec_for_override(slot: str, value: str, options: Mapping[str, Any]) -> Slo
 
 def _slot_of_metric(name: str) -> str | None:
     """The backend slot of a per-sample metric (``None`` for unknown metrics and those needing no model)."""
-    from persobench.metrics.registry import METRICS
-
     info = METRICS.get(name)
     return info.slot if info is not None and info.level == "sample" else None
 

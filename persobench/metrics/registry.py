@@ -6,19 +6,22 @@ the metrics stage import from here, never from the package, so no import cycle r
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from persobench.errors import MetricError
+from persobench.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from persobench.metrics.family import MetricFamily
 
 DIMENSIONS = ("fluency", "diversity", "coherence", "personalization", "efficiency")
-#: Values of :attr:`MetricInfo.needs`: ``none`` or a backend slot of :mod:`persobench.metrics.backends`.
-NEEDS = ("none", "wordnet", "bertscore", "word_vectors", "embedding", "nli", "unieval")
+#: The backend slots: one kind of model a metric may need (a profile of
+#: :mod:`persobench.metrics.backends` maps each to a model).
+SLOTS = ("bertscore", "nli", "word_vectors", "unieval", "wordnet", "embedding")
+#: Values of :attr:`MetricInfo.needs`: ``none`` (pure code) or one of :data:`SLOTS`.
+NEEDS = ("none", *SLOTS)
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ _BUILTIN_INFOS: tuple[MetricInfo, ...] = (
 )
 
 #: The built-in families, in the order they run when nothing else constrains it: name -> where the
-#: family class lives (imported on first use, so this registry stays plain data).
+#: family class lives (imported and instantiated on first use, so this registry stays plain data).
 _BUILTIN_FAMILIES: dict[str, str] = {
     "lexical": "persobench.metrics.lexical:LexicalMetrics",
     "meteor": "persobench.metrics.meteor:MeteorMetrics",
@@ -146,7 +149,10 @@ _BUILTIN_FAMILIES: dict[str, str] = {
 }
 
 _INFOS: dict[str, MetricInfo] = {info.name: info for info in _BUILTIN_INFOS}
-_FAMILIES: dict[str, "str | MetricFamily"] = dict(_BUILTIN_FAMILIES)
+#: The metric families on the package's one registry mechanism (:class:`persobench.registry.Registry`).
+FAMILIES: "Registry[MetricFamily]" = Registry("metric family", build=lambda family_class: family_class())
+for _name, _where in _BUILTIN_FAMILIES.items():
+    FAMILIES.register(_name, _where)
 
 #: Every metric the registry describes, by name, in display order (a live read-only view).
 METRICS: Mapping[str, MetricInfo] = MappingProxyType(_INFOS)
@@ -174,7 +180,7 @@ def register_family(family: "MetricFamily", metrics: Sequence[MetricInfo]) -> No
     # Duck-typed, so the registry imports no family module (families import the registry).
     if not getattr(family, "name", "") or not callable(getattr(family, "score", None)):
         raise MetricRegistryError(f"{family!r}: a metric family is a named persobench.metrics.family.MetricFamily")
-    if family.name in _FAMILIES:
+    if family.name in FAMILIES:
         raise MetricRegistryError(f"metric family {family.name!r} is already registered")
     if not metrics:
         raise MetricRegistryError(f"metric family {family.name!r} registers no metric")
@@ -184,7 +190,7 @@ def register_family(family: "MetricFamily", metrics: Sequence[MetricInfo]) -> No
             raise MetricRegistryError(f"metric {info.name!r}: {problem}")
     if len({info.name for info in metrics}) != len(metrics):
         raise MetricRegistryError(f"metric family {family.name!r} lists a metric twice")
-    _FAMILIES[family.name] = family
+    FAMILIES.register(family.name, family)
     _INFOS.update((info.name, info) for info in metrics)
 
 
@@ -206,28 +212,23 @@ def unregister_family(name: str) -> None:
     """Remove a family registered with :func:`register_family` and its metrics (built-ins stay)."""
     if name in _BUILTIN_FAMILIES:
         raise MetricRegistryError(f"{name!r} is a built-in metric family")
-    if _FAMILIES.pop(name, None) is None:
+    if name not in FAMILIES:
         raise MetricRegistryError(f"no metric family {name!r} is registered")
+    FAMILIES.unregister(name)
     for metric in [n for n, info in _INFOS.items() if info.family == name]:
         del _INFOS[metric]
 
 
 def family_names() -> tuple[str, ...]:
     """Registered family names, in registration order (the run order when no dependency decides)."""
-    return tuple(_FAMILIES)
+    return FAMILIES.in_order()
 
 
 def get_family(name: str) -> "MetricFamily":
     """The registered family ``name`` (a built-in family's module is imported on first use)."""
-    try:
-        entry = _FAMILIES[name]
-    except KeyError:
-        raise MetricRegistryError(f"unknown metric family {name!r}; known: {', '.join(_FAMILIES)}") from None
-    if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module), attr)()
-        _FAMILIES[name] = entry
-    return entry
+    if name not in FAMILIES:
+        raise MetricRegistryError(f"unknown metric family {name!r}; known: {', '.join(FAMILIES.in_order())}")
+    return FAMILIES.get(name)
 
 
 class UnknownMetricError(MetricError, KeyError):
