@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from persobench.errors import MetricError
 from persobench.registry import Registry
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.family import MetricFamily
+
+class RegisteredFamily(Protocol):
+    """What the registry needs of a metric family (:class:`persobench.metrics.family.MetricFamily`
+    implements it); named here so the registry, which every family imports, imports no family."""
+
+    name: str
+
+    def score(self, batch: Any) -> Any: ...
 
 DIMENSIONS = ("fluency", "diversity", "coherence", "personalization", "efficiency")
 #: The backend slots: one kind of model a metric may need (a profile of
@@ -150,7 +156,7 @@ _BUILTIN_FAMILIES: dict[str, str] = {
 
 _INFOS: dict[str, MetricInfo] = {info.name: info for info in _BUILTIN_INFOS}
 #: The metric families on the package's one registry mechanism (:class:`persobench.registry.Registry`).
-FAMILIES: "Registry[MetricFamily]" = Registry("metric family", build=lambda family_class: family_class())
+FAMILIES: "Registry[RegisteredFamily]" = Registry("metric family", build=lambda family_class: family_class())
 for _name, _where in _BUILTIN_FAMILIES.items():
     FAMILIES.register(_name, _where)
 
@@ -170,7 +176,7 @@ class MetricRegistryError(MetricError, ValueError):
     be satisfied (unknown family, output not provided, cycle)."""
 
 
-def register_family(family: "MetricFamily", metrics: Sequence[MetricInfo]) -> None:
+def register_family(family: RegisteredFamily, metrics: Sequence[MetricInfo]) -> None:
     """Register a metric family and the metrics it computes: the one step that adds metrics.
 
     ``metrics`` are appended to the display order; each must name ``family.name`` as its family and
@@ -224,7 +230,7 @@ def family_names() -> tuple[str, ...]:
     return FAMILIES.in_order()
 
 
-def get_family(name: str) -> "MetricFamily":
+def get_family(name: str) -> RegisteredFamily:
     """The registered family ``name`` (a built-in family's module is imported on first use)."""
     if name not in FAMILIES:
         raise MetricRegistryError(f"unknown metric family {name!r}; known: {', '.join(FAMILIES.in_order())}")
