@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.aggregate import structured_pairs
+from persobench.pipeline import structured_pairs
 from persobench.app.boards import available_profiles, comparison_table, paired_sample_values, results_frame
 from persobench.app.charts import win_tie_loss_figure
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import run_replies, runs_table
 from persobench.app.text import md_escape, status_badge
-from persobench.structured import LABEL_SUFFIX
+from persobench.pipeline import LABEL_SUFFIX
 
 page_setup()
 st.title("Compare two models")
@@ -27,7 +27,7 @@ if not profiles:
     st.info("No scored runs yet: score them with `python -m persobench score --profile offline`.")
     st.stop()
 
-from persobench.metrics import METRICS  # noqa: E402
+from persobench.pipeline import METRICS  # noqa: E402
 
 f = st.columns([2, 1, 1])
 profile = f[1].selectbox("Profile", profiles, key="cmp_profile")

@@ -8,12 +8,12 @@ import os
 
 import streamlit as st
 
-from persobench.app.cache import current_home, current_state
+from persobench.app.page_cache import current_home, current_state
 from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.loaders import dataset_samples, dataset_table, import_preview, runs_table, store_problems
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card, show_sample
-from persobench.datasets.paper_archive import PAPER_ARCHIVE, download_progress, fetched_reference, paper_manifest
+from persobench.pipeline import PAPER_ARCHIVE, download_progress, fetched_reference, paper_manifest
 from persobench.jobs import JobManager, fetch_paper_steps, import_steps
 
 page_setup()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.dialogues import (coverage_threshold, dialogue_label, matching_dialogues, persona_marks,
                                       prompt_text)

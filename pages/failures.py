@@ -6,12 +6,12 @@ from __future__ import annotations
 import streamlit as st
 
 from persobench.app.charts import failure_bars_figure
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.dialogues import prompt_text
 from persobench.app.loaders import failed_replies, FAILURE_STATUSES, status_counts
 from persobench.app.text import md_escape, natural_key, status_badge
-from persobench.secrets import redact
+from persobench.pipeline import redact
 
 page_setup()
 st.title("Failures")

@@ -9,7 +9,7 @@ import streamlit as st
 from persobench.app.charts import distribution_figure, modes_figure
 from persobench.app.boards import (available_profiles, board_choices, board_for, demo_story_for, metric_cells,
                                    mode_differences, overall_with_ci, sample_values, unavailable_by_reason)
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
 from persobench.app.text import md_escape
@@ -33,9 +33,9 @@ if not profiles:
 if story := load_or_stop(demo_story_for, home, sig):  # the demo's store: its story before any filter
     demo_story_panel(story)
 
-from persobench.aggregate import OVERALL_COMPONENTS, protocol_heading, sample_notes, sample_set_note  # noqa: E402
-from persobench.aggregate.exports import NO_SHARED_SAMPLES  # noqa: E402
-from persobench.metrics import METRICS  # noqa: E402
+from persobench.pipeline import OVERALL_COMPONENTS, protocol_heading, sample_notes, sample_set_note  # noqa: E402
+from persobench.pipeline import NO_SHARED_SAMPLES  # noqa: E402
+from persobench.pipeline import METRICS  # noqa: E402
 
 scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
 datasets = sorted(scored["dataset"].unique())

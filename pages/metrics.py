@@ -6,15 +6,15 @@ import pandas as pd
 import streamlit as st
 
 from persobench.app.boards import backend_counts, profile_slots, unavailable_metrics
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.chrome import app_environment, page_setup
-from persobench.app.judge import judge_form, show_estimate
+from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
 
 page_setup()
 st.title("Metrics")
 
-from persobench.metrics import METRICS  # noqa: E402
+from persobench.pipeline import METRICS  # noqa: E402
 
 st.markdown(
     "Every reply is scored on the paper's dimensions. Invalid replies (failed to parse, empty, refused, "

@@ -11,14 +11,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from persobench.app.cache import current_home
+from persobench.app.page_cache import current_home
 from persobench.app.chrome import app_environment, page_setup
-from persobench.app.judge import judge_form, show_estimate
+from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
 from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
 from persobench.jobs.planning import TEMPLATE_CHOICES
-from persobench.presets import PAPER_PRESETS
+from persobench.pipeline import PAPER_PRESETS
 
 page_setup()
 st.title("New run")
@@ -26,8 +26,8 @@ st.title("New run")
 home = current_home()
 jobs = JobManager(home)
 
-from persobench.datasets import dataset_names, get_dataset_info  # noqa: E402
-from persobench.providers import PROVIDERS  # noqa: E402
+from persobench.pipeline import dataset_names, get_dataset_info  # noqa: E402
+from persobench.pipeline import PROVIDERS  # noqa: E402
 
 names = dataset_names()
 registry, registry_note = registry_models(home)

@@ -19,6 +19,7 @@ at once, never lose each other's values.
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -27,6 +28,48 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from persobench.errors import ConfigurationError, PersoBenchError, StoreError
 from persobench.store import Run, RunStore
 
+# --- What the front ends use besides the calls below ---------------------------------------------------
+# The CLI, the jobs, the demo and the app import the library only through this module (plus the record
+# types and the registries; tests/test_architecture.py checks it), so these names are its public surface.
+# The aggregate stage loads pandas: its names are handed out on first use (``__getattr__`` below), which
+# keeps the CLI's start-up light.
+from persobench.cache import default_cache_dir  # noqa: F401
+from persobench.console import ProgressBar  # noqa: F401
+from persobench.csv_io import csv_text  # noqa: F401
+from persobench.datasets import (  # noqa: F401
+    DatasetError, dataset_names, get_dataset_info, load_all, load_dataset, reference_dir, samples_by_id)
+from persobench.datasets.paper_archive import (  # noqa: F401
+    PAPER_ARCHIVE, download_progress, fetched_reference, paper_manifest)
+from persobench.files import atomic_write_json, atomic_write_text, utc_now, write_refused  # noqa: F401
+from persobench.generation import (  # noqa: F401
+    COLUMNS, TABLE, GenerationConfig, RetryPolicy, read_progress, request_cancel)
+from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
+from persobench.generation.demo import (  # noqa: F401
+    DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
+from persobench.generation.lock import interruption  # noqa: F401
+from persobench.generation.numbers import check_number  # noqa: F401
+from persobench.generation.plan import default_template_for, messages_for  # noqa: F401
+from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded  # noqa: F401
+from persobench.importer import dataset_for_folder, find_response_files  # noqa: F401
+from persobench.locks import lock_holder  # noqa: F401
+from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
+from persobench.metrics.backends import get_profile  # noqa: F401
+from persobench.metrics.judge import judge_labeller, make_judge  # noqa: F401
+from persobench.metrics.judge_plan import JUDGED_METRICS, estimate_new_runs, estimate_runs  # noqa: F401
+from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
+from persobench.metrics.ray_executor import import_ray  # noqa: F401
+from persobench.models_registry import find_registry_file, load_registry, resolve_model  # noqa: F401
+from persobench.presets import PAPER_PRESETS  # noqa: F401
+from persobench.processes import pid_alive  # noqa: F401
+from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, get_template  # noqa: F401
+from persobench.protocol import paper_protocol  # noqa: F401
+from persobench.providers import PROVIDERS, key_requirement, missing_key_env  # noqa: F401
+from persobench.secrets import (  # noqa: F401
+    credentials_environment, is_secret_name, key_allowed, public_text, public_url, redact, remember_url,
+    secret_environment, url_with_credentials)
+from persobench.store import StoreProblem, default_home  # noqa: F401
+from persobench.structured import LABEL_SUFFIX, structured_label  # noqa: F401
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -34,6 +77,27 @@ if TYPE_CHECKING:
     from persobench.metrics.backends import Profile
     from persobench.metrics.scoring import RunScoreSummary
     from persobench.records import Sample
+
+#: Names of the aggregate stage the front door hands out; ``leaderboard`` is this module's own call,
+#: so the aggregate's table builder of that name is ``board_table`` here.
+_AGGREGATE_ALIASES = {"board_table": "leaderboard"}
+
+
+def __getattr__(name: str) -> Any:
+    """The aggregate stage's public names (``persobench.aggregate.__all__`` and its submodules' constants
+    the front ends show), imported when first asked for."""
+    if name.startswith("__"):  # the import system probes dunders (``__path__``): never load pandas for them
+        raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
+    aggregate = importlib.import_module("persobench.aggregate")
+    target = _AGGREGATE_ALIASES.get(name, name)
+    if target in aggregate.__all__:
+        return getattr(aggregate, target)
+    for module in ("persobench.aggregate.disk_cache", "persobench.aggregate.exports", "persobench.aggregate.story"):
+        found = getattr(importlib.import_module(module), target, None)
+        if found is not None and not target.startswith("_"):
+            return found
+    raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
+
 
 #: Where :func:`score` computes: in this process, or on a Ray cluster.
 EXECUTORS = ("local", "ray")
@@ -140,7 +204,6 @@ def run_samples(run: Run, *, datasets: dict[str, dict[str, "Sample"]] | None = N
             raise StoreError(f"run {run.run_id}: cannot read its imported prompt table "
                              f"{details.imported.prompts_file}: {exc}") from None
     _check_dataset_file(run)
-    from persobench.datasets import samples_by_id
 
     name = run.manifest.dataset
     cache = datasets if datasets is not None else {}
@@ -238,8 +301,8 @@ def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" =
     address, or None: the cluster this process already joined, ``$RAY_ADDRESS``, else a new local
     one), and written here exactly as the local executor writes them. Without Ray installed, a
     :class:`~persobench.errors.ConfigurationError` says what to install."""
-    from persobench.metrics import lexical, validate_metric_names
-    from persobench.metrics.backends import Profile, get_profile
+    from persobench.metrics import lexical
+    from persobench.metrics.backends import Profile
     from persobench.metrics.encoder import TextEncoder, store_cache_root
     from persobench.metrics.judge import JudgeError
     from persobench.metrics.scoring import score_run
@@ -309,7 +372,6 @@ def _score_on_ray(chosen: list[Run], prof: "Profile", requested: Sequence[str] |
                   address: str | None, datasets: dict[str, dict[str, "Sample"]],
                   progress: ScoreProgress | None, finish: Callable[[RunScore], None]) -> None:
     """The Ray executor: plan each run here, compute on the actors, write here as runs complete."""
-    from persobench.metrics import validate_metric_names
     from persobench.metrics.encoder import store_cache_root
     from persobench.metrics.ray_executor import RayScoring
     from persobench.metrics.scoring import plan_run, write_run

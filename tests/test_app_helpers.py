@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from persobench.app import cache, chrome, dialogues
+from persobench.app import page_cache, chrome, dialogues
 from persobench.app.text import cell_text, format_seconds, md_escape, model_kind, plot_escape, safe_message, status_badge
 from persobench.records import PersonaSet
 from persobench.secrets import redact
@@ -84,13 +84,13 @@ def test_store_signature_changes_when_a_run_changes(tmp_path):
     from persobench.generation import run_generation
 
     home = tmp_path / "home"
-    assert cache.store_signature(home) == "no-runs"
+    assert page_cache.store_signature(home) == "no-runs"
     run = run_generation(dataset="sample", model="baseline:reference", mode="vanilla", limit=2, home=home)
-    first = cache.store_signature(home)
-    assert first == cache.store_signature(home), "stable while nothing changes"
+    first = page_cache.store_signature(home)
+    assert first == page_cache.store_signature(home), "stable while nothing changes"
     time.sleep(0.01)
     run.update(extra={"note": "changed"})
-    assert cache.store_signature(home) != first
+    assert page_cache.store_signature(home) != first
 
 
 # ---- display formats ---------------------------------------------------------------------------

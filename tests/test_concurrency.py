@@ -135,7 +135,7 @@ def test_sigkilled_run_shows_interrupted_with_cached_count_and_resume_command(op
     err = capsys.readouterr().err
     assert f"{cached} of 20 replies cached" in err and command in err
 
-    from persobench.app.cache import store_signature
+    from persobench.app.page_cache import store_signature
     from persobench.app.loaders import runs_table
 
     table = runs_table(str(home), store_signature(home))

@@ -43,7 +43,7 @@ def test_demo_is_cached_second_call_is_a_fast_no_op(tmp_path):
 
 
 def test_demo_runs_smollm2_plain_and_structured_in_both_modes_on_one_template(tmp_path):
-    from persobench.cli.demo import estimate_seconds
+    from persobench.cli.demo_command import estimate_seconds
     from persobench.generation.demo import DEMO_TEMPLATE, demo_configs
     from persobench.generation import plan_generation
     from persobench.protocol import protocol_of

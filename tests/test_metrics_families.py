@@ -243,11 +243,11 @@ def test_dependency_errors_are_named(chained):
 def test_families_use_the_package_registry_and_needs_follow_the_slots():
     """One registry mechanism: the metric families sit on persobench.registry.Registry, loaded lazily in
     registration order, and a metric's ``needs`` is 'none' or exactly one of the profiles' slots."""
-    from persobench.metrics import backends, registry
+    from persobench.metrics import backends, metric_registry
     from persobench.registry import Registry
 
-    assert isinstance(registry.FAMILIES, Registry)
-    assert registry.FAMILIES.in_order()[:3] == ("lexical", "meteor", "bertscore")
-    assert registry.NEEDS == ("none", *backends.SLOTS)
-    assert {info.needs for info in metrics.METRICS.values()} <= set(registry.NEEDS)
+    assert isinstance(metric_registry.FAMILIES, Registry)
+    assert metric_registry.FAMILIES.in_order()[:3] == ("lexical", "meteor", "bertscore")
+    assert metric_registry.NEEDS == ("none", *backends.SLOTS)
+    assert {info.needs for info in metrics.METRICS.values()} <= set(metric_registry.NEEDS)
     assert metrics.get_family("lexical") is metrics.get_family("lexical")  # built once, then reused

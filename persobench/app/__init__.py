@@ -1,7 +1,7 @@
 """The Streamlit app's helpers (``app.py`` and ``pages/`` call them; pages stay thin).
 
 * :mod:`~persobench.app.text`: untrusted text made inert for Markdown and Plotly, display formats.
-* :mod:`~persobench.app.cache`: lazily applied Streamlit caches keyed on the store's modification state.
+* :mod:`~persobench.app.page_cache`: lazily applied Streamlit caches keyed on the store's modification state.
 * :mod:`~persobench.app.loaders`: cached tables read through the run store (runs, dialogues, failures,
   datasets, imports).
 * :mod:`~persobench.app.boards`: cached leaderboards, overall scores and comparisons (the numbers come

@@ -12,10 +12,10 @@ import os
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.loaders import runs_table, store_problems
 from persobench.app.text import safe_message
-from persobench.secrets import secret_environment
+from persobench.pipeline import secret_environment
 
 #: (file, title, icon, URL path) of every page, in the navigation's order; the first is the default.
 PAGES = (

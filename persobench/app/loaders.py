@@ -1,6 +1,6 @@
 """Cached tables for the pages, read through the run store: runs, dialogues, failures, datasets, imports.
 
-Each loader takes ``(home, signature)`` (see :mod:`persobench.app.cache`) so its result is reused
+Each loader takes ``(home, signature)`` (see :mod:`persobench.app.page_cache`) so its result is reused
 until a run changes on disk. Text that could hold a credential is redacted here.
 """
 
@@ -9,15 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from persobench.app.cache import cache_data, cache_resource
+from persobench.app.page_cache import cache_data, cache_resource
 from persobench.app.text import natural_key
-from persobench.secrets import redact
-from persobench.store import RunStore
+from persobench.pipeline import redact
+from persobench.pipeline import RunStore
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
 
-    from persobench.store import Run, StoreProblem
+    from persobench.pipeline import Run, StoreProblem
 
 
 @cache_resource(show_spinner=False, max_entries=4)
@@ -32,7 +32,7 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":
     """One row per readable run: id, dataset, mode, model, source, status, size, scored profiles."""
     import pandas as pd
 
-    from persobench.generation.lock import interruption
+    from persobench.pipeline import interruption
 
     runs, _ = store_scan(home, signature)
     rows = []
@@ -72,7 +72,7 @@ def read_columns(path: Path, columns: Sequence[str] | None) -> "pd.DataFrame":
     """Read the wanted columns of a Parquet table (those that exist)."""
     import pyarrow.parquet as pq
 
-    from persobench.store import StoreError
+    from persobench.pipeline import StoreError
 
     try:
         if columns is not None:
@@ -110,7 +110,7 @@ def scores_wide(frame: "pd.DataFrame", profile: str | None = None) -> "pd.DataFr
 @cache_resource(show_spinner=False, max_entries=16)
 def dataset_samples(name: str) -> dict[str, Any]:
     """sample id -> Sample for a registered dataset; ``{}`` when it cannot be loaded here."""
-    from persobench.datasets import samples_by_id
+    from persobench.pipeline import samples_by_id
 
     try:
         return samples_by_id(name)
@@ -121,7 +121,7 @@ def dataset_samples(name: str) -> dict[str, Any]:
 @cache_data(show_spinner=False, max_entries=16)
 def dataset_error(name: str) -> str:
     """Why a dataset cannot be loaded here ('' when it can)."""
-    from persobench.datasets import samples_by_id
+    from persobench.pipeline import samples_by_id
 
     try:
         samples_by_id(name)
@@ -283,7 +283,7 @@ def dataset_table() -> "pd.DataFrame":
     """Every registered dataset: name, kind, samples (when loadable here), description, note."""
     import pandas as pd
 
-    from persobench.datasets import dataset_names, get_dataset_info
+    from persobench.pipeline import dataset_names, get_dataset_info
 
     rows = []
     for name in dataset_names():
@@ -314,7 +314,7 @@ def import_preview(folder: str) -> tuple["pd.DataFrame", str]:
     if not (path / "Prompts").is_dir():
         return pd.DataFrame(), f"{path}: no Prompts/ folder (expected the paper's layout: Prompts/, Responses/, Raw Responses/)"
     try:
-        from persobench.importer import dataset_for_folder, find_response_files
+        from persobench.pipeline import dataset_for_folder, find_response_files
 
         entries = find_response_files(path)
     except Exception as exc:  # noqa: BLE001

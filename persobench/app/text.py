@@ -14,7 +14,7 @@ import re
 import string
 from typing import Any
 
-from persobench.secrets import redact
+from persobench.pipeline import redact
 
 _PUNCTUATION = frozenset(string.punctuation)
 

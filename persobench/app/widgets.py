@@ -101,7 +101,7 @@ def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
 
     import streamlit as st
 
-    from persobench.aggregate import export_board
+    from persobench.pipeline import export_board
 
     columns = st.columns(3)
     for column, (label, fmt, suffix, mime) in zip(columns, (
@@ -119,7 +119,7 @@ def ranking_table(board: Any, overall: Any, rank_by: str, models: Sequence[str],
     """
     import streamlit as st
 
-    from persobench.aggregate import model_ranking
+    from persobench.pipeline import model_ranking
 
     ranked = model_ranking(board, overall, rank_by, models)
     ranked["kind"] = ranked["model"].map(model_kind)
@@ -160,7 +160,7 @@ def structured_board_notes(board: Any, board_all: Any, protocol: str) -> None:
     board of the same dataset and mode: where the structured runs are."""
     import streamlit as st
 
-    from persobench.aggregate import structured_note
+    from persobench.pipeline import structured_note
 
     if note := structured_note(board):
         st.info(note[0].upper() + note[1:] + ".")  # our own text: no escaping needed
@@ -178,7 +178,7 @@ def radar_panel(board: Any) -> None:
     it cannot be drawn (fewer than three aspects in this profile)."""
     import streamlit as st
 
-    from persobench.aggregate import RADAR_ASPECTS, radar_aspects
+    from persobench.pipeline import RADAR_ASPECTS, radar_aspects
     from persobench.app.charts import radar_figure
 
     radar = radar_aspects(board, normalize=True)

@@ -17,10 +17,10 @@ from persobench.errors import ConfigurationError, PersoBenchError, StoreWriteErr
 COMMAND_MODULES = (
     "persobench.cli.data",
     "persobench.cli.generate",
-    "persobench.cli.presets",
-    "persobench.cli.scoring",
-    "persobench.cli.results",
-    "persobench.cli.demo",
+    "persobench.cli.preset_command",
+    "persobench.cli.score_command",
+    "persobench.cli.result_commands",
+    "persobench.cli.demo_command",
 )
 
 
@@ -111,14 +111,14 @@ def write_stdout(text: str) -> None:
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
-        from persobench.files import write_refused
+        from persobench.pipeline import write_refused
 
         raise StoreWriteError(f"{write_refused('standard output', exc)}; the output is incomplete") from None
 
 
 def store_from_args(args: argparse.Namespace):
     """The run store selected by ``--home`` (or the environment)."""
-    from persobench.store import RunStore
+    from persobench.pipeline import RunStore
 
     return RunStore(args.home)
 

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def dataset_size(name: str) -> tuple[str, str]:
     """(size, note) for listings; sources that need the network or a file are not loaded."""
-    from persobench.datasets import DatasetError, get_dataset_info, load_all
+    from persobench.pipeline import DatasetError, get_dataset_info, load_all
 
     info = get_dataset_info(name)
     if info.kind in ("hub", "file"):
@@ -45,7 +45,7 @@ def dataset_size(name: str) -> tuple[str, str]:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from persobench.datasets import dataset_names, get_dataset_info
+    from persobench.pipeline import dataset_names, get_dataset_info
 
     rows = []
     for name in dataset_names():
@@ -65,10 +65,10 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from persobench.datasets import load_dataset
-    from persobench.models_registry import resolve_model
-    from persobench.generation.plan import default_template_for, messages_for
-    from persobench.prompts import DEFAULT_TEMPLATE, build_messages, get_template
+    from persobench.pipeline import load_dataset
+    from persobench.pipeline import resolve_model
+    from persobench.pipeline import default_template_for, messages_for
+    from persobench.pipeline import DEFAULT_TEMPLATE, build_messages, get_template
 
     spec = resolve_model(args.model) if args.model else None
     name = args.template
@@ -108,7 +108,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from persobench.generation.lock import interruption
+    from persobench.pipeline import interruption
 
     store = store_from_args(args)
     runs, problems = store.scan()

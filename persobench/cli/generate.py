@@ -116,9 +116,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def _config(args: argparse.Namespace) -> Any:
     """The parsed flags as a :class:`GenerationConfig`: the flags of
     :data:`~persobench.generation.config.RUN_FLAGS` by their field names, the others by their own form."""
-    from persobench.generation import GenerationConfig, RetryPolicy
-    from persobench.generation.config import RUN_FLAGS
-    from persobench.secrets import url_with_credentials
+    from persobench.pipeline import GenerationConfig, RetryPolicy
+    from persobench.pipeline import RUN_FLAGS
+    from persobench.pipeline import url_with_credentials
 
     return GenerationConfig(
         **{name: getattr(args, name) for name in RUN_FLAGS},
@@ -168,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run {manifest.run_id} cancelled with {pending} sample(s) pending; run the same command "
               "again to resume", file=sys.stderr)
         return 1
-    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
+    from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
 
     if no_sample_succeeded(details.counts or {}):
         failed = (details.counts or {}).get("api_error", 0)
@@ -212,7 +212,7 @@ class _ProgressBar:
         if self.disabled:
             return
         if self.bar is None:
-            from persobench.console import ProgressBar
+            from persobench.pipeline import ProgressBar
 
             self.bar = ProgressBar(total=info.total, unit="sample")
         self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
@@ -237,8 +237,8 @@ def resolve_run(store: Any, name: str) -> Any:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from persobench.generation import COLUMNS, TABLE
-    from persobench.generation.lock import interruption
+    from persobench.pipeline import COLUMNS, TABLE
+    from persobench.pipeline import interruption
 
     run = resolve_run(store_from_args(args), args.run)
     killed = interruption(run)
@@ -250,7 +250,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"note: run {run.run_id} has {len(frame)} of {killed.total} rows (its last checkpoint); it was "
               f"{killed.describe()}", file=sys.stderr)
     if args.format == "csv":
-        from persobench.csv_io import csv_text  # replies and dataset text are untrusted: no formulas
+        from persobench.pipeline import csv_text  # replies and dataset text are untrusted: no formulas
 
         text = csv_text(frame)
     else:
@@ -259,7 +259,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output == "-":
         write_stdout(text)
     else:
-        from persobench.files import atomic_write_text
+        from persobench.pipeline import atomic_write_text
 
         atomic_write_text(args.output, text)
         print(f"wrote {len(frame)} rows to {args.output}", file=sys.stderr)

@@ -6,7 +6,7 @@ dataset with four configurations, in vanilla and chain-of-thought modes: both ba
 twice, as it is asked (``local:smollm2``) and with structured output (``local:smollm2 +structured``),
 under PersoBench's own template, scored with the ``offline`` profile.
 
-The command (:mod:`persobench.cli.demo`) builds these runs; the app (the landing page's demo story)
+The command (:mod:`persobench.cli.demo_command`) builds these runs; the app (the landing page's demo story)
 finds them again from each run's provenance, the manifest, which records the dataset, model,
 template, structured output and that the run was generated (not imported). Nothing else marks a
 demo store: a store holding SmolLM2's plain and structured demo runs *is* one.

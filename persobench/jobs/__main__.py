@@ -2,6 +2,6 @@
 
 import sys
 
-from persobench.jobs.runner import main
+from persobench.jobs.job_process import main
 
 sys.exit(main())

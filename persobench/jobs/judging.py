@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep
-from persobench.secrets import redact
+from persobench.pipeline import redact
 
 #: The metrics a judge step scores (only those whose pairs it labels).
 JUDGE_METRICS = "c_score,p_consistency,ue_score,persona_coverage"
@@ -29,8 +29,8 @@ class JudgeChoice:
 
     def config(self, home: str | os.PathLike[str]) -> Any:
         """The checked :class:`~persobench.metrics.judge.JudgeConfig` (raises ConfigurationError)."""
-        from persobench.cache import default_cache_dir
-        from persobench.metrics.judge import make_judge
+        from persobench.pipeline import default_cache_dir
+        from persobench.pipeline import make_judge
 
         return make_judge(self.model, base_url=self.base_url or None, concurrency=self.concurrency,
                           max_cost=self.max_cost, cache_dir=str(default_cache_dir(home)), home=home)
@@ -40,12 +40,12 @@ def judge_step(choice: JudgeChoice, *, home: str | os.PathLike[str], env: Mappin
                runs: Sequence[str] | None = None) -> JobStep:
     """The score step with the judge: the runs the job wrote (``runs`` None), or the given run ids.
     The app's keys go only to a server the operator configured (as for generation)."""
-    from persobench.secrets import key_allowed, public_url
+    from persobench.pipeline import key_allowed, public_url
 
     withhold = False
     if choice.base_url:
         try:
-            from persobench.models_registry import resolve_model
+            from persobench.pipeline import resolve_model
 
             configured = resolve_model(choice.model, home=home).base_url
         except Exception:  # noqa: BLE001 - an unknown model fails in the step itself, with its message
@@ -60,8 +60,8 @@ def judge_step(choice: JudgeChoice, *, home: str | os.PathLike[str], env: Mappin
 
 def judge_profile(config: Mapping[str, Any], home: str | os.PathLike[str]) -> Any:
     """The scoring profile of a score step's config, with its judge when it has one."""
-    from persobench.metrics.backends import get_profile
-    from persobench.secrets import url_with_credentials
+    from persobench.pipeline import get_profile
+    from persobench.pipeline import url_with_credentials
 
     judge = config.get("judge")
     if not judge:
@@ -74,9 +74,9 @@ def estimate_for_launch(home: str | os.PathLike[str], choice: JudgeChoice, plans
                         *, limit: int | None, seed: int = 0) -> tuple[Any, str]:
     """``(JudgeEstimate, "")`` for judging the planned runs once generated (each sample's reference
     stands in for its reply), or ``(None, why not)``."""
-    from persobench.datasets import load_dataset
+    from persobench.pipeline import load_dataset
     from persobench.errors import PersoBenchError
-    from persobench.metrics.judge_plan import estimate_new_runs
+    from persobench.pipeline import estimate_new_runs
 
     try:
         config = choice.config(home)
@@ -93,10 +93,10 @@ def estimate_for_launch(home: str | os.PathLike[str], choice: JudgeChoice, plans
 def estimate_for_store(home: str | os.PathLike[str], choice: JudgeChoice) -> tuple[Any, str]:
     """``(JudgeEstimate, "")`` for judging every stored run's NLI metrics not judged yet, or ``(None, why not)``."""
     from persobench.errors import PersoBenchError
-    from persobench.metrics.backends import get_profile
-    from persobench.metrics.judge_plan import JUDGED_METRICS, estimate_runs
+    from persobench.pipeline import get_profile
+    from persobench.pipeline import JUDGED_METRICS, estimate_runs
     from persobench.pipeline import run_samples
-    from persobench.store import RunStore
+    from persobench.pipeline import RunStore
 
     try:
         profile = get_profile("offline", judge=choice.config(home))

@@ -1,7 +1,7 @@
 """Launching, listing, cancelling and resuming background jobs (the app's side of a job).
 
 The job itself runs in a detached process (``python -m persobench.jobs job DIR``,
-:mod:`persobench.jobs.runner`): reruns of a page, a closed tab or a second click neither stop it
+:mod:`persobench.jobs.job_process`): reruns of a page, a closed tab or a second click neither stop it
 nor start it twice.
 """
 
@@ -25,10 +25,10 @@ from persobench.jobs.model import (
     read_json,
 )
 from persobench.errors import ConfigurationError
-from persobench.processes import pid_alive
-from persobench.files import atomic_write_json, utc_now
-from persobench.secrets import credentials_environment, public_text, redact
-from persobench.store import default_home
+from persobench.pipeline import pid_alive
+from persobench.pipeline import atomic_write_json, utc_now
+from persobench.pipeline import credentials_environment, public_text, redact
+from persobench.pipeline import default_home
 
 
 def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
@@ -182,7 +182,7 @@ class JobManager:
 
     def _busy_run(self, status: JobStatus) -> tuple[Path, int] | None:
         """The first of the job's runs whose lock a live process holds, with that pid (0 if unread)."""
-        from persobench.locks import lock_holder
+        from persobench.pipeline import lock_holder
 
         for run_dir in self._run_dirs(status):
             pid = lock_holder(run_dir)
@@ -196,7 +196,7 @@ class JobManager:
     # -- acting --------------------------------------------------------------------------------
     def cancel(self, job_id: str) -> None:
         """Ask the job to stop: the runner forwards it to the run in progress (its ``cancel`` file)."""
-        from persobench.generation import request_cancel
+        from persobench.pipeline import request_cancel
 
         folder = self.job_dir(job_id)
         (folder / "cancel").write_text(utc_now())
@@ -225,7 +225,7 @@ class JobManager:
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
 
     def _run_dirs(self, status: JobStatus) -> list[Path]:
-        from persobench.store import RunStore
+        from persobench.pipeline import RunStore
 
         store = RunStore(self.home)
         dirs = [store.run_path(r) for r in status.run_ids if store.run_path(r).is_dir()]
@@ -237,7 +237,7 @@ class JobManager:
 
     def progress(self, status: JobStatus) -> list[dict[str, Any]]:
         """One row per step: label, kind, state and, for run steps, the run's ``progress.json`` counts."""
-        from persobench.generation import read_progress
+        from persobench.pipeline import read_progress
 
         rows = []
         for index, step in enumerate(status.steps):

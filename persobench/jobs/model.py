@@ -78,7 +78,7 @@ class JobStep:
         """The folder of the run this step writes (None until it exists, or when it writes no run)."""
         if not self.run_id:
             return None
-        from persobench.store import RunStore
+        from persobench.pipeline import RunStore
 
         path = RunStore(home).run_path(self.run_id)
         return path if path.is_dir() else None

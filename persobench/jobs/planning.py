@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep
-from persobench.secrets import public_text, redact, remember_url
-from persobench.structured import structured_label
+from persobench.pipeline import public_text, redact, remember_url
+from persobench.pipeline import structured_label
 
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
@@ -25,14 +25,14 @@ TEMPLATE_CHOICES = {
 def missing_key(spec: Any, env: Mapping[str, str] | None = None) -> str | None:
     """Name of the environment variable a model needs and ``env`` (default: this process's
     environment) lacks, else None. Only the variable's name is ever reported, never a value."""
-    from persobench.providers import missing_key_env
+    from persobench.pipeline import missing_key_env
 
     return missing_key_env(spec, env)
 
 
 def registry_models(home: str | os.PathLike[str]) -> tuple[list[str], str]:
     """(names in the model registry file, a note: the file used or why it could not be read)."""
-    from persobench.models_registry import find_registry_file, load_registry
+    from persobench.pipeline import find_registry_file, load_registry
 
     try:
         path = find_registry_file(home=home)
@@ -66,10 +66,10 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
     """For each choice: run id, samples, requests to send, cache hits, prompt-token and cost estimates
     and any problem (unknown model, missing key), without sending anything."""
     from persobench import pipeline
-    from persobench.generation import GenerationConfig
-    from persobench.generation.config import public_config
-    from persobench.locks import lock_holder
-    from persobench.store import RunStore
+    from persobench.pipeline import GenerationConfig
+    from persobench.pipeline import public_config
+    from persobench.pipeline import lock_holder
+    from persobench.pipeline import RunStore
 
     store = RunStore(home)
     rows = []
@@ -115,12 +115,12 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
 def _key_may_go_to(choice: LaunchChoice, home: str | os.PathLike[str], env: Mapping[str, str] | None) -> bool:
     """Whether the operator's key may go to the choice's base URL: the provider's own endpoint, the
     URL of the model's models-file entry or preset, or a server in ``$PERSOBENCH_KEY_HOSTS``."""
-    from persobench.secrets import key_allowed
+    from persobench.pipeline import key_allowed
 
     if not choice.base_url:
         return True
     try:
-        from persobench.models_registry import resolve_model
+        from persobench.pipeline import resolve_model
 
         configured = resolve_model(choice.model, home=home).base_url
     except Exception:  # noqa: BLE001 - an unknown model is reported by the plan itself
@@ -140,8 +140,8 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
     NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
     import dataclasses
 
-    from persobench.generation import GenerationConfig
-    from persobench.generation.config import public_config
+    from persobench.pipeline import GenerationConfig
+    from persobench.pipeline import public_config
 
     steps = []
     for plan in plans:
@@ -188,7 +188,7 @@ def _score_steps(score: str) -> list[JobStep]:
     """Scoring after an import: ``lexical`` (fast), ``offline`` (the whole profile) or ``none``."""
     if score == "lexical":
         # The metrics that need no model: fast enough to score all published replies right after an import.
-        from persobench.metrics import metric_names
+        from persobench.pipeline import metric_names
 
         return [JobStep(label="score (lexical metrics)", kind="score",
                         config={"profile": "offline", "metrics": list(metric_names(needs="none")), "runs": "all"})]

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from persobench.metrics.registry import (
+from persobench.metrics.metric_registry import (
     DIMENSIONS,
     METRICS,
     NEEDS,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from persobench.errors import ConfigurationError, MetricError
-from persobench.metrics.registry import METRICS, SLOTS
+from persobench.metrics.metric_registry import METRICS, SLOTS
 
 PROFILE_NAMES = ("offline", "standard")
 

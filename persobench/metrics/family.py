@@ -115,7 +115,7 @@ class FamilyBatch:
 
     def applicable(self, metric: str) -> list[Item]:
         """The items ``metric`` is defined for (reference / persona present when it needs one)."""
-        from persobench.metrics.registry import metric_info
+        from persobench.metrics.metric_registry import metric_info
 
         info = metric_info(metric)
         return [it for it in self.items if info.defined_for(it.reference, bool(it.persona_sentences))]

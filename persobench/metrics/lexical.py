@@ -311,7 +311,7 @@ def idf_overlap_version() -> str:
 def _batch_metrics(*, reference: bool) -> tuple[str, ...]:
     """The lexical family's metrics that need no persona and do (or do not) need a reference, read
     from their :class:`~persobench.metrics.MetricInfo` records."""
-    from persobench.metrics.registry import metric_info, metric_names
+    from persobench.metrics.metric_registry import metric_info, metric_names
 
     return tuple(m for m in metric_names(family="lexical", needs="none")
                  if metric_info(m).needs_reference == reference and not metric_info(m).needs_persona)

@@ -71,7 +71,7 @@ class FamilyGroup:
 def family_groups(wanted: Sequence[str]) -> list[FamilyGroup]:
     """The families of ``wanted`` (and those they require), grouped so that a family and the families
     it requires are in one group (their outputs stay in one process); groups in plan order."""
-    from persobench.metrics.registry import metric_info, metric_names
+    from persobench.metrics.metric_registry import metric_info, metric_names
     from persobench.metrics.scoring import family_plan
 
     steps = family_plan(tuple(wanted))

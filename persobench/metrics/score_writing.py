@@ -15,7 +15,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from persobench.metrics.registry import metric_info
+from persobench.metrics.metric_registry import metric_info
 from persobench.metrics.stored import STORED_SCORE_COLUMNS, empty_scores
 from persobench.run_records import MetricProvenance, RunExtra
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.errors import ScoringError
-from persobench.metrics.registry import (
+from persobench.metrics.metric_registry import (
     MetricRegistryError, family_names, get_family, metric_info, metric_names, validate_metric_names,
 )
 from persobench.metrics.backends import Profile, get_profile

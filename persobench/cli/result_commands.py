@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from persobench import pipeline
 from persobench.cli import CLIError, store_from_args, warn_skipped, write_stdout
 
 FORMATS = ("table", "csv", "markdown", "latex", "json")
@@ -89,10 +90,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_fetch_paper(args: argparse.Namespace) -> int:
-    from persobench import pipeline
-    from persobench.datasets.paper_archive import PAPER_ARCHIVE
+    from persobench.pipeline import PAPER_ARCHIVE
 
-    from persobench.generation.numbers import check_number
+    from persobench.pipeline import check_number
 
     check_number("timeout", args.timeout)
     store = store_from_args(args)
@@ -125,7 +125,7 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
     if result.unpinned:
         print(f"warning: {result.unpinned} files are not pinned by the manifest and were accepted (--trust-unpinned); "
               f"their sha256 are in {result.folder / 'FETCHED.json'} (content.unpinned_files)")
-    from persobench.datasets import reference_dir
+    from persobench.pipeline import reference_dir
 
     if reference_dir().resolve() != result.folder.resolve():
         print(f"note: the default reference here is {reference_dir()}; set PERSOBENCH_REFERENCE={result.folder} "
@@ -138,7 +138,6 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from persobench import pipeline
 
     store = store_from_args(args)
     modes = [args.mode] if args.mode else None
@@ -163,10 +162,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _results(args: argparse.Namespace):
-    from persobench import aggregate
 
     store = store_from_args(args)
-    results = aggregate.load_results(store, profile=args.profile,
+    results = pipeline.load_results(store, profile=args.profile,
                                      include_incomplete=getattr(args, "include_incomplete", False))
     warn_skipped(results.skipped_runs)
     if results.empty:
@@ -176,7 +174,6 @@ def _results(args: argparse.Namespace):
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from persobench import aggregate, pipeline
 
     store = store_from_args(args)
     found = pipeline.leaderboard(store=store, dataset=args.dataset, mode=args.mode, invalid=args.invalid,
@@ -186,12 +183,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     board = found.table
     scored = board[~board["metric"].isin(("failure_ratio", "instructability", "response_time"))]
     if scored.empty or (scored["status"] == "unavailable").all():
-        profiles = aggregate.available_profiles(store, include_incomplete=args.include_incomplete)
+        profiles = pipeline.available_profiles(store, include_incomplete=args.include_incomplete)
         hint = (f"scores exist for profile(s): {', '.join(profiles)}" if profiles
                 else "run `python -m persobench score` first")
         print(f"note: no per-sample scores for profile {args.profile!r} ({hint}); showing run-level numbers only",
               file=sys.stderr)
-    write_stdout(aggregate.export_board(board, args.format))
+    write_stdout(pipeline.export_board(board, args.format))
     if args.format in ("csv", "json"):
         for note in _notes(board):
             print(note if note.startswith("warning: ") else f"note: {note}", file=sys.stderr)
@@ -199,19 +196,18 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def _notes(board) -> list[str]:
-    from persobench import aggregate
 
     notes = []
     for _, group in board.groupby(["dataset", "mode", "board"], sort=True) if len(board) else ():
-        if warning := aggregate.sample_set_note(group):
+        if warning := pipeline.sample_set_note(group):
             where = f"{group['dataset'].iloc[0]} · {group['mode'].iloc[0]} · protocol {group['board'].iloc[0]}"
             notes.append(f"warning: {where}: {warning.removeprefix('warning: ')}")
     if len(board):
         notes.append(f"numbers of scoring profile {', '.join(sorted(set(board['profile'])))}; "
                      f"invalid replies: {', '.join(sorted(set(board['invalid'])))}")
-    if note := aggregate.structured_note(board):
+    if note := pipeline.structured_note(board):
         notes.append(note)
-    overall = aggregate.overall_table(board)
+    overall = pipeline.overall_table(board)
     for reason in sorted({r for r in overall["reason"] if r}):
         notes.append(f"overall score n/a: {reason}")
     for row in board[board["status"].isin(("unavailable", "degraded"))].drop_duplicates("metric").to_dict("records"):
@@ -222,13 +218,12 @@ def _notes(board) -> list[str]:
 def cmd_compare(args: argparse.Namespace) -> int:
     import json
 
-    from persobench import aggregate
     from persobench.cli.generate import resolve_run
 
     store, results = _results(args)
     run_a = resolve_run(store, args.run_a).run_id
     run_b = resolve_run(store, args.run_b).run_id
-    result = aggregate.compare_models(results, run_a, run_b, args.metric, invalid=args.invalid)
+    result = pipeline.compare_models(results, run_a, run_b, args.metric, invalid=args.invalid)
     if args.format == "json":
         data = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.to_dict().items()}
         print(json.dumps(data, indent=2))

@@ -1,6 +1,6 @@
 """``score --judge``: the flags, the dry run and the report of the LLM judge that labels NLI pairs.
 
-Kept apart from :mod:`persobench.cli.scoring` so that the command wires it in a few lines: build the
+Kept apart from :mod:`persobench.cli.score_command` so that the command wires it in a few lines: build the
 judge (:func:`judge_from_args`), pass it to the profile, and print :func:`report` at the end;
 ``--dry-run`` prints :func:`dry_run` instead of scoring.
 """
@@ -11,7 +11,7 @@ import argparse
 from typing import Any, Callable
 
 from persobench.cli import CLIError
-from persobench.metrics.judge_plan import estimate_runs
+from persobench.pipeline import estimate_runs
 
 
 def add_arguments(score: argparse.ArgumentParser) -> None:
@@ -53,8 +53,8 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
-    from persobench.cache import default_cache_dir
-    from persobench.metrics.judge import make_judge
+    from persobench.pipeline import default_cache_dir
+    from persobench.pipeline import make_judge
 
     return make_judge(args.judge, base_url=args.judge_base_url, prompt=args.judge_prompt,
                       concurrency=args.judge_concurrency, max_cost=args.judge_max_cost,
@@ -67,7 +67,7 @@ def _money(value: float | None) -> str:
 
 def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], metrics: list[str] | None) -> int:
     """Print the judge, its prompt, and per run and in total the pairs, tokens and cost; send nothing."""
-    from persobench.metrics.judge import judge_labeller
+    from persobench.pipeline import judge_labeller
 
     judge = profile.judge
     template = judge_labeller(judge).template
@@ -104,7 +104,7 @@ def report(profile: Any) -> int:
     """Print what the judge did in this command; the number of pairs left without an answer."""
     if profile.judge is None:
         return 0
-    from persobench.metrics.judge import judge_labeller
+    from persobench.pipeline import judge_labeller
 
     labeller = judge_labeller(profile.judge)
     s = labeller.stats

@@ -45,7 +45,7 @@ def _lazy_cache(kind: str, kwargs: Mapping[str, Any]) -> Callable[[Callable[...,
 
 def store_home(home: str | os.PathLike[str] | None = None) -> Path:
     """The run store folder the app shows: ``home``, ``$PERSOBENCH_HOME`` or ``./cache``."""
-    from persobench.store import default_home
+    from persobench.pipeline import default_home
 
     return Path(home) if home is not None else default_home()
 
@@ -53,7 +53,7 @@ def store_home(home: str | os.PathLike[str] | None = None) -> Path:
 def store_signature(home: str | os.PathLike[str] | None = None) -> str:
     """The store's fingerprint (:meth:`persobench.store.RunStore.fingerprint`, the same one the
     aggregate's disk cache keys on): it changes whenever a run's files change."""
-    from persobench.store import RunStore
+    from persobench.pipeline import RunStore
 
     return RunStore(store_home(home)).fingerprint()
 

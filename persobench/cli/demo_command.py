@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args
-from persobench.generation.demo import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
+from persobench.pipeline import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
 
 #: SmolLM2-135M's decoding speed on 2 idle cores in batches of 8, new tokens per second summed over
 #: the batch: ~24 tokens/s one at a time there, times the 2.3x that batches of 8 measured
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _generated(store: Any, run_id: str) -> bool:
-    from persobench.store import StoreError
+    from persobench.pipeline import StoreError
 
     try:
         run = store.get(run_id)
@@ -69,15 +69,15 @@ def _generated(store: Any, run_id: str) -> bool:
 def _scored(store: Any, run_id: str) -> bool:
     """True when every per-sample metric has a provenance record for the demo profile (computed, or
     recorded as unavailable offline), so scoring again would change nothing."""
-    from persobench.metrics import METRIC_NAMES
-    from persobench.store import StoreError
+    from persobench.pipeline import metric_names
+    from persobench.pipeline import StoreError
 
     try:
         run = store.get(run_id)
     except StoreError:
         return False
     recorded = run.manifest.details.profile_scores(DEMO_PROFILE).metrics
-    return all(metric in recorded for metric in METRIC_NAMES)
+    return all(metric in recorded for metric in metric_names())
 
 
 def estimate_seconds(plans: list[Any]) -> tuple[float, int]:
@@ -187,7 +187,7 @@ class _Bar:
     """A progress bar on stderr that can be moved to an absolute count."""
 
     def __init__(self, *, total: int, desc: str, disabled: bool) -> None:
-        from persobench.console import ProgressBar
+        from persobench.pipeline import ProgressBar
 
         self._bar = ProgressBar(total=total, desc=desc, unit="reply" if "generat" in desc else "run",
                                 disabled=disabled)

@@ -22,9 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def preset_rows() -> list[dict[str, object]]:
     """One row per preset: name, provider, model, server, key variable, prices and default template."""
-    from persobench.generation.plan import default_template_for
-    from persobench.presets import PAPER_PRESETS
-    from persobench.providers import key_requirement
+    from persobench.pipeline import default_template_for
+    from persobench.pipeline import PAPER_PRESETS
+    from persobench.pipeline import key_requirement
 
     rows = []
     for name, spec in PAPER_PRESETS.items():

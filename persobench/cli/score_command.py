@@ -36,9 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="with --executor ray: the cluster to join (auto: the one `ray start` runs on this "
                             "machine; default: $RAY_ADDRESS, else a new local Ray instance)")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from persobench.cli import judge
+    from persobench.cli import judge_flags
 
-    judge.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
+    judge_flags.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
     score.set_defaults(handler=cmd_score)
 
 
@@ -54,24 +54,24 @@ def _parse_models(items: list[str]) -> dict[str, str]:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from persobench import pipeline
-    from persobench.metrics import validate_metric_names
-    from persobench.metrics.backends import get_profile
+    from persobench.pipeline import validate_metric_names
+    from persobench.pipeline import get_profile
 
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address needs --executor ray")
     if args.executor == "ray":
-        from persobench.metrics.ray_executor import import_ray
+        from persobench.pipeline import import_ray
 
         import_ray()  # without Ray: one line saying what to install, before any work
     requested = None
     if args.metrics:
         requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
         validate_metric_names(requested)
-    from persobench.cli import judge
+    from persobench.cli import judge_flags
 
     store = store_from_args(args)
     profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision,
-                          judge=judge.judge_from_args(args, store.home))
+                          judge=judge_flags.judge_from_args(args, store.home))
     if not args.runs:
         readable, problems = store.scan()
         warn_skipped((p.path, p.reason) for p in problems)
@@ -82,9 +82,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     runs = pipeline.resolve_runs(store, args.runs or None)
     samples_cache: dict[str, dict] = {}
     if args.dry_run:
-        return judge.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
+        return judge_flags.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
     if profile.judge is not None:
-        judge.check_cost(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
+        judge_flags.check_cost(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
     where = f"Ray actors ({args.ray_address or 'RAY_ADDRESS or a local instance'})" if args.executor == "ray" \
         else profile.device
     print(f"profile {profile.key} on {where}" +
@@ -98,7 +98,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         bars.close()
     _report("unavailable (no number stored)", dict(report.unavailable))
     _report("degraded (stored, labelled in provenance)", dict(report.degraded))
-    unanswered = judge.report(profile)  # pairs left without an answer: those scores are missing
+    unanswered = judge_flags.report(profile)  # pairs left without an answer: those scores are missing
     if report.failures or unanswered:
         return 1
     if requested and any(m in report.unavailable for m in requested):
@@ -119,7 +119,7 @@ class _StageBars:
             return
         if stage != self.stage or self.bar is None:
             self.close()
-            from persobench.console import ProgressBar
+            from persobench.pipeline import ProgressBar
 
             self.stage = stage
             self.bar = ProgressBar(total=total, desc=stage, unit="item", leave=False)
