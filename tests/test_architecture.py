@@ -324,7 +324,9 @@ def _lazy_imports(path: Path) -> list[tuple[int, str]]:
         if not (isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)) or typing_block):
             continue
         for node in ast.walk(outer):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "persobench":
+                found += [(node.lineno, f"persobench.{alias.name}") for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.append((node.lineno, node.module))
             elif isinstance(node, ast.Import):
                 found += [(node.lineno, alias.name) for alias in node.names]
