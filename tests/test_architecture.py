@@ -184,14 +184,9 @@ def _module_graph(root: Path) -> dict[str, set[str]]:
     for path in sorted(package.rglob("*.py")):
         here = _module_name_in(root, path)
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        # Imports for type checkers only never run, so they close no cycle.
-        typing_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
-                       and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-                       for stmt in node.body for inner in ast.walk(stmt)}
+        # Imports for type checkers count too: a loop of types is a loop of concepts.
         targets = set()
         for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
