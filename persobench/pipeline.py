@@ -463,15 +463,17 @@ def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore |
 def fetch_published(*, home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
                     url: str | None = None, sha256: str | None = None, size: int | None = None,
                     timeout: float = 60.0, progress: Callable[[str, int, int | None], None] | None = None,
-                    manifest: str | os.PathLike[str] | None = None, trust_unpinned: bool = False) -> Any:
+                    manifest: str | os.PathLike[str] | None = None, trust_unpinned: bool = False,
+                    limits: Any = None) -> Any:
     """Download the paper's repository archive (pinned commit, or a mirror ``url``) and unpack its
     data into ``<home>/reference``, every file checked against the content ``manifest`` (default:
     the packaged one for the pinned archive; an incomplete one needs ``trust_unpinned``); returns
-    the :class:`~persobench.datasets.paper_archive.FetchResult`."""
+    the :class:`~persobench.datasets.paper_archive.FetchResult`. ``limits`` caps the archive and
+    what it unpacks (:class:`~persobench.datasets.paper_archive.ArchiveLimits`; None: its defaults)."""
     from persobench.datasets.paper_archive import fetch_paper
 
     return fetch_paper(open_store(home, store).home, url=url, sha256=sha256, size=size, timeout=timeout,
-                       progress=progress, manifest=manifest, trust_unpinned=trust_unpinned)
+                       progress=progress, manifest=manifest, trust_unpinned=trust_unpinned, limits=limits)
 
 
 def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None,

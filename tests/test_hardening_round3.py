@@ -162,3 +162,89 @@ def test_a_failed_recovery_write_leaves_no_empty_file(tmp_path, temp_dir):
     assert not (run_path / "recovered.jsonl").exists()
     assert not any(p.is_file() for p in temp_dir.rglob("*"))
     assert recovery_paths(run_path)[0] == run_path / "recovered.jsonl"
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. fetch-paper: the archive and every member it unpacks are capped (declared and counted)
+
+def _bomb_zip(member_bytes: int, *, lie_to: int | None = None) -> bytes:
+    """A small zip: the paper's two needed files and one ``member_bytes`` member of zeros (whose
+    declared size is rewritten to ``lie_to`` when given: zip headers can lie)."""
+    import io
+    import struct
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("PersoBench-x/Prompts/FoCus.csv", "personas,context,act_response\np,c,r\n")
+        archive.writestr("PersoBench-x/Responses/FoCus/m.csv", "response\nhi\n")
+        archive.writestr("PersoBench-x/Responses/FoCus/big.csv", b"\0" * member_bytes)
+    data = bytearray(buffer.getvalue())
+    if lie_to is not None:  # rewrite the uncompressed size in the local header and the central directory
+        size = struct.pack("<I", member_bytes)
+        for offset in [i for i in range(len(data) - 4) if data[i:i + 4] == size]:
+            data[offset:offset + 4] = struct.pack("<I", lie_to)
+    return bytes(data)
+
+
+def _fetch(capsys, home: Path, url: str, *flags: str) -> str:
+    return one_line_error(capsys, ["--home", str(home), "fetch-paper", "--url", url, "--no-progress", *flags])
+
+
+def _unpacked(home: Path) -> list[str]:
+    return sorted(p.name for p in home.glob("*reference*")) if home.exists() else []
+
+
+def test_a_zip_bomb_member_is_refused_by_default_in_one_line(tmp_path, capsys):
+    from tests.test_fetch_paper import ArchiveServer
+
+    home = tmp_path / "home"
+    body = _bomb_zip(80 * 2**20)  # 80 MiB of zeros in a ~80 KB archive
+    assert len(body) < 200_000
+    with ArchiveServer(body) as server:
+        line = _fetch(capsys, home, server.url())
+    assert "big.csv" in line and "--max-member-bytes" in line and "nothing unpacked" in line
+    assert _unpacked(home) == []
+    assert sum(p.stat().st_size for p in home.rglob("*") if p.is_file()) < 1_000_000
+
+
+def test_member_cap_flag_and_a_lying_header(tmp_path, capsys):
+    from tests.test_fetch_paper import ArchiveServer
+
+    home = tmp_path / "home"
+    with ArchiveServer(_bomb_zip(300_000)) as server:
+        line = _fetch(capsys, home, server.url(), "--max-member-bytes", "100000")
+        assert "big.csv" in line and "300000" in line and "100000" in line
+        assert _unpacked(home) == []
+        server.body = _bomb_zip(300_000, lie_to=1000)  # declares 1000 bytes, holds 300000
+        line = _fetch(capsys, home, server.url(), "--max-member-bytes", "100000")
+        assert "big.csv" in line
+        assert _unpacked(home) == []
+        server.body = _bomb_zip(300_000)
+        assert cli_main(["--home", str(home), "fetch-paper", "--url", server.url(), "--no-progress",
+                         "--max-member-bytes", "400000"]) == 0
+    assert (home / "reference" / "Responses" / "FoCus" / "big.csv").stat().st_size == 300_000
+
+
+def test_archive_cap_counts_the_bytes_even_without_a_declared_length(tmp_path, capsys):
+    from tests.test_fetch_paper import ArchiveServer
+
+    home = tmp_path / "home"
+    body = _bomb_zip(10) + b"\0" * 300_000  # a zip followed by padding: opens fine, but too big
+    with ArchiveServer(body) as server:
+        line = one_line_error(capsys, ["--home", str(home), "fetch-paper", "--url", server.url(), "--no-progress",
+                                       "--max-archive-bytes", "200000"], "--max-archive-bytes", "200000")
+        assert list((home / "downloads").iterdir()) == []
+        server.declare_length = False  # no Content-Length: only counting finds the size
+        line = one_line_error(capsys, ["--home", str(home), "fetch-paper", "--url", server.url(), "--no-progress",
+                                       "--max-archive-bytes", "200000"], "--max-archive-bytes")
+        assert list((home / "downloads").iterdir()) == []
+        assert len(server.ranges) == 2
+    assert _unpacked(home) == []
+    assert line.startswith("error: ")
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1" * 23])
+def test_archive_caps_refuse_out_of_range_values(tmp_path, capsys, value):
+    one_line_error(capsys, ["--home", str(tmp_path / "home"), "fetch-paper", "--url", "http://127.0.0.1:9/x.zip",
+                            "--no-progress", "--max-member-bytes", value], "--max-member-bytes")
