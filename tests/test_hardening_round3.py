@@ -248,3 +248,43 @@ def test_archive_cap_counts_the_bytes_even_without_a_declared_length(tmp_path, c
 def test_archive_caps_refuse_out_of_range_values(tmp_path, capsys, value):
     one_line_error(capsys, ["--home", str(tmp_path / "home"), "fetch-paper", "--url", "http://127.0.0.1:9/x.zip",
                             "--no-progress", "--max-member-bytes", value], "--max-member-bytes")
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. An integer longer than Python reads (4,300 digits) is one line naming file, row and column
+
+HUGE = "7" * 5000
+
+
+def test_a_huge_integer_in_a_jsonl_dataset_names_file_row_and_column(tmp_path, capsys):
+    path = tmp_path / "huge.jsonl"
+    good = json.dumps({"personas": "p", "context": "User1: hi", "act_response": "ok"})
+    path.write_text(good + "\n" + '{"personas": "p", "context": "User1: hi", "act_response": "ok", "id": '
+                    + HUGE + "}\n", encoding="utf-8")
+    line = one_line_error(capsys, ["show", str(path)], str(path), "row 2", "column id", "5000 digits")
+    assert "set_int_max_str_digits" not in line
+    path.write_text(good + "\n" + good + "\n" + '{"personas": ["p", ' + HUGE
+                    + '], "context": "User1: hi", "act_response": "ok"}\n', encoding="utf-8")
+    one_line_error(capsys, ["--home", str(tmp_path / "home"), "run", "--dataset", str(path), "--dry-run",
+                            "--model", "baseline:reference"], str(path), "row 3", "column personas")
+
+
+def test_a_huge_integer_in_a_raw_source_file_names_record_and_field(tmp_path):
+    from persobench.datasets import sources
+    from persobench.errors import DatasetError
+
+    path = tmp_path / "valid_focus.json"
+    path.write_text('{"data": [{"dialogID": "a"}, {"dialogID": ' + HUGE + "}]}", encoding="utf-8")
+    with pytest.raises(DatasetError) as caught:
+        sources.load_focus(str(path))
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message
+    assert "record 2" in message and "dialogID" in message and "5000 digits" in message
+
+
+def test_a_huge_integer_in_the_models_file_names_its_line_and_field(tmp_path, capsys):
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.x]\nprovider = "openai"\nmodel = "m"\nmax_tokens = {HUGE}\n', encoding="utf-8")
+    line = one_line_error(capsys, ["--home", str(tmp_path / "home"), "run", "--models", str(models), "--model", "x",
+                                   "--dry-run"], str(models), "line 4", "max_tokens", "5000 digits")
+    assert "set_int_max_str_digits" not in line
