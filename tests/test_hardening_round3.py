@@ -288,3 +288,57 @@ def test_a_huge_integer_in_the_models_file_names_its_line_and_field(tmp_path, ca
     line = one_line_error(capsys, ["--home", str(tmp_path / "home"), "run", "--models", str(models), "--model", "x",
                                    "--dry-run"], str(models), "line 4", "max_tokens", "5000 digits")
     assert "set_int_max_str_digits" not in line
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. Terminal escape codes in untrusted text (a model name, dataset text, an error) are printed escaped
+
+EVIL = "evil\x1b]0;owned\x07\x1b[2J\x9b31m\u202e"
+
+
+def _evil_run(home: Path) -> str:
+    from persobench import pipeline
+
+    run = pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=2),
+                            store=RunStore(home))
+    manifest = run.path / "manifest.json"
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    data["model"] = {"provider": "openai", "model": EVIL}  # an imported or edited store: the name is what the file says
+    manifest.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return run.run_id
+
+
+def _no_controls(text: str) -> None:
+    for char in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert char not in text, repr(text)
+
+
+def test_runs_and_leaderboard_print_a_model_name_escaped(tmp_path, capsys):
+    home = tmp_path / "home"
+    _evil_run(home)
+    capsys.readouterr()
+    assert cli_main(["--home", str(home), "runs"]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "evil\\u001b]0;owned\\u0007" in out
+    assert cli_main(["--home", str(home), "runs", "--format", "json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["runs"]
+    assert listed["model"]["model"] == EVIL  # escaped for the terminal, the same value for a program
+    for fmt in ("table", "markdown"):
+        assert cli_main(["--home", str(home), "leaderboard", "--format", fmt]) == 0
+        captured = capsys.readouterr()
+        _no_controls(captured.out + captured.err)
+        assert "evil\\u001b" in captured.out
+
+
+def test_dataset_text_and_error_lines_are_printed_escaped(tmp_path, capsys):
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps({"personas": "I like \x1b[31mred", "context": "User1: hi\x1b[2J",
+                                "act_response": "ok"}) + "\n", encoding="utf-8")
+    assert cli_main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "I like \\u001b[31mred" in out
+    line = one_line_error(capsys, ["show", str(tmp_path / "x\x1b[2J.csv")], "x\\u001b[2J.csv")
+    _no_controls(line)
+

@@ -201,7 +201,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                 else "run `python -m persobench score` first")
         print(f"note: no per-sample scores for profile {args.profile!r} ({hint}); showing run-level numbers only",
               file=sys.stderr)
-    write_stdout(aggregate.export_board(board, args.format))
+    write_stdout(aggregate.export_board(board, args.format), data=args.format in ("csv", "json"))
     if args.format in ("csv", "json"):
         for note in _notes(board):
             print(note if note.startswith("warning: ") else f"note: {note}", file=sys.stderr)
