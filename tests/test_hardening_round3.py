@@ -342,3 +342,33 @@ def test_dataset_text_and_error_lines_are_printed_escaped(tmp_path, capsys):
     line = one_line_error(capsys, ["show", str(tmp_path / "x\x1b[2J.csv")], "x\\u001b[2J.csv")
     _no_controls(line)
 
+
+# ---------------------------------------------------------------------------------------------
+# 9. A Ray address's credentials are never printed; an out-of-range --max-reply-bytes is refused
+
+def test_a_ray_address_with_credentials_is_printed_in_its_public_form(tmp_path, capsys):
+    pytest.importorskip("ray", reason="Ray is the optional extra persobench[ray]")
+    import socket
+
+    from persobench import pipeline
+
+    home = tmp_path / "home"
+    pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=2), store=RunStore(home))
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    capsys.readouterr()
+    code = cli_main(["--home", str(home), "score", "--metrics", "dist1", "--executor", "ray", "--ray-address",
+                     f"ray://alice:s3cretpw@127.0.0.1:{port}", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert "s3cretpw" not in captured.out + captured.err and "alice" not in captured.out + captured.err
+    assert f"ray://127.0.0.1:{port}" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["1" * 23, str(2**63), "0"])
+def test_an_out_of_range_max_reply_bytes_is_refused_in_one_line(tmp_path, capsys, value):
+    one_line_error(capsys, ["--home", str(tmp_path / "home"), "run", "--model", "baseline:reference", "--limit", "1",
+                            "--max-reply-bytes", value], "--max-reply-bytes")
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())
