@@ -13,7 +13,10 @@ Safety of every step:
   :class:`PaperArchiveError` messages;
 - members are unpacked into a temporary folder next to the target (never outside it: absolute
   paths, ``..`` and links are refused) and the folder is renamed into place only when complete, so
-  a failure leaves either the previous reference or none, never a half-unpacked one.
+  a failure leaves either the previous reference or none, never a half-unpacked one;
+- the archive, each member and their total are capped (:class:`ArchiveLimits`): declared sizes
+  (Content-Length, zip/tar headers) are checked first and the bytes actually received or unpacked
+  are counted while they stream, so a zip bomb or an endless download stops at the cap.
 
 GitHub builds repository archives on request and their bytes are not stable, so the pin is on the
 content instead: a packaged manifest (``datasets/data/paper_manifest.json``, :class:`ContentManifest`)
