@@ -80,12 +80,13 @@ def test_replies_planted_in_the_shared_temp_dir_are_never_imported(openai_server
     # the old fallback's predictable name, and the new private folder made by someone else
     (temp_dir / f"persobench-recovered-{plan.run_id}.jsonl").write_text(
         "".join(planted_line(plan.run_id, key) for key in plan.keys), encoding="utf-8")
-    foreign = private_dir()
-    foreign.mkdir(mode=0o700)
-    (foreign / f"recovered-{plan.run_id}.jsonl").write_text(
-        "".join(planted_line(plan.run_id, key) for key in plan.keys), encoding="utf-8")
-    os.chown(foreign, 65534, 65534)
-    os.chown(foreign / f"recovered-{plan.run_id}.jsonl", 65534, 65534)
+    if os.geteuid() == 0:  # only root can give a folder away: the private folder made by another user
+        foreign = private_dir()
+        foreign.mkdir(mode=0o700)
+        (foreign / f"recovered-{plan.run_id}.jsonl").write_text(
+            "".join(planted_line(plan.run_id, key) for key in plan.keys), encoding="utf-8")
+        os.chown(foreign, 65534, 65534)
+        os.chown(foreign / f"recovered-{plan.run_id}.jsonl", 65534, 65534)
     assert _run(home, openai_server) == 0
     assert len(openai_server.requests) == 2, "a planted reply replaced a request"
     assert not any("PLANTED" in r for r in _responses(home, plan.run_id))
