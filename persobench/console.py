@@ -1,4 +1,11 @@
-"""Progress on stderr: a live tqdm bar on a terminal, a plain line every few seconds anywhere else.
+"""Terminal output: untrusted text printed escaped, and progress on stderr (a live tqdm bar on a
+terminal, a plain line every few seconds anywhere else).
+
+Model names, dataset text, replies and server error messages are untrusted: an ``ESC`` sequence in
+one could retitle the terminal, clear it or hide text. :func:`printable` escapes every control
+character (C0, DEL, C1) and the bidirectional overrides that reorder what is shown, as ``\\uXXXX``
+(valid in JSON and in Python, so a JSON output stays valid and decodes to the same value).
+:class:`EscapingStream` applies it to everything written to a stream; the CLI writes through it.
 
 A tqdm bar redrawn after every item is what a person at a terminal wants, but written to a file or
 a pipe (the app's job log, CI, ``2> log``) every redraw is another line: one ``score`` wrote
@@ -8,9 +15,40 @@ at most once per :data:`QUIET_INTERVAL_S` seconds and a final line when it close
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, TextIO
+
+#: C0 controls, DEL, C1 controls, and the bidirectional marks/overrides/isolates (U+200E, U+200F,
+#: U+202A..U+202E, U+2066..U+2069) that make a terminal show text in another order than it is.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    """``text`` with every control character except those in ``keep`` (e.g. ``"\\n"``) written as
+    ``\\uXXXX``: safe to print on a terminal."""
+    return _UNSAFE.sub(lambda m: m.group(0) if m.group(0) in keep else f"\\u{ord(m.group(0)):04x}", text)
+
+
+class EscapingStream:
+    """A text stream that writes :func:`printable` text (keeping ``keep``) to ``stream``; every
+    other attribute (``fileno``, ``isatty``, ``encoding`` ...) is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO, *, keep: str = "\n\t") -> None:
+        self.stream = stream
+        self.keep = keep
+
+    def write(self, text: str) -> int:
+        self.stream.write(printable(text, keep=self.keep))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 #: Seconds between two progress lines when stderr is not a terminal.
 QUIET_INTERVAL_S = 5.0

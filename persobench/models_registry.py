@@ -26,6 +26,7 @@ the providers know nothing of the registry file.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -80,6 +81,20 @@ def find_registry_file(path: str | os.PathLike[str] | None = None, *, home: Any 
     return None
 
 
+def _huge_integer(text: str) -> str | None:
+    """Where ``text`` holds an integer too long for Python to convert ("line N, field F: ..."), or None."""
+    from persobench.datasets.json_numbers import HugeInteger, max_digits
+
+    if not max_digits():
+        return None
+    for number, line in enumerate(text.splitlines(), start=1):
+        found = re.search(rf"\d{{{max_digits() + 1},}}", line)
+        if found:
+            field = line.partition("=")[0].partition(":")[0].strip() or "?"
+            return f"line {number}, field {field}: {HugeInteger(len(found.group(0))).problem('no setting takes a number that long')}"
+    return None
+
+
 def _parse(path: Path) -> Mapping[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -93,6 +108,9 @@ def _parse(path: Path) -> Mapping[str, Any]:
         else:
             data = tomllib.loads(text)
     except Exception as exc:  # noqa: BLE001 - tomllib/yaml raise their own error types
+        huge = _huge_integer(text)
+        if huge:  # Python's own message names no line and suggests a call the user cannot make
+            raise ConfigurationError(f"{path}: {huge}") from None
         raise ConfigurationError(f"{path}: invalid {path.suffix.lstrip('.').upper()} ({' '.join(str(exc).split())})") from None
     if not isinstance(data, Mapping) or not isinstance(data.get("models", {}), Mapping):
         raise ConfigurationError(f"{path}: expected a top-level 'models' table mapping names to settings")

@@ -34,12 +34,12 @@ from persobench.store import Run, RunStore
 # The aggregate stage loads pandas: its names are handed out on first use (``__getattr__`` below), which
 # keeps the CLI's start-up light.
 from persobench.cache import default_cache_dir  # noqa: F401
-from persobench.console import ProgressBar  # noqa: F401
+from persobench.console import EscapingStream, ProgressBar, is_terminal, printable  # noqa: F401
 from persobench.csv_io import csv_text  # noqa: F401
 from persobench.datasets import (  # noqa: F401
     DatasetError, dataset_names, get_dataset_info, load_all, load_dataset, reference_dir, samples_by_id)
 from persobench.datasets.paper_archive import (  # noqa: F401
-    PAPER_ARCHIVE, download_progress, fetched_reference, paper_manifest)
+    PAPER_ARCHIVE, ArchiveLimits, download_progress, fetched_reference, paper_manifest)
 from persobench.files import atomic_write_json, atomic_write_text, utc_now, write_refused  # noqa: F401
 from persobench.generation import (  # noqa: F401
     COLUMNS, TABLE, GenerationConfig, RetryPolicy, read_progress, request_cancel)
@@ -65,7 +65,8 @@ from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, 
 from persobench.protocol import paper_protocol  # noqa: F401
 from persobench.providers import PROVIDERS, key_requirement, missing_key_env  # noqa: F401
 from persobench.secrets import (  # noqa: F401
-    credentials_environment, is_secret_name, key_allowed, public_text, public_url, redact, remember_url,
+    credentials_environment, is_secret_name, key_allowed, public_address, public_text, public_url, redact,
+    remember_url,
     secret_environment, url_with_credentials)
 from persobench.store import StoreProblem, default_home  # noqa: F401
 from persobench.structured import LABEL_SUFFIX, structured_label  # noqa: F401
@@ -525,15 +526,17 @@ def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore |
 def fetch_published(*, home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
                     url: str | None = None, sha256: str | None = None, size: int | None = None,
                     timeout: float = 60.0, progress: Callable[[str, int, int | None], None] | None = None,
-                    manifest: str | os.PathLike[str] | None = None, trust_unpinned: bool = False) -> Any:
+                    manifest: str | os.PathLike[str] | None = None, trust_unpinned: bool = False,
+                    limits: Any = None) -> Any:
     """Download the paper's repository archive (pinned commit, or a mirror ``url``) and unpack its
     data into ``<home>/reference``, every file checked against the content ``manifest`` (default:
     the packaged one for the pinned archive; an incomplete one needs ``trust_unpinned``); returns
-    the :class:`~persobench.datasets.paper_archive.FetchResult`."""
+    the :class:`~persobench.datasets.paper_archive.FetchResult`. ``limits`` caps the archive and
+    what it unpacks (:class:`~persobench.datasets.paper_archive.ArchiveLimits`; None: its defaults)."""
     from persobench.datasets.paper_archive import fetch_paper
 
     return fetch_paper(open_store(home, store).home, url=url, sha256=sha256, size=size, timeout=timeout,
-                       progress=progress, manifest=manifest, trust_unpinned=trust_unpinned)
+                       progress=progress, manifest=manifest, trust_unpinned=trust_unpinned, limits=limits)
 
 
 def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[str] | None = None,

@@ -257,6 +257,14 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept), ""))
 
 
+def public_address(address: str) -> str:
+    """A service address (``ray://user:pw@host:10001``, ``user:pw@host:6379``, ``auto``) without its
+    user info: :func:`public_url` for one with a scheme, the part after the last ``@`` otherwise."""
+    if "://" in address:
+        return public_url(address)
+    return address.rpartition("@")[2]
+
+
 def _is_secret_parameter(name: str) -> bool:
     return is_secret_option(name) or name.lower() in ("sig", "code", "pass", "pwd", "access", "session")
 

@@ -56,6 +56,7 @@ class ArchiveServer:
         self.body = body
         self.cut_at: int | None = None
         self.honour_range = True
+        self.declare_length = True  # False: no Content-Length, the body ends when the connection closes
         self.chunk_delay = 0.0  # seconds between 64 KiB chunks: a slow mirror, for progress displays
         self.ranges: list[str | None] = []
         server = self
@@ -80,7 +81,10 @@ class ArchiveServer:
                 else:
                     self.send_response(200)
                 payload = server.body[start:]
-                self.send_header("Content-Length", str(len(payload)))
+                if server.declare_length:
+                    self.send_header("Content-Length", str(len(payload)))
+                else:  # the body runs until the connection closes: only counting the bytes finds its size
+                    self.close_connection = True
                 self.end_headers()
                 if server.cut_at is not None:
                     self.wfile.write(payload[:server.cut_at])
@@ -89,7 +93,11 @@ class ArchiveServer:
                     self.close_connection = True
                     return
                 for start in range(0, len(payload), 65536):
-                    self.wfile.write(payload[start:start + 65536])
+                    try:
+                        self.wfile.write(payload[start:start + 65536])
+                    except (BrokenPipeError, ConnectionResetError):  # the client stopped reading (a size cap)
+                        self.close_connection = True
+                        return
                     if server.chunk_delay:
                         self.wfile.flush()
                         time.sleep(server.chunk_delay)

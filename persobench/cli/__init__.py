@@ -11,6 +11,7 @@ import importlib
 import sys
 from typing import Sequence
 
+from persobench.pipeline import EscapingStream, is_terminal, printable
 from persobench.errors import ConfigurationError, PersoBenchError, StoreWriteError
 
 #: Modules that add subcommands, in help order. Each defines ``register(subparsers)``.
@@ -58,6 +59,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    # Model names, dataset text, replies and server messages are untrusted: every line a command
+    # prints goes out with its control characters escaped (stderr keeps "\r" for progress bars).
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapingStream(stdout), EscapingStream(stderr, keep="\n\t\r")
+    try:
+        return _dispatch(args)
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args) or 0)
     except PersoBenchError as exc:  # every deliberate error: its message says what to change
@@ -89,22 +101,28 @@ def _closed_output() -> int:
     return 2
 
 
-def write_stdout(text: str) -> None:
+def write_stdout(text: str, *, data: bool = False) -> None:
     """Write ``text`` to standard output whole, or fail: a short write (full disk, file size limit)
     is an error naming standard output, so a redirected export never ends cut with exit 0.
+
+    Its control characters are escaped (:func:`~persobench.console.printable`), except for
+    ``data`` (csv, json: a file's exact content) written anywhere but a terminal.
 
     Python's buffered stdout drops the rest of a short write silently; the bytes go out with
     ``os.write`` until all are written."""
     import io
     import os
 
+    out = sys.stdout.stream if isinstance(sys.stdout, EscapingStream) else sys.stdout
+    if not data or is_terminal(out):
+        text = printable(text, keep="\n\t")
     try:
-        fd = sys.stdout.fileno()
+        fd = out.fileno()
     except (AttributeError, ValueError, io.UnsupportedOperation):  # captured output (tests, notebooks)
-        sys.stdout.write(text)
+        out.write(text)
         return
-    sys.stdout.flush()
-    view = memoryview(text.encode(sys.stdout.encoding or "utf-8", errors="surrogateescape"))
+    out.flush()
+    view = memoryview(text.encode(out.encoding or "utf-8", errors="surrogateescape"))
     try:
         while view:
             view = view[os.write(fd, view):]

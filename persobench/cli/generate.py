@@ -257,7 +257,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         text = frame.to_json(orient="records", lines=True, force_ascii=False)
         text = text if text.endswith("\n") or not text else text + "\n"
     if args.output == "-":
-        write_stdout(text)
+        write_stdout(text, data=True)
     else:
         from persobench.pipeline import atomic_write_text
 

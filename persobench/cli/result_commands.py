@@ -49,6 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fetch.add_argument("--import", dest="do_import", action="store_true",
                        help="then import the published runs into the store (as import-persobench)")
     fetch.add_argument("--timeout", type=float, default=60.0, help="network timeout in seconds (default 60)")
+    fetch.add_argument("--max-archive-bytes", type=int, default=None, metavar="N",
+                       help="largest archive downloaded, declared or counted (default 536870912 = 512 MiB)")
+    fetch.add_argument("--max-member-bytes", type=int, default=None, metavar="N",
+                       help="largest file unpacked, declared or counted (default 67108864 = 64 MiB; the paper's "
+                            "largest is under 5 MB)")
+    fetch.add_argument("--max-unpacked-bytes", type=int, default=None, metavar="N",
+                       help="largest total unpacked (default 1073741824 = 1 GiB)")
     fetch.add_argument("--no-progress", action="store_true", help="no progress lines")
     fetch.set_defaults(handler=cmd_fetch_paper)
 
@@ -90,11 +97,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_fetch_paper(args: argparse.Namespace) -> int:
-    from persobench.pipeline import PAPER_ARCHIVE
+    from persobench.pipeline import PAPER_ARCHIVE, ArchiveLimits
 
     from persobench.pipeline import check_number
 
     check_number("timeout", args.timeout)
+    caps = {name: getattr(args, name) for name in ("max_archive_bytes", "max_member_bytes", "max_unpacked_bytes")
+            if getattr(args, name) is not None}
+    limits = ArchiveLimits(**caps)  # out of range: one line naming the flag
     store = store_from_args(args)
     last: dict[str, int] = {}
 
@@ -112,7 +122,7 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
           flush=True)
     result = pipeline.fetch_published(store=store, url=args.url, sha256=args.sha256, size=args.size,
                                       timeout=args.timeout, progress=progress, manifest=args.manifest,
-                                      trust_unpinned=args.trust_unpinned)
+                                      trust_unpinned=args.trust_unpinned, limits=limits)
     check = "verified" if result.verified else "not verified: no checksum given (pass --sha256 to check a mirror)"
     print(f"archive {result.archive} ({result.size} bytes, sha256 {result.sha256}, {check})")
     if result.resumed_from:
@@ -188,7 +198,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                 else "run `python -m persobench score` first")
         print(f"note: no per-sample scores for profile {args.profile!r} ({hint}); showing run-level numbers only",
               file=sys.stderr)
-    write_stdout(pipeline.export_board(board, args.format))
+    write_stdout(pipeline.export_board(board, args.format), data=args.format in ("csv", "json"))
     if args.format in ("csv", "json"):
         for note in _notes(board):
             print(note if note.startswith("warning: ") else f"note: {note}", file=sys.stderr)

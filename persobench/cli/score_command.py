@@ -85,7 +85,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         return judge_flags.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
     if profile.judge is not None:
         judge_flags.check_cost(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
-    where = f"Ray actors ({args.ray_address or 'RAY_ADDRESS or a local instance'})" if args.executor == "ray" \
+    from persobench.pipeline import public_address
+
+    shown = public_address(args.ray_address) if args.ray_address else "RAY_ADDRESS or a local instance"
+    where = f"Ray actors ({shown})" if args.executor == "ray" \
         else profile.device
     print(f"profile {profile.key} on {where}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))

@@ -13,7 +13,10 @@ Safety of every step:
   :class:`PaperArchiveError` messages;
 - members are unpacked into a temporary folder next to the target (never outside it: absolute
   paths, ``..`` and links are refused) and the folder is renamed into place only when complete, so
-  a failure leaves either the previous reference or none, never a half-unpacked one.
+  a failure leaves either the previous reference or none, never a half-unpacked one;
+- the archive, each member and their total are capped (:class:`ArchiveLimits`): declared sizes
+  (Content-Length, zip/tar headers) are checked first and the bytes actually received or unpacked
+  are counted while they stream, so a zip bomb or an endless download stops at the cap.
 
 GitHub builds repository archives on request and their bytes are not stable, so the pin is on the
 content instead: a packaged manifest (``datasets/data/paper_manifest.json``, :class:`ContentManifest`)
@@ -49,9 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
-from persobench.errors import DatasetError
+from persobench.datasets.archive_members import (ArchiveLimits, ArchiveTooLargeError, PaperArchiveError, check_declared,
+                                                  copy_member, list_members, safe_parts)
 
-__all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchivePin", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
+__all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchiveLimits", "ArchivePin", "ArchiveTooLargeError", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
            "fetch_paper", "fetched_reference", "download_progress", "paper_manifest"]
 
 #: The folders of the paper's repository that PersoBench reads.
@@ -59,10 +63,6 @@ FOLDERS = ("Prompts", "Responses", "Raw Responses", "Evaluations")
 #: Written into the unpacked folder once it is complete; its presence makes the folder the default reference.
 MARKER = "FETCHED.json"
 CHUNK = 1 << 16
-
-
-class PaperArchiveError(DatasetError):
-    """The archive could not be downloaded, verified or unpacked; the message says why in one line."""
 
 
 class ContentMismatchError(PaperArchiveError):
@@ -200,8 +200,14 @@ def download_progress(home: str | os.PathLike[str]) -> dict | None:
     return None
 
 
-def _download(url: str, part: Path, *, timeout: float, progress: ProgressFn | None) -> int:
-    """Fetch ``url`` into ``part``, resuming from its current size; returns the resumed offset."""
+def _archive_too_large(url: str, size: str, cap: int) -> ArchiveTooLargeError:
+    return ArchiveTooLargeError(f"{url}: the archive is {size} bytes, over the {cap}-byte cap (--max-archive-bytes); "
+                                "nothing unpacked")
+
+
+def _download(url: str, part: Path, *, timeout: float, progress: ProgressFn | None, max_bytes: int) -> int:
+    """Fetch ``url`` into ``part``, resuming from its current size; returns the resumed offset.
+    More than ``max_bytes`` (declared by Content-Length or counted) deletes the part and raises."""
     from persobench import __version__
 
     offset = part.stat().st_size if part.exists() else 0
@@ -224,6 +230,9 @@ def _download(url: str, part: Path, *, timeout: float, progress: ProgressFn | No
             offset = 0
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length and length.isdigit() else None
+        if total is not None and total > max_bytes:
+            part.unlink(missing_ok=True)
+            raise _archive_too_large(url, str(total), max_bytes)
         status_file.write_text(json.dumps({"url": url, "done": offset, "total": total}), encoding="utf-8")
         done = offset
         try:
@@ -232,8 +241,10 @@ def _download(url: str, part: Path, *, timeout: float, progress: ProgressFn | No
                     block = response.read(CHUNK)
                     if not block:
                         break
-                    out.write(block)
                     done += len(block)
+                    if done > max_bytes:  # no (or a lying) Content-Length: the count decides
+                        break
+                    out.write(block)
                     if progress is not None:
                         progress("download", done, total)
                 out.flush()
@@ -242,44 +253,14 @@ def _download(url: str, part: Path, *, timeout: float, progress: ProgressFn | No
             raise PaperArchiveError(
                 f"{url}: download interrupted after {done} bytes ({type(exc).__name__}); "
                 "run fetch-paper again to resume") from None
+    if done > max_bytes:
+        part.unlink(missing_ok=True)
+        status_file.unlink(missing_ok=True)
+        raise _archive_too_large(url, f"more than {max_bytes}", max_bytes)
     if total is not None and done < total:
         raise PaperArchiveError(f"{url}: download truncated: got {done} of {total} bytes; "
                                 "run fetch-paper again to resume")
     return resumed
-
-
-def _members(archive: Path) -> list[tuple[str, Callable[[], bytes] | None]]:
-    """(posix path, reader or None for a directory) of every regular member; links are refused."""
-    name = archive.name
-    if name.endswith(".zip"):
-        try:
-            handle = zipfile.ZipFile(archive)
-        except zipfile.BadZipFile as exc:
-            raise PaperArchiveError(f"{archive}: not a readable zip archive ({exc})") from None
-        out = []
-        for info in handle.infolist():
-            mode = info.external_attr >> 16
-            if mode and (mode & 0o170000) == 0o120000:  # symlink
-                raise PaperArchiveError(f"{archive}: refuses link member {info.filename!r}")
-            out.append((info.filename, None if info.is_dir() else (lambda i=info: handle.read(i))))
-        return out
-    try:
-        handle_t = tarfile.open(archive)
-    except (tarfile.TarError, OSError) as exc:
-        raise PaperArchiveError(f"{archive}: not a readable tar archive ({exc})") from None
-    out = []
-    for member in handle_t.getmembers():
-        if member.issym() or member.islnk() or not (member.isfile() or member.isdir()):
-            raise PaperArchiveError(f"{archive}: refuses non-regular member {member.name!r}")
-        out.append((member.name, None if member.isdir() else (lambda m=member: handle_t.extractfile(m).read())))
-    return out
-
-
-def _safe_parts(name: str, archive: Path) -> tuple[str, ...]:
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts or "\\" in name:
-        raise PaperArchiveError(f"{archive}: refuses member outside the archive root: {name!r}")
-    return tuple(p for p in path.parts if p not in ("", "."))
 
 
 def _check_content(archive: Path, manifest: ContentManifest, digests: Mapping[str, str]) -> dict[str, Any]:
@@ -305,15 +286,16 @@ def _check_content(archive: Path, manifest: ContentManifest, digests: Mapping[st
 
 
 def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn | None,
-            manifest: ContentManifest | None = None) -> tuple[int, dict[str, Any] | None]:
+            manifest: ContentManifest | None = None,
+            limits: ArchiveLimits = ArchiveLimits()) -> tuple[int, dict[str, Any] | None]:
     """Unpack the four folders of ``archive`` into a temporary folder, check every file against
     ``manifest`` (when given), write ``marker`` into it, then rename it to ``target``: the marker is
-    present exactly when the folder is complete and checked."""
+    present exactly when the folder is complete and checked. Every member is capped by ``limits``."""
     try:
-        members = _members(archive)
+        members = list_members(archive)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
         raise PaperArchiveError(f"{archive}: unreadable archive ({exc})") from None
-    paths = [(_safe_parts(name, archive), read) for name, read in members]
+    paths = [(safe_parts(name, archive), read) for name, read in members]
     # GitHub archives wrap the tree in one "<repo>-<commit>/" folder; a plain archive has none.
     prefixes = {parts[:i] for parts, _ in paths for i in (0, 1) if len(parts) > i and parts[i] == "Prompts"}
     if not prefixes:
@@ -322,20 +304,22 @@ def _unpack(archive: Path, target: Path, marker: dict, *, progress: ProgressFn |
     wanted = [(parts[len(prefix):], read) for parts, read in paths
               if parts[:len(prefix)] == prefix and len(parts) > len(prefix) + 1
               and parts[len(prefix)] in FOLDERS and read is not None]
+    check_declared(archive, [("/".join(parts), member) for parts, member in wanted], limits)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".unpacking", dir=target.parent))
     digests: dict[str, str] = {}
     content = None
     try:
-        for done, (parts, read) in enumerate(wanted, start=1):
+        unpacked = 0
+        for done, (parts, member) in enumerate(wanted, start=1):
             destination = staging.joinpath(*parts)
             destination.parent.mkdir(parents=True, exist_ok=True)
             try:
-                data = read()
-            except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as exc:
+                size, digest = copy_member(archive, "/".join(parts), member, destination, limits, unpacked)
+            except (zipfile.BadZipFile, tarfile.TarError, EOFError, ValueError) as exc:
                 raise PaperArchiveError(f"{archive}: damaged member {'/'.join(parts)} ({exc})") from None
-            destination.write_bytes(data)
-            digests["/".join(parts)] = hashlib.sha256(data).hexdigest()
+            unpacked += size
+            digests["/".join(parts)] = digest
             if progress is not None:
                 progress("unpack", done, len(wanted))
         missing = [f for f in ("Prompts", "Responses") if not (staging / f).is_dir()]
@@ -388,6 +372,7 @@ def fetch_paper(
     progress: ProgressFn | None = None,
     manifest: ContentManifest | str | os.PathLike[str] | None = None,
     trust_unpinned: bool = False,
+    limits: ArchiveLimits | None = None,
 ) -> FetchResult:
     """Download, verify and unpack the paper's data into ``<home>/reference``.
 
@@ -397,13 +382,15 @@ def fetch_paper(
     the folder is moved into place. An incomplete manifest is refused before any download unless
     ``trust_unpinned`` accepts the files it does not pin. Raises :class:`PaperArchiveError` (one
     line) on any failure; nothing half-unpacked is left behind, and an interrupted download resumes
-    on the next call.
+    on the next call. ``limits`` caps the archive and what it unpacks (:class:`ArchiveLimits`, its
+    defaults when None): over a cap is :class:`ArchiveTooLargeError`.
     """
     from persobench.store import default_home
     from persobench.files import sha256_file, utc_now
 
     home = Path(home) if home is not None else default_home()
     check_archive_url(url)
+    limits = limits or ArchiveLimits()
     pin = PAPER_ARCHIVE
     if url is None or url == pin.url:
         url, sha256, size = pin.url, sha256 or pin.sha256, size if size is not None else pin.size
@@ -426,7 +413,9 @@ def fetch_paper(
     status_file = part.with_name(part.name.replace(".part", ".progress.json"))
     resumed = 0
     if not archive.exists():
-        resumed = _download(url, part, timeout=timeout, progress=progress)
+        if size is not None and size > limits.max_archive_bytes:
+            raise _archive_too_large(url, f"{size} (--size)", limits.max_archive_bytes)
+        resumed = _download(url, part, timeout=timeout, progress=progress, max_bytes=limits.max_archive_bytes)
         got = part.stat().st_size
         if size is not None and got != size:
             if got < size:
@@ -443,6 +432,10 @@ def fetch_paper(
         os.replace(part, archive)
         status_file.unlink(missing_ok=True)
     else:
+        on_disk = archive.stat().st_size
+        if on_disk > limits.max_archive_bytes:
+            archive.unlink()
+            raise _archive_too_large(str(archive), f"{on_disk}", limits.max_archive_bytes)
         digest = sha256_file(archive)
         if sha256 is not None and digest != sha256:
             archive.unlink()
@@ -455,10 +448,10 @@ def fetch_paper(
             "url": url, "sha256": digest, "size": got_size, "verified": sha256 is not None,
             "repository": pin.repository if url == pin.url else None,
             "commit": pin.commit if url == pin.url else None, "fetched_at": utc_now(),
-        }, progress=progress, manifest=manifest)
-    except ContentMismatchError as exc:  # not the pinned content: a later run must download again
+        }, progress=progress, manifest=manifest, limits=limits)
+    except (ContentMismatchError, ArchiveTooLargeError) as exc:  # fetching it again would fail alike
         archive.unlink(missing_ok=True)
-        raise ContentMismatchError(f"{exc}; download deleted") from None
+        raise type(exc)(f"{exc}; download deleted") from None
     except PaperArchiveError as exc:
         # A download that does not open (a mirror's HTML page answered with 200, a damaged archive)
         # would fail the same way on every retry if it stayed: delete it, the next fetch starts over.

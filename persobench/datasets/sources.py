@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+from persobench.datasets.json_numbers import find_huge, load as load_json
 from persobench.errors import DatasetError
 from persobench.datasets.source_records import (SPC_TRAILING_TURNS_DROPPED, SourceFormatError, bst_record_to_sample,
                                                 focus_record_to_sample, it_convai2_record_to_sample,
@@ -278,7 +279,7 @@ def _read_json_records(path: Path, label: str) -> list[Any]:
     """The record list of a ``{"data": [...]}`` file (a bare list is accepted too)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            payload = json.load(handle)
+            payload = load_json(handle)
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{label}: not UTF-8 text (byte offset {exc.start})") from exc
     except json.JSONDecodeError as exc:
@@ -286,6 +287,11 @@ def _read_json_records(path: Path, label: str) -> list[Any]:
     records = payload.get("data") if isinstance(payload, dict) else payload
     if not isinstance(records, list):
         raise DatasetError(f"{label}: expected an object with a \"data\" list of records")
+    huge = find_huge(records)
+    if huge is not None:
+        (row, *inside), number = huge
+        field = ".".join(str(part) for part in inside) or "(the record itself)"
+        raise DatasetError(f"{label}: record {row + 1}, field {field}: {number.problem()}")
     return records
 
 

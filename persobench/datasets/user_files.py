@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from persobench.datasets.json_numbers import find_huge, loads as loads_json
 from persobench.errors import DatasetError
 from persobench.datasets.prompt_tables import PromptTableError, parse_prompt_row
 from persobench.records import Sample
@@ -91,7 +92,7 @@ def _jsonl_records(path: Path, text: str, problems: list[str]) -> list[tuple[int
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_json(line)
         except json.JSONDecodeError as exc:
             problems.append(f"{path}: row {row_number}: invalid JSON ({exc.msg} at column {exc.colno})")
             continue
@@ -100,6 +101,12 @@ def _jsonl_records(path: Path, text: str, problems: list[str]) -> list[tuple[int
             continue
         if not isinstance(record, dict):
             problems.append(f"{path}: row {row_number}: expected a JSON object, got {type(record).__name__}")
+            continue
+        huge = find_huge(record)
+        if huge is not None:
+            (column, *inside), number = huge
+            where = f" (item {inside[0] + 1})" if inside and isinstance(inside[0], int) else ""
+            problems.append(f"{path}: row {row_number}, column {column}{where}: {number.problem()}")
             continue
         missing = [c for c in REQUIRED_COLUMNS if c not in record]
         if missing:

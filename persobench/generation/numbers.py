@@ -43,8 +43,9 @@ class NumberRule:
             text = f"at least {self.low:g}"
         elif self.high is None:
             text = f"{kind} {low}"
-        else:
-            text = f"{kind} {low} and <= {self.high:g}"
+        else:  # a whole bound in full (1073741824), not as 1.07374e+09
+            high = f"{self.high}" if isinstance(self.high, int) else f"{self.high:g}"
+            text = f"{kind} {low} and <= {high}"
         return text + (f" ({self.unit})" if self.unit else "")
 
     def allows(self, value: Any) -> bool:
@@ -71,7 +72,8 @@ NUMBER_RULES: dict[str, NumberRule] = {
     "max_attempts": NumberRule("--max-attempts", 1, whole=True),
     "checkpoint_every": NumberRule("--checkpoint-every", 1, whole=True),
     "batch_size": NumberRule("--batch-size", 1, whole=True),
-    "max_reply_bytes": NumberRule("--max-reply-bytes", 1, whole=True, unit="bytes"),
+    # 1 GiB: a bigger "cap" (a 23-digit one) is a typo that would read any reply whole.
+    "max_reply_bytes": NumberRule("--max-reply-bytes", 1, whole=True, high=2**30, unit="bytes"),
 }
 
 

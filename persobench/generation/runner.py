@@ -72,7 +72,7 @@ def run_generation(
         config = dataclasses.replace(config, **fields)
     store = store or RunStore(home)
     plan = plan_generation(config, store=store, samples=samples)
-    if restore_replies(store.run_path(plan.run_id), plan.cache_dir):  # kept by a run whose disk was full
+    if restore_replies(store.run_path(plan.run_id), plan.cache_dir, keys=plan.keys):  # kept by a run whose disk was full
         plan = plan_generation(config, store=store, samples=samples)
     provider: Provider | None = None
     if plan.n_requests:  # a fully cached run needs neither a key nor a server

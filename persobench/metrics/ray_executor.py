@@ -247,8 +247,10 @@ class RayScoring:
                           logging_level=logging.WARNING,
                           runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = self.address or "a new local Ray instance"
-            raise ConfigurationError(f"cannot start or reach Ray at {where}: {_one_line(exc)}") from None
+            from persobench.secrets import public_address, public_text
+
+            where = public_address(self.address) if self.address else "a new local Ray instance"
+            raise ConfigurationError(f"cannot start or reach Ray at {where}: {public_text(_one_line(exc))}") from None
         self._started_ray = True
 
     def __exit__(self, *exc: object) -> None:
@@ -340,14 +342,24 @@ def _check_reachable(address: str | None) -> None:
     import os
     import socket
 
+    from urllib.parse import urlsplit
+
+    from persobench.secrets import public_address
+
     address = address or os.environ.get("RAY_ADDRESS") or ""
-    host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit():
-        return  # "auto", a ray:// client address, or a new local instance: Ray says what is wrong
+    host, sep, port = address.rpartition("@")[2].rpartition(":")
+    if address.startswith("ray://"):  # a Ray client address (its user info, if any, is never printed)
+        try:
+            parts = urlsplit(address)
+            host, sep, port = parts.hostname or "", ":", str(parts.port or 10001)
+        except ValueError:
+            return
+    if not sep or "://" in address and not address.startswith("ray://") or not port.isdigit():
+        return  # "auto" or a new local instance: Ray says what is wrong
     try:
         socket.create_connection((host, int(port)), timeout=10).close()
     except OSError as exc:
-        raise ConfigurationError(f"cannot reach Ray at {address}: {exc.strerror or exc}; start it with "
+        raise ConfigurationError(f"cannot reach Ray at {public_address(address)}: {exc.strerror or exc}; start it with "
                                  "`ray start --head` or give its address with --ray-address") from None
 
 
