@@ -53,7 +53,7 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
-    from persobench.cache import default_cache_dir
+    from persobench.llm.response_cache import default_cache_dir
     from persobench.metrics.judge import make_judge
 
     return make_judge(args.judge, base_url=args.judge_base_url, prompt=args.judge_prompt,

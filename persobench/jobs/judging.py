@@ -29,7 +29,7 @@ class JudgeChoice:
 
     def config(self, home: str | os.PathLike[str]) -> Any:
         """The checked :class:`~persobench.metrics.judge.JudgeConfig` (raises ConfigurationError)."""
-        from persobench.cache import default_cache_dir
+        from persobench.llm.response_cache import default_cache_dir
         from persobench.metrics.judge import make_judge
 
         return make_judge(self.model, base_url=self.base_url or None, concurrency=self.concurrency,
