@@ -286,7 +286,8 @@ class JudgeLabeller:
             response_schema=dict(LABEL_SCHEMA) if config.structured else None)
         # Default: the responses folder of the default store, where generation caches too.
         self.cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir(default_home())
-        self.policy = config.retry or RetryPolicy(timeout_flag=JUDGE_TIMEOUT_FLAG)
+        # A judge request that runs out of time names the flag `score` has for it.
+        self.policy = dataclasses.replace(config.retry or RetryPolicy(), timeout_flag=JUDGE_TIMEOUT_FLAG)
         self.ledger = ledger if ledger is not None else SpendLedger(config.max_cost)
         self.stats = JudgeStats()
 
