@@ -216,3 +216,34 @@ def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path)
     time.sleep(0.5)
     assert len(openai_server.requests) == asked  # nothing more goes out after the deletion
     assert 2 <= asked <= 4, json.dumps([r.prompt[:60] for r in openai_server.requests])
+
+
+# --- per-invocation stats: a labeller of one's own, no process-wide counts ---------------------------------
+
+
+def test_an_invocation_owns_its_labeller_stats_and_ledger(openai_server, tmp_path):
+    from persobench.metrics import score_samples
+    from persobench.metrics.backends import get_profile
+    from persobench.metrics.judge import judge_labeller, labelling_with
+    from persobench.records import PersonaSet, Sample, Turn
+
+    openai_server.script = judge_script({})
+    judge = _priced_judge(openai_server, tmp_path, max_cost=10.0)
+    persona = PersonaSet("User2", ("I like tea.", "I own a cat."))
+    samples = [Sample(f"s:{i}", "s", (persona,), (Turn("User1", "Hi."),), "User2", f"Reply {i}.")
+               for i in range(2)]
+    replies = {"s:0": "I drink tea.", "s:1": "My cat sleeps."}
+    profile = get_profile("offline", judge=judge)
+    ledger = SpendLedger.for_invocation(tmp_path / "home", judge.max_cost, "score-1")
+    mine = JudgeLabeller(judge, ledger=ledger)
+    with labelling_with(mine):
+        score_samples(samples, replies, profile=profile, metrics=["c_score"])
+    sent = len(openai_server.requests)
+    assert sent > 0 and mine.stats.sent == sent and mine.stats.cost_usd == pytest.approx(sent * ANSWER_COST)
+    assert judge_labeller(judge).stats.sent == 0  # the process-wide one saw nothing
+    assert ledger.totals().spent_usd == pytest.approx(mine.stats.cost_usd)
+    assert ledger.path == tmp_path / "home" / "spend" / "score-1.json"
+    # Counts from several labellers (Ray actors) add up on the driver.
+    total = type(mine.stats).from_dict(mine.stats.to_dict())
+    total.add(mine.stats)
+    assert total.sent == 2 * sent and total.cost_usd == pytest.approx(2 * mine.stats.cost_usd)

@@ -29,13 +29,15 @@ Cheap to import: the providers, the cache and the asyncio machinery load when a 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from persobench.errors import ConfigurationError, MetricError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
@@ -431,14 +433,36 @@ class JudgeLabeller:
 
 _LABELLERS: dict[tuple, JudgeLabeller] = {}
 _LABELLERS_LOCK = threading.Lock()
+#: The labeller the metric code uses inside :func:`labelling_with` (instead of the per-process one).
+_ACTIVE: contextvars.ContextVar[JudgeLabeller | None] = contextvars.ContextVar("persobench_judge", default=None)
+
+
+@contextlib.contextmanager
+def labelling_with(labeller: JudgeLabeller) -> Iterator[JudgeLabeller]:
+    """Inside this block, the metric code asking for a judge with ``labeller.config`` gets ``labeller``:
+    one ``score`` invocation (or one Ray actor) owns its labeller, its :attr:`~JudgeLabeller.stats`
+    and its ledger, with no process-wide state::
+
+        ledger = SpendLedger.for_invocation(home, judge.max_cost)   # the driver, once
+        labeller = JudgeLabeller(judge, ledger=ledger)              # each process / actor
+        with labelling_with(labeller):
+            score_run(...)
+        labeller.stats                                              # this invocation's counts
+        ledger.totals().spent_usd                                   # the real total of all of them
+    """
+    token = _ACTIVE.set(labeller)
+    try:
+        yield labeller
+    finally:
+        _ACTIVE.reset(token)
 
 
 def judge_labeller(config: JudgeConfig, *, ledger: "SpendLedger | None" = None) -> JudgeLabeller:
-    """The labeller of ``config`` in this process (its stats add up over the runs of a command).
-
-    Kept for the metric code that looks the labeller up by its config; a caller that wants its own
-    counts (one ``score`` invocation, one Ray actor) builds ``JudgeLabeller(config, ledger=...)`` and
-    reads its :attr:`~JudgeLabeller.stats`. With ``ledger``, the labeller is that ledger's."""
+    """The labeller of ``config``: the one :func:`labelling_with` set when it has this config, else the
+    one of this process (its stats add up over the runs of a command; with ``ledger``, that ledger's)."""
+    active = _ACTIVE.get()
+    if active is not None and active.config == config:
+        return active
     key = (config.identity, str(config.cache_dir), config.concurrency, config.max_concurrency, config.max_cost,
            config.retry, str(ledger.path) if ledger is not None else None)
     with _LABELLERS_LOCK:
