@@ -247,3 +247,22 @@ def test_an_invocation_owns_its_labeller_stats_and_ledger(openai_server, tmp_pat
     total = type(mine.stats).from_dict(mine.stats.to_dict())
     total.add(mine.stats)
     assert total.sent == 2 * sent and total.cost_usd == pytest.approx(2 * mine.stats.cost_usd)
+
+
+def test_score_against_a_judge_reporting_negative_usage_keeps_the_cap_and_says_why(openai_server, tmp_path, capsys,
+                                                                                   monkeypatch):
+    from persobench.cli import main as cli_main
+    from tests.test_judge import _sample_run
+
+    _sample_run(tmp_path / "home", n=5)
+    judge = _priced_judge(openai_server, tmp_path, max_cost=1.0)  # writes tmp_path/models.toml
+    monkeypatch.setenv("PERSOBENCH_MODELS", str(tmp_path / "models.toml"))
+    openai_server.script = lambda info: reply('{"label": "neutral"}', usage=(-10**6, -10**6))
+    code = cli_main(["--home", str(tmp_path / "home"), "score", "--metrics", "c_score,persona_coverage",
+                     "--no-progress", "--judge", "priced", "--judge-max-cost", str(judge.max_cost)])
+    out = capsys.readouterr()
+    assert code == 1 and "Traceback" not in out.out + out.err
+    sent = len(openai_server.requests)
+    assert 1 <= sent <= 6  # each refused answer counts at its estimate (~$0.18), never at "-$2,000"
+    assert f"{sent} refused for unusable token usage" in out.out and "over the cost cap" in out.out
+    assert "cost $-" not in out.out and "prompt_tokens -1000000 is negative" in out.out

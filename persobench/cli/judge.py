@@ -130,6 +130,10 @@ def report(profile: Any) -> int:
           f"{s.cached} from the response cache, {s.sent} answered now ({s.attempts} request(s)); "
           f"{s.unparseable} unparseable and {s.unanswered} unanswered (counted, no value); "
           f"~{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, cost {_money(s.cost_usd)}")
+    why = [f"{n} {reason}" for n, reason in ((s.over_cap, "over the cost cap"), (s.run_deleted, "for a deleted run"),
+                                               (s.refused_usage, "refused for unusable token usage")) if n]
+    if why:
+        print(f"  not labelled: {', '.join(why)}")
     if s.first_error:
         print(f"  first failed request: {s.first_error}")
     return s.unanswered
