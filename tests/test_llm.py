@@ -66,7 +66,7 @@ def test_several_processes_sharing_one_ledger_never_pass_the_cap(openai_server, 
     assert 1 <= sent and sent * ANSWER_COST <= 1.0
     totals = ledger.totals()
     assert totals.spent_usd == pytest.approx(sent * ANSWER_COST) and totals.reserved_usd == 0
-    assert totals.requests == sent and totals.refused > 0
+    assert totals.requests == sent
     # The real total is the sum of what each process reports.
     assert sum(s["cost_usd"] for s in stats) == pytest.approx(totals.spent_usd)
     assert sum(s["sent"] for s in stats) == sent and sum(s["over_cap"] for s in stats) == 30 - sent

@@ -136,7 +136,7 @@ class LLMSession:
     def __init__(self, spec: "ModelSpec", *, policy: RetryPolicy | None = None, concurrency: int | str = 8,
                  max_concurrency: int = 32, cache: "ResponseCache | None" = None, api_key: str | None = None,
                  ledger: SpendLedger | None = None, budget_tokens: int | None = None,
-                 provider: Provider | None = None) -> None:
+                 provider: Provider | None = None, limit_start: int | None = None) -> None:
         self.spec = spec
         self.policy = policy or RetryPolicy()
         self.concurrency = concurrency
@@ -157,6 +157,9 @@ class LLMSession:
         self.interrupt = asyncio.Event()
         """Set to abandon the requests in flight at once (a cancel)."""
         self.limit: AdaptiveLimit | None = None
+        """``--concurrency auto``'s limit, made by :meth:`workers` (read it after the run for its stats)."""
+        self.limit_start = limit_start
+        """Where ``auto`` starts (e.g. a level remembered for this server); ``None``: the limit's default."""
 
     # -- provider resolution --------------------------------------------------------------------
 
@@ -183,7 +186,10 @@ class LLMSession:
         ceiling = self.max_concurrency if self.concurrency == "auto" else int(self.concurrency)
         allowed = getattr(self.provider, "max_concurrency", None) or ceiling
         if self.concurrency == "auto" and self.limit is None:
-            self.limit = AdaptiveLimit(min(ceiling, allowed))
+            if self.limit_start is None:
+                self.limit = AdaptiveLimit(min(ceiling, allowed))
+            else:
+                self.limit = AdaptiveLimit(min(ceiling, allowed), start=self.limit_start)
         return max(1, min(ceiling, allowed, todo))
 
     @property
