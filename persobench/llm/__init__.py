@@ -16,8 +16,9 @@ Importing this package is cheap: the providers, diskcache and the SDKs load when
 from __future__ import annotations
 
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, call_with_retries
+from persobench.llm.session import LLMSession, Sent, sending_for
 from persobench.llm.spend import SpendLedger, SpendTotals
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage
 
-__all__ = ["CallOutcome", "PauseGate", "RetryPolicy", "SpendLedger", "SpendTotals", "UsageRefused", "UsageTotals",
-           "call_with_retries", "check_usage"]
+__all__ = ["CallOutcome", "LLMSession", "PauseGate", "RetryPolicy", "Sent", "SpendLedger", "SpendTotals",
+           "UsageRefused", "UsageTotals", "call_with_retries", "check_usage", "sending_for"]
