@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require", action="store_true", help="exit 1 when a labeller is unavailable")
     args = parser.parse_args(argv)
 
-    from persobench.cache import default_cache_dir
+    from persobench.llm.response_cache import default_cache_dir
     from persobench.errors import PersoBenchError
     from persobench.metrics.backends import HUB_NLI
     from persobench.metrics.judge import agreement, judge_labeller, make_judge

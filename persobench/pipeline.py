@@ -33,7 +33,7 @@ from persobench.store import Run, RunStore
 # types and the registries; tests/test_architecture.py checks it), so these names are its public surface.
 # The aggregate stage loads pandas: its names are handed out on first use (``__getattr__`` below), which
 # keeps the CLI's start-up light.
-from persobench.cache import default_cache_dir  # noqa: F401
+from persobench.llm.response_cache import default_cache_dir  # noqa: F401
 from persobench.console import EscapingStream, ProgressBar, is_terminal, printable  # noqa: F401
 from persobench.csv_io import csv_text  # noqa: F401
 from persobench.datasets import (  # noqa: F401
@@ -54,7 +54,7 @@ from persobench.importer import dataset_for_folder, find_response_files  # noqa:
 from persobench.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
 from persobench.metrics.backends import get_profile  # noqa: F401
-from persobench.metrics.judge import judge_labeller, make_judge  # noqa: F401
+from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, judge_labeller, make_judge  # noqa: F401
 from persobench.metrics.judge_plan import JUDGED_METRICS, estimate_new_runs, estimate_runs  # noqa: F401
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
 from persobench.metrics.ray_executor import import_ray  # noqa: F401

@@ -24,8 +24,10 @@ STAGES: dict[str, tuple[str, ...]] = {
                    "persobench.files"),
     "datasets": ("persobench.datasets",),
     "prompts": ("persobench.prompts", "persobench.protocol"),
-    "generation": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.cache",
-                   "persobench.generation", "persobench.postprocess", "persobench.importer"),
+    # The one layer that sends prompts to a model (provider resolution, response cache, retries, adaptive
+    # concurrency, usage and spend cap): generation and the LLM judge both call it.
+    "llm": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.llm"),
+    "generation": ("persobench.generation", "persobench.postprocess", "persobench.importer"),
     "metrics": ("persobench.metrics",),
     "aggregate": ("persobench.aggregate",),
     # The front door (README "Python API"): typed calls over every stage, used by jobs, CLI and app.
@@ -35,7 +37,7 @@ STAGES: dict[str, tuple[str, ...]] = {
     "cli": ("persobench.cli", "persobench.__main__"),
     "app": ("persobench.app",),
 }
-ORDER = ["foundation", "datasets", "prompts", "generation", "metrics", "aggregate", "pipeline", "jobs", "cli"]
+ORDER = ["foundation", "datasets", "prompts", "llm", "generation", "metrics", "aggregate", "pipeline", "jobs", "cli"]
 RANK = {stage: ORDER.index(stage) if stage in ORDER else ORDER.index("cli") for stage in STAGES}
 MAX_PAGE_LINES = 200
 # "About 500": postprocess.py sits a little over it; past this a module is split by concern.
@@ -97,6 +99,13 @@ def test_no_module_imports_a_later_stage():
             if RANK[target] > RANK[stage] or {stage, target} == {"cli", "app"}:
                 problems.append(f"{path.relative_to(ROOT)}:{line}: {stage} imports {imported} ({target})")
     assert problems == []
+
+
+def test_the_metrics_never_import_generation():
+    """The LLM judge sends through persobench.llm like generation does; it borrows nothing from generation."""
+    found = [f"{path.relative_to(ROOT)}:{line}: {imported}" for path in sorted((PACKAGE / "metrics").rglob("*.py"))
+             for line, imported in _imports(path) if imported.startswith("persobench.generation")]
+    assert found == []
 
 
 def test_the_rule_catches_a_backward_import(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from persobench.cache import ResponseCache, cache_key
+from persobench.llm.response_cache import ResponseCache, cache_key
 from persobench.providers import ModelSpec
 from persobench.providers.base import Completion, GenerationParams
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from persobench.cache import ResponseCache
+from persobench.llm.response_cache import ResponseCache
 from persobench.cli import main as cli_main
 from persobench.generation.lock import hold_run_lock
 from persobench.locks import lock_holder

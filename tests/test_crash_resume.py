@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from persobench.cache import ResponseCache
+from persobench.llm.response_cache import ResponseCache
 from persobench.generation import read_progress
 from persobench.store import RunStore
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401

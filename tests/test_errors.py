@@ -197,9 +197,9 @@ INTERNAL_BUILTIN_RAISES = {
     # manifest parsing inside RunManifest.from_dict (RunStore.get turns these into StoreError), and
     # Run.update with an unknown status (a programming error of a stage, not user input)
     ("persobench/store.py", "ValueError"): 7,
-    ("persobench/cache.py", "ValueError"): 1,  # a cache key built without its sample id
+    ("persobench/llm/response_cache.py", "ValueError"): 1,  # a cache key built without its sample id
     ("persobench/datasets/prompt_tables.py", "ValueError"): 1,  # caught by parse_prompt_row -> PromptTableError
-    ("persobench/generation/concurrency.py", "ValueError"): 1,  # the CLI checks --max-concurrency first
+    ("persobench/llm/concurrency.py", "ValueError"): 1,  # the CLI checks --max-concurrency first
     ("persobench/metrics/lexical.py", "ValueError"): 1,  # references and replies of different lengths
     ("persobench/metrics/unieval.py", "ValueError"): 1,  # an unknown UniEval dimension name
     ("persobench/postprocess.py", "ValueError"): 1,  # summarize() of a status that is not a Status

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from persobench.cache import ResponseCache
+from persobench.llm.response_cache import ResponseCache
 from persobench.cli import main as cli_main
 from persobench.datasets import load_dataset
 from persobench.generation import (

@@ -13,7 +13,7 @@ import pytest
 from benchmarks.generation import make_samples
 from persobench.cli import main as cli_main
 from persobench.generation import RetryPolicy, run_generation
-from persobench.generation.concurrency import (FIRST_PROBE_ROUNDS, LATENCY_TOLERANCE, MAX_PROBE_ROUNDS,
+from persobench.llm.concurrency import (FIRST_PROBE_ROUNDS, LATENCY_TOLERANCE, MAX_PROBE_ROUNDS,
                                                PROBE_BACKOFF, START, AdaptiveLimit, is_overload)
 from persobench.errors import ErrorKind, ProviderError
 from tests.fakes.fixtures import openai_server  # noqa: F401

@@ -318,7 +318,7 @@ def test_providers_never_import_the_registry_file_module():
 
 def test_light_imports():
     code = (
-        "import sys, persobench, persobench.providers, persobench.generation, persobench.cache, "
+        "import sys, persobench, persobench.providers, persobench.generation, persobench.llm.response_cache, "
         "persobench.models_registry, persobench.cli.generate\n"
         "print(sorted(m for m in ('openai', 'anthropic', 'torch', 'transformers') if m in sys.modules))"
     )

@@ -31,6 +31,9 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
     group.add_argument("--judge-max-cost", type=float, default=None, metavar="USD",
                        help="stop sending judge requests once their estimated cost would pass this many US dollars "
                             "(pairs left unlabelled get no value; a later run with a higher cap finishes them)")
+    group.add_argument("--judge-timeout", type=_seconds, default=None, metavar="SECONDS",
+                       help="deadline in seconds for each judge request, the whole reply included (default 60); "
+                            "a request past it is retried, then the pair is left unlabelled")
     # No default here: the parser stays light (the judge module loads numpy); make_judge picks it.
     group.add_argument("--judge-prompt", default=None, metavar="VERSION",
                        help="version of the judge's prompt template (default: the package's current one, "
@@ -48,17 +51,30 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
     if args.judge is None:
         given = [flag for flag, value in (("--judge-base-url", args.judge_base_url),
                                           ("--judge-max-cost", args.judge_max_cost), ("--dry-run", args.dry_run),
-                                          ("--judge-plain", args.judge_plain))
+                                          ("--judge-plain", args.judge_plain),
+                                          ("--judge-timeout", args.judge_timeout))
                  if value]
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
-    from persobench.pipeline import default_cache_dir
-    from persobench.pipeline import make_judge
+    from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
 
+    retry = None if args.judge_timeout is None else RetryPolicy(timeout=args.judge_timeout,
+                                                                 timeout_flag=JUDGE_TIMEOUT_FLAG)
     return make_judge(args.judge, base_url=args.judge_base_url, prompt=args.judge_prompt,
                       concurrency=args.judge_concurrency, max_cost=args.judge_max_cost,
-                      cache_dir=str(default_cache_dir(home)), home=home, plain=args.judge_plain)
+                      cache_dir=str(default_cache_dir(home)), home=home, plain=args.judge_plain, retry=retry)
+
+
+def _seconds(text: str) -> float:
+    """``--judge-timeout``: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def _money(value: float | None) -> str:
@@ -112,6 +128,10 @@ def report(profile: Any) -> int:
           f"{s.cached} from the response cache, {s.sent} answered now ({s.attempts} request(s)); "
           f"{s.unparseable} unparseable and {s.unanswered} unanswered (counted, no value); "
           f"~{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, cost {_money(s.cost_usd)}")
+    why = [f"{n} {reason}" for n, reason in ((s.over_cap, "over the cost cap"), (s.run_deleted, "for a deleted run"),
+                                               (s.refused_usage, "refused for unusable token usage")) if n]
+    if why:
+        print(f"  not labelled: {', '.join(why)}")
     if s.first_error:
         print(f"  first failed request: {s.first_error}")
     return s.unanswered

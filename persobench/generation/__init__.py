@@ -47,7 +47,7 @@ from persobench.generation.progress import (
     read_progress,
     request_cancel,
 )
-from persobench.generation.retry import CallOutcome, PauseGate, RetryPolicy, call_with_retries
+from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, call_with_retries
 from persobench.generation.rows import COLUMNS, TABLE, build_row
 from persobench.generation.runner import RunAborted, run_generation
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError
-from persobench.generation.retry import RetryPolicy
+from persobench.llm.retry import RetryPolicy
 from persobench.providers import DEFAULT_LOCAL_MODEL
 
 
@@ -38,7 +38,7 @@ class GenerationConfig:
     """Subset seed, and the sampling seed when temperature > 0."""
     concurrency: int | str = 8
     """Maximum requests in flight, or ``"auto"``: found while the run goes, raised while replies
-    come back and halved on a 429 or 5xx (:mod:`persobench.generation.concurrency`)."""
+    come back and halved on a 429 or 5xx (:mod:`persobench.llm.concurrency`)."""
     max_concurrency: int = 32
     """The most requests in flight ``"auto"`` may reach."""
     max_tokens: int | None = None

@@ -138,7 +138,7 @@ def interruption(run: "Run") -> Interruption | None:
         return Interruption(cached=0, total=total, command="run the same `python -m persobench run` command again")
     cached = 0
     if cache_dir.is_dir():
-        from persobench.cache import ResponseCache
+        from persobench.llm.response_cache import ResponseCache
 
         with ResponseCache(cache_dir) as cache:
             cached = sum(1 for key in keys if key in cache)

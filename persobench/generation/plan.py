@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from persobench.cache import ResponseCache, cache_key, default_cache_dir
+from persobench.llm.response_cache import ResponseCache, cache_key, default_cache_dir
 from persobench.generation.config import GenerationConfig
 from persobench.models_registry import resolve_model
 from persobench.providers import PROVIDERS, ModelSpec

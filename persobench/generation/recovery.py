@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Collection, Iterator
 
-from persobench.cache import ResponseCache
+from persobench.llm.response_cache import ResponseCache
 from persobench.providers.base import Completion
 
 RECOVERY_FILE = "recovered.jsonl"

@@ -1,10 +1,11 @@
-"""Running a planned generation: workers, cache writes, checkpoints, cancel, fail-fast, summary.
+"""Running a planned generation: rows, checkpoints, cancel, fail-fast, summary.
 
-One asyncio event loop drives every provider: ``K`` workers pull samples from one queue, so at
-most ``K`` requests are ever in flight; each request goes through the single retry loop
-(:func:`~persobench.generation.retry.call_with_retries`); every reply is written to the response
-cache the moment it arrives, which is what makes a run killed with SIGKILL resumable without
-paying twice.
+The sending itself is the LLM layer's (:class:`~persobench.llm.session.LLMSession`, shared with the
+judge): ``K`` workers pull samples from one queue, so at most ``K`` requests are ever in flight;
+each request goes through the single retry loop; every reply is checked, scrubbed and written to
+the response cache the moment it arrives, which is what makes a run killed with SIGKILL resumable
+without paying twice. This module keeps what is generation's own: a row per sample, the table
+checkpoints, progress, the cancel file, fail-fast and the run's summary.
 """
 
 from __future__ import annotations
@@ -13,33 +14,32 @@ import asyncio
 import dataclasses
 import itertools
 import os
-import random
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from persobench.cache import ResponseCache
-from persobench.errors import RunAborted, StoreWriteError
-from persobench.generation.concurrency import AdaptiveLimit
+from persobench.errors import ProviderError, RunAborted, StoreWriteError
+from persobench.files import utc_now, write_refused
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
-from persobench.generation.recovery import keep_reply, restore_replies
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
-from persobench.generation.retry import CallOutcome, PauseGate, Stopped, call_with_retries, unless_stopping
+from persobench.generation.recovery import keep_reply, restore_replies
 from persobench.generation.rows import TABLE, build_row, rows_frame
-from persobench.providers import make_provider
-from persobench.providers.base import BatchingProvider, Completion, Provider, Request
-from persobench.errors import ErrorKind, ProviderError
+from persobench.llm.response_cache import ResponseCache
+from persobench.llm.retry import CallOutcome
+from persobench.llm.session import FailFast, LLMSession, run_coroutine
+from persobench.providers.base import Completion, Request
 from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
-from persobench.secrets import known_secrets, scrub
+from persobench.secrets import scrub
 from persobench.store import Run, RunStore
-from persobench.files import write_refused, utc_now
 
 if TYPE_CHECKING:
     from persobench.records import Sample
+
+__all__ = ["Runner", "RunAborted", "run_coroutine", "run_generation"]
 
 
 def run_generation(
@@ -74,10 +74,10 @@ def run_generation(
     plan = plan_generation(config, store=store, samples=samples)
     if restore_replies(store.run_path(plan.run_id), plan.cache_dir, keys=plan.keys):  # kept by a run whose disk was full
         plan = plan_generation(config, store=store, samples=samples)
-    provider: Provider | None = None
+    session = LLMSession(plan.spec, policy=config.retry, concurrency=config.concurrency,
+                         max_concurrency=config.max_concurrency, api_key=api_key)
     if plan.n_requests:  # a fully cached run needs neither a key nor a server
-        provider = make_provider(plan.spec, api_key=api_key, timeout=config.retry.timeout)
-        provider.check()
+        session.connect()
     run = store.create(plan.manifest)
     # One process per run folder: a second identical run stops here (RunLocked, naming the pid)
     # instead of paying for every request again and overwriting the table.
@@ -87,7 +87,7 @@ def run_generation(
         run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
         run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
                                                     dataset_file=plan.dataset_file).to_extra())
-        runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
+        runner = Runner(plan, run, session, progress=progress, cancel=cancel)
         try:
             run_coroutine(runner.main())
         except BaseException as exc:
@@ -105,38 +105,16 @@ def run_generation(
     return run
 
 
-def run_coroutine(coro: Any) -> Any:
-    """``asyncio.run``, also from code that already runs an event loop (notebooks, some apps)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    result: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=target, name="persobench-generation")
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
-
-
 class Runner:
     """State of one run in this process: rows, counters, and the stop signals."""
 
     def __init__(
-        self, plan: GenerationPlan, run: Run, provider: Provider | None, *,
+        self, plan: GenerationPlan, run: Run, session: LLMSession, *,
         progress: Callable[[ProgressInfo], None] | None, cancel: threading.Event | None,
     ) -> None:
         self.plan = plan
         self.run = run
-        self.provider = provider
+        self.session = session
         self.config = plan.config
         self.progress_callback = progress
         self.cancel_event = cancel
@@ -147,11 +125,8 @@ class Runner:
         self.last_progress_write = 0.0
         self.cancelled = False
         self.abort_reason: str | None = None
-        self.rng = random.Random()
-        self.gate = PauseGate()
-        self.first_outcomes: list[ProviderError | None] = []
+        self.fail_fast = FailFast(min(self.config.fail_fast_after, plan.n_requests))
         self.since_checkpoint = 0
-        self.limit: AdaptiveLimit | None = None
         #: The first write the disk refused (one line naming the file); generation stops sending then.
         self.write_failure: str | None = None
         #: Recovery files holding replies the cache could not store, and how many no disk took.
@@ -160,9 +135,16 @@ class Runner:
         self.waits: dict[int, tuple[float, str]] = {}
         """Announced waits in progress: token -> (monotonic end, note); progress shows the longest."""
         self._wait_tokens = itertools.count()
-        spec = plan.spec
-        self.secrets = known_secrets(api_keys=getattr(provider, "_secrets", ()) or (), base_url=spec.base_url,
-                                     options=spec.options)
+        self.secrets = session.secrets
+        # Set by a cancel only: requests in flight are abandoned at once, while a fail-fast abort
+        # (stopping alone) lets them finish so their outcome is recorded.
+        self.stopping = session.stopping
+        self.interrupt = session.interrupt
+
+    @property
+    def limit(self) -> Any:
+        """``--concurrency auto``'s limit (None with a fixed concurrency)."""
+        return self.session.limit
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -175,32 +157,21 @@ class Runner:
         for i, (completion, latency) in plan.hits.items():
             self.rows[i] = self._scrub_row(build_row(plan, i, self._scrubbed(completion), None, latency=latency,
                                                      attempts=0, cached=True))
-        self.stopping = asyncio.Event()
-        # Set by a cancel only: requests in flight are abandoned at once, while a fail-fast abort
-        # (stopping alone) lets them finish so their outcome is recorded.
-        self.interrupt = asyncio.Event()
-        todo = iter(i for i in range(len(plan.samples)) if i not in self.rows)
+        todo = [i for i in range(len(plan.samples)) if i not in self.rows]
         self._report(force=True)
         if not plan.n_requests:
             return
-        assert self.provider is not None
         try:
-            self.cache = ResponseCache(plan.cache_dir)
+            self.session.cache = ResponseCache(plan.cache_dir)
         except (OSError, sqlite3.Error) as exc:
             raise write_refused(plan.cache_dir, exc) from None
-        ceiling = self.config.max_concurrency if self.config.concurrency == "auto" else int(self.config.concurrency)
-        workers = min(ceiling, self.provider.max_concurrency or ceiling, plan.n_requests)
-        if self.config.concurrency == "auto":
-            self.limit = AdaptiveLimit(min(ceiling, self.provider.max_concurrency or ceiling))
-        # A provider that generates several samples per call (an in-process model) gets them in batches.
-        batch = max(1, int(self.provider.batch_size)) if isinstance(self.provider, BatchingProvider) else 1
         watcher = asyncio.create_task(self._watch_cancel())
         try:
-            await asyncio.gather(*(self._worker(todo, batch) for _ in range(workers)))
+            await self.session.drive(todo, self._send, total=plan.n_requests)
         finally:
             watcher.cancel()
-            self.cache.close()
-            await self.provider.aclose()
+            self.session.cache.close()
+            await self.session.aclose()
 
     async def _watch_cancel(self) -> None:
         while not self.stopping.is_set():
@@ -211,29 +182,25 @@ class Runner:
                 return
             await asyncio.sleep(0.1)
 
-    async def _worker(self, todo: Any, batch: int = 1) -> None:
-        while not self.stopping.is_set():
-            chunk = list(itertools.islice(todo, batch))  # the shared iterator hands each sample to one worker
-            if not chunk:
-                return
-            if len(chunk) == 1:
-                await self._process(chunk[0])
-            else:
-                await self._process_batch(chunk)
+    async def _send(self, indices: list[int]) -> None:
+        if len(indices) == 1:
+            await self._process(indices[0])
+        else:
+            await self._process_batch(indices)
 
     def _count_request(self) -> None:
         self.requests += 1
 
-    async def _process(self, i: int, attempts_before: int = 0) -> None:
+    def _request(self, i: int) -> Request:
         plan = self.plan
-        assert self.provider is not None
-        request = Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
+        return Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
+
+    async def _process(self, i: int, attempts_before: int = 0) -> None:
         token = next(self._wait_tokens)
-        outcome = await call_with_retries(
-            self.provider, request, policy=self.config.retry, gate=self.gate, stopping=self.stopping,
-            rng=self.rng, on_attempt=self._count_request, interrupt=self.interrupt, limit=self.limit,
-            on_wait=lambda seconds, note: self._on_wait(token, seconds, note),
-        )
+        sent = await self.session.send(
+            self.plan.keys[i], self._request(i), on_attempt=self._count_request, on_store_error=self._keep,
+            on_wait=lambda seconds, note: self._on_wait(token, seconds, note))
+        outcome = sent.outcome
         if outcome is None:  # stopped during a retry wait: the sample stays pending (resumable)
             return
         if attempts_before:  # its first attempt was part of a batch
@@ -241,37 +208,19 @@ class Runner:
         self._record(i, outcome)
 
     async def _process_batch(self, indices: list[int]) -> None:
-        """Samples ``indices`` in one call of a :class:`BatchingProvider`. Each reply is cached and
-        recorded on its own; a sample whose error retrying may fix goes through the retry loop alone,
-        and so does every sample when the whole call fails. A cancel abandons the call: its samples
-        stay pending."""
-        plan = self.plan
-        assert isinstance(self.provider, BatchingProvider)
-        requests = [Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
-                    for i in indices]
-        await self.gate.wait(self.stopping)
-        if self.stopping.is_set():
+        """Samples ``indices`` in one call of a batching provider (an in-process model). A sample whose
+        error retrying may fix goes through the retry loop alone, and so does every sample when the
+        whole call fails. A cancel abandons the call: its samples stay pending."""
+        results = await self.session.send_batch([self.plan.keys[i] for i in indices],
+                                                [self._request(i) for i in indices],
+                                                on_attempt=self._count_request, on_store_error=self._keep)
+        if results is None:
             return
-        for _ in indices:
-            self._count_request()
-        started = time.monotonic()
-        try:
-            results = list(await unless_stopping(self.provider.generate_batch(requests), self.interrupt))
-            if len(results) != len(indices):
-                raise ValueError(f"{len(results)} results for {len(indices)} requests")
-        except Stopped:
-            return
-        except Exception:  # noqa: BLE001 - the whole call failed: one by one, each with its own retries and error
-            results = [None] * len(indices)
-        # Each sample's latency is its share of the batch's time, so the mean stays time per reply.
-        share = (time.monotonic() - started) / len(indices)
-        for i, result in zip(indices, results):
-            if result is None or (isinstance(result, ProviderError) and result.retryable):
+        for i, sent in zip(indices, results):
+            if sent.outcome is None:
                 await self._process(i, attempts_before=1)
-            elif isinstance(result, ProviderError):
-                self._record(i, CallOutcome(None, result, share, 1))
             else:
-                self._record(i, CallOutcome(result, None, share, 1))
+                self._record(i, sent.outcome)
 
     def _on_wait(self, token: int, seconds: float, note: str) -> None:
         """A request starts (``note``) or ends (``""``) a long wait: progress says so at once."""
@@ -281,23 +230,20 @@ class Runner:
             self.waits.pop(token, None)
         self._report(force=True)
 
+    def _keep(self, key: str, completion: Completion, latency: float, exc: BaseException) -> None:
+        """The response cache refused a reply (full disk): stop sending, keep the reply aside."""
+        self._refused(write_refused(self.plan.cache_dir / "cache.db", exc))
+        kept = keep_reply(self.run.path, key, completion, latency)
+        if kept is None:
+            self.lost += 1
+        else:
+            self.kept_in.add(kept)
+
     def _record(self, i: int, outcome: CallOutcome) -> None:
-        """Cache and record the outcome of sample ``i``, then checkpoint and report."""
+        """Record the outcome of sample ``i`` (its reply is cached already), then checkpoint and report."""
         plan = self.plan
-        completion = self._scrubbed(outcome.completion)
-        if completion is not None:
-            # Store first: from here on a crash cannot lose this reply.
-            try:
-                self.cache.set(plan.keys[i], completion, latency=outcome.latency)
-            except (OSError, sqlite3.Error) as exc:
-                self._refused(write_refused(plan.cache_dir / "cache.db", exc))
-                kept = keep_reply(self.run.path, plan.keys[i], completion, outcome.latency)
-                if kept is None:
-                    self.lost += 1
-                else:
-                    self.kept_in.add(kept)
         self.rows[i] = self._scrub_row(build_row(
-            plan, i, completion, outcome.error, latency=outcome.latency, attempts=outcome.attempts,
+            plan, i, outcome.completion, outcome.error, latency=outcome.latency, attempts=outcome.attempts,
             cached=False,
         ))
         self.new_done += 1
@@ -326,12 +272,7 @@ class Runner:
         return text
 
     def _scrubbed(self, completion: Completion | None) -> Completion | None:
-        """``completion`` with every credential the run knows removed from its text: a server that
-        echoes the key back must not get it into the cache, the table, exports or pages."""
-        if completion is None or not self.secrets:
-            return completion
-        return dataclasses.replace(completion, text=scrub(completion.text, self.secrets),
-                                   model=scrub(completion.model, self.secrets) if completion.model else completion.model)
+        return self.session.scrubbed(completion)
 
     def _scrub_row(self, row: dict[str, Any]) -> dict[str, Any]:
         if not self.secrets:
@@ -340,16 +281,10 @@ class Runner:
 
     def _fail_fast(self, error: ProviderError | None) -> None:
         """Stop when the first N requests all failed for one reason that retrying cannot fix."""
-        threshold = min(self.config.fail_fast_after, self.plan.n_requests)
-        if threshold <= 0 or len(self.first_outcomes) >= threshold:
-            return
-        self.first_outcomes.append(error)
-        if len(self.first_outcomes) < threshold:
-            return
-        first = self.first_outcomes[0]
-        hopeless = first is not None and (not first.retryable or first.kind is ErrorKind.CONNECTION)
-        if hopeless and all(e is not None and e.signature == first.signature for e in self.first_outcomes):
-            self.abort_reason = scrub(f"the first {threshold} requests all failed: {first.describe()}", self.secrets)
+        common = self.fail_fast.observe(error)
+        if common is not None:
+            self.abort_reason = scrub(f"the first {self.fail_fast.threshold} requests all failed: {common.describe()}",
+                                      self.secrets)
             self.stopping.set()
 
     # -- files ------------------------------------------------------------------------------------

@@ -12,10 +12,13 @@ labels) on providers that enforce one (:data:`STRUCTURED_PROVIDERS`), and otherw
 Parsing is strict (:func:`parse_label`): any other answer is :data:`UNPARSEABLE`, counted and never
 guessed; a pair whose request failed is :data:`UNANSWERED`. Neither gives a metric value.
 
-Every judge call goes through generation's machinery: the response cache (written the moment a
-reply arrives, so a killed ``score --judge`` resumes without paying twice and an identical rerun
-sends nothing), the retry loop (:func:`~persobench.generation.retry.call_with_retries`, with its
-Retry-After pause gate) and ``--concurrency auto`` (:class:`~persobench.generation.concurrency.AdaptiveLimit`).
+Every judge call goes through the LLM layer generation uses too (:mod:`persobench.llm`): the
+response cache (written the moment a reply arrives and before it is parsed, so a killed ``score
+--judge`` resumes without paying twice and an identical rerun sends nothing), the retry loop (with
+its Retry-After pause gate and the ``--judge-timeout`` deadline), ``--concurrency auto``, the usage
+check (a server reporting unusable token counts is refused, never used for cost) and the spend
+ledger that keeps ``--judge-max-cost`` over every process and Ray actor of a ``score`` invocation.
+Queued requests for a run are not sent once the run is deleted (:func:`persobench.llm.session.sending_for`).
 
 Provenance: judge-labelled scores are stored under a profile key of their own, ``<profile>+judge=
 <provider>:<model>[@host:port][#options],prompt=<version>`` (:attr:`JudgeConfig.identity`), so they never share a
@@ -26,14 +29,15 @@ Cheap to import: the providers, the cache and the asyncio machinery load when a 
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import contextvars
+import dataclasses
 import hashlib
 import json
-import random
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from persobench.errors import ConfigurationError, MetricError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
@@ -44,8 +48,9 @@ from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this modul
 from persobench.metrics.nli_labels import LABELS, NLIPrediction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from persobench.generation.retry import RetryPolicy
-    from persobench.providers.base import Completion, GenerationParams, ProviderError
+    from persobench.llm.retry import RetryPolicy
+    from persobench.llm.spend import SpendLedger
+    from persobench.providers.base import Completion, GenerationParams
     from persobench.providers.spec import ModelSpec
 
 #: A pair whose request failed (or was not sent: stop, cost cap); asked again by the next run.
@@ -62,6 +67,9 @@ FAIL_FAST_AFTER = 20
 
 #: Characters per prompt token in the estimates (as generation's dry run).
 CHARS_PER_TOKEN = 4
+
+#: The ``score`` flag that sets a judge request's deadline (named when a request runs out of time).
+JUDGE_TIMEOUT_FLAG = "--judge-timeout"
 
 
 class JudgeError(MetricError, RuntimeError):
@@ -188,7 +196,8 @@ def labeller_note(profile_key: str, nli_model_ids: Sequence[str] = ()) -> str:
 
 @dataclass
 class JudgeStats:
-    """What the judge did in this process (the ``score`` command prints it)."""
+    """What one labeller did (the ``score`` command prints it). Each :class:`JudgeLabeller` owns its
+    own; a Ray actor's come back to the driver as :meth:`to_dict` and add up with :meth:`add`."""
 
     pairs: int = 0
     """Pairs asked for (duplicates counted once per call)."""
@@ -201,7 +210,7 @@ class JudgeStats:
     unparseable: int = 0
     """Answers (cached or new) with no label in the strict form."""
     unanswered: int = 0
-    """Pairs without an answer (the request failed, or was not sent: cost cap, stop)."""
+    """Pairs without an answer (the request failed, or was not sent: cost cap, stop, run deleted)."""
     prompt_tokens: int = 0
     """Prompt tokens of the requests made now (reported, else estimated)."""
     completion_tokens: int = 0
@@ -210,6 +219,31 @@ class JudgeStats:
     """Estimated spend of the requests made now; ``None`` when the judge's prices are unknown."""
     first_error: str = ""
     """The first failed request's error, for the report."""
+    refused_usage: int = 0
+    """Answers refused because the server reported unusable token counts (counted at the estimate)."""
+    over_cap: int = 0
+    """Pairs not sent because their upper-bound cost did not fit under the cost cap."""
+    run_deleted: int = 0
+    """Pairs not sent because the run they were for was deleted meanwhile."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JudgeStats":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def add(self, other: "JudgeStats") -> None:
+        """Add ``other``'s counts to these (the driver of several actors or labellers)."""
+        for f in dataclasses.fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "first_error":
+                self.first_error = mine or theirs
+            elif f.name == "cost_usd":
+                self.cost_usd = None if mine is None or theirs is None else round(mine + theirs, 6)
+            else:
+                setattr(self, f.name, mine + theirs)
 
 
 @dataclass(frozen=True)
@@ -231,10 +265,18 @@ class JudgeEstimate:
 
 
 class JudgeLabeller:
-    """Labels (premise, hypothesis) pairs with an LLM judge; the NLI model's stand-in (same ``predict``)."""
+    """Labels (premise, hypothesis) pairs with an LLM judge; the NLI model's stand-in (same ``predict``).
 
-    def __init__(self, config: JudgeConfig) -> None:
-        from persobench.cache import default_cache_dir
+    Requests go through :class:`~persobench.llm.session.LLMSession`. ``ledger``: the spend ledger the
+    cost cap is kept in; give every labeller of one invocation the same
+    :meth:`SpendLedger.for_invocation <persobench.llm.spend.SpendLedger.for_invocation>` (it pickles to
+    Ray actors and worker processes) so the cap holds over all of them. Default: this labeller's own,
+    capped at ``config.max_cost``. :attr:`stats` counts what this labeller did."""
+
+    def __init__(self, config: JudgeConfig, *, ledger: "SpendLedger | None" = None) -> None:
+        from persobench.llm.response_cache import default_cache_dir
+        from persobench.llm.retry import RetryPolicy
+        from persobench.llm.spend import SpendLedger
         from persobench.providers.base import GenerationParams
         from persobench.store import default_home
 
@@ -246,9 +288,10 @@ class JudgeLabeller:
             response_schema=dict(LABEL_SCHEMA) if config.structured else None)
         # Default: the responses folder of the default store, where generation caches too.
         self.cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir(default_home())
+        # A judge request that runs out of time names the flag `score` has for it.
+        self.policy = dataclasses.replace(config.retry or RetryPolicy(), timeout_flag=JUDGE_TIMEOUT_FLAG)
+        self.ledger = ledger if ledger is not None else SpendLedger(config.max_cost)
         self.stats = JudgeStats()
-        self._spent = 0.0  # estimated USD of answered requests plus the bound of those in flight
-        self._lock = threading.Lock()
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -262,7 +305,7 @@ class JudgeLabeller:
 
     def _requests(self, pairs: Sequence[tuple[str, str]]) -> tuple[dict[str, tuple], dict[str, list[int]]]:
         """Distinct requests (cache key -> messages) and the pair positions each one answers."""
-        from persobench.cache import cache_key
+        from persobench.llm.response_cache import cache_key
 
         spec = self.config.spec
         options = spec.output_options
@@ -281,18 +324,15 @@ class JudgeLabeller:
 
         return estimate_cost(self.config.spec, prompt_tokens, completion_tokens)
 
-    @staticmethod
-    def _prompt_tokens(messages: Sequence[Mapping[str, str]]) -> int:
-        return sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN + 1
-
     def estimate(self, pairs: Sequence[tuple[str, str]]) -> JudgeEstimate:
         """What labelling ``pairs`` would send, from the response cache; sends nothing, needs no key."""
-        from persobench.cache import ResponseCache
+        from persobench.llm.response_cache import ResponseCache
+        from persobench.llm.usage import estimate_prompt_tokens
 
         messages, _ = self._requests(pairs)
         with ResponseCache(self.cache_dir) as cache:
             todo = [key for key in messages if key not in cache]
-        prompt = sum(self._prompt_tokens(messages[key]) for key in todo)
+        prompt = sum(estimate_prompt_tokens(messages[key]) for key in todo)
         completion = len(todo) * self.params.max_tokens
         return JudgeEstimate(len(messages), len(messages) - len(todo), len(todo), prompt, completion,
                              self._cost(prompt, completion))
@@ -304,7 +344,8 @@ class JudgeLabeller:
         Cached answers are read first; the rest are sent (each answer is cached the moment it
         arrives). Raises :class:`JudgeError` when the first requests all fail for one reason that
         retrying cannot fix; the answers received until then are cached."""
-        from persobench.cache import ResponseCache
+        from persobench.llm.response_cache import ResponseCache
+        from persobench.llm.session import run_coroutine
 
         messages, positions = self._requests(pairs)
         labels: dict[str, str] = {}
@@ -318,8 +359,6 @@ class JudgeLabeller:
                         progress(len(positions[key]))
             todo = [key for key in messages if key not in labels]
             if todo:
-                from persobench.generation.runner import run_coroutine
-
                 run_coroutine(self._send_all(todo, messages, positions, labels, cache, progress))
         self.stats.pairs += len(messages)
         out = [NLIPrediction(UNANSWERED, {})] * len(pairs)
@@ -339,156 +378,96 @@ class JudgeLabeller:
 
     async def _send_all(self, todo: list[str], messages: Mapping[str, tuple], positions: Mapping[str, list[int]],
                         labels: dict[str, str], cache: Any, progress: Callable[[int], None] | None) -> None:
-        from persobench.generation.concurrency import AdaptiveLimit
-        from persobench.generation.retry import PauseGate, RetryPolicy
-        from persobench.providers import make_provider
-        from persobench.secrets import known_secrets
-
-        config = self.config
-        policy = config.retry or RetryPolicy()
-        try:
-            provider = make_provider(config.spec, api_key=config.api_key, timeout=policy.timeout)
-            provider.check()
-        except ConfigurationError as exc:  # no key, unreachable server: every pair would fail alike
-            raise JudgeError(f"judge {config.model_name}: {exc}") from None
-        secrets = known_secrets(api_keys=getattr(provider, "_secrets", ()) or (), base_url=config.spec.base_url,
-                                options=config.spec.options)
-        ceiling = config.max_concurrency if config.concurrency == "auto" else int(config.concurrency)
-        ceiling = min(ceiling, provider.max_concurrency or ceiling)
-        limit = AdaptiveLimit(ceiling) if config.concurrency == "auto" else None
-        state = _SendState(iter(todo), asyncio.Event(), PauseGate(), random.Random(), policy, limit, secrets, [],
-                           len(todo))
-        try:
-            await asyncio.gather(*(self._worker(provider, state, messages, positions, labels, cache, progress)
-                                   for _ in range(min(ceiling, len(todo)))))
-        finally:
-            await provider.aclose()
-        if state.abort:
-            raise JudgeError(state.abort)
-
-    async def _worker(self, provider: Any, state: "_SendState", messages: Mapping[str, tuple],
-                      positions: Mapping[str, list[int]], labels: dict[str, str], cache: Any,
-                      progress: Callable[[int], None] | None) -> None:
-        from persobench.generation.retry import call_with_retries
+        """Send ``todo`` through the LLM layer; the judge keeps only its labels and counts."""
+        from persobench.llm.session import FailFast, LLMSession
         from persobench.providers.base import Request
 
-        for key in state.keys:
-            if state.stopping.is_set():
-                return
-            bound_prompt = self._prompt_tokens(messages[key])
-            bound = self._cost(bound_prompt, self.params.max_tokens) or 0.0
-            if not self._reserve(bound):
-                # Over the cost cap: left unanswered, asked again by a later run with a higher cap.
+        config = self.config
+        session = LLMSession(config.spec, policy=self.policy, concurrency=config.concurrency,
+                             max_concurrency=config.max_concurrency, cache=cache, api_key=config.api_key,
+                             ledger=self.ledger, budget_tokens=self.params.max_tokens)
+        try:
+            session.connect()
+        except ConfigurationError as exc:  # no key, unreachable server: every pair would fail alike
+            raise JudgeError(f"judge {config.model_name}: {exc}") from None
+        fail_fast = FailFast(min(FAIL_FAST_AFTER, len(todo)))
+        abort = ""
+
+        async def label(keys: list[str]) -> None:
+            nonlocal abort
+            for key in keys:
+                sent = await session.send(key, Request(messages=messages[key], params=self.params))
+                outcome = sent.outcome
+                if outcome is None:  # not sent (cost cap, run deleted) or stopped: left unanswered
+                    if sent.skipped == "cost cap":
+                        self.stats.over_cap += 1
+                    elif sent.skipped == "run deleted":
+                        self.stats.run_deleted += 1
+                elif outcome.completion is not None:
+                    labels[key] = self._label(outcome.completion)  # parsed after it is cached
+                    self.stats.sent += 1
+                elif not self.stats.first_error and outcome.error is not None:
+                    self.stats.first_error = session.scrub(outcome.error.describe())
+                if outcome is not None and (error := fail_fast.observe(outcome.error)) is not None:
+                    abort = (f"judge {config.model_name}: the first {len(fail_fast.first)} request(s) all failed: "
+                             f"{session.scrub(error.describe())}")
+                    session.stopping.set()
                 if progress is not None:
                     progress(len(positions[key]))
-                continue
-            outcome = await call_with_retries(
-                provider, Request(messages=messages[key], params=self.params), policy=state.policy,
-                gate=state.gate, stopping=state.stopping, rng=state.rng, on_attempt=self._count_attempt,
-                limit=state.limit)
-            if outcome is None:  # stopping: left unanswered
-                self._settle(bound, None)
-                return
-            completion = outcome.completion
-            if completion is not None:
-                completion = _scrubbed(completion, state.secrets)
-                cache.set(key, completion, latency=outcome.latency)  # first: a crash now loses nothing
-                labels[key] = self._label(completion)
-                self.stats.sent += 1
-                prompt = completion.prompt_tokens if completion.prompt_tokens is not None else bound_prompt
-                done = (completion.completion_tokens if completion.completion_tokens is not None
-                        else self.params.max_tokens)
-                self._settle(bound, (prompt, done))
-            else:
-                self._settle(bound, None)
-                if not self.stats.first_error and outcome.error is not None:
-                    self.stats.first_error = outcome.error.describe()
-            self._fail_fast(state, outcome.error)
-            if progress is not None:
-                progress(len(positions[key]))
 
-    def _count_attempt(self) -> None:
-        self.stats.attempts += 1
-
-    def _reserve(self, bound: float) -> bool:
-        """Count a request's upper-bound cost against the cap before it is sent (False: over the cap)."""
-        cap = self.config.max_cost
-        with self._lock:
-            if cap is not None and self._spent + bound > cap + 1e-12:
-                return False
-            self._spent += bound
-            return True
-
-    def _settle(self, bound: float, usage: tuple[int, int] | None) -> None:
-        """Replace a request's reserved bound by its cost from the usage (nothing when it failed)."""
-        cost = self._cost(*usage) if usage is not None else 0.0
-        with self._lock:
-            self._spent += (cost or 0.0) - bound
-            if usage is not None:
-                self.stats.prompt_tokens += usage[0]
-                self.stats.completion_tokens += usage[1]
-                self.stats.cost_usd = None if cost is None or self.stats.cost_usd is None else \
-                    round(self.stats.cost_usd + cost, 6)
-
-    def _fail_fast(self, state: "_SendState", error: "ProviderError | None") -> None:
-        """Stop when the first requests (:data:`FAIL_FAST_AFTER`, or all when fewer) all failed for one
-        reason that retrying cannot fix: a bad key or an unknown model fails every pair alike."""
-        from persobench.providers.base import ErrorKind
-
-        if state.settled:
-            return
-        state.first.append(error)
-        first = state.first[0]
-        hopeless = first is not None and (not first.retryable or first.kind is ErrorKind.CONNECTION)
-        if not hopeless or error is None or error.signature != first.signature:
-            state.settled = True  # one success or a different failure: the judge works
-            return
-        if len(state.first) >= min(FAIL_FAST_AFTER, state.total):
-            state.settled = True
-            state.abort = (f"judge {self.config.model_name}: the first {len(state.first)} request(s) all failed: "
-                           f"{first.describe()}")
-            state.stopping.set()
-
-
-@dataclass
-class _SendState:
-    """What the workers of one :meth:`JudgeLabeller.predict` share."""
-
-    keys: Any
-    stopping: asyncio.Event
-    gate: Any
-    rng: random.Random
-    policy: Any
-    limit: Any
-    secrets: tuple[str, ...]
-    first: list
-    total: int
-    abort: str = ""
-    settled: bool = False
-
-
-def _scrubbed(completion: "Completion", secrets: Sequence[str]) -> "Completion":
-    """A judge that echoes the key must not get it into the cache."""
-    import dataclasses
-
-    from persobench.secrets import scrub
-
-    if not secrets:
-        return completion
-    return dataclasses.replace(completion, text=scrub(completion.text, secrets))
+        try:
+            await session.drive(todo, label, total=len(todo))
+        finally:
+            await session.aclose()
+            usage = session.usage
+            self.stats.attempts += usage.requests
+            self.stats.refused_usage += usage.refused_usage
+            self.stats.prompt_tokens += usage.prompt_tokens
+            self.stats.completion_tokens += usage.completion_tokens
+            cost = usage.cost_usd if self._cost(0, 0) is not None else None
+            self.stats.cost_usd = None if cost is None or self.stats.cost_usd is None else \
+                round(self.stats.cost_usd + cost, 6)
+        if abort:
+            raise JudgeError(abort)
 
 
 _LABELLERS: dict[tuple, JudgeLabeller] = {}
 _LABELLERS_LOCK = threading.Lock()
+#: The labeller the metric code uses inside :func:`labelling_with` (instead of the per-process one).
+_ACTIVE: contextvars.ContextVar[JudgeLabeller | None] = contextvars.ContextVar("persobench_judge", default=None)
 
 
-def judge_labeller(config: JudgeConfig) -> JudgeLabeller:
-    """The labeller of ``config``, one per process (its stats add up over the runs of a command)."""
+@contextlib.contextmanager
+def labelling_with(labeller: JudgeLabeller) -> Iterator[JudgeLabeller]:
+    """Inside this block, the metric code asking for a judge with ``labeller.config`` gets ``labeller``:
+    one ``score`` invocation (or one Ray actor) owns its labeller, its :attr:`~JudgeLabeller.stats`
+    and its ledger, with no process-wide state::
+
+        ledger = SpendLedger.for_invocation(home, judge.max_cost)   # the driver, once
+        labeller = JudgeLabeller(judge, ledger=ledger)              # each process / actor
+        with labelling_with(labeller):
+            score_run(...)
+        labeller.stats                                              # this invocation's counts
+        ledger.totals().spent_usd                                   # the real total of all of them
+    """
+    token = _ACTIVE.set(labeller)
+    try:
+        yield labeller
+    finally:
+        _ACTIVE.reset(token)
+
+
+def judge_labeller(config: JudgeConfig, *, ledger: "SpendLedger | None" = None) -> JudgeLabeller:
+    """The labeller of ``config``: the one :func:`labelling_with` set when it has this config, else the
+    one of this process (its stats add up over the runs of a command; with ``ledger``, that ledger's)."""
+    active = _ACTIVE.get()
+    if active is not None and active.config == config:
+        return active
     key = (config.identity, str(config.cache_dir), config.concurrency, config.max_concurrency, config.max_cost,
-           config.retry)
+           config.retry, str(ledger.path) if ledger is not None else None)
     with _LABELLERS_LOCK:
         if key not in _LABELLERS:
-            _LABELLERS[key] = JudgeLabeller(config)
+            _LABELLERS[key] = JudgeLabeller(config, ledger=ledger)
         return _LABELLERS[key]
 
 

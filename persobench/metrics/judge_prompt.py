@@ -77,6 +77,10 @@ def load_template(version: str = DEFAULT_PROMPT) -> JudgeTemplate:
                          int(data["max_tokens"]), "sha256:" + hashlib.sha256(raw).hexdigest()[:16])
 
 
+#: Longer answers are unparseable without being read: the strict forms are a few dozen characters.
+MAX_ANSWER_CHARS = 1000
+
+
 def parse_label(text: str, *, structured: bool) -> str:
     """The label in a judge's answer, or :data:`UNPARSEABLE`.
 
@@ -84,10 +88,12 @@ def parse_label(text: str, *, structured: bool) -> str:
     ``label`` is one of the labels; otherwise the whole answer is one label word (any case, an
     optional final period). "Probably entailment", two labels or an explanation are unparseable."""
     text = (text or "").strip()
+    if len(text) > MAX_ANSWER_CHARS:  # no strict answer is this long; a hostile one may nest 100,000 deep
+        return UNPARSEABLE
     if structured:
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return UNPARSEABLE
         if not isinstance(data, dict) or set(data) != {"label"} or not isinstance(data["label"], str):
             return UNPARSEABLE

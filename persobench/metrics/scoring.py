@@ -452,7 +452,10 @@ def score_run(
             from persobench.metrics.encoder import TextEncoder, store_cache_root
 
             encoder = run_encoder = TextEncoder(work.profile, store_cache_root(run.path.parent.parent))
-        result = compute_run(work, progress=progress, encoder=encoder)
+        from persobench.llm.session import sending_for
+
+        with sending_for(run.path):  # a judge sends nothing more for this run once it is deleted
+            result = compute_run(work, progress=progress, encoder=encoder)
         if run_encoder is not None:
             run_encoder.release()
     return write_run(run, work, result)

@@ -387,16 +387,17 @@ def _capped_stream(library: Any, inner: Any, max_bytes: int, declared: int | Non
     return CappedStream()
 
 
-async def within_deadline(coro: Any, seconds: float | None) -> Any:
+async def within_deadline(coro: Any, seconds: float | None, *, flag: str = "--timeout") -> Any:
     """Await ``coro``, failing it as a ``timeout`` when the whole of it (connecting, waiting, reading
     every byte of the reply) takes more than ``seconds``: a server dripping one byte a second never
-    lets a single read time out. ``None``: no deadline (in-process models)."""
+    lets a single read time out. ``None``: no deadline (in-process models). ``flag``: the option that
+    sets the deadline, named in the error."""
     if not seconds:
         return await coro
     try:
         return await asyncio.wait_for(coro, seconds)
     except TimeoutError:
-        raise ProviderError(ErrorKind.TIMEOUT, f"no complete reply within {seconds:g} s (--timeout is a deadline "
+        raise ProviderError(ErrorKind.TIMEOUT, f"no complete reply within {seconds:g} s ({flag} is a deadline "
                             "for the whole request, reply included)") from None
 
 

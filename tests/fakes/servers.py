@@ -55,20 +55,33 @@ class Action:
     """Error message inside the default envelope."""
     delay: float | None = None
     """Seconds before answering (``None``: the server's default latency)."""
-    usage: tuple[int, int] | None = (12, 7)
-    """(prompt, completion) tokens reported; ``None`` omits usage."""
+    usage: tuple[Any, Any] | None = (12, 7)
+    """(prompt, completion) tokens reported; ``None`` omits usage. Sent as given: a hostile server's
+    negative, fractional, string or absurd counts too."""
     interval: float = 0.0
     """Drip: seconds between two bytes of the reply."""
 
 
 def reply(text: str | None = None, *, finish_reason: str = "stop", delay: float | None = None,
-          refusal: str | None = None, usage: tuple[int, int] | None = (12, 7)) -> Action:
+          refusal: str | None = None, usage: tuple[Any, Any] | None = (12, 7)) -> Action:
     return Action("reply", text=text, finish_reason=finish_reason, delay=delay, refusal=refusal, usage=usage)
 
 
 def error(status: int, message: str = "fake error", *, headers: Mapping[str, str] | None = None,
           body: Any = None, delay: float | None = None) -> Action:
     return Action("error", status=status, message=message, headers=dict(headers or {}), body=body, delay=delay)
+
+
+def _total(usage: tuple[Any, Any]) -> Any:
+    try:
+        return sum(usage)
+    except TypeError:  # hostile counts (strings): the total is as odd as they are
+        return f"{usage[0]}{usage[1]}"
+
+
+def nested(depth: int = 100_000) -> str:
+    """A reply nested ``depth`` deep (``[[[...]]]``): valid JSON that a recursive parser cannot read."""
+    return "[" * depth + "]" * depth
 
 
 def hang(seconds: float) -> Action:
@@ -368,7 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
                    "choices": [{"index": 0, "text": text, "finish_reason": action.finish_reason, "logprobs": None}]}
             if action.usage:
                 out["usage"] = {"prompt_tokens": action.usage[0], "completion_tokens": action.usage[1],
-                                "total_tokens": sum(action.usage)}
+                                "total_tokens": _total(action.usage)}
             return out
         if self.fake.flavour == "openai":
             message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -380,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
             if action.usage:
                 out["usage"] = {"prompt_tokens": action.usage[0], "completion_tokens": action.usage[1],
-                                "total_tokens": sum(action.usage)}
+                                "total_tokens": _total(action.usage)}
             return out
         stop = {"stop": "end_turn", "length": "max_tokens", "content_filter": "refusal"}.get(
             action.finish_reason, action.finish_reason)

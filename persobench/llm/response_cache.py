@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.errors import StoreError
+from persobench.llm.usage import usable_usage
 from persobench.providers.base import Completion, GenerationParams
 from persobench.files import sha256_hex, write_refused
 
@@ -84,8 +85,9 @@ class ResponseCache:
             return None
         try:
             data = json.loads(raw)
-            return Completion.from_dict(data["completion"]), float(data.get("latency") or 0.0)
-        except (TypeError, ValueError, KeyError):
+            # Token counts an older version stored unchecked are dropped (the text was paid for and stays).
+            return usable_usage(Completion.from_dict(data["completion"])), float(data.get("latency") or 0.0)
+        except (TypeError, ValueError, KeyError, AttributeError, RecursionError):
             return None  # an unreadable entry is a miss: the request is simply made again
 
     def __contains__(self, key: str) -> bool:

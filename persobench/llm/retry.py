@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from persobench.errors import PersoBenchError
 from persobench.errors import ErrorKind, ProviderError
+from persobench.llm.usage import check_usage
 from persobench.providers.base import Completion, Provider, Request, within_deadline
 
 if TYPE_CHECKING:
-    from persobench.generation.concurrency import AdaptiveLimit
+    from persobench.llm.concurrency import AdaptiveLimit
 
 T = TypeVar("T")
 
@@ -39,6 +40,9 @@ class RetryPolicy:
     """A server asking to wait longer than this (seconds) fails the request instead."""
     timeout: float = 60.0
     """Seconds one HTTP request may take in all, reply included, before it counts as timed out."""
+    timeout_flag: str = "--timeout"
+    """The command-line flag that sets :attr:`timeout`, named when a request runs out of time
+    (``run``: ``--timeout``; ``score --judge``: ``--judge-timeout``)."""
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Wait after failed attempt ``attempt`` (1-based): exponential with "equal jitter" (half
@@ -155,7 +159,10 @@ async def call_with_retries(
                 # A deadline for the whole request (HTTP providers declare it): a reply dripping in
                 # byte by byte never lets one read time out.
                 deadline = getattr(provider, "request_deadline", None)
-                completion = await unless_stopping(within_deadline(provider.generate(request), deadline), interrupt)
+                completion = await unless_stopping(
+                    within_deadline(provider.generate(request), deadline, flag=policy.timeout_flag), interrupt)
+                # Token counts are checked here, once for every provider: unusable ones refuse the reply.
+                completion = check_usage(completion)
                 latency = time.monotonic() - started
                 return CallOutcome(completion, None, latency, attempt)
             except Stopped:  # cancelled in flight: the sample stays pending (resumable)

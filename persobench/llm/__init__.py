@@ -1,0 +1,24 @@
+"""The one layer that sends prompts to a model: generation and the LLM judge both go through it.
+
+One concern per module:
+
+``session``         :class:`LLMSession`: provider resolution, the workers, and :meth:`~LLMSession.send`
+                    (run-deleted check, spend reservation, retries, scrubbing, cache-first write, usage)
+``retry``           :func:`call_with_retries`, THE retry loop (Retry-After pause gate, backoff, deadline)
+``concurrency``     :class:`AdaptiveLimit`, ``--concurrency auto``
+``response_cache``  :class:`ResponseCache` and :func:`cache_key`: every reply stored before it is parsed
+``usage``           the one check of reported token counts, the prompt estimate, :class:`UsageTotals`
+``spend``           :class:`SpendLedger`, the cost cap shared by every process and Ray actor of an invocation
+
+Importing this package is cheap: the providers, diskcache and the SDKs load when a session connects.
+"""
+
+from __future__ import annotations
+
+from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, call_with_retries
+from persobench.llm.session import LLMSession, Sent, sending_for
+from persobench.llm.spend import SpendLedger, SpendTotals
+from persobench.llm.usage import UsageRefused, UsageTotals, check_usage
+
+__all__ = ["CallOutcome", "LLMSession", "PauseGate", "RetryPolicy", "Sent", "SpendLedger", "SpendTotals",
+           "UsageRefused", "UsageTotals", "call_with_retries", "check_usage", "sending_for"]

@@ -1,0 +1,361 @@
+"""One model's sending: THE loop that turns requests into cached replies, for generation and the judge.
+
+An :class:`LLMSession` resolves the provider (key, reachability), runs the workers
+(:meth:`LLMSession.drive`: at most ``K`` requests in flight, or ``--concurrency auto``'s
+:class:`~persobench.llm.concurrency.AdaptiveLimit`), and sends each request
+(:meth:`LLMSession.send`) through the same steps:
+
+1. stop before sending when the run it is for was deleted (:func:`sending_for`) or the session stops;
+2. reserve the request's upper-bound cost from the :class:`~persobench.llm.spend.SpendLedger` (not
+   sent when it does not fit under the cap);
+3. :func:`~persobench.llm.retry.call_with_retries` (Retry-After pause gate, backoff, deadline, usage check);
+4. scrub every known credential from the reply, then write it to the response cache BEFORE the
+   caller parses it (a crash after this loses nothing, and a reply that does not parse is counted
+   by the caller, never a traceback of this layer);
+5. settle the reservation with the real cost and add the usage to :attr:`LLMSession.usage`.
+
+Callers keep only what is theirs: generation its rows, checkpoints and progress, the judge its labels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import itertools
+import os
+import random
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Sequence, TypeVar
+
+from persobench.errors import ErrorKind, ProviderError
+from persobench.files import write_refused
+from persobench.llm.concurrency import AdaptiveLimit
+from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, Stopped, call_with_retries, unless_stopping
+from persobench.llm.spend import SpendLedger
+from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
+from persobench.providers.base import BatchingProvider, Completion, Provider, Request
+from persobench.secrets import known_secrets, scrub
+
+if TYPE_CHECKING:
+    from persobench.llm.response_cache import ResponseCache
+    from persobench.providers.spec import ModelSpec
+
+T = TypeVar("T")
+
+#: The run folder the requests sent in this context are for (set by :func:`sending_for`).
+_RUN_PATH: contextvars.ContextVar[Path | None] = contextvars.ContextVar("persobench_llm_run", default=None)
+
+
+@contextlib.contextmanager
+def sending_for(run_path: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Requests sent inside this block are for the run at ``run_path``: once the run is deleted (its
+    folder gone, or a ``cancel`` file in it) the queued ones are not sent (paid requests for nothing)."""
+    token = _RUN_PATH.set(Path(run_path) if run_path is not None else None)
+    try:
+        yield
+    finally:
+        _RUN_PATH.reset(token)
+
+
+def run_gone() -> bool:
+    """Whether the run this context sends for was deleted or cancelled."""
+    path = _RUN_PATH.get()
+    return path is not None and (not path.is_dir() or (path / "cancel").exists())
+
+
+def run_coroutine(coro: Any) -> Any:
+    """``asyncio.run``, also from code that already runs an event loop (notebooks, some apps). The
+    caller's context (:func:`sending_for`) goes along."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import threading
+
+    result: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            result["value"] = context.run(asyncio.run, coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="persobench-llm")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+class FailFast:
+    """Whether the first ``threshold`` requests all failed for one reason retrying cannot fix (a bad
+    key, an unknown model): then every further request would fail alike."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.first: list[ProviderError | None] = []
+        self.settled = threshold <= 0
+
+    def observe(self, error: ProviderError | None) -> ProviderError | None:
+        """Record one request's outcome; the common error once the threshold is reached, else None."""
+        if self.settled:
+            return None
+        self.first.append(error)
+        first = self.first[0]
+        hopeless = first is not None and (not first.retryable or first.kind is ErrorKind.CONNECTION)
+        if not hopeless or error is None or error.signature != first.signature:
+            self.settled = True  # one success or a different failure: the model works
+            return None
+        if len(self.first) >= self.threshold:
+            self.settled = True
+            return first
+        return None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """How one request sent through :meth:`LLMSession.send` ended."""
+
+    outcome: CallOutcome | None
+    """The call's outcome (the completion scrubbed and cached); ``None`` when it was not sent or
+    not finished (see :attr:`skipped`)."""
+    skipped: str = ""
+    """Why nothing was sent: "cost cap", "run deleted" or "stopped"; "" when sent."""
+
+
+class LLMSession:
+    """One model, one cache, one ledger: everything a sender needs (see the module)."""
+
+    def __init__(self, spec: "ModelSpec", *, policy: RetryPolicy | None = None, concurrency: int | str = 8,
+                 max_concurrency: int = 32, cache: "ResponseCache | None" = None, api_key: str | None = None,
+                 ledger: SpendLedger | None = None, budget_tokens: int | None = None,
+                 provider: Provider | None = None, limit_start: int | None = None) -> None:
+        self.spec = spec
+        self.policy = policy or RetryPolicy()
+        self.concurrency = concurrency
+        self.max_concurrency = max_concurrency
+        self.cache = cache
+        self.api_key = api_key
+        self.ledger = ledger
+        self.budget_tokens = budget_tokens
+        """Completion tokens counted for a reply without usable usage (the request's max_tokens)."""
+        self.provider = provider
+        self.secrets: tuple[str, ...] = known_secrets(base_url=spec.base_url, options=spec.options)
+        """Every credential this session knows (key, URL credentials, secret options): scrubbed from replies."""
+        self.usage = UsageTotals()
+        self.gate = PauseGate()
+        self.rng = random.Random()
+        self.stopping = asyncio.Event()
+        """Set to stop sending; requests in flight finish (unless :attr:`interrupt` is set too)."""
+        self.interrupt = asyncio.Event()
+        """Set to abandon the requests in flight at once (a cancel)."""
+        self.limit: AdaptiveLimit | None = None
+        """``--concurrency auto``'s limit, made by :meth:`workers` (read it after the run for its stats)."""
+        self.limit_start = limit_start
+        """Where ``auto`` starts (e.g. a level remembered for this server); ``None``: the limit's default."""
+
+    # -- provider resolution --------------------------------------------------------------------
+
+    def connect(self) -> Provider:
+        """Build and check the provider (:class:`ConfigurationError`, one line: no key, unreachable
+        server) and learn the credentials to scrub; idempotent."""
+        if self.provider is None:
+            from persobench.providers import make_provider
+
+            self.provider = make_provider(self.spec, api_key=self.api_key, timeout=self.policy.timeout)
+            self.provider.check()
+        self.secrets = known_secrets(api_keys=getattr(self.provider, "_secrets", ()) or (),
+                                     base_url=self.spec.base_url, options=self.spec.options)
+        return self.provider
+
+    async def aclose(self) -> None:
+        if self.provider is not None:
+            await self.provider.aclose()
+
+    # -- the workers ----------------------------------------------------------------------------
+
+    def workers(self, todo: int) -> int:
+        """Workers to start for ``todo`` requests (and the adaptive limit, with ``auto``)."""
+        ceiling = self.max_concurrency if self.concurrency == "auto" else int(self.concurrency)
+        allowed = getattr(self.provider, "max_concurrency", None) or ceiling
+        if self.concurrency == "auto" and self.limit is None:
+            if self.limit_start is None:
+                self.limit = AdaptiveLimit(min(ceiling, allowed))
+            else:
+                self.limit = AdaptiveLimit(min(ceiling, allowed), start=self.limit_start)
+        return max(1, min(ceiling, allowed, todo))
+
+    @property
+    def batch_size(self) -> int:
+        """Requests per call: several for an in-process model that generates a batch at once."""
+        if isinstance(self.provider, BatchingProvider):
+            return max(1, int(self.provider.batch_size))
+        return 1
+
+    async def drive(self, todo: Iterable[T], handle: Callable[[list[T]], Awaitable[None]], *, total: int) -> None:
+        """Hand ``todo`` to the workers (``batch_size`` items at a time) until it is empty or the
+        session stops; ``handle(items)`` sends them (through :meth:`send` / :meth:`send_batch`)."""
+        items = iter(todo)
+        batch = self.batch_size
+
+        async def worker() -> None:
+            while not self.stopping.is_set():
+                chunk = list(itertools.islice(items, batch))  # the shared iterator gives each item to one worker
+                if not chunk:
+                    return
+                await handle(chunk)
+
+        await asyncio.gather(*(worker() for _ in range(self.workers(total))))
+
+    # -- sending one request ----------------------------------------------------------------------
+
+    def _bound(self, request: Request) -> tuple[int, float]:
+        prompt = estimate_prompt_tokens(request.messages)
+        return prompt, self._cost(prompt, self._budget(request))
+
+    def _budget(self, request: Request) -> int:
+        return int(self.budget_tokens if self.budget_tokens is not None else request.params.max_tokens or 0)
+
+    def _cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        from persobench.models_registry import estimate_cost
+
+        return estimate_cost(self.spec, prompt_tokens, completion_tokens) or 0.0
+
+    def _account(self, request: Request, outcome: CallOutcome | None, prompt_estimate: int) -> float:
+        """Add a finished request to :attr:`usage`; its cost (0 for a failure)."""
+        from persobench.models_registry import estimate_cost
+
+        if outcome is None:
+            return 0.0
+        completion = outcome.completion
+        if completion is not None:
+            prompt = completion.prompt_tokens if completion.prompt_tokens is not None else prompt_estimate
+            done = completion.completion_tokens if completion.completion_tokens is not None else self._budget(request)
+            self.usage.replies += 1
+        elif isinstance(outcome.error, UsageRefused):  # answered (and paid): counted at the estimate
+            prompt, done = prompt_estimate, self._budget(request)
+            self.usage.refused_usage += 1
+        else:
+            return 0.0
+        cost = estimate_cost(self.spec, prompt, done)
+        self.usage.add(prompt, done, cost)
+        return cost or 0.0
+
+    def _count_attempt(self, on_attempt: Callable[[], None] | None) -> Callable[[], None]:
+        def count() -> None:
+            self.usage.requests += 1
+            if on_attempt is not None:
+                on_attempt()
+        return count
+
+    def scrubbed(self, completion: Completion | None) -> Completion | None:
+        """``completion`` with every credential this session knows removed: a server that echoes the
+        key back must not get it into the cache, tables, exports or pages."""
+        if completion is None or not self.secrets:
+            return completion
+        return dataclasses.replace(completion, text=scrub(completion.text, self.secrets),
+                                   model=scrub(completion.model, self.secrets) if completion.model else completion.model)
+
+    def scrub(self, text: str) -> str:
+        return scrub(text, self.secrets) if self.secrets else text
+
+    def store(self, key: str, completion: Completion, latency: float,
+              on_store_error: Callable[[str, Completion, float, BaseException], None] | None = None) -> None:
+        """Write one reply to the response cache (before anyone parses it)."""
+        if self.cache is None:
+            return
+        try:
+            self.cache.set(key, completion, latency=latency)
+        except (OSError, sqlite3.Error) as exc:
+            if on_store_error is None:
+                raise write_refused(self.cache.directory / "cache.db", exc) from None
+            on_store_error(key, completion, latency, exc)
+
+    async def send(self, key: str, request: Request, *, on_attempt: Callable[[], None] | None = None,
+                   on_wait: Callable[[float, str], None] | None = None,
+                   on_store_error: Callable[[str, Completion, float, BaseException], None] | None = None) -> Sent:
+        """Send one request (see the module for the steps); the reply is cached under ``key``."""
+        assert self.provider is not None, "connect() first"
+        if run_gone():
+            self.stopping.set()  # every queued request is for the deleted run
+            return Sent(None, "run deleted")
+        prompt_estimate, bound = self._bound(request)
+        if self.ledger is not None and not self.ledger.reserve(bound):
+            return Sent(None, "cost cap")
+        outcome: CallOutcome | None = None
+        try:
+            outcome = await call_with_retries(
+                self.provider, request, policy=self.policy, gate=self.gate, stopping=self.stopping, rng=self.rng,
+                on_attempt=self._count_attempt(on_attempt), interrupt=self.interrupt, limit=self.limit,
+                on_wait=on_wait or (lambda *_: None),
+            )
+        finally:
+            cost = self._account(request, outcome, prompt_estimate)
+            if self.ledger is not None:
+                if outcome is None:
+                    self.ledger.release(bound)
+                else:
+                    self.ledger.settle(bound, cost)
+        if outcome is None:
+            return Sent(None, "stopped")
+        if outcome.completion is not None:
+            completion = self.scrubbed(outcome.completion)
+            assert completion is not None
+            self.store(key, completion, outcome.latency, on_store_error)  # first: a crash now loses nothing
+            outcome = dataclasses.replace(outcome, completion=completion)
+        return Sent(outcome)
+
+    async def send_batch(self, keys: Sequence[str], requests: Sequence[Request], *,
+                         on_attempt: Callable[[], None] | None = None,
+                         on_store_error: Callable[[str, Completion, float, BaseException], None] | None = None,
+                         ) -> list[Sent] | None:
+        """Several requests in one call of a :class:`BatchingProvider` (an in-process model: no cost,
+        no cap). Each reply is checked, scrubbed and cached on its own; a request whose error retrying
+        may fix, and every request when the whole call fails, comes back with ``outcome`` None and
+        ``skipped`` "retry" for the caller to :meth:`send` alone. ``None``: stopped, nothing kept."""
+        assert isinstance(self.provider, BatchingProvider)
+        await self.gate.wait(self.stopping)
+        if self.stopping.is_set() or run_gone():
+            return None
+        count = self._count_attempt(on_attempt)
+        for _ in requests:
+            count()
+        started = time.monotonic()
+        try:
+            results: list[Any] = list(await unless_stopping(self.provider.generate_batch(list(requests)),
+                                                            self.interrupt))
+            if len(results) != len(requests):
+                raise ValueError(f"{len(results)} results for {len(requests)} requests")
+        except Stopped:
+            return None
+        except Exception:  # noqa: BLE001 - the whole call failed: one by one, each with its own retries and error
+            results = [None] * len(requests)
+        # Each sample's latency is its share of the batch's time, so the mean stays time per reply.
+        share = (time.monotonic() - started) / len(requests)
+        out: list[Sent] = []
+        for key, request, result in zip(keys, requests, results):
+            if isinstance(result, Completion):
+                try:
+                    result = check_usage(result)
+                except UsageRefused as exc:
+                    result = exc
+            if result is None or (isinstance(result, ProviderError) and result.retryable):
+                out.append(Sent(None, "retry"))
+            elif isinstance(result, ProviderError):
+                out.append(Sent(CallOutcome(None, result, share, 1)))
+            else:
+                completion = self.scrubbed(result)
+                assert completion is not None
+                self.store(key, completion, share, on_store_error)
+                outcome = CallOutcome(completion, None, share, 1)
+                self._account(request, outcome, estimate_prompt_tokens(request.messages))
+                out.append(Sent(outcome))
+        return out
+
