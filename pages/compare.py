@@ -8,7 +8,7 @@ import streamlit as st
 
 from persobench.aggregate import structured_pairs
 from persobench.app.boards import available_profiles, comparison_table, paired_sample_values, results_frame
-from persobench.app.charts import win_tie_loss_figure
+from persobench.report.charts import win_tie_loss_figure
 from persobench.app.cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import run_replies, runs_table

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "persobench.cli.presets",
     "persobench.cli.scoring",
     "persobench.cli.results",
+    "persobench.cli.report",
     "persobench.cli.demo",
 )
 
