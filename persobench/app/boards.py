@@ -124,9 +124,15 @@ def demo_story_for(home: str, signature: str) -> "DemoStory | None":
     from their manifests, :func:`persobench.generation.demo.demo_runs`), else None. A store without
     them costs one look at the manifests the app has already read."""
     from persobench.app.loaders import store_scan
+
+    manifests = [run.manifest for run in store_scan(home, signature)[0]]
+    # The demo answers the built-in sample dataset (generation.demo.DEMO_DATASET): a store without a
+    # run of it (the published runs) is not the demo's, and never imports the generation stage.
+    if not any(m.dataset == "sample" for m in manifests):
+        return None
     from persobench.generation.demo import DEMO_PROFILE, demo_runs
 
-    runs = demo_runs(run.manifest for run in store_scan(home, signature)[0])
+    runs = demo_runs(manifests)
     if not runs:
         return None
     from persobench.aggregate.story import demo_story
