@@ -257,3 +257,22 @@ def test_the_demo_check_names_the_demos_dataset():
     from persobench.generation.demo import DEMO_DATASET
 
     assert DEMO_DATASET == "sample"
+
+
+def test_one_datasets_results_are_the_whole_tables_rows_of_it(store):
+    """A board of one dataset reads only its runs (the app's cold landing page): the rows are those of
+    the whole store's table, and the leaderboard made from them is the same."""
+    make_run(store, model="A", statuses=["ok"] * 3, latency=[1.0] * 3, scores={"dist1": [0.1, 0.2, 0.3]},
+             dataset="sample")
+    whole = aggregate.load_results(store)
+    focus = aggregate.load_results(store, dataset="focus")
+    assert set(focus.frame["dataset"]) == {"focus"} and set(whole.frame["dataset"]) == {"focus", "sample"}
+    columns = list(whole.frame.columns)
+    expected = whole.frame[whole.frame["dataset"] == "focus"].astype(str).sort_values(columns)
+    pd.testing.assert_frame_equal(focus.frame.astype(str).sort_values(columns).reset_index(drop=True),
+                                  expected.reset_index(drop=True))
+    pd.testing.assert_frame_equal(aggregate.leaderboard(focus, dataset="focus"),
+                                  aggregate.leaderboard(whole, dataset="focus"))
+    names = sorted(p.name for p in (store.home / disk_cache.CACHE_DIR).glob("results-*.parquet"))
+    assert len(names) == 2 and any("focus" in n for n in names)  # its own file; the whole table's is kept
+    assert aggregate.load_results(store, dataset="focus", cache=False).frame.shape == focus.frame.shape
