@@ -150,6 +150,8 @@ def test_chosen_dialogues_show_persona_and_each_reply(app_store, report_file):
     assert "Persona of" in evil and "Reference" in evil
     truncated = text[text.index("<h3>sample:3</h3>"):text.index("<h3>evil:0</h3>")]
     assert "truncated" in truncated and 'class="reply invalid"' in truncated
+    # an invalid reply shows what the model wrote (escaped), as the app's Failures page does
+    assert html.escape('{"response": "I was just about to tell you about my garden and', quote=True) in truncated
 
 
 def test_default_dialogues_and_modes(app_store, tmp_path):

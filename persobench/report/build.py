@@ -60,6 +60,8 @@ class Reply:
     """``ok`` or why the reply is invalid."""
     text: str
     """The parsed reply (credentials redacted); empty when the run has none for the sample."""
+    raw: str = ""
+    """What the model wrote, for an invalid reply (credentials redacted): why it did not parse."""
 
 
 @dataclass(frozen=True)
@@ -199,16 +201,23 @@ def _dialogues(store: "RunStore", boards: list["pd.DataFrame"], options: ReportO
     return dialogues
 
 
-def _replies(store: "RunStore", run_id: str) -> dict[str, tuple[str, str]]:
-    """sample id -> (status, reply text) of one run's generations (empty when unreadable)."""
+def _replies(store: "RunStore", run_id: str) -> dict[str, tuple[str, str, str]]:
+    """sample id -> (status, reply text, raw output of an invalid reply) of one run's generations
+    (empty when unreadable)."""
     try:
         table = store.get(run_id).read_table("generations")
     except PersoBenchError:
         return {}
     table = table.drop_duplicates("sample_id", keep="last")
-    texts = table["response"] if "response" in table.columns else [None] * len(table)
-    return {str(sid): (str(status), "" if text is None or text != text else redact(str(text)))
-            for sid, status, text in zip(table["sample_id"], table["status"], texts)}
+    nothing = [None] * len(table)
+    texts = table["response"] if "response" in table.columns else nothing
+    raws = table["raw_text"] if "raw_text" in table.columns else nothing
+    return {str(sid): (str(status), _text(text), "" if status == "ok" else _text(raw))
+            for sid, status, text, raw in zip(table["sample_id"], table["status"], texts, raws)}
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or value != value else redact(str(value))
 
 
 def _sample_texts(dataset: str, ids: list[str]) -> tuple[dict[str, tuple], str]:

@@ -36,7 +36,9 @@ th:first-child, td:first-child { text-align: left; white-space: normal; min-widt
 .charts { display: flex; flex-wrap: wrap; gap: 1em; } .chart { flex: 1 1 560px; min-width: 420px; }
 .dialogue { border: 1px solid #ccc; border-radius: 6px; padding: .8em 1em; margin: 1.2em 0; }
 .columns { display: grid; grid-template-columns: minmax(260px, 1fr) 2fr; gap: 1em; }
-.replies { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: .6em; }
+.replies { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: .6em;
+           align-items: start; }
+.raw { font-family: ui-monospace, monospace; font-size: 12px; color: #555; max-height: 14em; overflow: auto; }
 .reply { border: 1px solid #e3e3e3; border-radius: 4px; padding: .4em .6em; background: #fafafa; }
 .reply.invalid { background: #fff4f0; }
 .text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 14px; margin: .2em 0; }
@@ -183,5 +185,7 @@ def _dialogue(dialogue: Dialogue) -> Iterator[str]:
         css = "reply" if reply.status == "ok" else "reply invalid"
         yield (f'<div class="{css}"><p class="label">{esc(reply.model)} · {esc(reply.mode)}</p>'
                f'<p class="muted">{esc(reply.protocol)} · {esc(reply.status)}</p>'
-               f'<div class="text">{esc(reply.text) or "<em>(no reply)</em>"}</div></div>')
+               f'<div class="text">{esc(reply.text) or "<em>(no reply)</em>"}</div>'
+               + (f'<p class="muted">raw output (it did not parse):</p><div class="text raw">{esc(reply.raw)}</div>'
+                  if reply.raw else "") + "</div>")
     yield "</div></div>"
