@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.app.charts import distribution_figure, modes_figure
+from persobench.pipeline import distribution_figure, modes_figure
 from persobench.app.boards import (available_profiles, board_choices, board_for, demo_story_for, metric_cells,
                                    mode_differences, overall_with_ci, sample_values, unavailable_by_reason)
 from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import runs_table
 from persobench.app.text import md_escape
-from persobench.app.widgets import (board_downloads, demo_story_panel, radar_panel, ranking_table,
+from persobench.app.widgets import (board_downloads, demo_story_panel, radar_panel, ranking_table, report_download,
                                     structured_board_notes, time_failures_panel)
 
 page_setup()
@@ -181,3 +181,8 @@ with tab_modes:
 # ---- export ------------------------------------------------------------------------------------
 st.subheader("Export")
 board_downloads(board, f"persobench-{dataset}-{mode}-{profile}-{invalid}", key_prefix="lb")
+from persobench.pipeline import ReportOptions  # noqa: E402
+
+report_download(home, ReportOptions(datasets=(dataset,), modes=(mode,), profile=profile, invalid=invalid,
+                                    side_by_side=side_by_side, all_samples=all_samples),
+                f"persobench-report-{dataset}-{mode}-{profile}-{invalid}.html", key="lb_report")

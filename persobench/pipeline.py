@@ -38,6 +38,7 @@ from persobench.console import EscapingStream, ProgressBar, is_terminal, printab
 from persobench.csv_io import csv_text  # noqa: F401
 from persobench.datasets import (  # noqa: F401
     DatasetError, dataset_names, get_dataset_info, load_all, load_dataset, reference_dir, samples_by_id)
+from persobench.datasets.tables import tables_dir  # noqa: F401
 from persobench.datasets.paper_archive import (  # noqa: F401
     PAPER_ARCHIVE, ArchiveLimits, download_progress, fetched_reference, paper_manifest)
 from persobench.files import atomic_write_json, atomic_write_text, utc_now, write_refused  # noqa: F401
@@ -79,24 +80,24 @@ if TYPE_CHECKING:
     from persobench.metrics.scoring import RunScoreSummary
     from persobench.records import Sample
 
-#: Names of the aggregate stage the front door hands out; ``leaderboard`` is this module's own call,
-#: so the aggregate's table builder of that name is ``board_table`` here.
-_AGGREGATE_ALIASES = {"board_table": "leaderboard"}
+#: The stages whose names the front door hands out on first use: they load pandas (and the report,
+#: plotly), and the CLI's start-up must not. ``leaderboard`` is this module's own call, so the
+#: aggregate's table builder of that name is ``board_table`` here.
+_LAZY_MODULES = ("persobench.aggregate", "persobench.aggregate.disk_cache", "persobench.aggregate.exports",
+                 "persobench.aggregate.story", "persobench.report", "persobench.report.charts")
+_LAZY_ALIASES = {"board_table": "leaderboard"}
 
 
 def __getattr__(name: str) -> Any:
-    """The aggregate stage's public names (``persobench.aggregate.__all__`` and its submodules' constants
-    the front ends show), imported when first asked for."""
-    if name.startswith("__"):  # the import system probes dunders (``__path__``): never load pandas for them
+    """A public name of the aggregate or report stage, imported when first asked for."""
+    if name.startswith("_"):  # the import system probes dunders (``__path__``): never load pandas for them
         raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
-    aggregate = importlib.import_module("persobench.aggregate")
-    target = _AGGREGATE_ALIASES.get(name, name)
-    if target in aggregate.__all__:
-        return getattr(aggregate, target)
-    for module in ("persobench.aggregate.disk_cache", "persobench.aggregate.exports", "persobench.aggregate.story"):
-        found = getattr(importlib.import_module(module), target, None)
-        if found is not None and not target.startswith("_"):
-            return found
+    target = _LAZY_ALIASES.get(name, name)
+    for module_name in _LAZY_MODULES:
+        module = importlib.import_module(module_name)
+        public = getattr(module, "__all__", None)
+        if (target in public) if public is not None else hasattr(module, target):
+            return getattr(module, target)
     raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
 
 

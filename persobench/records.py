@@ -105,3 +105,10 @@ class Sample:
 def other_speaker(speaker: str) -> str:
     """The conversation partner of ``speaker`` in a two-party dialogue."""
     return USER1 if speaker == USER2 else USER2
+
+
+def natural_key(sample_id: str) -> tuple[Any, ...]:
+    """Sort key that puts ``sample:2`` before ``sample:10``."""
+    import re
+
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(sample_id)))

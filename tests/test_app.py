@@ -4,6 +4,7 @@ content, deep links, failures, comparisons, launching/cancelling/resuming backgr
 
 from __future__ import annotations
 
+import html
 import io
 import time
 from pathlib import Path
@@ -197,7 +198,7 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
 
     monkeypatch.setattr(DeltaGenerator, "download_button", spy)
     open_page("pages/leaderboard.py")
-    assert set(captured) == {"CSV (long)", "Markdown", "LaTeX"}
+    assert set(captured) == {"CSV (long)", "Markdown", "LaTeX", "HTML report"}
 
     csv = pd.read_csv(io.StringIO(captured["CSV (long)"]))
     assert list(csv.columns) == ["dataset", "mode", "protocol", "model", "metric", "mean", "std", "n"]
@@ -223,6 +224,13 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
     assert "\\begin{tabular}" in latex and "\\end{table}" in latex
     for content in captured.values():
         assert OPENAI_SECRET not in content
+
+    # The HTML report button makes the file `persobench report` writes for this dataset and mode.
+    from persobench.report import ReportOptions, report_html
+
+    report = captured["HTML report"]
+    assert report == report_html(RunStore(env["home"]), ReportOptions(datasets=("sample",), modes=("vanilla",)))
+    assert "<h3>sample · protocol paper · vanilla" in report and html.escape(FAKE_MODEL) in report
 
 
 # ---- explore -----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from persobench.cache import ResponseCache
+from persobench.llm.response_cache import ResponseCache
 from persobench.cli import main as cli_main
 from persobench.generation.config import GenerationConfig
 from persobench.generation.plan import plan_generation

@@ -153,3 +153,126 @@ def test_store_state_changes_with_every_run_file(store):
     state = store.fingerprint()
     (run.path / "persona_details.parquet").write_bytes(b"x")
     assert store.fingerprint() != state
+
+
+# --- the app's tables kept in the same disk cache (a just-started app reads one file each) ---------
+
+
+def _app_tables(monkeypatch, store):
+    from persobench.app import loaders
+
+    monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
+    return loaders, str(store.home), store.fingerprint()
+
+
+def test_status_counts_are_served_from_the_disk_cache_until_a_run_changes(store, monkeypatch):
+    loaders, home, sig = _app_tables(monkeypatch, store)
+    first = loaders.status_counts.__wrapped__(home, sig)
+    assert sorted(first.loc[first["status"] == "empty", "model"]) == ["A"]
+    assert list((store.home / disk_cache.CACHE_DIR).glob("status_counts-*.parquet"))
+
+    def no_rebuild(*_):
+        raise AssertionError("rebuilt although the store did not change")
+
+    monkeypatch.setattr(loaders, "_status_counts", no_rebuild)
+    again = loaders.status_counts.__wrapped__(home, store.fingerprint())
+    pd.testing.assert_frame_equal(again, first, check_dtype=False)
+
+    monkeypatch.undo()
+    monkeypatch.setenv("PERSOBENCH_HOME", str(store.home))
+    make_run(store, model="C", statuses=["ok", "truncated", "ok", "ok"], latency=[1.0] * 4, scores={})
+    changed = loaders.status_counts.__wrapped__(home, store.fingerprint())
+    assert ("C", "truncated") in set(zip(changed["model"], changed["status"]))
+
+
+def test_failed_replies_are_served_from_the_disk_cache(store, monkeypatch):
+    loaders, home, sig = _app_tables(monkeypatch, store)
+    runs = tuple(loaders.runs_table.__wrapped__(home, sig)["run_id"])
+    first = loaders.failed_replies.__wrapped__(home, sig, runs)
+    assert list(first["status"]) == ["empty"] and list(first["model"]) == ["A"]
+    monkeypatch.setattr(loaders, "_failed_replies", lambda *_: pd.DataFrame())
+    again = loaders.failed_replies.__wrapped__(home, sig, runs)
+    assert list(again["sample_id"]) == list(first["sample_id"])
+    # another selection of runs is another table
+    assert loaders.failed_replies.__wrapped__(home, sig, runs[1:]).empty
+
+
+def test_dataset_sizes_are_cached_on_the_prompt_tables_files(store, monkeypatch, tmp_path):
+    loaders, _, _ = _app_tables(monkeypatch, store)
+    prompts = tmp_path / "Prompts"
+    prompts.mkdir()
+    (prompts / "FoCus.csv").write_text("personas,context,act_response\n", encoding="utf-8")
+    monkeypatch.setenv("PERSOBENCH_PROMPTS", str(prompts))
+    first = loaders.dataset_table.__wrapped__()
+    assert first.set_index("dataset").loc["sample", "samples"] == 30
+    assert list((store.home / disk_cache.CACHE_DIR).glob("dataset_table-*.parquet"))
+    marker = first.assign(note="rebuilt")
+    monkeypatch.setattr(loaders, "_dataset_table", lambda: marker)
+    assert set(loaders.dataset_table.__wrapped__()["note"]) != {"rebuilt"}  # unchanged files: from disk
+    (prompts / "FoCus.csv").write_text("personas,context,act_response\n\n", encoding="utf-8")
+    assert set(loaders.dataset_table.__wrapped__()["note"]) == {"rebuilt"}  # a changed table: rebuilt
+
+
+def test_a_missing_store_gets_no_cache_folder(tmp_path, monkeypatch):
+    from persobench.app import loaders
+
+    home = tmp_path / "nothing-here"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    assert "sample" in set(loaders.dataset_table.__wrapped__()["dataset"])
+    assert not home.exists()
+
+
+def test_profiles_in_store_come_from_the_scanned_runs(store, monkeypatch):
+    loaders, home, sig = _app_tables(monkeypatch, store)
+    assert loaders.profiles_in_store(home, sig) == ["offline"]
+
+
+def test_the_landing_page_of_a_store_without_the_demo_never_imports_generation(store):
+    """The published runs' landing page: the demo check and the runs table leave the generation
+    stage unimported (a tenth of a second of a cold start)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        "import sys, logging; logging.disable(logging.WARNING)\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        f"at = AppTest.from_file({str(root / 'app.py')!r}, default_timeout=120); at.run()\n"
+        "print('exceptions', [e.message for e in at.exception])\n"
+        "print('titles', [t.value for t in at.title])\n"
+        "print('generation', 'persobench.generation' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PERSOBENCH_HOME": str(store.home)})
+    lines = done.stdout.splitlines()
+    assert "exceptions []" in lines and "titles ['Leaderboard']" in lines, done.stdout + done.stderr[-2000:]
+    assert "generation False" in lines
+
+
+def test_the_demo_check_names_the_demos_dataset():
+    """persobench/app/boards.py:demo_story_for looks for runs of "sample" before importing the demo's
+    module: that must stay the demo's dataset."""
+    from persobench.generation.demo import DEMO_DATASET
+
+    assert DEMO_DATASET == "sample"
+
+
+def test_one_datasets_results_are_the_whole_tables_rows_of_it(store):
+    """A board of one dataset reads only its runs (the app's cold landing page): the rows are those of
+    the whole store's table, and the leaderboard made from them is the same."""
+    make_run(store, model="A", statuses=["ok"] * 3, latency=[1.0] * 3, scores={"dist1": [0.1, 0.2, 0.3]},
+             dataset="sample")
+    whole = aggregate.load_results(store)
+    focus = aggregate.load_results(store, dataset="focus")
+    assert set(focus.frame["dataset"]) == {"focus"} and set(whole.frame["dataset"]) == {"focus", "sample"}
+    columns = list(whole.frame.columns)
+    expected = whole.frame[whole.frame["dataset"] == "focus"].astype(str).sort_values(columns)
+    pd.testing.assert_frame_equal(focus.frame.astype(str).sort_values(columns).reset_index(drop=True),
+                                  expected.reset_index(drop=True))
+    pd.testing.assert_frame_equal(aggregate.leaderboard(focus, dataset="focus"),
+                                  aggregate.leaderboard(whole, dataset="focus"))
+    names = sorted(p.name for p in (store.home / disk_cache.CACHE_DIR).glob("results-*.parquet"))
+    assert len(names) == 2 and any("focus" in n for n in names)  # its own file; the whole table's is kept
+    assert aggregate.load_results(store, dataset="focus", cache=False).frame.shape == focus.frame.shape

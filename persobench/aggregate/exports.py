@@ -307,3 +307,17 @@ def export_board(board: pd.DataFrame, fmt: str = "table") -> str:
     except KeyError:
         raise ConfigurationError(f"unknown format {fmt!r}; expected one of {', '.join(EXPORT_FORMATS)}") from None
     return render(board)
+
+
+def board_sections(board: pd.DataFrame) -> list[dict[str, Any]]:
+    """The boards of ``board`` as the ``table``/``markdown`` exports lay them out, for other renderers
+    (the HTML report): one dict per board with ``dataset``, ``mode``, ``board``, ``profile``, ``title``
+    (the header the other exports print), ``header`` and ``rows`` (models as rows, the same cell text)
+    and ``notes``."""
+    sections = []
+    for block in _blocks(board):
+        header, rows = _grid(block)
+        sections.append({"dataset": block["dataset"], "mode": block["mode"], "board": block["board"],
+                         "profile": block["profile"], "title": _title(block), "header": header, "rows": rows,
+                         "notes": list(block["notes"])})
+    return sections

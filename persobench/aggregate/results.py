@@ -164,7 +164,7 @@ LABEL_COLUMNS = [c for c in RESULT_COLUMNS if c != "value"]
 
 
 def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False,
-                 cache: bool = True) -> Results:
+                 cache: bool = True, dataset: str | None = None) -> Results:
     """Every per-sample value of every completed run, for one scoring profile.
 
     Long format, columns :data:`RESULT_COLUMNS` (:data:`LABEL_COLUMNS` as categories, ``value``
@@ -178,27 +178,34 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
     With ``cache`` (the default) the table is read from the store's on-disk cache when it was built
     from the store exactly as it is now, and written there otherwise
     (:mod:`persobench.aggregate.disk_cache`): a fresh process reads one file, not every run's tables.
+    ``dataset`` keeps the runs of one dataset only (their rows are the same as in the whole table):
+    a board of one dataset reads only its runs' tables.
     """
     if not cache:
-        return _build_results(store, profile=profile, include_incomplete=include_incomplete)
+        return _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset)
     from persobench.aggregate.disk_cache import cached_table
 
     def build() -> tuple[pd.DataFrame, dict[str, Any]]:
-        built = _build_results(store, profile=profile, include_incomplete=include_incomplete)
+        built = _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset)
         return built.frame, {"metric_status": list(built.metric_status), "skipped_runs": list(built.skipped_runs)}
 
     arguments = {"profile": profile, "include_incomplete": include_incomplete, "metrics": _metric_order()}
+    if dataset is not None:  # the whole store's table keeps the key (and the file) it always had
+        arguments["dataset"] = dataset
     frame, notes = cached_table(store, "results", arguments, build, RESULT_COLUMNS)
     return Results(frame, tuple(notes.get("metric_status") or ()), profile,
                    tuple(tuple(pair) for pair in notes.get("skipped_runs") or ()))
 
 
-def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool) -> Results:
-    """:func:`load_results` read from every run's tables."""
+def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool,
+                   dataset: str | None = None) -> Results:
+    """:func:`load_results` read from every run's tables (of ``dataset`` only, when given)."""
     from persobench.protocol import protocol_of
     from persobench.store import StoreError
 
     readable, problems = store.scan()
+    if dataset is not None:
+        readable = [run for run in readable if run.manifest.dataset == dataset]
     runs = _completed_runs(store, include_incomplete, readable)
     labels = _unique_labels(runs)
     order = {m: i for i, m in enumerate(_metric_order())}

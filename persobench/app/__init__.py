@@ -9,7 +9,7 @@
 * :mod:`~persobench.app.dialogues`: persona sentence marks and prompts as plain text.
 * :mod:`~persobench.app.chrome`: navigation, page set-up, sidebar, empty-store notice, errors.
 * :mod:`~persobench.app.widgets`: reusable widgets (a sample, a background job card).
-* :mod:`~persobench.app.charts`: the Plotly figures of the pages.
+* :mod:`persobench.report.charts` (below both front ends): the Plotly figures of the pages.
 
 Streamlit, pandas and Plotly are imported inside the functions: importing these modules is cheap.
 """

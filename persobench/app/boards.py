@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from persobench.app.page_cache import cache_data, cache_resource
+from persobench.app.cache import cache_data, cache_resource
 from persobench.pipeline import redact
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
@@ -65,18 +65,19 @@ def profile_slots(name: str) -> "pd.DataFrame":
     return pd.DataFrame(rows, columns=["slot", "model", "source", "note"])
 
 
-@cache_resource(show_spinner="Loading scores…", max_entries=3)
-def loaded_results(home: str, signature: str, profile: str) -> "Results":  # noqa: ARG001
-    """``aggregate.load_results`` for one profile: shared, read-only (never modify the frame)."""
+@cache_resource(show_spinner="Loading scores…", max_entries=6)
+def loaded_results(home: str, signature: str, profile: str, dataset: str | None = None) -> "Results":  # noqa: ARG001
+    """``aggregate.load_results`` for one profile (and one dataset, when given: a board of it reads
+    only its runs' tables): shared, read-only (never modify the frame)."""
     from persobench.pipeline import load_results
     from persobench.pipeline import RunStore
 
-    return load_results(RunStore(home), profile=profile)
+    return load_results(RunStore(home), profile=profile, dataset=dataset)
 
 
-def results_frame(home: str, signature: str, profile: str) -> "pd.DataFrame":
+def results_frame(home: str, signature: str, profile: str, dataset: str | None = None) -> "pd.DataFrame":
     """The per-sample table of :func:`loaded_results` (shared, read-only)."""
-    return loaded_results(home, signature, profile).frame
+    return loaded_results(home, signature, profile, dataset).frame
 
 
 @cache_data(show_spinner=False, max_entries=4)
@@ -111,7 +112,7 @@ def board_for(home: str, signature: str, profile: str, dataset: str, invalid: st
     from persobench.pipeline import board_table as leaderboard
 
     def build() -> "pd.DataFrame":
-        return leaderboard(loaded_results(home, signature, profile), dataset=dataset, invalid=invalid,
+        return leaderboard(loaded_results(home, signature, profile, dataset), dataset=dataset, invalid=invalid,
                            profile=profile, side_by_side=side_by_side, all_samples=all_samples)
 
     return _stored(home, "board", build, profile=profile, dataset=dataset, invalid=invalid,
@@ -124,14 +125,20 @@ def demo_story_for(home: str, signature: str) -> "DemoStory | None":
     from their manifests, :func:`persobench.generation.demo.demo_runs`), else None. A store without
     them costs one look at the manifests the app has already read."""
     from persobench.app.loaders import store_scan
-    from persobench.pipeline import DEMO_PROFILE, demo_runs
 
-    runs = demo_runs(run.manifest for run in store_scan(home, signature)[0])
+    manifests = [run.manifest for run in store_scan(home, signature)[0]]
+    # The demo answers the built-in sample dataset (generation.demo.DEMO_DATASET): a store without a
+    # run of it (the published runs) is not the demo's, and never imports the generation stage.
+    if not any(m.dataset == "sample" for m in manifests):
+        return None
+    from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
+
+    runs = demo_runs(manifests)
     if not runs:
         return None
     from persobench.pipeline import demo_story
 
-    return demo_story(loaded_results(home, signature, DEMO_PROFILE), runs, profile=DEMO_PROFILE)
+    return demo_story(loaded_results(home, signature, DEMO_PROFILE, DEMO_DATASET), runs, profile=DEMO_PROFILE)
 
 
 def _metric_rules() -> list[list[Any]]:
@@ -158,8 +165,8 @@ def overall_with_ci(home: str, signature: str, profile: str, dataset: str, inval
     from persobench.pipeline import overall_with_ci as overall
 
     def build() -> "pd.DataFrame":
-        return overall(results_frame(home, signature, profile), dataset=dataset, invalid=invalid, profile=profile,
-                       side_by_side=side_by_side, all_samples=all_samples,
+        return overall(results_frame(home, signature, profile, dataset), dataset=dataset, invalid=invalid,
+                       profile=profile, side_by_side=side_by_side, all_samples=all_samples,
                        board=board_for(home, signature, profile, dataset, invalid, side_by_side, all_samples))
 
     return _stored(home, "overall", build, profile=profile, dataset=dataset, invalid=invalid,
@@ -175,7 +182,7 @@ def sample_values(home: str, signature: str, profile: str, dataset: str, mode: s
     from persobench.pipeline import sample_values as values
 
     def build() -> "pd.DataFrame":
-        return values(results_frame(home, signature, profile), dataset=dataset, mode=mode, metric=metric,
+        return values(results_frame(home, signature, profile, dataset), dataset=dataset, mode=mode, metric=metric,
                       invalid=invalid, profile=profile, board=board, side_by_side=side_by_side,
                       all_samples=all_samples)
 

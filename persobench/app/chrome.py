@@ -12,8 +12,8 @@ import os
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-from persobench.app.page_cache import current_state
-from persobench.app.loaders import runs_table, store_problems
+from persobench.app.cache import current_state
+from persobench.app.loaders import store_problems, store_scan
 from persobench.app.text import safe_message
 from persobench.pipeline import secret_environment
 
@@ -71,7 +71,7 @@ def sidebar_store_summary() -> None:
     import streamlit as st
 
     home, sig = current_state()
-    runs = runs_table(home, sig)
+    runs, _ = store_scan(home, sig)  # no table yet: the page's first element goes out before pandas loads
     with st.sidebar:
         st.caption(f"Run store: `{home.replace('`', '')}` · {len(runs)} runs")
         problems = store_problems(home, sig)

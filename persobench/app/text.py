@@ -8,12 +8,12 @@ directive can form). :func:`plot_escape` does the same for Plotly labels.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 import string
 from typing import Any
 
+from persobench.records import natural_key  # noqa: F401 - re-exported for the pages
+from persobench.pipeline import plot_escape  # noqa: F401 - the pages' one import for untrusted text
 from persobench.pipeline import redact
 
 _PUNCTUATION = frozenset(string.punctuation)
@@ -39,11 +39,6 @@ def md_escape(text: Any, *, max_chars: int | None = None) -> str:
         escaped_lines.append("".join("\\" + ch if ch in _PUNCTUATION else ch for ch in line))
     # A hard break is "two spaces + newline"; blank lines keep paragraphs apart.
     return "  \n".join(escaped_lines)
-
-
-def plot_escape(text: Any) -> str:
-    """A label for Plotly, which interprets a subset of HTML (``<b>``, ``<br>``, ``<a href>``)."""
-    return html.escape(str(text), quote=True)
 
 
 def safe_message(exc: BaseException | str) -> str:
@@ -99,8 +94,3 @@ def model_kind(label: str) -> str:
     if text.startswith("baseline:"):
         return "baseline (floor)"
     return "model"
-
-
-def natural_key(sample_id: str) -> tuple[Any, ...]:
-    """Sort key that puts ``sample:2`` before ``sample:10``."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(sample_id)))

@@ -111,6 +111,24 @@ def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
                                mime=mime, key=f"{key_prefix}_{suffix}")
 
 
+def report_download(home: str, options: Any, file_name: str, *, key: str) -> None:
+    """A download button for the static HTML report (:func:`persobench.report.report_html` of ``options``,
+    a :class:`persobench.report.ReportOptions`): the same file as ``persobench report``, made when
+    clicked."""
+    import functools
+
+    import streamlit as st
+
+    from persobench.pipeline import report_html
+    from persobench.pipeline import RunStore
+
+    column = st.columns(3)[0]  # under the CSV button, as wide
+    column.download_button("HTML report", functools.partial(report_html, RunStore(home), options), file_name=file_name,
+                           mime="text/html", key=key,
+                           help="One self-contained HTML file (opens offline): this dataset and mode's leaderboards "
+                                "with every protocol, charts, the failure taxonomy and a few dialogues with every reply.")
+
+
 def ranking_table(board: Any, overall: Any, rank_by: str, models: Sequence[str], *, with_overall: bool) -> Any:
     """The leaderboard's ranking (``aggregate.model_ranking``) as a table: rank with ties, kind, the
     ranking metric and overall score with their 95% CIs, n, failures, time and CI overlaps.
@@ -179,7 +197,7 @@ def radar_panel(board: Any) -> None:
     import streamlit as st
 
     from persobench.pipeline import RADAR_ASPECTS, radar_aspects
-    from persobench.app.charts import radar_figure
+    from persobench.pipeline import radar_figure
 
     radar = radar_aspects(board, normalize=True)
     aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
@@ -201,7 +219,7 @@ def time_failures_panel(board: Any) -> None:
     import streamlit as st
 
     from persobench.app.boards import unavailable_by_reason
-    from persobench.app.charts import metric_bars_figure
+    from persobench.pipeline import metric_bars_figure
 
     wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
     bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
@@ -221,7 +239,7 @@ def demo_story_panel(story: Any) -> None:
     share and metric mean across their protocols, and the metric as grouped bars, all on first render."""
     import streamlit as st
 
-    from persobench.app.charts import modes_figure
+    from persobench.pipeline import modes_figure
 
     table, metric = story.table, story.metric
     models = list(dict.fromkeys(table["model"]))

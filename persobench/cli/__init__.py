@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "persobench.cli.preset_command",
     "persobench.cli.score_command",
     "persobench.cli.result_commands",
+    "persobench.cli.report_command",
     "persobench.cli.demo_command",
 )
 

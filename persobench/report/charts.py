@@ -1,4 +1,5 @@
-"""The Plotly figures of the pages. Model labels are untrusted: every label passes :func:`plot_escape`.
+"""The Plotly figures of the app's pages and of the static report (:mod:`persobench.report`), in one
+place below both front ends. Model labels are untrusted: every label passes :func:`plot_escape`.
 
 Built with ``plotly.graph_objects`` only: ``plotly.express`` costs a third of a second to import and
 as much again per figure, which a just-started app pays on its landing page.
@@ -6,13 +7,17 @@ as much again per figure, which a just-started app pays on its landing page.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
-
-from persobench.app.text import plot_escape
+import html
+from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
+
+
+def plot_escape(text: Any) -> str:
+    """A label for Plotly, which interprets a subset of HTML (``<b>``, ``<br>``, ``<a href>``)."""
+    return html.escape(str(text), quote=True)
 
 
 def _escaped(frame: "pd.DataFrame", column: str = "model") -> "pd.DataFrame":

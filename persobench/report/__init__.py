@@ -1,0 +1,42 @@
+"""The static report: one self-contained HTML file with the leaderboards of chosen datasets and modes
+(their protocol headers and notes, as ``leaderboard`` prints them), the app's charts (interactive
+Plotly, its JavaScript inlined: the file opens offline), the failure taxonomy and a few dialogues with
+every run's reply side by side. Every number comes from :mod:`persobench.aggregate`; every piece of
+untrusted text is HTML-escaped.
+
+Modules: ``build`` (what a report holds, read from the store), ``page`` (rendering), ``charts`` (the
+Plotly figures, shared with the app's pages).
+
+    html = report_html(RunStore(home), ReportOptions(datasets=("focus",), dialogues=3))
+    write_report(RunStore(home), ReportOptions(datasets=("focus",)), "report.html")
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from persobench.report.build import Dialogue, Reply, Report, ReportOptions, build_report, failure_taxonomy
+from persobench.report.page import render_report
+
+if TYPE_CHECKING:
+    from persobench.store import RunStore
+
+__all__ = ["Dialogue", "Reply", "Report", "ReportOptions", "build_report", "failure_taxonomy", "render_report",
+           "report_html", "write_report"]
+
+
+def report_html(store: "RunStore", options: ReportOptions) -> str:
+    """The report of ``store`` as one HTML document."""
+    return render_report(build_report(store, options))
+
+
+def write_report(store: "RunStore", options: ReportOptions, path: str | os.PathLike[str]) -> Report:
+    """Write the report to ``path`` atomically (a half-written file never replaces a good one); returns
+    what it holds."""
+    from persobench.files import atomic_write_text
+
+    report = build_report(store, options)
+    atomic_write_text(Path(path), render_report(report))
+    return report

@@ -1,0 +1,240 @@
+"""What a report holds, gathered from the store: the leaderboards (:mod:`persobench.aggregate`, never
+recomputed here), the failure taxonomy and a few dialogues with every run's reply. Part of
+:mod:`persobench.report`; :mod:`persobench.report.page` renders it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from persobench.errors import ConfigurationError, PersoBenchError
+from persobench.records import natural_key
+from persobench.secrets import redact
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from persobench.aggregate import Results
+    from persobench.store import RunStore
+
+#: Reply statuses in the order the taxonomy lists them (``ok`` first, then the failures).
+STATUS_ORDER = ("ok", "truncated", "invalid_json", "missing_field", "empty", "refused", "api_error")
+MODES = ("vanilla", "cot")
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """Which boards and dialogues a report holds, and how its numbers are made (as ``leaderboard``)."""
+
+    datasets: tuple[str, ...] = ()
+    """Datasets to report on; empty: every dataset with a completed run."""
+    modes: tuple[str, ...] = ()
+    """Prompting modes (vanilla, cot); empty: both."""
+    profile: str = "offline"
+    """The scoring profile whose numbers the boards show."""
+    invalid: str = "worst"
+    """Invalid replies scored with each metric's worst value (the paper's) or excluded."""
+    include_incomplete: bool = False
+    """Also aggregate runs that did not complete."""
+    side_by_side: bool = False
+    """One board per dataset and mode with every protocol in the row labels."""
+    all_samples: bool = False
+    """Aggregate each run over all of its samples instead of the ids its board shares."""
+    dialogues: int = 3
+    """How many dialogues per dataset to show when ``sample_ids`` is empty."""
+    sample_ids: tuple[str, ...] = ()
+    """Exactly these dialogues (sample ids such as ``focus:12``) instead of the first ``dialogues``."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One run's reply to a dialogue (untrusted text)."""
+
+    model: str
+    """The run's model label as its board shows it."""
+    mode: str
+    """vanilla or cot."""
+    protocol: str
+    """The run's protocol label."""
+    status: str
+    """``ok`` or why the reply is invalid."""
+    text: str
+    """The parsed reply (credentials redacted); empty when the run has none for the sample."""
+    raw: str = ""
+    """What the model wrote, for an invalid reply (credentials redacted): why it did not parse."""
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    """A dialogue of a dataset with every reported run's reply to it."""
+
+    sample_id: str
+    """The sample's stable id."""
+    dataset: str
+    """Its dataset."""
+    personas: tuple[tuple[str, tuple[str, ...]], ...]
+    """(speaker, persona sentences) of each persona; empty when the dataset cannot be read here."""
+    context: tuple[tuple[str, str], ...]
+    """(speaker, utterance) of the dialogue so far."""
+    reference: str
+    """The gold reply ("" when unknown)."""
+    note: str
+    """Why the dialogue's text is missing, or ""."""
+    replies: tuple[Reply, ...]
+    """One per run of the reported boards that answered it."""
+
+
+@dataclass(frozen=True)
+class BoardSection:
+    """One leaderboard as the other exports lay it out, with the board rows its charts are drawn from."""
+
+    layout: dict[str, Any]
+    """:func:`persobench.aggregate.exports.board_sections` entry: title, header, rows, notes."""
+    board: "pd.DataFrame"
+    """The board's rows of :func:`persobench.aggregate.leaderboard` (one per run and metric)."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a report shows, before rendering."""
+
+    options: ReportOptions
+    """What was asked for."""
+    sections: tuple[BoardSection, ...]
+    """The leaderboards, dataset by dataset, mode by mode, protocol by protocol."""
+    failures: "pd.DataFrame"
+    """Reply statuses per run: dataset, mode, protocol, model, n, then one count column per status."""
+    dialogues: tuple[Dialogue, ...]
+    """The chosen dialogues."""
+    skipped_runs: tuple[tuple[str, str], ...] = field(default=())
+    """(folder, reason) of unreadable runs that were left out."""
+
+
+def build_report(store: "RunStore", options: ReportOptions) -> Report:
+    """Gather a report's content from ``store``. A dataset, mode or sample id with no run is refused
+    with a one-line :class:`ConfigurationError`."""
+    from persobench import aggregate
+    from persobench.aggregate.exports import board_sections
+
+    if options.dialogues < 0:
+        raise ConfigurationError(f"dialogues: expected a count >= 0, got {options.dialogues}")
+    for mode in options.modes:
+        if mode not in MODES:
+            raise ConfigurationError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+    results = aggregate.load_results(store, profile=options.profile, include_incomplete=options.include_incomplete)
+    if results.empty:
+        raise ConfigurationError(f"no completed runs with generations in {store.runs_dir}; "
+                                 "import (import-persobench) or generate runs first")
+    frame = results.frame
+    known = sorted(set(frame["dataset"].astype(str)))
+    for dataset in options.datasets:
+        if dataset not in known:
+            raise ConfigurationError(f"dataset {dataset!r}: no runs; runs exist for: {', '.join(known)}")
+    datasets = list(dict.fromkeys(options.datasets)) or known
+    modes = list(dict.fromkeys(options.modes)) or list(MODES)
+    sections: list[BoardSection] = []
+    boards = []
+    for dataset in datasets:
+        for mode in modes:
+            if not ((frame["dataset"] == dataset) & (frame["mode"] == mode)).any():
+                continue
+            board = aggregate.leaderboard(results, dataset=dataset, mode=mode, invalid=options.invalid,
+                                          profile=options.profile, side_by_side=options.side_by_side,
+                                          all_samples=options.all_samples)
+            boards.append(board)
+            for layout in board_sections(board):
+                rows = board[(board["board"] == layout["board"]) & (board["profile"] == layout["profile"])]
+                sections.append(BoardSection(layout, rows))
+    if not sections:
+        raise ConfigurationError(f"no run of {', '.join(datasets)} in mode {', '.join(modes)}")
+    return Report(options, tuple(sections), failure_taxonomy(results, datasets, modes),
+                  tuple(_dialogues(store, boards, options)), tuple(results.skipped_runs))
+
+
+def failure_taxonomy(results: "Results", datasets: list[str], modes: list[str]) -> "pd.DataFrame":
+    """How each run's replies ended (over all of its samples): dataset, mode, protocol, model, n and one
+    count column per status seen (the known ones in :data:`STATUS_ORDER`, then any other)."""
+    import pandas as pd
+
+    frame = results.frame
+    keys = ["dataset", "mode", "protocol", "model", "run_id"]
+    rows = frame[frame["dataset"].isin(datasets) & frame["mode"].isin(modes)]
+    rows = rows[keys + ["sample_id", "status"]].astype(str).drop_duplicates(["run_id", "sample_id"])
+    counts = pd.crosstab([rows[k] for k in keys], rows["status"])
+    seen = list(counts.columns)
+    columns = [s for s in STATUS_ORDER if s in seen] + sorted(s for s in seen if s not in STATUS_ORDER)
+    counts = counts[columns]
+    table = counts.assign(n=counts.sum(axis=1)).reset_index()
+    table = table[keys + ["n"] + columns].sort_values(keys).drop(columns="run_id").reset_index(drop=True)
+    table.columns.name = None
+    return table
+
+
+def _dialogues(store: "RunStore", boards: list["pd.DataFrame"], options: ReportOptions) -> list[Dialogue]:
+    """The chosen dialogues of each reported dataset with every reported run's reply."""
+    import pandas as pd
+
+    runs = pd.concat(boards, ignore_index=True).drop_duplicates("run_id")
+    replies = {run.run_id: _replies(store, run.run_id) for run in runs.itertuples()}
+    wanted = list(dict.fromkeys(options.sample_ids))
+    found: set[str] = set()
+    dialogues: list[Dialogue] = []
+    for dataset, group in runs.groupby("dataset", sort=False):
+        answered = [set(replies[run_id]) for run_id in group["run_id"]]
+        if wanted:
+            ids = [i for i in wanted if any(i in ids for ids in answered)]
+        else:
+            common = set.intersection(*answered) if answered else set()
+            ids = sorted(common or set.union(*answered), key=natural_key)[:options.dialogues]
+        found.update(ids)
+        texts, note = _sample_texts(str(dataset), ids)
+        for sample_id in ids:
+            answers = tuple(
+                Reply(str(run.model), str(run.mode), str(run.protocol), *replies[run.run_id][sample_id])
+                for run in group.itertuples() if sample_id in replies[run.run_id])
+            personas, context, reference = texts.get(sample_id, ((), (), ""))
+            dialogues.append(Dialogue(sample_id, str(dataset), personas, context, reference,
+                                      "" if sample_id in texts else note, answers))
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise ConfigurationError(f"sample id(s) {', '.join(missing)}: no reported run answered them")
+    return dialogues
+
+
+def _replies(store: "RunStore", run_id: str) -> dict[str, tuple[str, str, str]]:
+    """sample id -> (status, reply text, raw output of an invalid reply) of one run's generations
+    (empty when unreadable)."""
+    try:
+        table = store.get(run_id).read_table("generations")
+    except PersoBenchError:
+        return {}
+    table = table.drop_duplicates("sample_id", keep="last")
+    nothing = [None] * len(table)
+    texts = table["response"] if "response" in table.columns else nothing
+    raws = table["raw_text"] if "raw_text" in table.columns else nothing
+    return {str(sid): (str(status), _text(text), "" if status == "ok" else _text(raw))
+            for sid, status, text, raw in zip(table["sample_id"], table["status"], texts, raws)}
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or value != value else redact(str(value))
+
+
+def _sample_texts(dataset: str, ids: list[str]) -> tuple[dict[str, tuple], str]:
+    """sample id -> (personas, context, reference) of the dataset's samples, and why none could be read."""
+    if not ids:
+        return {}, ""
+    from persobench.datasets import samples_by_id
+
+    try:
+        samples = samples_by_id(dataset)
+    except PersoBenchError as exc:
+        return {}, f"the dataset's text is not available here: {redact(str(exc))}"
+    texts = {}
+    for sample_id in ids:
+        sample = samples.get(sample_id)
+        if sample is not None:
+            texts[sample_id] = (tuple((p.speaker, tuple(p.sentences)) for p in sample.personas),
+                                tuple((t.speaker, t.text) for t in sample.context), sample.reference)
+    return texts, "this sample is not in the dataset as it loads here"
+
