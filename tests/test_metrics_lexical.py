@@ -345,3 +345,42 @@ def test_idf_overlap_equals_the_notebook_on_every_published_focus_reply(referenc
                 changed += 1
                 assert new == pytest.approx(_notebook_idf_overlap(persona, reply), abs=1e-12), (path.name, row)
     assert (valid, changed) == (12895, 252)
+
+
+# --- The `score` path of the lexical metrics: no repeated work per run ------------------------------
+
+def test_lexical_score_plans_each_run_once_and_hashes_each_sample_once(tmp_path, monkeypatch):
+    """Issue 29: a lexical-only ``score`` planned every run twice (once to collect texts to embed,
+    of which there are none) and hashed each sample's inputs (JSON + SHA-256) once per plan."""
+    import pandas as pd
+
+    from persobench import pipeline, records
+    from persobench.datasets import load_dataset
+    from persobench.metrics import scoring
+    from persobench.store import RunManifest, RunStore
+
+    samples = load_dataset("sample", limit=4)
+    store = RunStore(tmp_path)
+    for k in range(2):
+        run = store.create(RunManifest(run_id=f"sample__lex{k}__vanilla__0", dataset="sample",
+                                       sample_ids=tuple(s.id for s in samples), model={"label": f"m{k}"},
+                                       mode="vanilla", template="t", template_hash="h"))
+        run.record_samples(samples)
+        rows = [(s.id, "ok", f"{s.reference} and more {k}", 0.5) for s in samples]
+        run.write_table("generations", pd.DataFrame(rows, columns=["sample_id", "status", "response", "latency"]))
+    planned: list[str] = []
+    real_plan = scoring.plan_run
+    monkeypatch.setattr(scoring, "plan_run", lambda run, *a, **k: planned.append(run.run_id) or real_plan(run, *a, **k))
+    dumps: list[int] = []  # records.py serialises only the input hash
+    real_json = records.json
+    counting = type("CountingJson", (), {"dumps": staticmethod(lambda *a, **k: dumps.append(1) or real_json.dumps(*a, **k))})
+    monkeypatch.setattr(records, "json", counting)
+
+    report = pipeline.score(metrics=["bleu", "rouge1", "dist1"], store=store)
+
+    assert sorted(planned) == ["sample__lex0__vanilla__0", "sample__lex1__vanilla__0"]
+    assert len(dumps) <= 2 * len(samples)  # one input hash per sample object (each run reads its own)
+    for run in store.runs():
+        scores = run.read_table("scores")
+        assert len(scores) == 3 * len(samples) and scores["basis"].str.len().eq(32).all()
+    assert all(r.summary is not None and r.summary.computed["bleu"] == len(samples) for r in report.runs)

@@ -432,11 +432,13 @@ class LexicalMetrics(MetricFamily):
         advance = batch.progress.stage("lexical", len(items))
         counts = dict.fromkeys(metrics, 0)
         values = lexical_values([it.reference for it in items], [it.reply for it in items], metrics)
+        sids = [it.sample.id for it in items]
         for metric, column in values.items():
-            for it, value in zip(items, column):
-                if value is not None:
-                    result.add(it.sid, metric, value)
-                    counts[metric] += 1
+            # Whole columns at once (the kernels return floats): one add() per value cost a third
+            # as much as computing the values.
+            rows = [(sid, metric, value) for sid, value in zip(sids, column) if value is not None]
+            result.rows.extend(rows)
+            counts[metric] += len(rows)
         if "idf_overlap" in metrics:
             for it in items:
                 if it.persona_sentences:
