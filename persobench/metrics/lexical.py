@@ -72,20 +72,32 @@ _BLEU_EPSILON = 0.1  # SmoothingFunction().epsilon, used by method1
 
 
 class ReplyGrams:
-    """What BLEU and Distinct-n need from one text: its whitespace tokens' n-gram counts."""
+    """What BLEU and Distinct-n need from one text: its whitespace tokens' n-gram counts.
 
-    __slots__ = ("length", "counts")
+    Unigram and bigram counts are made at once (Distinct-1/2 read them); trigram and 4-gram counts
+    only when BLEU asks (:meth:`grams`): it does not when no bigram is shared, since a shared n-gram
+    implies its shared prefix, and most replies share no bigram with their reference.
+    """
+
+    __slots__ = ("length", "counts", "tokens")
 
     def __init__(self, text: str) -> None:
         tokens = str(text).split()  # == whitespace_tokens(text): "\n" is whitespace to split()
+        self.tokens = tokens
         self.length = len(tokens)
-        self.counts = (Counter(tokens), Counter(zip(tokens, tokens[1:])),
-                       Counter(zip(tokens, tokens[1:], tokens[2:])),
-                       Counter(zip(tokens, tokens[1:], tokens[2:], tokens[3:])))
+        self.counts: list[Counter | None] = [Counter(tokens), Counter(zip(tokens, tokens[1:])), None, None]
+
+    def grams(self, n: int) -> Counter:
+        """Counts of the text's ``n + 1``-grams (``n`` from 0, as BLEU's orders are indexed)."""
+        counts = self.counts[n]
+        if counts is None:
+            tokens = self.tokens
+            counts = self.counts[n] = Counter(zip(*(tokens[k:] for k in range(n + 1))))
+        return counts
 
     def distinct(self, n: int) -> float:
         total = self.length - n + 1
-        return len(self.counts[n - 1]) / total if total > 0 else 0.0
+        return len(self.grams(n - 1)) / total if total > 0 else 0.0
 
 
 class RougeText:
@@ -124,15 +136,17 @@ def reference_rouge_text(text: str) -> RougeText:
 def bleu_of(reference: ReplyGrams, reply: ReplyGrams) -> float:
     """nltk ``sentence_bleu([reference], reply, smoothing_function=SmoothingFunction().method1)``."""
     precisions = []
+    numerator = 1
     for n in range(_BLEU_ORDERS):
-        hyp_counts = reply.counts[n]
-        ref_counts = reference.counts[n]
-        numerator = 0
-        for gram in hyp_counts.keys() & ref_counts.keys():
-            count, ref_count = hyp_counts[gram], ref_counts[gram]
-            numerator += count if count < ref_count else ref_count
-        if n == 0 and numerator == 0:
-            return 0.0
+        if numerator:  # else no n-gram of this order can be shared either: its prefix would be
+            hyp_counts = reply.grams(n)
+            ref_counts = reference.grams(n)
+            numerator = 0
+            for gram in hyp_counts.keys() & ref_counts.keys():
+                count, ref_count = hyp_counts[gram], ref_counts[gram]
+                numerator += count if count < ref_count else ref_count
+            if n == 0 and numerator == 0:
+                return 0.0
         denominator = max(1, reply.length - n)
         precisions.append(numerator / denominator if numerator else (numerator + _BLEU_EPSILON) / denominator)
     hyp_len, ref_len = reply.length, reference.length
@@ -200,8 +214,11 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     for ref_sentence, ref_types in zip(reference.sentences, reference.sentence_types):
         for k, (hyp_sentence, hyp_types) in enumerate(zip(reply.sentences, reply.sentence_types)):
             shared = ref_types & hyp_types
-            # An LCS only holds shared words; when all are already counted the pair adds nothing.
-            if shared and not shared <= union:
+            # An LCS only holds shared words; when all are already counted the pair adds nothing,
+            # and when one word is shared the LCS is made of it.
+            if len(shared) == 1:
+                union |= shared
+            elif shared and not shared <= union:
                 if k not in masks:
                     masks[k] = _position_masks(hyp_sentence)
                 union |= _lcs_words(ref_sentence, hyp_sentence, masks[k])
@@ -335,8 +352,9 @@ def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
     want_bleu = "bleu" in metrics
     want_rouge = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
     values: dict[str, list[float | None]] = {m: [] for m in metrics}
+    want_grams = want_bleu or "dist1" in metrics or "dist2" in metrics
     for reference, reply in zip(references, replies):
-        grams = ReplyGrams(reply)
+        grams = ReplyGrams(reply) if want_grams else None
         has_reference = bool(reference.strip())
         if want_bleu:
             values["bleu"].append(bleu_of(reference_grams(reference), grams) if has_reference else None)
@@ -348,7 +366,7 @@ def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
                     values[name].append(value)
         for n, name in ((1, "dist1"), (2, "dist2")):
             if name in values:
-                values[name].append(grams.distinct(n))
+                values[name].append(grams.distinct(n))  # type: ignore[union-attr]
     return values
 
 
