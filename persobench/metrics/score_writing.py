@@ -131,9 +131,10 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
 
     prof, wanted, summary = work.profile, work.wanted, work.summary
     new_prov: dict[str, dict[str, Any]] = {}
-    new_rows = empty_scores()
     details = None
-    if result is not None:
+    if result is None:
+        new_rows = empty_scores()
+    else:
         new_rows = _new_rows(work, result)
         for metric in work.todo:
             summary.computed[metric] = int((new_rows["metric"] == metric).sum())
