@@ -370,11 +370,17 @@ def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
     return values
 
 
+def _ready() -> bool:
+    return True
+
+
 @contextlib.contextmanager
 def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterator[bool]:
     """Score the lexical batches of a large job (``expected_replies`` in all, e.g. every run of a
-    ``score`` command) on ``workers`` processes (default: every CPU), started once for the whole
-    job. Yields whether a pool was started: none below :data:`PARALLEL_MIN_REPLIES` or on one CPU."""
+    ``score`` command) on ``workers`` processes (default: every CPU), this one included: it starts
+    ``workers - 1`` worker processes once for the whole job, and this process scores its share of
+    each batch instead of waiting. Yields whether a pool was started: none below
+    :data:`PARALLEL_MIN_REPLIES` or on one CPU."""
     workers = workers or os.cpu_count() or 1
     if workers < 2 or expected_replies < PARALLEL_MIN_REPLIES or _ACTIVE_POOL.get() is not None:
         yield False
@@ -383,7 +389,11 @@ def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterato
     import multiprocessing
 
     # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))
+    # Start the workers now, while this process plans the first run (a spawned interpreter takes
+    # about half a second to start; the pool would otherwise start it at the first batch).
+    for _ in range(workers - 1):
+        pool.submit(_ready)
     token = _ACTIVE_POOL.set((pool, workers))
     try:
         yield True
@@ -397,9 +407,9 @@ def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: I
     """BLEU, ROUGE-1/2/L and Distinct-1/2 of each ``replies[i]`` against ``references[i]``.
 
     Returns metric -> one value per reply (``None`` for a reference-based metric when the
-    reference is blank). Inside :func:`worker_pool` a batch is split over its processes; outside,
-    a batch of at least :data:`PARALLEL_MIN_REPLIES` replies starts its own pool. Each process is
-    sent whole texts, so it counts n-grams once.
+    reference is blank). Inside :func:`worker_pool` a batch is split over its processes and this
+    one; outside, a batch of at least :data:`PARALLEL_MIN_REPLIES` replies starts its own pool.
+    Each process is sent whole texts, so it counts n-grams once.
     """
     wanted = tuple(m for m in (*REFERENCE_LEXICAL, *REPLY_LEXICAL) if m in set(metrics))
     references = [str(r) for r in references]
@@ -417,18 +427,30 @@ def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: I
     return _lexical_chunk(references, replies, wanted)
 
 
+#: A batch is cut into this many chunks per process, so whichever process is free (a busy machine
+#: slows one more than another) takes the next one.
+CHUNKS_PER_PROCESS = 4
+
+
 def _in_workers(pool: Any, workers: int, references: list[str], replies: list[str],
                 wanted: tuple[str, ...]) -> dict[str, list[float | None]]:
-    # Chunks cut from the replies sorted by reference keep a reference's analysis in one worker's cache.
+    # Chunks cut from the replies sorted by reference keep a reference's analysis in one process's cache.
     order = sorted(range(len(replies)), key=references.__getitem__)
-    parts = workers if len(replies) < PARALLEL_MIN_REPLIES else workers * 4
-    size = -(-len(order) // parts)
+    size = -(-len(order) // (workers * CHUNKS_PER_PROCESS))
     chunks = [order[k:k + size] for k in range(0, len(order), size)]
     futures = [pool.submit(_lexical_chunk, [references[i] for i in chunk], [replies[i] for i in chunk], wanted)
                for chunk in chunks]
+    parts: list[Any] = [None] * len(chunks)
+    # This process scores chunks from the end while the workers take them from the start: a chunk
+    # whose future can still be cancelled has not been sent to a worker.
+    for k in range(len(chunks) - 1, -1, -1):
+        if not futures[k].cancel():
+            break
+        chunk = chunks[k]
+        parts[k] = _lexical_chunk([references[i] for i in chunk], [replies[i] for i in chunk], wanted)
     values: dict[str, list[float | None]] = {m: [None] * len(replies) for m in wanted}
-    for chunk, future in zip(chunks, futures):
-        part = future.result()
+    for k, chunk in enumerate(chunks):
+        part = parts[k] if parts[k] is not None else futures[k].result()
         for m in wanted:
             column = values[m]
             for i, value in zip(chunk, part[m]):
