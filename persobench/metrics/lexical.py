@@ -139,8 +139,12 @@ def bleu_of(reference: ReplyGrams, reply: ReplyGrams) -> float:
     numerator = 1
     for n in range(_BLEU_ORDERS):
         if numerator:  # else no n-gram of this order can be shared either: its prefix would be
-            hyp_counts = reply.grams(n)
-            ref_counts = reference.grams(n)
+            hyp_counts = reply.counts[n]
+            if hyp_counts is None:
+                hyp_counts = reply.grams(n)
+            ref_counts = reference.counts[n]
+            if ref_counts is None:
+                ref_counts = reference.grams(n)
             numerator = 0
             for gram in hyp_counts.keys() & ref_counts.keys():
                 count, ref_count = hyp_counts[gram], ref_counts[gram]
@@ -207,15 +211,22 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     (n-grams as sets; summary-level ROUGE-L: the union of the LCS words of every sentence pair)."""
     if not reply.has_words or not reference.has_words:
         return 0.0, 0.0, 0.0
-    r1 = _f_score(len(reply.unigrams & reference.unigrams), len(reply.unigrams), len(reference.unigrams))
+    common = reply.unigrams & reference.unigrams
+    r1 = _f_score(len(common), len(reply.unigrams), len(reference.unigrams))
     r2 = _f_score(len(reply.bigrams & reference.bigrams), len(reply.bigrams), len(reference.bigrams))
+    # An LCS only holds shared words, so the union is a subset of ``common``: sentences sharing
+    # none are skipped, and once the union is ``common`` no pair can add to it.
     union: set[str] = set()
+    hyp = [(k, sentence, types) for k, (sentence, types) in enumerate(zip(reply.sentences, reply.sentence_types))
+           if not types.isdisjoint(common)]
     masks: dict[int, dict[str, int]] = {}
     for ref_sentence, ref_types in zip(reference.sentences, reference.sentence_types):
-        for k, (hyp_sentence, hyp_types) in enumerate(zip(reply.sentences, reply.sentence_types)):
+        if len(union) == len(common):
+            break
+        for k, hyp_sentence, hyp_types in hyp:
             shared = ref_types & hyp_types
-            # An LCS only holds shared words; when all are already counted the pair adds nothing,
-            # and when one word is shared the LCS is made of it.
+            # When all are already counted the pair adds nothing; when one word is shared the LCS
+            # is made of it.
             if len(shared) == 1:
                 union |= shared
             elif shared and not shared <= union:
@@ -353,20 +364,24 @@ def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
     want_rouge = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
     values: dict[str, list[float | None]] = {m: [] for m in metrics}
     want_grams = want_bleu or "dist1" in metrics or "dist2" in metrics
+    bleu_column, dist1, dist2 = values.get("bleu"), values.get("dist1"), values.get("dist2")
+    rouge_columns = [(k, values[name]) for k, name in enumerate(("rouge1", "rouge2", "rougeL")) if name in values]
+    no_rouge = (None, None, None)
+    grams = None
     for reference, reply in zip(references, replies):
-        grams = ReplyGrams(reply) if want_grams else None
+        if want_grams:
+            grams = ReplyGrams(reply)
         has_reference = bool(reference.strip())
-        if want_bleu:
-            values["bleu"].append(bleu_of(reference_grams(reference), grams) if has_reference else None)
+        if bleu_column is not None:
+            bleu_column.append(bleu_of(reference_grams(reference), grams) if has_reference else None)
         if want_rouge:
-            scores = (rouge_of(reference_rouge_text(reference), RougeText(reply)) if has_reference
-                      else (None, None, None))
-            for name, value in zip(("rouge1", "rouge2", "rougeL"), scores):
-                if name in values:
-                    values[name].append(value)
-        for n, name in ((1, "dist1"), (2, "dist2")):
-            if name in values:
-                values[name].append(grams.distinct(n))  # type: ignore[union-attr]
+            scores = rouge_of(reference_rouge_text(reference), RougeText(reply)) if has_reference else no_rouge
+            for k, column in rouge_columns:
+                column.append(scores[k])
+        if dist1 is not None:
+            dist1.append(grams.distinct(1))  # type: ignore[union-attr]
+        if dist2 is not None:
+            dist2.append(grams.distinct(2))  # type: ignore[union-attr]
     return values
 
 
