@@ -12,9 +12,11 @@
    store (not timed), then ``python -m persobench score --metrics bleu,rouge1,rouge2,rougeL,dist1,dist2``
    (what a user runs, a fresh process) is timed against the notebooks' row-by-row loop (nltk
    ``sentence_bleu`` with smoothing method 1, ``rouge==1.0.1``'s ``Rouge().get_scores``, Distinct-n,
-   one reply at a time) over the same replies and references. Prints the speed-up (target: at
-   least 5x) and the largest |difference| between the stored scores and the libraries' values
-   over every reply (target: at most 1e-12).
+   one reply at a time) over the same replies and references. Prints the speed-up in wall time
+   (target: at least 10x, issue 27) and in CPU time (all of the command's processes against the
+   loop's; what a machine shared with other jobs distorts least), the load average before and
+   after, and the largest |difference| between the stored scores and the libraries' values over
+   every reply (target: 0.0).
 
 4. The full offline profile (``--only offline``) on every published run: ``python -m persobench
    score`` (a fresh process, a fresh store, no embedding cache) is timed on all 58 runs, with its
@@ -153,7 +155,8 @@ def _lexical_batch_metrics() -> tuple[str, ...]:
 
 
 LEXICAL = _lexical_batch_metrics()
-LEXICAL_TOLERANCE = 1e-12
+LEXICAL_TOLERANCE = 0.0
+LEXICAL_TARGET = 10.0
 
 
 def notebook_lexical(pairs: list[tuple[str, str, str]]) -> dict[tuple[str, str], float]:
@@ -228,7 +231,8 @@ def bench_lexical(ref: Path) -> dict:
     missing = [k for k in expected if k not in stored]
     diff = max(abs(stored[k] - v) for k, v in expected.items() if k in stored)
     return {"replies": len(pairs), "ours_s": ours_s, "notebook_s": notebook_s, "speedup": notebook_s / ours_s,
-            "ours_cpu": ours_cpu, "notebook_cpu": notebook_cpu, "max_abs_diff": diff, "missing": len(missing)}
+            "ours_cpu": ours_cpu, "notebook_cpu": notebook_cpu, "cpu_speedup": notebook_cpu / ours_cpu,
+            "max_abs_diff": diff, "missing": len(missing)}
 
 
 OFFLINE_TARGET_S = 300.0
@@ -522,13 +526,14 @@ def bench_lexical_report(ref: Path | None) -> bool:
           f"{lex['ours_s']:.1f} s, notebooks' row-by-row loop {lex['notebook_s']:.1f} s, "
           f"speed-up {lex['speedup']:.1f}x; max |diff| against nltk/rouge==1.0.1 {lex['max_abs_diff']:.1e}")
     print(f"  CPU time (what a busy machine distorts least): `score` {lex['ours_cpu']:.1f} s over all its "
-          f"processes, loop {lex['notebook_cpu']:.1f} s")
+          f"processes, loop {lex['notebook_cpu']:.1f} s: {lex['cpu_speedup']:.1f}x")
+    print(f"  load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     ok = True
     if lex["max_abs_diff"] > LEXICAL_TOLERANCE or lex["missing"]:
         print(f"  FAIL: values differ by more than {LEXICAL_TOLERANCE} or {lex['missing']} are missing")
         ok = False
-    if lex["speedup"] < 5:
-        print("  below the 5x target")
+    if lex["speedup"] < LEXICAL_TARGET:
+        print(f"  below the {LEXICAL_TARGET:.0f}x target")
     return ok
 
 

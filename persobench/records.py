@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 #: Canonical speaker labels. Source labels such as "User 1", "[User 1 persona]" or
@@ -66,11 +67,12 @@ class Sample:
         """True when the context is one utterance to answer, not a conversation."""
         return len(self.context) == 1
 
-    @property
+    @cached_property
     def input_hash(self) -> str:
         """sha256 of what a reply to this sample is generated from and scored against (personas,
         context, responder, reference); metadata is left out. Scores record it, so a value computed
-        against other inputs is recognised as stale."""
+        against other inputs is recognised as stale. Computed once per sample object (the sample is
+        immutable; scoring reads it for every value's basis)."""
         payload = {"personas": [[p.speaker, list(p.sentences)] for p in self.personas],
                    "context": [[t.speaker, t.text] for t in self.context],
                    "responder": self.responder, "reference": self.reference}

@@ -345,3 +345,91 @@ def test_idf_overlap_equals_the_notebook_on_every_published_focus_reply(referenc
                 changed += 1
                 assert new == pytest.approx(_notebook_idf_overlap(persona, reply), abs=1e-12), (path.name, row)
     assert (valid, changed) == (12895, 252)
+
+
+# --- The `score` path of the lexical metrics: no repeated work per run ------------------------------
+
+def test_lexical_score_plans_each_run_once_and_hashes_each_sample_once(tmp_path, monkeypatch):
+    """Issue 29: a lexical-only ``score`` planned every run twice (once to collect texts to embed,
+    of which there are none) and hashed each sample's inputs (JSON + SHA-256) once per plan."""
+    import pandas as pd
+
+    from persobench import pipeline, records
+    from persobench.datasets import load_dataset
+    from persobench.metrics import scoring
+    from persobench.store import RunManifest, RunStore
+
+    samples = load_dataset("sample", limit=4)
+    store = RunStore(tmp_path)
+    for k in range(2):
+        run = store.create(RunManifest(run_id=f"sample__lex{k}__vanilla__0", dataset="sample",
+                                       sample_ids=tuple(s.id for s in samples), model={"label": f"m{k}"},
+                                       mode="vanilla", template="t", template_hash="h"))
+        run.record_samples(samples)
+        rows = [(s.id, "ok", f"{s.reference} and more {k}", 0.5) for s in samples]
+        run.write_table("generations", pd.DataFrame(rows, columns=["sample_id", "status", "response", "latency"]))
+    planned: list[str] = []
+    real_plan = scoring.plan_run
+    monkeypatch.setattr(scoring, "plan_run", lambda run, *a, **k: planned.append(run.run_id) or real_plan(run, *a, **k))
+    dumps: list[int] = []  # records.py serialises only the input hash
+    real_json = records.json
+    counting = type("CountingJson", (), {"dumps": staticmethod(lambda *a, **k: dumps.append(1) or real_json.dumps(*a, **k))})
+    monkeypatch.setattr(records, "json", counting)
+
+    report = pipeline.score(metrics=["bleu", "rouge1", "dist1"], store=store)
+
+    assert sorted(planned) == ["sample__lex0__vanilla__0", "sample__lex1__vanilla__0"]
+    assert len(dumps) <= 2 * len(samples)  # one input hash per sample object (each run reads its own)
+    for run in store.runs():
+        scores = run.read_table("scores")
+        assert len(scores) == 3 * len(samples) and scores["basis"].str.len().eq(32).all()
+    assert all(r.summary is not None and r.summary.computed["bleu"] == len(samples) for r in report.runs)
+
+
+def _notebook_row(reference: str, reply: str) -> dict[str, float | None]:
+    """One reply as the notebooks scored it: the libraries called on this pair alone."""
+    tokens = reply.replace("\n", " ").split()
+    row: dict[str, float | None] = {}
+    for n in (1, 2):
+        grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+        row[f"dist{n}"] = len(set(grams)) / len(grams) if grams else 0.0
+    if reference.strip():
+        row["bleu"] = _nltk_bleu(reference, reply)
+        row["rouge1"], row["rouge2"], row["rougeL"] = _package_rouge(reference, reply)
+    else:
+        row["bleu"] = row["rouge1"] = row["rouge2"] = row["rougeL"] = None
+    return row
+
+
+def _edge_texts():
+    """Texts the fast path must not treat differently: empty, blank, unicode words and whitespace,
+    punctuation only, dots everywhere, repeated n-grams (self-overlapping), long repetitions."""
+    from hypothesis import strategies as st
+
+    unicode_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
+    repeated = st.tuples(st.sampled_from(["a", "a a", "a b a", "the cat .", "ça."]),
+                         st.integers(1, 30)).map(lambda t: " ".join([t[0]] * t[1]))
+    punctuation = st.text(alphabet=".,!?;:'\"()-… \n\t", max_size=30)
+    return st.one_of(st.just(""), st.just(" \n "), _texts(), unicode_text, repeated, punctuation)
+
+
+def test_batch_fast_path_equals_the_notebooks_row_by_row_libraries():
+    """The batch kernels (shared reference analyses, n-grams counted once per text, orders counted
+    only when needed, ROUGE-L shortcuts) give exactly the libraries' values, reply by reply."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    metrics = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2")
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(references=st.lists(_edge_texts(), min_size=1, max_size=4),
+           rows=st.lists(st.tuples(st.integers(0, 3), _edge_texts()), min_size=1, max_size=12))
+    def check(references: list[str], rows: list[tuple[int, str]]) -> None:
+        # Several replies per reference, as every model of a dataset answers the same samples.
+        pairs = [(references[k % len(references)], reply) for k, reply in rows]
+        values = lexical.lexical_values([r for r, _ in pairs], [h for _, h in pairs], metrics, workers=1)
+        for i, (reference, reply) in enumerate(pairs):
+            expected = _notebook_row(reference, reply)
+            assert {m: values[m][i] for m in metrics} == expected, (reference, reply)
+
+    check()

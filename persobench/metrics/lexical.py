@@ -72,20 +72,32 @@ _BLEU_EPSILON = 0.1  # SmoothingFunction().epsilon, used by method1
 
 
 class ReplyGrams:
-    """What BLEU and Distinct-n need from one text: its whitespace tokens' n-gram counts."""
+    """What BLEU and Distinct-n need from one text: its whitespace tokens' n-gram counts.
 
-    __slots__ = ("length", "counts")
+    Unigram and bigram counts are made at once (Distinct-1/2 read them); trigram and 4-gram counts
+    only when BLEU asks (:meth:`grams`): it does not when no bigram is shared, since a shared n-gram
+    implies its shared prefix, and most replies share no bigram with their reference.
+    """
+
+    __slots__ = ("length", "counts", "tokens")
 
     def __init__(self, text: str) -> None:
         tokens = str(text).split()  # == whitespace_tokens(text): "\n" is whitespace to split()
+        self.tokens = tokens
         self.length = len(tokens)
-        self.counts = (Counter(tokens), Counter(zip(tokens, tokens[1:])),
-                       Counter(zip(tokens, tokens[1:], tokens[2:])),
-                       Counter(zip(tokens, tokens[1:], tokens[2:], tokens[3:])))
+        self.counts: list[Counter | None] = [Counter(tokens), Counter(zip(tokens, tokens[1:])), None, None]
+
+    def grams(self, n: int) -> Counter:
+        """Counts of the text's ``n + 1``-grams (``n`` from 0, as BLEU's orders are indexed)."""
+        counts = self.counts[n]
+        if counts is None:
+            tokens = self.tokens
+            counts = self.counts[n] = Counter(zip(*(tokens[k:] for k in range(n + 1))))
+        return counts
 
     def distinct(self, n: int) -> float:
         total = self.length - n + 1
-        return len(self.counts[n - 1]) / total if total > 0 else 0.0
+        return len(self.grams(n - 1)) / total if total > 0 else 0.0
 
 
 class RougeText:
@@ -124,15 +136,21 @@ def reference_rouge_text(text: str) -> RougeText:
 def bleu_of(reference: ReplyGrams, reply: ReplyGrams) -> float:
     """nltk ``sentence_bleu([reference], reply, smoothing_function=SmoothingFunction().method1)``."""
     precisions = []
+    numerator = 1
     for n in range(_BLEU_ORDERS):
-        hyp_counts = reply.counts[n]
-        ref_counts = reference.counts[n]
-        numerator = 0
-        for gram in hyp_counts.keys() & ref_counts.keys():
-            count, ref_count = hyp_counts[gram], ref_counts[gram]
-            numerator += count if count < ref_count else ref_count
-        if n == 0 and numerator == 0:
-            return 0.0
+        if numerator:  # else no n-gram of this order can be shared either: its prefix would be
+            hyp_counts = reply.counts[n]
+            if hyp_counts is None:
+                hyp_counts = reply.grams(n)
+            ref_counts = reference.counts[n]
+            if ref_counts is None:
+                ref_counts = reference.grams(n)
+            numerator = 0
+            for gram in hyp_counts.keys() & ref_counts.keys():
+                count, ref_count = hyp_counts[gram], ref_counts[gram]
+                numerator += count if count < ref_count else ref_count
+            if n == 0 and numerator == 0:
+                return 0.0
         denominator = max(1, reply.length - n)
         precisions.append(numerator / denominator if numerator else (numerator + _BLEU_EPSILON) / denominator)
     hyp_len, ref_len = reply.length, reference.length
@@ -193,15 +211,25 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     (n-grams as sets; summary-level ROUGE-L: the union of the LCS words of every sentence pair)."""
     if not reply.has_words or not reference.has_words:
         return 0.0, 0.0, 0.0
-    r1 = _f_score(len(reply.unigrams & reference.unigrams), len(reply.unigrams), len(reference.unigrams))
+    common = reply.unigrams & reference.unigrams
+    r1 = _f_score(len(common), len(reply.unigrams), len(reference.unigrams))
     r2 = _f_score(len(reply.bigrams & reference.bigrams), len(reply.bigrams), len(reference.bigrams))
+    # An LCS only holds shared words, so the union is a subset of ``common``: sentences sharing
+    # none are skipped, and once the union is ``common`` no pair can add to it.
     union: set[str] = set()
+    hyp = [(k, sentence, types) for k, (sentence, types) in enumerate(zip(reply.sentences, reply.sentence_types))
+           if not types.isdisjoint(common)]
     masks: dict[int, dict[str, int]] = {}
     for ref_sentence, ref_types in zip(reference.sentences, reference.sentence_types):
-        for k, (hyp_sentence, hyp_types) in enumerate(zip(reply.sentences, reply.sentence_types)):
+        if len(union) == len(common):
+            break
+        for k, hyp_sentence, hyp_types in hyp:
             shared = ref_types & hyp_types
-            # An LCS only holds shared words; when all are already counted the pair adds nothing.
-            if shared and not shared <= union:
+            # When all are already counted the pair adds nothing; when one word is shared the LCS
+            # is made of it.
+            if len(shared) == 1:
+                union |= shared
+            elif shared and not shared <= union:
                 if k not in masks:
                     masks[k] = _position_masks(hyp_sentence)
                 union |= _lcs_words(ref_sentence, hyp_sentence, masks[k])
@@ -335,28 +363,39 @@ def _lexical_chunk(references: Sequence[str], replies: Sequence[str],
     want_bleu = "bleu" in metrics
     want_rouge = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
     values: dict[str, list[float | None]] = {m: [] for m in metrics}
+    want_grams = want_bleu or "dist1" in metrics or "dist2" in metrics
+    bleu_column, dist1, dist2 = values.get("bleu"), values.get("dist1"), values.get("dist2")
+    rouge_columns = [(k, values[name]) for k, name in enumerate(("rouge1", "rouge2", "rougeL")) if name in values]
+    no_rouge = (None, None, None)
+    grams = None
     for reference, reply in zip(references, replies):
-        grams = ReplyGrams(reply)
+        if want_grams:
+            grams = ReplyGrams(reply)
         has_reference = bool(reference.strip())
-        if want_bleu:
-            values["bleu"].append(bleu_of(reference_grams(reference), grams) if has_reference else None)
+        if bleu_column is not None:
+            bleu_column.append(bleu_of(reference_grams(reference), grams) if has_reference else None)
         if want_rouge:
-            scores = (rouge_of(reference_rouge_text(reference), RougeText(reply)) if has_reference
-                      else (None, None, None))
-            for name, value in zip(("rouge1", "rouge2", "rougeL"), scores):
-                if name in values:
-                    values[name].append(value)
-        for n, name in ((1, "dist1"), (2, "dist2")):
-            if name in values:
-                values[name].append(grams.distinct(n))
+            scores = rouge_of(reference_rouge_text(reference), RougeText(reply)) if has_reference else no_rouge
+            for k, column in rouge_columns:
+                column.append(scores[k])
+        if dist1 is not None:
+            dist1.append(grams.distinct(1))  # type: ignore[union-attr]
+        if dist2 is not None:
+            dist2.append(grams.distinct(2))  # type: ignore[union-attr]
     return values
+
+
+def _ready() -> bool:
+    return True
 
 
 @contextlib.contextmanager
 def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterator[bool]:
     """Score the lexical batches of a large job (``expected_replies`` in all, e.g. every run of a
-    ``score`` command) on ``workers`` processes (default: every CPU), started once for the whole
-    job. Yields whether a pool was started: none below :data:`PARALLEL_MIN_REPLIES` or on one CPU."""
+    ``score`` command) on ``workers`` processes (default: every CPU), this one included: it starts
+    ``workers - 1`` worker processes once for the whole job, and this process scores its share of
+    each batch instead of waiting. Yields whether a pool was started: none below
+    :data:`PARALLEL_MIN_REPLIES` or on one CPU."""
     workers = workers or os.cpu_count() or 1
     if workers < 2 or expected_replies < PARALLEL_MIN_REPLIES or _ACTIVE_POOL.get() is not None:
         yield False
@@ -365,7 +404,11 @@ def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterato
     import multiprocessing
 
     # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))
+    # Start the workers now, while this process plans the first run (a spawned interpreter takes
+    # about half a second to start; the pool would otherwise start it at the first batch).
+    for _ in range(workers - 1):
+        pool.submit(_ready)
     token = _ACTIVE_POOL.set((pool, workers))
     try:
         yield True
@@ -379,9 +422,9 @@ def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: I
     """BLEU, ROUGE-1/2/L and Distinct-1/2 of each ``replies[i]`` against ``references[i]``.
 
     Returns metric -> one value per reply (``None`` for a reference-based metric when the
-    reference is blank). Inside :func:`worker_pool` a batch is split over its processes; outside,
-    a batch of at least :data:`PARALLEL_MIN_REPLIES` replies starts its own pool. Each process is
-    sent whole texts, so it counts n-grams once.
+    reference is blank). Inside :func:`worker_pool` a batch is split over its processes and this
+    one; outside, a batch of at least :data:`PARALLEL_MIN_REPLIES` replies starts its own pool.
+    Each process is sent whole texts, so it counts n-grams once.
     """
     wanted = tuple(m for m in (*REFERENCE_LEXICAL, *REPLY_LEXICAL) if m in set(metrics))
     references = [str(r) for r in references]
@@ -399,18 +442,30 @@ def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: I
     return _lexical_chunk(references, replies, wanted)
 
 
+#: A batch is cut into this many chunks per process, so whichever process is free (a busy machine
+#: slows one more than another) takes the next one.
+CHUNKS_PER_PROCESS = 4
+
+
 def _in_workers(pool: Any, workers: int, references: list[str], replies: list[str],
                 wanted: tuple[str, ...]) -> dict[str, list[float | None]]:
-    # Chunks cut from the replies sorted by reference keep a reference's analysis in one worker's cache.
+    # Chunks cut from the replies sorted by reference keep a reference's analysis in one process's cache.
     order = sorted(range(len(replies)), key=references.__getitem__)
-    parts = workers if len(replies) < PARALLEL_MIN_REPLIES else workers * 4
-    size = -(-len(order) // parts)
+    size = -(-len(order) // (workers * CHUNKS_PER_PROCESS))
     chunks = [order[k:k + size] for k in range(0, len(order), size)]
     futures = [pool.submit(_lexical_chunk, [references[i] for i in chunk], [replies[i] for i in chunk], wanted)
                for chunk in chunks]
+    parts: list[Any] = [None] * len(chunks)
+    # This process scores chunks from the end while the workers take them from the start: a chunk
+    # whose future can still be cancelled has not been sent to a worker.
+    for k in range(len(chunks) - 1, -1, -1):
+        if not futures[k].cancel():
+            break
+        chunk = chunks[k]
+        parts[k] = _lexical_chunk([references[i] for i in chunk], [replies[i] for i in chunk], wanted)
     values: dict[str, list[float | None]] = {m: [None] * len(replies) for m in wanted}
-    for chunk, future in zip(chunks, futures):
-        part = future.result()
+    for k, chunk in enumerate(chunks):
+        part = parts[k] if parts[k] is not None else futures[k].result()
         for m in wanted:
             column = values[m]
             for i, value in zip(chunk, part[m]):
@@ -432,11 +487,13 @@ class LexicalMetrics(MetricFamily):
         advance = batch.progress.stage("lexical", len(items))
         counts = dict.fromkeys(metrics, 0)
         values = lexical_values([it.reference for it in items], [it.reply for it in items], metrics)
+        sids = [it.sample.id for it in items]
         for metric, column in values.items():
-            for it, value in zip(items, column):
-                if value is not None:
-                    result.add(it.sid, metric, value)
-                    counts[metric] += 1
+            # Whole columns at once (the kernels return floats): one add() per value cost a third
+            # as much as computing the values.
+            rows = [(sid, metric, value) for sid, value in zip(sids, column) if value is not None]
+            result.rows.extend(rows)
+            counts[metric] += len(rows)
         if "idf_overlap" in metrics:
             for it in items:
                 if it.persona_sentences:

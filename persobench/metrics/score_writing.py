@@ -118,7 +118,8 @@ def _new_rows(work: RunWork, result: "ScoreResult") -> "pd.DataFrame":
         keep = [m in todo and s in todo[m] for s, m in
                 zip(result.scores["sample_id"].tolist(), result.scores["metric"].tolist())]
         rows = result.scores[pd.Series(keep, index=result.scores.index, dtype=bool)]
-    return rows.assign(profile=work.profile.key, basis=[work.bases[sid] for sid in rows["sample_id"]])
+    bases = work.bases
+    return rows.assign(profile=work.profile.key, basis=[bases[sid] for sid in rows["sample_id"].tolist()])
 
 
 def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunScoreSummary:
@@ -130,9 +131,10 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
 
     prof, wanted, summary = work.profile, work.wanted, work.summary
     new_prov: dict[str, dict[str, Any]] = {}
-    new_rows = empty_scores()
     details = None
-    if result is not None:
+    if result is None:
+        new_rows = empty_scores()
+    else:
         new_rows = _new_rows(work, result)
         for metric in work.todo:
             summary.computed[metric] = int((new_rows["metric"] == metric).sum())

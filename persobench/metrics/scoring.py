@@ -31,6 +31,7 @@ persona *text* joins them with one space.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.errors import ScoringError
@@ -198,6 +199,13 @@ def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
     return total
 
 
+@lru_cache(maxsize=1 << 16)
+def _persona_pairs(sample: "Sample") -> tuple[tuple[str, str], ...]:
+    """(speaker, sentence) of the sample's non-blank persona sentences; cached, as the runs of a
+    dataset share their sample objects (a PEC sample has ~76 sentences, rebuilt for every run)."""
+    return tuple([(p.speaker, s) for p in sample.personas for s in p.sentences if str(s).strip()])
+
+
 def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
            references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None) -> list[Item]:
     items: list[Item] = []
@@ -206,7 +214,7 @@ def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
         if reply is None or not isinstance(reply, str) or not reply.strip():
             continue
         reference = references.get(sample.id, sample.reference) if references else sample.reference
-        personas = tuple((p.speaker, s) for p in sample.personas for s in p.sentences if str(s).strip())
+        personas = _persona_pairs(sample)
         given = persona_texts.get(sample.id) if persona_texts else None
         items.append(Item(sample, reply, str(reference or ""), personas, given))
     return items
@@ -303,8 +311,9 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     ok = generations[is_ok]
     if "response" not in ok.columns:
         raise ScoringError(f"{run.table_path('generations')}: no response column")
+    # .tolist(): iterating a pandas string column element by element is ten times slower.
     replies = {str(sid): ("" if text is None or (isinstance(text, float) and text != text) else str(text))
-               for sid, text in zip(ok["sample_id"], ok["response"])}
+               for sid, text in zip(ok["sample_id"].tolist(), ok["response"].tolist())}
     missing = [sid for sid in replies if sid not in samples_by_id]
     if missing:
         raise ScoringError(
@@ -324,24 +333,29 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
             present[sid] = (reference, bool(sample.persona_sentences()))
             bases[sid] = score_basis(sample, reply, reference)
     have: dict[str, set[str]] = {}
-    for metric, sid, basis in zip(mine["metric"].astype(str), mine["sample_id"].astype(str), mine["basis"]):
+    for metric, sid, basis in zip(mine["metric"].astype(str).tolist(), mine["sample_id"].astype(str).tolist(),
+                                  mine["basis"].tolist()):
         if bases.get(sid) == basis:  # a value computed from another reply or other inputs is stale
             have.setdefault(metric, set()).add(sid)
 
     todo: dict[str, frozenset[str]] = {}
     for metric in wanted:
         stored = have.get(metric, set())
+        defined_for = metric_info(metric).defined_for
         need = frozenset(sid for sid, (reference, has_persona) in present.items()
-                         if sid not in stored and applicable(metric, reference, has_persona))
+                         if sid not in stored and defined_for(reference, has_persona))
         summary.cached[metric] = len(stored)
         if need:
             todo[metric] = need
     invalid = frozenset(generations.loc[~is_ok, "sample_id"].astype(str))
     ids = set().union(*todo.values()) if todo else set()
     samples = tuple(samples_by_id[sid] for sid in replies if sid in ids)
+    # The paper's persona cells are read by persona metrics only (rebuilding them costs more than
+    # scoring BLEU): a run lacking none of those does not need them.
+    reads_persona = any(metric_info(m).needs_persona for m in todo)
     return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
                    dict(references) if references else None,
-                   _paper_persona_texts(run, samples) if samples else None)
+                   _paper_persona_texts(run, samples) if samples and reads_persona else None)
 
 
 def work_items(work: RunWork) -> list[Item]:
@@ -392,11 +406,23 @@ def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) 
     return embedding_request(work_items(work), todo, work.profile)
 
 
+def _embeds(family: MetricFamily) -> bool:
+    """Whether ``family`` may ask for texts to be embedded (it overrides ``embedding_request``)."""
+    return type(family).embedding_request is not MetricFamily.embedding_request
+
+
 def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
                           profile: "str | Profile" = "offline", metrics: Sequence[str] | None = None,
                           references: Mapping[str, str] | None = None) -> "EmbeddingRequest":
     """The texts :func:`score_run` would embed for ``run`` (only for the scores it lacks), so a
     caller scoring many runs can embed them all in one pass first (the ``score`` command)."""
+    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    if not any(_embeds(step.family) for step in family_plan(wanted)):
+        # Nothing to embed (e.g. lexical metrics only): planning the run here would read its tables
+        # and hash every reply's basis a second time, for an empty request.
+        from persobench.metrics.encoder import EmbeddingRequest
+
+        return EmbeddingRequest()
     return work_embedding_request(plan_run(run, samples_by_id, profile=profile, metrics=metrics,
                                            references=references))
 
