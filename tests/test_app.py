@@ -889,21 +889,18 @@ def test_job_card_buttons_on_a_stale_status_show_one_line_errors(tmp_path):
     assert set(jobs.job_ids()) == {"orphaned", "again"}  # nothing removed, nothing launched
 
 
-def test_data_page_fetch_carries_the_users_consent_to_unpinned_files(tmp_path, monkeypatch):
-    """While the content manifest is incomplete, the default download is refused unless the user ticks
-    the box; the tick travels in the fetch step's typed config."""
-    from persobench.datasets.paper_archive import paper_manifest
+def test_data_page_fetch_needs_no_consent_with_the_complete_manifest(tmp_path, monkeypatch):
+    """The packaged content manifest pins every file of the commit: the default download verifies
+    everything, so the page offers no checkbox to accept unpinned files and the step does not trust them."""
     from persobench.jobs import JobManager
 
     home = tmp_path / "home"
     monkeypatch.setenv("PERSOBENCH_HOME", str(home))
     at = open_page("pages/data.py")
-    if paper_manifest().complete:
-        pytest.skip("the packaged manifest is complete: nothing to consent to")
+    assert not [box for box in at.checkbox if box.key == "data_fetch_trust"]
     at.radio(key="data_import_score").set_value("none")
-    at.checkbox(key="data_fetch_trust").check().run()
     at.button(key="data_fetch_go").click().run()
     assert not at.exception
     [job] = JobManager(home).jobs()
-    assert job.steps[0].kind == "fetch" and job.steps[0].config == {"url": None, "trust_unpinned": True}
+    assert job.steps[0].kind == "fetch" and job.steps[0].config == {"url": None, "trust_unpinned": False}
     JobManager(home).cancel(job.job_id)
