@@ -300,6 +300,9 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
         from persobench.importer import run_references
 
         references = run_references(run, samples_by_id)
+    from persobench.metrics.nli_inputs import resolve_layout
+
+    prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
     generations = run.read_table("generations")
     if "status" not in generations.columns or "sample_id" not in generations.columns:
         raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
@@ -421,7 +424,7 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
     items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
                    _paper_persona_texts(run, samples))
     step = steps["nli"]
-    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted)[0]
+    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, work.profile.input_layout)[0]
 
 
 def score_run(
