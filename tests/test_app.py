@@ -550,6 +550,29 @@ def test_data_page_import_preview_of_the_paper_layout(env, reference_dir):
     assert len(preview) >= 40 and {"vanilla", "cot"} <= set(preview["mode"])
 
 
+def test_metrics_page_shows_the_papers_ranking_published_and_recomputed(env, reference_dir, monkeypatch):
+    """The published CoT order (from plots_and_ranking.ipynb's typed inputs) beside the order the
+    published cells give: ranks 2-4 differ, each with the typed inputs that are not the cell's."""
+    monkeypatch.setenv("PERSOBENCH_REFERENCE", str(reference_dir))
+    at = open_page("pages/metrics.py")
+    ranking = frame_by_columns(at, "published rank", "recomputed rank", "differs")
+    by_model = ranking.set_index("model")
+    assert list(ranking["model"][:4]) == ["Llama3-1-8B-Instruct", "gpt-4o-mini", "gpt-3.5-turbo", "Mistral-7B-Instruct"]
+    assert [by_model.loc[m, "recomputed rank"] for m in ("gpt-3.5-turbo", "Mistral-7B-Instruct", "gpt-4o-mini")] == [
+        2, 3, 4]
+    assert by_model.loc["gpt-4o-mini", "published score"] == 43.4  # the notebook's printed table
+    assert "coherence 45 (cell 37)" in by_model.loc["gpt-4o-mini", "differs"]
+    assert by_model.loc["Gemma-7B-Instruct", "differs"] == ""  # typed as the cells say
+    assert any("3 of 8 models change rank" in c.value for c in at.caption)
+    at.segmented_control(key="metrics_ranking_mode").set_value("vanilla").run()
+    vanilla = frame_by_columns(at, "published rank", "recomputed rank")
+    assert (vanilla["published rank"] == vanilla["recomputed rank"]).all()
+    assert "failure ratio 4.35 (cell 0.435)" in set(vanilla.set_index("model")["differs"])
+    monkeypatch.setenv("PERSOBENCH_REFERENCE", str(reference_dir.parent / "nowhere"))
+    at = open_page("pages/metrics.py")
+    assert not at.exception and any("fetch them on the Data page" in i.value for i in at.info)
+
+
 def test_metrics_page_explains_metrics_and_backends(env):
     from persobench.metrics import METRICS
 
