@@ -10,6 +10,7 @@ from persobench.app.page_cache import current_state
 from persobench.app.chrome import app_environment, page_setup
 from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
+from persobench.errors import PersoBenchError
 
 page_setup()
 st.title("Metrics")
@@ -67,6 +68,29 @@ else:
         st.warning("Some metrics were computed with different models in different runs: "
                    + ", ".join(md_escape(m) for m in mixed[mixed > 1].index)
                    + ". Their leaderboard numbers are not comparable across those runs.")
+
+st.subheader("The paper's ranking: published and recomputed from its tables")
+st.markdown(
+    "The paper ranks the models on FoCus by the mean of coherence (UE score), persona coverage (persona "
+    "distance), groundedness (UniEval), persona consistency (C score), all x100, and instructability "
+    "(0-1, from the failure ratios). `plots_and_ranking.ipynb` types those inputs by hand, and some differ "
+    "from the published table's cells: most failure ratios are typed x10 (0.435 as 4.35) but Gemini 1.5 Pro's "
+    "and CoT Gemma 7B's are not, and the CoT coherence of the three GPT models differs. Recomputed from the "
+    "cells, the CoT order changes at ranks 2-4. The *differs* column lists each typed input next to its cell."
+)
+ranking_mode = st.segmented_control("Mode", ["vanilla", "cot"], default="cot", key="metrics_ranking_mode") or "cot"
+try:
+    from persobench.aggregate.ranking import paper_ranking
+    from persobench.datasets import reference_dir
+
+    ranking = paper_ranking(str(reference_dir()), ranking_mode)
+except PersoBenchError as exc:
+    st.info(f"The paper's tables are not here ({md_escape(str(exc))}): fetch them on the Data page.")
+else:
+    moved = ranking[ranking["published rank"] != ranking["recomputed rank"]]
+    st.caption(f"{len(moved)} of {len(ranking)} models change rank when ranked from the cells ({ranking_mode}).")
+    st.dataframe(ranking, hide_index=True, width="stretch",
+                 column_config={"differs": st.column_config.TextColumn(width="large")})
 
 st.subheader("Score the stored runs with an LLM judge")
 

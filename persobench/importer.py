@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "GENERATION_COLUMNS", "ImportFolderError", "ImportReport", "ImportedRun", "IMPORTED_TEMPLATES",
-    "dataset_for_folder", "find_response_files", "import_persobench", "paper_references", "samples_for_run",
+    "dataset_for_folder", "find_response_files", "import_persobench", "paper_references", "run_references",
+    "samples_for_run",
 ]
 
 #: Columns of the public generations table, in order.
@@ -414,3 +415,21 @@ def paper_references(prompts_file: str | os.PathLike[str], dataset: str) -> dict
     from persobench.datasets.tables import prompt_table_rows
 
     return {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(prompt_table_rows(Path(prompts_file)))}
+
+
+def run_references(run: "Run", samples_by_id: Mapping[str, "Sample"] | None = None) -> dict[str, str] | None:
+    """The references ``run`` is scored against by default when they are not ``Sample.reference``:
+    for an imported published run recorded as scored against the raw ``act_response`` cell
+    (:data:`persobench.datasets.published_references.PUBLISHED_REFERENCES`), sample id -> that cell
+    (of the samples in ``samples_by_id`` when given); None for every other run (the label-free
+    reference)."""
+    from persobench.datasets.published_references import RAW, published_reference
+
+    imported = run.manifest.details.imported
+    if imported is None or not imported.prompts_file or run.manifest.model.get("provider") != "imported":
+        return None
+    recorded = published_reference(run.manifest.dataset, run.manifest.mode, str(run.manifest.model.get("model")))
+    if recorded is None or recorded.reference != RAW:
+        return None
+    cells = paper_references(imported.prompts_file, run.manifest.dataset)
+    return cells if samples_by_id is None else {sid: cells[sid] for sid in samples_by_id if sid in cells}

@@ -19,6 +19,7 @@ paper's published data are the paper protocol whatever template name they were r
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
@@ -65,11 +66,35 @@ class Protocol:
     ``--chat-template on``, or sent to a chat API/endpoint); ``False`` sent as raw text though the
     template asks for a chat template (``--chat-template off`` on a local model or a completions
     endpoint)."""
+    top_p: float | None = None
+    """Nucleus sampling mass; ``None`` for the provider's default."""
+    seed: int | None = None
+    """Sampling seed; ``None`` at temperature 0 (greedy decoding has nothing to seed) or unrecorded."""
+    stop: tuple[str, ...] | None = None
+    """Stop sequences; ``None`` for none."""
+    extra_body: str | None = None
+    """Every other provider option that changes what the model writes (``top_k``, ``repetition_penalty``,
+    a server's ``extra_body`` fields ...), as canonical JSON; ``None`` for none."""
+    dtype: str | None = None
+    """A local model's weights dtype when it is not the paper's float32 (``bfloat16`` ...); ``None``
+    for float32, API models and runs that did not record one."""
 
     @property
     def is_paper(self) -> bool:
         """True for exactly the paper's protocol in this mode (family, budget, temperature, policy)."""
         return self == paper_protocol(self.mode)
+
+    def _extras(self) -> list[str]:
+        """The label parts of the fields added after the label's first form, each only when set, so
+        the labels of runs that set none of them are what they always were."""
+        parts = []
+        for name in _EXTRA_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                text = _short(value) if name == "top_p" else (
+                    json.dumps(list(value), ensure_ascii=True) if name == "stop" else str(value))
+                parts.append(f"{_EXTRA_TAGS[name]}={text}")
+        return parts
 
     @property
     def label(self) -> str:
@@ -82,7 +107,7 @@ class Protocol:
             parts.append(CHAT_TEMPLATE_TAGS[self.chat_template])
         if self.structured:
             parts.append("structured")
-        return " · ".join(parts)
+        return " · ".join(parts + self._extras())
 
     def to_dict(self) -> dict[str, Any]:
         """The protocol's fields, for JSON exports."""
@@ -92,6 +117,15 @@ class Protocol:
     def from_label(cls, label: str) -> "Protocol":
         """The protocol a :attr:`label` names (its exact inverse); ValueError for any other text."""
         parts = label.split(" · ")
+        extras: dict[str, Any] = {}
+        tags = {tag: name for name, tag in _EXTRA_TAGS.items()}
+        while parts and parts[-1].partition("=")[0] in tags and parts[-1].partition("=")[0] not in extras:
+            tag, _, text = parts.pop().partition("=")
+            extras[tag] = text
+        try:
+            values = {tags[tag]: _parse_extra(tags[tag], text) for tag, text in extras.items()}
+        except (ValueError, TypeError):
+            raise ValueError(f"not a protocol label: {label!r}") from None
         structured = parts[-1] == "structured"
         if structured:
             parts = parts[:-1]
@@ -104,7 +138,25 @@ class Protocol:
         tokens, temperature = parts[-3].removesuffix(" tokens"), parts[-2].removeprefix("T=")
         return cls(" · ".join(parts[:-4]), parts[-4], None if tokens == "?" else int(tokens),
                    None if temperature == "?" else float(temperature), parts[-1].removeprefix("policy "), structured,
-                   chat_template)
+                   chat_template, **values)
+
+
+#: Protocol fields written into the label only when set, in label order, and their tags.
+_EXTRA_FIELDS = ("top_p", "seed", "stop", "extra_body", "dtype")
+_EXTRA_TAGS = {"top_p": "top_p", "seed": "seed", "stop": "stop", "extra_body": "body", "dtype": "dtype"}
+
+
+def _parse_extra(name: str, text: str) -> Any:
+    if name == "top_p":
+        return float(text)
+    if name == "seed":
+        return int(text)
+    if name == "stop":
+        value = json.loads(text)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(text)
+        return tuple(value)
+    return text
 
 
 def _short(number: float) -> str:
@@ -191,12 +243,48 @@ def protocol_of(manifest: Any) -> Protocol:
         return paper_protocol(mode)
     parameters = manifest.parameters or {}
     structured = parameters.get("structured", False)
+    temperature = _number(parameters.get("temperature"), float)
+    model = manifest.model or {}
+    options = dict(model.get("options") or {}) if isinstance(model.get("options"), Mapping) else {}
+    provider = str(model.get("provider") or "")
+    top_p = _number(parameters.get("top_p", options.get("top_p")), float)
+    seed = _number(options.get("seed", parameters.get("seed")), int) if temperature else None
+    stop = options.get("stop")
+    stop = (stop,) if isinstance(stop, str) else tuple(str(x) for x in stop) if isinstance(stop, (list, tuple)) else None
     return Protocol(
         name=template_family(manifest),
         chat_template=_chat_template_deviation(manifest),
         mode=mode,
         max_tokens=_number(parameters.get("max_tokens"), int),
-        temperature=_number(parameters.get("temperature"), float),
+        temperature=temperature,
         policy=str(parameters.get("policy") or "robust"),
         structured=bool(structured),
+        top_p=top_p, seed=seed, stop=stop or None,
+        extra_body=_extra_body(provider, options),
+        dtype=_local_dtype(provider, options),
     )
+
+
+#: Model options that are not part of :attr:`Protocol.extra_body`: how the request travels (every
+#: transport option of :data:`persobench.providers.spec.NON_OUTPUT_OPTIONS`, which a later stage
+#: defines: tests/test_protocol.py checks this set holds them all), what model is loaded, how one
+#: chat API takes the paper's prompt (``system_in_user``, the Gemini preset), the local mode, and
+#: the options read into fields of their own.
+NOT_PROTOCOL_OPTIONS = frozenset({
+    "timeout", "headers", "max_tokens_param", "device", "organization", "project", "structured_format",
+    "batch_size", "max_reply_bytes", "completions_endpoint", "local_mode", "system_in_user",
+    "gguf_file", "revision", "trust_remote_code", "top_p", "seed", "stop", "dtype"})
+
+
+def _extra_body(provider: str, options: Mapping[str, Any]) -> str | None:
+    """Canonical JSON of the output-affecting options not read into a field of their own."""
+    if provider in ("baseline", "imported"):
+        return None
+    body = {k: v for k, v in options.items() if k not in NOT_PROTOCOL_OPTIONS}
+    return json.dumps(body, sort_keys=True, ensure_ascii=True, default=str) if body else None
+
+
+def _local_dtype(provider: str, options: Mapping[str, Any]) -> str | None:
+    """A local run's recorded weights dtype, unless it is the paper's float32."""
+    dtype = options.get("dtype") if provider == "local" else None
+    return None if dtype in (None, "", "float32") else str(dtype)

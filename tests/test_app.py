@@ -558,6 +558,29 @@ def test_data_page_import_preview_of_the_paper_layout(env, reference_dir):
     assert len(preview) >= 40 and {"vanilla", "cot"} <= set(preview["mode"])
 
 
+def test_metrics_page_shows_the_papers_ranking_published_and_recomputed(env, reference_dir, monkeypatch):
+    """The published CoT order (from plots_and_ranking.ipynb's typed inputs) beside the order the
+    published cells give: ranks 2-4 differ, each with the typed inputs that are not the cell's."""
+    monkeypatch.setenv("PERSOBENCH_REFERENCE", str(reference_dir))
+    at = open_page("pages/metrics.py")
+    ranking = frame_by_columns(at, "published rank", "recomputed rank", "differs")
+    by_model = ranking.set_index("model")
+    assert list(ranking["model"][:4]) == ["Llama3-1-8B-Instruct", "gpt-4o-mini", "gpt-3.5-turbo", "Mistral-7B-Instruct"]
+    assert [by_model.loc[m, "recomputed rank"] for m in ("gpt-3.5-turbo", "Mistral-7B-Instruct", "gpt-4o-mini")] == [
+        2, 3, 4]
+    assert by_model.loc["gpt-4o-mini", "published score"] == 43.4  # the notebook's printed table
+    assert "coherence 45 (cell 37)" in by_model.loc["gpt-4o-mini", "differs"]
+    assert by_model.loc["Gemma-7B-Instruct", "differs"] == ""  # typed as the cells say
+    assert any("3 of 8 models change rank" in c.value for c in at.caption)
+    at.segmented_control(key="metrics_ranking_mode").set_value("vanilla").run()
+    vanilla = frame_by_columns(at, "published rank", "recomputed rank")
+    assert (vanilla["published rank"] == vanilla["recomputed rank"]).all()
+    assert "failure ratio 4.35 (cell 0.435)" in set(vanilla.set_index("model")["differs"])
+    monkeypatch.setenv("PERSOBENCH_REFERENCE", str(reference_dir.parent / "nowhere"))
+    at = open_page("pages/metrics.py")
+    assert not at.exception and any("fetch them on the Data page" in i.value for i in at.info)
+
+
 def test_metrics_page_explains_metrics_and_backends(env):
     from persobench.metrics import METRICS
 
@@ -897,21 +920,18 @@ def test_job_card_buttons_on_a_stale_status_show_one_line_errors(tmp_path):
     assert set(jobs.job_ids()) == {"orphaned", "again"}  # nothing removed, nothing launched
 
 
-def test_data_page_fetch_carries_the_users_consent_to_unpinned_files(tmp_path, monkeypatch):
-    """While the content manifest is incomplete, the default download is refused unless the user ticks
-    the box; the tick travels in the fetch step's typed config."""
-    from persobench.datasets.paper_archive import paper_manifest
+def test_data_page_fetch_needs_no_consent_with_the_complete_manifest(tmp_path, monkeypatch):
+    """The packaged content manifest pins every file of the commit: the default download verifies
+    everything, so the page offers no checkbox to accept unpinned files and the step does not trust them."""
     from persobench.jobs import JobManager
 
     home = tmp_path / "home"
     monkeypatch.setenv("PERSOBENCH_HOME", str(home))
     at = open_page("pages/data.py")
-    if paper_manifest().complete:
-        pytest.skip("the packaged manifest is complete: nothing to consent to")
+    assert not [box for box in at.checkbox if box.key == "data_fetch_trust"]
     at.radio(key="data_import_score").set_value("none")
-    at.checkbox(key="data_fetch_trust").check().run()
     at.button(key="data_fetch_go").click().run()
     assert not at.exception
     [job] = JobManager(home).jobs()
-    assert job.steps[0].kind == "fetch" and job.steps[0].config == {"url": None, "trust_unpinned": True}
+    assert job.steps[0].kind == "fetch" and job.steps[0].config == {"url": None, "trust_unpinned": False}
     JobManager(home).cancel(job.job_id)

@@ -306,18 +306,66 @@ def test_an_incomplete_manifest_is_refused_unless_trusted_and_the_trusted_files_
             fetch_paper(home, url=server.url(), manifest=manifest, trust_unpinned=True)
 
 
-def test_the_packaged_manifest_is_of_the_pinned_commit_and_its_incompleteness_stops_the_default_fetch(home, capsys):
+def test_the_packaged_manifest_is_complete_and_pins_the_reference_copy_byte_for_byte(reference_dir):
+    """94 files at the pinned commit; the hand-made reference copy holds 88 of them unchanged (the 6
+    Evaluations/*.xlsx workbooks it holds as CSV), and every one of those 88 matches its pinned sha256."""
     from persobench.datasets.paper_archive import PAPER_ARCHIVE, paper_manifest
 
     manifest = paper_manifest()
     assert (manifest.repository, manifest.commit) == (PAPER_ARCHIVE.repository, PAPER_ARCHIVE.commit)
-    assert not manifest.complete and manifest.pinned == 0  # no hash could be computed offline (see its "about")
-    assert "Evaluations/FoCus-results.xlsx" in manifest.files and "Prompts/FoCus.csv" in manifest.files
-    # refused before any network access: the pinned GitHub URL is never contacted
-    assert main(["fetch-paper"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "paper_manifest.json: the content manifest is incomplete" in err
-    assert "--trust-unpinned" in err and not (home / "downloads").exists()
+    assert manifest.complete and manifest.pinned == len(manifest.files) == 94
+    # the commit has no Evaluations sub-folders: the paths once guessed offline are gone
+    assert not [name for name in manifest.files if name.startswith("Evaluations/") and name.count("/") > 1]
+    present = {name: digest for name, digest in manifest.files.items() if (reference_dir / name).is_file()}
+    assert len(present) == 88
+    assert sorted(set(manifest.files) - set(present)) == sorted(
+        f"Evaluations/{name}{mode}-results.xlsx" for name in ("Blended Skill Talk", "FoCus", "IT-ConvAI2")
+        for mode in ("", "-COT"))
+    assert {name: hashlib.sha256((reference_dir / name).read_bytes()).hexdigest() for name in present} == present
+
+
+def packaged_subset(reference: Path, tmp_path: Path) -> tuple[bytes, Path]:
+    """An archive of every pinned file the reference copy holds (the 88 outside the .xlsx), and the
+    packaged manifest cut to those paths (still complete, hashes unchanged)."""
+    from persobench.datasets.paper_archive import paper_manifest
+
+    pinned = {name: digest for name, digest in paper_manifest().files.items() if (reference / name).is_file()}
+    files = {f"{ROOT}/{name}": (reference / name).read_bytes() for name in pinned}
+    files[f"{ROOT}/README.md"] = b"# not part of the data\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return buffer.getvalue(), write_manifest(tmp_path / "packaged-subset.json", pinned)
+
+
+def test_the_pinned_content_is_accepted_without_trust_unpinned(reference_dir, home, tmp_path, capsys):
+    import json
+
+    body, manifest = packaged_subset(reference_dir, tmp_path)
+    with ArchiveServer(body) as server:
+        code = main(["fetch-paper", "--url", server.url(), "--manifest", str(manifest), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "content: 88 files match the sha256 pinned by" in out and "warning" not in out
+    content = json.loads((home / "reference" / MARKER).read_text())["content"]
+    assert content["verified_files"] == 88 and content["unpinned_files"] == {} and content["complete"]
+
+
+def test_the_packaged_manifest_refuses_content_that_is_not_the_pinned_commits(reference_dir, home, tmp_path):
+    """Complete, the packaged manifest refuses a missing pinned file (here the six .xlsx the
+    reference copy lacks) and an edited one, with no flag able to wave it through."""
+    from persobench.datasets.paper_archive import MANIFEST_FILE
+
+    body, _ = packaged_subset(reference_dir, tmp_path)
+    with ArchiveServer(body) as server:
+        with pytest.raises(PaperArchiveError, match=r"Evaluations/.*\.xlsx and 5 more pinned by the content manifest"):
+            fetch_paper(home, url=server.url(), manifest=MANIFEST_FILE, trust_unpinned=True)
+    edited = build_archive(reference_dir, "zip", extra={f"{ROOT}/Prompts/FoCus.csv": b"persona,context\n"})
+    with ArchiveServer(edited) as server:
+        with pytest.raises(PaperArchiveError, match="Prompts/FoCus.csv: sha256"):
+            fetch_paper(home, url=server.url(), manifest=MANIFEST_FILE)
+    assert leftovers(home) == []
 
 
 def test_an_xlsx_only_archive_yields_the_published_tables(reference_dir, home, tmp_path):

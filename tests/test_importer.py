@@ -209,3 +209,31 @@ def test_runs_imported_before_templates_were_named_keep_their_ids_and_scores(fol
     assert [r.run_id for r in again.runs] == [r.run_id for r in report.runs]
     assert {r.action for r in again.runs} == {"unchanged"} and len(store.runs()) == 3
     assert store.get(run.run_id).manifest.template == "paper-open" and store.get(run.run_id).has_table("scores")
+
+
+def test_published_runs_are_scored_against_the_reference_the_paper_used(tmp_path, store):
+    """``score`` with no reference given: vanilla gpt-3.5-turbo (recorded raw) is scored against the
+    "User2: ..." cell, vanilla gpt-4o-mini (recorded stripped) and an unknown model against the
+    label-free reference."""
+    from persobench.importer import run_references
+    from persobench.metrics import score_run
+
+    root = tmp_path / "published"
+    _write_csv(root / "Prompts" / "FoCus.csv", PROMPTS, ["personas", "context", "act_response"])
+    replies = [{"gen_response": row["act_response"].removeprefix("User2: "), "response_time": "1"} for row in PROMPTS]
+    for model in ("gpt-3.5-turbo", "gpt-4o-mini", "gpt-x"):
+        _write_csv(root / "Responses" / "FoCus" / f"{model}.csv", replies, ["gen_response", "response_time"])
+    report = import_persobench(store, root)
+    rouge1 = {}
+    for r in report.runs:
+        run = store.get(r.run_id)
+        score_run(run, samples_for_run(run), metrics=["rouge1"])
+        scores = run.read_table("scores")
+        rouge1[r.model] = [round(v, 6) for v in scores[scores["metric"] == "rouge1"]["value"]]
+        references = run_references(run)
+        if r.model == "gpt-3.5-turbo":
+            assert references == {f"focus:{i}": row["act_response"] for i, row in enumerate(PROMPTS)}
+        else:
+            assert references is None
+    assert rouge1["gpt-4o-mini"] == rouge1["gpt-x"] == [1.0, 1.0, 1.0]  # the reply is the label-free reference
+    assert all(value < 1.0 for value in rouge1["gpt-3.5-turbo"])  # "user2" is a token the reply lacks

@@ -67,3 +67,112 @@ def test_score_run_gives_persona_metrics_the_cell_under_the_paper_protocol(refer
     assert other != pytest.approx(expected)
     persona_input = run.manifest.details.profile_scores("offline").metrics["idf_overlap"].persona_input
     assert persona_input == ("paper personas cell" if paper else "persona sentences")
+
+
+# ---- NLI and UniEval inputs as the notebooks sent them -----------------------------------------
+
+def _published_items(reference_dir, n=4):
+    """The first ``n`` FoCus rows with gpt-4o-mini's published replies, as the scorer builds them under
+    the paper protocol (the personas cell as the persona text)."""
+    from persobench.metrics.family import Item
+
+    samples, cells = _table(reference_dir, "FoCus", "focus", "partner")
+    replies = pd.read_csv(reference_dir / "Responses" / "FoCus" / "gpt-4o-mini.csv")["gen_response"].tolist()
+    with open(reference_dir / "Prompts" / "FoCus.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    items = [Item(s, replies[i], s.reference, tuple((p.speaker, x) for p in s.personas for x in p.sentences),
+                  paper_persona_text(s)) for i, s in enumerate(samples[:n])]
+    return items, rows[:n], replies[:n]
+
+
+def test_notebook_layout_sends_the_strings_evaluation_ipynb_built(reference_dir):
+    """calculate_c_score(personas, gen_response) on a (gen_response, persona) signature: one string,
+    reply first; calculate_ue_score: '{persona} [SEP] {reply}' and '{reference} [SEP] {reply}'."""
+    from persobench.metrics.nli_inputs import NOTEBOOK, PAIRS, build_nli_inputs
+
+    items, rows, replies = _published_items(reference_dir)
+    inputs, slots = build_nli_inputs(items, ("c_score", "p_consistency", "ue_score"), False, NOTEBOOK)
+    by_kind = {(kind, it.sid): x for x, (kind, it, _) in zip(inputs, slots)}
+    for it, row, reply in zip(items, rows, replies):
+        cell = row["personas"]
+        c_input = by_kind[("persona", it.sid)]
+        assert c_input.text == f"{reply} {cell}" and tuple(c_input) == (reply, cell)  # the judge: reply first
+        assert by_kind[("ue_persona", it.sid)].text == f"{cell} [SEP] {reply}"
+        assert by_kind[("reference", it.sid)].text == f"{it.reference} [SEP] {reply}"
+    assert len(inputs) == 3 * len(items)
+    pairs, pair_slots = build_nli_inputs(items, ("c_score", "p_consistency", "ue_score"), False, PAIRS)
+    assert [p.text for p in pairs] == [None] * len(pairs) and len(pairs) == 2 * len(items)
+    assert [tuple(p) for p, (kind, _, _) in zip(pairs, pair_slots) if kind == "persona"] == [
+        (row["personas"], reply) for row, reply in zip(rows, replies)]
+
+
+def test_notebook_layout_gives_unieval_the_context_cell_as_it_is(reference_dir):
+    from persobench.metrics.nli_inputs import NOTEBOOK, PAIRS, unieval_histories
+
+    from persobench.metrics.family import Item
+
+    items, rows, _ = _published_items(reference_dir)
+    assert unieval_histories(items, NOTEBOOK) == [row["context"] for row in rows]
+    # PEC's cell joins the thread's utterances with ", " and no speaker: rebuilt lines differ from it
+    pec, _ = _table(reference_dir, "PEC", "pec")
+    with open(reference_dir / "Prompts" / "PEC.csv", newline="", encoding="utf-8") as handle:
+        cells = [row["context"] for row, _ in zip(csv.DictReader(handle), range(4))]
+    pec_items = [Item(s, "a reply", s.reference, (), paper_persona_text(s)) for s in pec[:4]]
+    assert unieval_histories(pec_items, NOTEBOOK) == cells
+    assert all(a != b for a, b in zip(unieval_histories(pec_items, PAIRS), cells))
+
+
+@pytest.mark.hub_loading
+def test_paper_runs_are_classified_in_the_notebook_layout_under_a_key_of_their_own(reference_dir, tmp_path):
+    """A tiny NLI model through the real loading path: under the paper protocol every value is the
+    model's label of the notebook's single string, stored under ``<profile>+inputs=notebook``; under
+    PersoBench's protocol the pairs, under the plain key."""
+    pytest.importorskip("transformers")
+    from persobench.metrics.backends import get_profile
+    from persobench.metrics.nli import c_score_of, load_nli, ue_score_of
+    from persobench.metrics.nli_inputs import NLIInput
+    from tests.fakes.tiny_models import build_tiny_nli
+
+    items, rows, replies = _published_items(reference_dir)
+    words = sorted({w for it in items for text in (it.reply, it.persona_text, it.reference)
+                    for w in text.replace(".", " ").split()})
+    model_dir = build_tiny_nli(tmp_path / "nli", words=words)
+    overrides = {"nli": str(model_dir)}
+    model = load_nli(get_profile("offline", overrides).spec("nli"), "cpu")
+    samples = [it.sample for it in items]
+    store = RunStore(tmp_path / "store")
+    values = {}
+    for template in ("paper", "persobench"):
+        run = _run(store, samples, source="generated", template=template, replies=replies)
+        summary = score_run(run, {s.id: s for s in samples}, metrics=["c_score", "ue_score"], overrides=overrides)
+        key = summary.profile
+        scores = run.read_table("scores")
+        assert set(scores["profile"]) == {key}
+        values[template] = scores.pivot(index="sample_id", columns="metric", values="value")
+        layout = run.manifest.details.profile_scores(key).metrics["c_score"].other["input_layout"]
+        if template == "paper":
+            assert key.endswith("+inputs=notebook") and layout == "notebook"
+        else:
+            assert "+inputs=" not in key and layout == "pairs"
+    paper = values["paper"]
+    for it, row, reply in zip(items, rows, replies):
+        cell = row["personas"]
+        c_label = model.predict([NLIInput(reply, cell, f"{reply} {cell}")])[0].label
+        ue_labels = model.predict([NLIInput(cell, reply, f"{cell} [SEP] {reply}"),
+                                   NLIInput(it.reference, reply, f"{it.reference} [SEP] {reply}")])
+        assert paper.loc[it.sid, "c_score"] == c_score_of(c_label)
+        assert paper.loc[it.sid, "ue_score"] == ue_score_of(ue_labels[0].label, ue_labels[1].label)
+    single = model.predict([NLIInput(items[0].reply, rows[0]["personas"], f"{items[0].reply} {rows[0]['personas']}")])
+    paired = model.predict([(rows[0]["personas"], items[0].reply)])
+    assert single[0].probabilities != pytest.approx(paired[0].probabilities)  # the layouts really differ
+
+
+def test_the_notebook_layout_has_its_own_profile_key_only_where_it_can_change_a_value():
+    from dataclasses import replace
+
+    from persobench.metrics.backends import get_profile
+
+    offline, standard = get_profile("offline"), get_profile("standard")
+    assert replace(offline, input_layout="notebook").key == "offline"  # no NLI or UniEval model: nothing differs
+    assert replace(standard, input_layout="notebook").key == "standard+inputs=notebook"
+    assert replace(standard, input_layout="pairs").key == standard.key == "standard"

@@ -59,7 +59,9 @@ def _record_inputs(folder: Path) -> list[list[int]]:
     """Load the model the way the provider does and record every input_ids it is given."""
     from persobench.providers import local
 
-    loaded = local._load(local.resolve_local_model(str(folder), {}), {})
+    # as a paper-protocol run loads it: float32 (the paper's local mode)
+    options = local.local_mode_options({}, paper_protocol=True)
+    loaded = local._load(local.resolve_local_model(str(folder), options), options)
     seen: list[list[int]] = []
 
     def hook(module, args, kwargs):  # noqa: ANN001
@@ -217,3 +219,41 @@ def test_a_default_cli_run_lands_on_the_published_runs_board(tmp_path: Path, mon
     assert main(["--home", home, "leaderboard", "--dataset", "focus", "--mode", "vanilla"]) == 0
     table = capsys.readouterr().out
     assert table.count(paper_protocol("vanilla").label) == 1 and "openai:my-model" in table and "gpt-x" in table
+
+
+# ---- local models under the paper protocol: float32, one prompt at a time (issue 26) ------------
+
+
+def test_local_models_default_to_the_notebooks_float32_one_at_a_time_under_the_paper_protocol(tmp_path: Path) -> None:
+    """open_source_models.ipynb ran the open models through the text-generation pipeline in float32,
+    one prompt per call: the paper protocol's default for local models. ``batched-bf16`` stays a
+    named option, with a protocol, run id and cache key of its own; other protocols keep batching."""
+    from persobench.generation import GenerationConfig
+    from persobench.protocol import paper_protocol, protocol_of
+    from persobench.providers.local import DEFAULT_BATCH_SIZE, LocalProvider
+
+    store = RunStore(tmp_path)
+    paper = plan_generation(GenerationConfig(model="local:smollm2", limit=1), store=store)
+    options = paper.manifest.model["options"]
+    assert (options["dtype"], options["batch_size"], options["local_mode"]) == ("float32", 1, "paper")
+    assert protocol_of(paper.manifest) == paper_protocol("vanilla")  # float32 is the paper's: same board
+    assert LocalProvider(paper.spec).batch_size == 1
+
+    fast = plan_generation(GenerationConfig(model="local:smollm2", limit=1, options={"local_mode": "batched-bf16"}),
+                           store=store)
+    fast_options = fast.manifest.model["options"]
+    assert (fast_options["dtype"], fast_options["batch_size"]) == ("bfloat16", DEFAULT_BATCH_SIZE)
+    proto = protocol_of(fast.manifest)
+    assert proto.dtype == "bfloat16" and not proto.is_paper and proto.label.endswith(" · dtype=bfloat16")
+    assert fast.run_id != paper.run_id and fast.keys != paper.keys  # never served the float32 replies
+
+    explicit = plan_generation(GenerationConfig(model="local:smollm2", limit=1, batch_size=4), store=store)
+    assert explicit.manifest.model["options"]["batch_size"] == 4 and explicit.run_id == paper.run_id
+
+    ours = plan_generation(GenerationConfig(model="local:smollm2", template="persobench", limit=1), store=store)
+    assert "dtype" not in ours.manifest.model.get("options", {})
+    assert LocalProvider(ours.spec).batch_size == DEFAULT_BATCH_SIZE
+    from persobench.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="local_mode must be one of"):
+        plan_generation(GenerationConfig(model="local:smollm2", limit=1, options={"local_mode": "fast"}), store=store)

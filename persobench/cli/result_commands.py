@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Download the repository archive of salehafzoon/PersoBench at the pinned commit, unpack "
         "Prompts/, Responses/, Raw Responses/ and Evaluations/, check every unpacked file against the packaged "
         "sha256 manifest of that commit, and only then move the folder into $PERSOBENCH_HOME/reference, the "
-        "default reference folder from then on. The packaged manifest is incomplete (it could not be computed "
-        "offline): the fetch refuses unless --trust-unpinned accepts the files it does not pin, whose sha256 "
-        "are then recorded in reference/FETCHED.json. An interrupted download resumes; a failed one leaves "
+        "default reference folder from then on. The packaged manifest pins all 94 files of the commit; an "
+        "incomplete one (--manifest) is refused unless --trust-unpinned accepts the files it does not pin, whose "
+        "sha256 are then recorded in reference/FETCHED.json. An interrupted download resumes; a failed one leaves "
         "nothing half-unpacked.",
     )
     fetch.add_argument("--url", default=None, help="archive URL of a mirror (.zip, .tar.gz or .tar)")
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="content manifest to check the unpacked files against (default: the packaged one for "
                             "the pinned archive, none for a --url mirror)")
     fetch.add_argument("--trust-unpinned", action="store_true",
-                       help="accept unpacked files the manifest does not pin (it is incomplete) and record their "
+                       help="accept unpacked files an incomplete manifest does not pin and record their "
                             "sha256 in reference/FETCHED.json; pinned files are still checked")
     fetch.add_argument("--import", dest="do_import", action="store_true",
                        help="then import the published runs into the store (as import-persobench)")

@@ -118,6 +118,12 @@ def plan_generation(
         raise ConfigurationError("temperature must be >= 0 and max_tokens >= 1")
     if config.batch_size is not None:
         spec = dataclasses.replace(spec, options={**dict(spec.options), "batch_size": int(config.batch_size)})
+    if spec.provider == "local":  # the paper ran its open models in float32, one prompt at a time
+        from persobench.protocol import PAPER
+        from persobench.providers.local import local_mode_options
+
+        spec = dataclasses.replace(spec, options=local_mode_options(dict(spec.options),
+                                                                    paper_protocol=template.family == PAPER))
     # A baseline's reply is well-formed by construction: structured output would change nothing.
     structured = (config.structured or spec.structured) and spec.provider != "baseline"
     if structured and chat_template is False and spec.provider != "local":

@@ -51,6 +51,11 @@ class BackendUnavailable(MetricError, RuntimeError):
 #: What separates a profile key from the identity of the LLM judge that labelled its NLI pairs
 #: (:class:`persobench.metrics.judge.JudgeConfig`): ``offline+judge=openai:gpt-4o-mini,prompt=...``.
 PROFILE_MARK = "+judge="
+#: What marks a profile key whose NLI and UniEval inputs are in the paper notebooks' layout
+#: (:mod:`persobench.metrics.nli_inputs`): ``standard+inputs=notebook``.
+LAYOUT_MARK = "+inputs="
+#: The slots whose models read the layout-dependent inputs.
+LAYOUT_SLOTS = ("nli", "unieval")
 
 
 @dataclass(frozen=True)
@@ -92,15 +97,28 @@ class Profile:
     judge: Any = None
     """The LLM judge (:class:`persobench.metrics.judge.JudgeConfig`) that labels the NLI pairs in place
     of the ``nli`` slot's model; ``None``: the NLI model does. Its identity is part of :attr:`key`."""
+    input_layout: str = "auto"
+    """What the NLI classifier (or judge) and UniEval are given (:mod:`persobench.metrics.nli_inputs`):
+    ``pairs``, ``notebook``, or ``auto`` (each run's protocol decides; the scorer resolves it per run).
+    The notebook layout is part of :attr:`key` when it can change a value."""
+
+    @property
+    def layout_matters(self) -> bool:
+        """True when a value of this profile depends on the input layout: an NLI model or judge, or UniEval."""
+        return self.judge is not None or any(
+            slot in self.specs and self.specs[slot].available for slot in LAYOUT_SLOTS)
 
     @property
     def key(self) -> str:
         """Stored with every score: the profile name, plus a short hash when overrides apply, plus
-        ``+judge=<model>,prompt=<version>`` when an LLM judge labels the NLI pairs, so numbers from
-        different backends never share a key."""
+        ``+judge=<model>,prompt=<version>`` when an LLM judge labels the NLI pairs, plus
+        ``+inputs=notebook`` when the NLI/UniEval inputs are the paper notebooks' (and the profile has
+        a model they feed), so numbers from different backends or layouts never share a key."""
         key = self.name
         if self.overrides:
             key += "+" + hashlib.sha256(repr(sorted(self.overrides.items())).encode()).hexdigest()[:8]
+        if self.input_layout == "notebook" and self.layout_matters:
+            key += LAYOUT_MARK + self.input_layout
         if self.judge is not None:
             key += PROFILE_MARK + self.judge.identity
         return key
@@ -112,7 +130,7 @@ class Profile:
         """JSON-ready description (recorded in run manifests)."""
         return {
             "name": self.name, "key": self.key, "device": self.device, "precision": self.precision,
-            "overrides": dict(self.overrides),
+            "overrides": dict(self.overrides), "input_layout": self.input_layout,
             **({"judge": self.judge.describe()} if self.judge is not None else {}),
             "slots": {s: {"model_id": sp.model_id, "source": sp.source, "options": dict(sp.options),
                           "unavailable_reason": sp.unavailable_reason} for s, sp in self.specs.items()},

@@ -30,7 +30,9 @@ from persobench.metrics.backends import (
     BackendUnavailable, SlotModel, cached, model_identity, package_version, resolve_transformers_path,
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily
+from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput, build_nli_inputs
 from persobench.metrics.nli_labels import LABELS, NLIPrediction, normalise_label
+
 
 class NLIModel:
     """A loaded NLI classifier that labels (premise, hypothesis) pairs in batches."""
@@ -54,17 +56,25 @@ class NLIModel:
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32,
                 progress: Any = None) -> list[NLIPrediction]:
-        """Label each (premise, hypothesis) pair. Pairs are batched by length (less padding);
-        results come back in input order and equal per-pair calls up to float rounding."""
+        """Label each (premise, hypothesis) pair, or each :class:`NLIInput`'s ``text`` as one sequence
+        when it has one. Inputs are batched by length (less padding); results come back in input
+        order and equal per-input calls up to float rounding."""
         import torch
 
         results: list[NLIPrediction | None] = [None] * len(pairs)
-        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+        # An input with ``text`` (the notebook layout) is one sequence; single and paired inputs
+        # never share a batch (the tokenizer takes one kind per call).
+        single = [getattr(pair, "text", None) for pair in pairs]
+        order = sorted(range(len(pairs)), key=lambda i: (single[i] is not None,
+                                                         len(single[i] or "") + len(pairs[i][0]) + len(pairs[i][1])))
+        chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+        chunks = [part for chunk in chunks for part in (
+            [i for i in chunk if single[i] is None], [i for i in chunk if single[i] is not None]) if part]
+        for chunk in chunks:
+            texts = ([single[i] for i in chunk],) if single[chunk[0]] is not None else (
+                [pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk])
             encoded = self.tokenizer(
-                [pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk],
-                truncation=True, padding=True, max_length=self.max_length, return_tensors="pt",
+                *texts, truncation=True, padding=True, max_length=self.max_length, return_tensors="pt",
             )
             encoded = {k: v.to(self.device) for k, v in encoded.items()}
             with torch.inference_mode():
@@ -129,28 +139,11 @@ def unlabelled_note(samples: int) -> str:
             "answer or a failed request; counted, never guessed)")
 
 
-def nli_pairs(items: Sequence[Item], metrics: Sequence[str],
-              need_labels: bool) -> tuple[list[tuple[str, str]], list[tuple[str, Item, int]]]:
-    """The (premise, hypothesis) pairs the NLI metrics of ``items`` need, and what each one is for:
-    ``(kind, item, persona index)`` with kind ``persona`` (persona text -> reply), ``reference``
-    (reference -> reply, ``ue_score`` only) or ``sentence`` (one persona sentence -> reply, for the
-    per-sentence labels). The ``score --judge --dry-run`` estimate counts exactly these."""
-    persona_items = [it for it in items if it.persona_sentences]
-    pairs: list[tuple[str, str]] = []
-    slots: list[tuple[str, Item, int]] = []
-    if metrics:
-        for it in persona_items:
-            pairs.append((it.persona_text, it.reply))
-            slots.append(("persona", it, -1))
-            if "ue_score" in metrics and it.reference.strip():
-                pairs.append((it.reference, it.reply))
-                slots.append(("reference", it, -1))
-    if need_labels:
-        for it in persona_items:
-            for index, (_, sentence) in enumerate(it.persona_sentences):
-                pairs.append((sentence, it.reply))
-                slots.append(("sentence", it, index))
-    return pairs, slots
+def nli_pairs(items: Sequence[Item], metrics: Sequence[str], need_labels: bool,
+              layout: str = PAIRS) -> tuple[list[NLIInput], list[tuple[str, Item, int]]]:
+    """The classifier inputs the NLI metrics of ``items`` need in ``layout`` and what each is for
+    (:func:`persobench.metrics.nli_inputs.build_nli_inputs`, the one place that builds them)."""
+    return build_nli_inputs(items, metrics, need_labels, layout)
 
 
 def _judge_loader(judge: Any) -> Any:
@@ -210,20 +203,21 @@ class NLIMetrics(MetricFamily):
             if need_labels:
                 result.outputs[SENTENCE_LABELS] = SentenceLabels(None, reason=reason)
             return result
-        pairs, slots = nli_pairs(batch.items, metrics, need_labels)
+        layout = batch.profile.input_layout if batch.profile.input_layout != AUTO else PAIRS
+        pairs, slots = nli_pairs(batch.items, metrics, need_labels, layout)
         advance = batch.progress.stage("nli", len(pairs))
         predictions = model.predict(pairs, progress=advance)
         persona_items = [it for it in batch.items if it.persona_sentences]
-        persona_label: dict[str, str] = {}
-        reference_label: dict[str, str] = {}
+        found: dict[str, dict[str, str]] = {"persona": {}, "ue_persona": {}, "reference": {}}
         labels: dict[str, list[str]] = {it.sid: [""] * len(it.persona_sentences) for it in persona_items}
         for (kind, it, index), pred in zip(slots, predictions):
-            if kind == "persona":
-                persona_label[it.sid] = pred.label
-            elif kind == "reference":
-                reference_label[it.sid] = pred.label
-            else:
+            if kind == "sentence":
                 labels[it.sid][index] = pred.label
+            else:
+                found[kind][it.sid] = pred.label
+        reference_label = found["reference"]
+        # ue_score's persona label: its own input in the notebook layout, the shared pair otherwise
+        ue_persona_label = found["ue_persona"] if found["ue_persona"] else found["persona"]
         if judge is None:
             model_id, revision = nli_identity(batch.profile.spec("nli"), model)
             backend = f"transformers sequence classification on {batch.profile.device}"
@@ -232,20 +226,19 @@ class NLIMetrics(MetricFamily):
         counts = dict.fromkeys(metrics, 0)
         missing = dict.fromkeys(metrics, 0)  # samples left without a value: a pair had no label
         for it in persona_items:
-            label = persona_label.get(it.sid)
-            if label not in LABELS:  # unparseable or unanswered (judge): counted, never guessed
-                for m in metrics:
-                    missing[m] += m != "ue_score" or it.sid in reference_label
-                continue
-            if "c_score" in metrics:
-                result.add(it.sid, "c_score", c_score_of(label))
-                counts["c_score"] += 1
-            if "p_consistency" in metrics:
-                result.add(it.sid, "p_consistency", p_consistency_of(label))
-                counts["p_consistency"] += 1
+            label = found["persona"].get(it.sid)
+            for m in ("c_score", "p_consistency"):
+                if m not in metrics:
+                    continue
+                if label not in LABELS:  # unparseable or unanswered (judge): counted, never guessed
+                    missing[m] += 1
+                    continue
+                result.add(it.sid, m, c_score_of(label) if m == "c_score" else p_consistency_of(label))
+                counts[m] += 1
             if "ue_score" in metrics and it.sid in reference_label:
-                if reference_label[it.sid] in LABELS:
-                    result.add(it.sid, "ue_score", ue_score_of(label, reference_label[it.sid]))
+                ue_label = ue_persona_label.get(it.sid)
+                if ue_label in LABELS and reference_label[it.sid] in LABELS:
+                    result.add(it.sid, "ue_score", ue_score_of(ue_label, reference_label[it.sid]))
                     counts["ue_score"] += 1
                 else:
                     missing["ue_score"] += 1
@@ -253,6 +246,7 @@ class NLIMetrics(MetricFamily):
         for m in metrics:
             result.record(m, "ok", model_id=model_id, revision=revision, version=nli_version(m, prompt),
                           backend=backend, n=counts[m], reason=unlabelled_note(missing[m]))
+            result.provenance[m]["input_layout"] = layout
             if missing[m]:
                 result.provenance[m]["unlabelled"] = missing[m]
         if need_labels:

@@ -304,6 +304,13 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     that ``samples_by_id`` does not have."""
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    if references is None:  # an imported published run: the reference the paper scored it against
+        from persobench.importer import run_references
+
+        references = run_references(run, samples_by_id)
+    from persobench.metrics.nli_inputs import resolve_layout
+
+    prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
     generations = run.read_table("generations")
     if "status" not in generations.columns or "sample_id" not in generations.columns:
         raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
@@ -440,9 +447,10 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
         return []
     ids = set().union(*work.todo.values())
     samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
-    items = _items(samples, {sid: work.replies[sid] for sid in ids}, references, _paper_persona_texts(run, samples))
+    items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
+                   _paper_persona_texts(run, samples))
     step = steps["nli"]
-    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted)[0]
+    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, work.profile.input_layout)[0]
 
 
 def score_run(

@@ -4,8 +4,11 @@ A T5 model (the ``unieval`` slot; ``MingZhong/unieval-dialog``) answers a boolea
 dimension; the score is ``P(Yes) / (P(Yes) + P(No))`` read from the first decoder step, with the
 ``Yes``/``No`` token ids taken from the model's own tokenizer. Inputs, as the paper fed them:
 
-- dialogue history (``src``): the context turns as ``"<speaker>: <text>"`` lines joined by newlines;
-- fact (``context``): the persona text (all persona sentences joined by a space);
+- dialogue history (``src``): the context turns as ``"<speaker>: <text>"`` lines joined by newlines,
+  or, in the notebook input layout (the paper protocol's default), the table's ``context`` cell as
+  it is (:func:`persobench.metrics.nli_inputs.unieval_histories`);
+- fact (``context``): the persona text (all persona sentences joined by a space; the paper's
+  ``personas`` cell under its protocol);
 - response: the reply.
 
 Questions (UniEval's formats): naturalness and understandability see only the response,
@@ -25,6 +28,7 @@ from persobench.metrics.backends import (
     SlotModel, cached, model_identity, package_version, resolve_transformers_path,
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
+from persobench.metrics.nli_inputs import AUTO, PAIRS, unieval_histories
 
 DIMENSIONS = ("naturalness", "coherence", "engagingness", "groundedness", "understandability")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -165,13 +169,6 @@ def unieval_version(metric: str) -> str:
             f"P(Yes)/(P(Yes)+P(No)) at the first decoder step, {how}")
 
 
-def histories_and_facts(samples: Sequence[Any]) -> tuple[list[str], list[str]]:
-    """Dialogue-history and fact strings for UniEval from :class:`~persobench.records.Sample` objects."""
-    histories = ["\n".join(f"{t.speaker}: {t.text}" for t in s.context) for s in samples]
-    facts = [" ".join(s.persona_sentences()) for s in samples]
-    return histories, facts
-
-
 class UniEvalMetrics(MetricFamily):
     """The ``unieval_*`` dimensions: every question of every requested dimension in one batched pass."""
 
@@ -185,7 +182,8 @@ class UniEvalMetrics(MetricFamily):
             return result
         dims = [d for d in DIMENSIONS if f"unieval_{d}" in metrics or "unieval_overall" in metrics]
         replies = [it.reply for it in batch.items]
-        histories, _ = histories_and_facts([it.sample for it in batch.items])
+        layout = batch.profile.input_layout if batch.profile.input_layout != AUTO else PAIRS
+        histories = unieval_histories(batch.items, layout)
         facts = [it.persona_text for it in batch.items]  # the paper's personas cell under its protocol
         advance = batch.progress.stage("unieval", count_inputs(dims, replies))
         results = score_dialog(model, replies, histories, facts, dims, progress=advance)
@@ -200,4 +198,5 @@ class UniEvalMetrics(MetricFamily):
                     n += 1
             result.record(m, "ok", model_id=model_id, revision=revision, version=unieval_version(m),
                           backend=f"transformers seq2seq on {batch.profile.device}", n=n)
+            result.provenance[m]["input_layout"] = layout
         return result

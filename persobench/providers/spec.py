@@ -21,8 +21,12 @@ SYSTEM_IN_USER = "system_in_user"
 #: Spec options that do not change what the model writes: kept out of cache keys and run ids.
 NON_OUTPUT_OPTIONS = frozenset(
     {"timeout", "headers", "max_tokens_param", "device", "dtype", "organization", "project",
-     "structured_format", "batch_size", "max_reply_bytes", COMPLETIONS_ENDPOINT}
+     "structured_format", "batch_size", "max_reply_bytes", "local_mode", COMPLETIONS_ENDPOINT}
 )
+#: The dtype every local model computed in when runs did not record one, and the paper's: a dtype
+#: other than this one changes the output, so it joins the cache key and run id (float32 keeps the
+#: keys runs always had).
+PAPER_DTYPE = "float32"
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ class ModelSpec:
         """Options that change the output (part of the cache key)."""
         from persobench.secrets import strip_secrets
 
-        return strip_secrets({k: v for k, v in self.options.items() if k not in NON_OUTPUT_OPTIONS})
+        return strip_secrets({k: v for k, v in self.options.items() if k not in NON_OUTPUT_OPTIONS
+                              or (k == "dtype" and v not in (None, "", PAPER_DTYPE))})
 
     def to_public_dict(self) -> dict[str, Any]:
         """The spec as recorded in run manifests (secrets stripped, transport options kept
