@@ -80,8 +80,8 @@ st.markdown(
 )
 ranking_mode = st.segmented_control("Mode", ["vanilla", "cot"], default="cot", key="metrics_ranking_mode") or "cot"
 try:
-    from persobench.aggregate.ranking import paper_ranking
-    from persobench.datasets import reference_dir
+    from persobench.pipeline import paper_ranking
+    from persobench.pipeline import reference_dir
 
     ranking = paper_ranking(str(reference_dir()), ranking_mode)
 except PersoBenchError as exc:
