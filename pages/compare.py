@@ -9,7 +9,7 @@ import streamlit as st
 from persobench.pipeline import structured_pairs
 from persobench.app.boards import available_profiles, comparison_table, paired_sample_values, results_frame
 from persobench.pipeline import win_tie_loss_figure
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import run_replies, runs_table
 from persobench.app.text import md_escape, status_badge

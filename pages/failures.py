@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from persobench.pipeline import failure_bars_figure
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.dialogues import prompt_text
 from persobench.app.loaders import failed_replies, FAILURE_STATUSES, status_counts

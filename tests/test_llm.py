@@ -171,7 +171,7 @@ def test_a_hung_judge_request_fails_at_its_deadline_naming_the_judge_flag(openai
 
 
 def test_score_takes_a_judge_timeout_flag(tmp_path):
-    from persobench.cli.judge import add_arguments, judge_from_args
+    from persobench.cli.judge_flags import add_arguments, judge_from_args
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from persobench.app.cache import cache_data, cache_resource
+from persobench.app.page_cache import cache_data, cache_resource
 from persobench.pipeline import redact
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it

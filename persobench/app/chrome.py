@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
-from persobench.app.cache import current_state
+from persobench.app.page_cache import current_state
 from persobench.app.loaders import store_problems, store_scan
 from persobench.app.text import safe_message
 from persobench.pipeline import secret_environment

@@ -1,6 +1,6 @@
 """Cached tables for the pages, read through the run store: runs, dialogues, failures, datasets, imports.
 
-Each loader takes ``(home, signature)`` (see :mod:`persobench.app.cache`) so its result is reused
+Each loader takes ``(home, signature)`` (see :mod:`persobench.app.page_cache`) so its result is reused
 until a run changes on disk. Text that could hold a credential is redacted here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from persobench.app.cache import cache_data, cache_resource
+from persobench.app.page_cache import cache_data, cache_resource
 from persobench.app.text import natural_key
 from persobench.pipeline import redact
 from persobench.pipeline import RunStore
@@ -317,7 +317,7 @@ def dataset_table() -> "pd.DataFrame":
 
     Counting the samples parses every row of the paper's five tables (half a second): the table is
     kept in the store's disk cache, keyed on the prompt tables' files (name, size, modification time)."""
-    from persobench.app.cache import current_home
+    from persobench.app.page_cache import current_home
 
     return _on_disk(current_home(), "dataset_table", _dataset_table, sources=_dataset_sources())
 
