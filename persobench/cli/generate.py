@@ -56,6 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="largest reply read, in bytes (default 1048576 = 1 MiB); a bigger one fails the sample as "
                           "too_large and keeps its start (same as --option max_reply_bytes=N)")
     run.add_argument("--checkpoint-every", type=int, default=50, help="rewrite the table every N replies (default 50)")
+    run.add_argument("--batch", action="store_true",
+                     help="send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message "
+                          "Batches): about half the price, answered within 24 h; the batch id is kept in the run "
+                          "folder, so running the same command again collects it instead of submitting twice")
+    run.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS",
+                     help="with --batch: stop waiting after SECONDS (0: submit and exit); the batch keeps running "
+                          "and the same command collects it later (default: wait until it ends)")
+    run.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
+                     help="with --batch: seconds between two status requests (default 30)")
     run.add_argument("--dry-run", action="store_true",
                      help="print requests to send, cache hits and estimated prompt tokens; send nothing")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -125,7 +134,7 @@ def _config(args: argparse.Namespace) -> Any:
         # a job passes a base URL's credentials in the environment, its public form on the command line
         base_url=url_with_credentials(args.base_url),
         chat_template=None if args.chat_template is None else args.chat_template == "on",
-        options=_options(args), structured=args.structured,
+        options=_options(args), structured=args.structured, batch=args.batch,
         retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
     )
 
@@ -133,6 +142,7 @@ def _config(args: argparse.Namespace) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from persobench import pipeline
     from persobench.errors import RunAborted
+    from persobench.generation.batch import BatchPending
 
     store = store_from_args(args)
     try:
@@ -153,6 +163,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             bar.close()
     except RunAborted as exc:
         raise CLIError(f"run {exc.run.run_id} stopped: {exc}") from None
+    except BatchPending as exc:  # the batch keeps running on the provider; the same command collects it
+        print(str(exc), file=sys.stderr)
+        return 1 if exc.cancelled else 0
     manifest = run.manifest
     details = manifest.details
     counts = {k: v for k, v in (details.counts or {}).items() if v}
@@ -179,6 +192,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(plan: Any) -> int:
+    from persobench.generation.batch import batch_cost
+    from persobench.providers.batch_api import supports_batch
+
     cost = plan.estimated_max_cost()
     print(f"run {plan.run_id}")
     print(f"model: {plan.spec.name}  dataset: {plan.config.dataset}  samples: {len(plan.samples)}  "
@@ -192,7 +208,12 @@ def _dry_run(plan: Any) -> int:
     print(f"cached hits: {len(plan.hits)}")
     print(f"estimated prompt tokens: {plan.estimated_prompt_tokens}")
     if cost is not None:
-        print(f"estimated cost: at most ${cost:.4f}")
+        print(f"estimated cost: at most ${cost:.4f}  (interactive)")
+    batch = batch_cost(plan.spec, plan.estimated_prompt_tokens, plan.n_requests * plan.params.max_tokens) \
+        if supports_batch(plan.spec.provider) else None
+    if batch is not None:
+        print(f"estimated batch cost: at most ${batch:.4f}  (batch API" + (", this run: --batch)" if plan.config.batch
+                                                                            else "; add --batch)"))
     return 0
 
 

@@ -87,6 +87,10 @@ def run_generation(
         run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
         run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
                                                     dataset_file=plan.dataset_file).to_extra())
+        if config.batch and plan.n_requests:  # the batch API first: the runner then finds its replies cached
+            from persobench.generation.batch import generate_by_batch
+
+            plan = generate_by_batch(plan, run, api_key=api_key, progress=progress, cancel=cancel)
         runner = Runner(plan, run, provider, progress=progress, cancel=cancel)
         try:
             run_coroutine(runner.main())

@@ -1,0 +1,229 @@
+"""``run --batch``: requests through the OpenAI Batch API and Anthropic Message Batches, against
+fake batch servers speaking real HTTP on 127.0.0.1 (tests/fakes/batch_servers.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from persobench.cache import ResponseCache
+from persobench.cli import main
+from persobench.generation.batch import STATE_FILE, BatchState
+from persobench.store import RunStore
+from tests.fakes.batch_servers import FakeBatchServer
+from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {"openai": "openai:gpt-4o-mini", "anthropic": "anthropic:claude-3-5-haiku-latest"}
+N = 8
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_SECRET)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_SECRET)
+
+
+def _argv(home: Path, server: FakeBatchServer, *extra: str, limit: int = N) -> list[str]:
+    return ["--home", str(home), "run", "--dataset", "sample", "--limit", str(limit),
+            "--model", MODELS[server.flavour], "--base-url", server.base_url, "--batch", "--batch-poll", "0.05",
+            "--no-progress", *extra]
+
+
+def _run(home: Path) -> object:
+    [run] = RunStore(home).runs()
+    return run
+
+
+def _state(run: object) -> BatchState:
+    return BatchState.read(Path(run.path) / STATE_FILE, "")
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_a_batch_answers_every_request_and_a_second_run_sends_nothing(tmp_path, capsys, flavour):
+    with FakeBatchServer(flavour, finish_after=3) as server:
+        assert main(_argv(tmp_path, server)) == 0
+        err = capsys.readouterr().err
+        run = _run(tmp_path)
+        frame = run.read_table("generations")
+        assert run.manifest.status == "completed" and len(frame) == N and (frame["status"] == "ok").all()
+        assert len(server.created) == 1 and len(server.requests) == 0  # no interactive request at all
+        assert sorted(server.custom_ids(server.created[0])) == sorted(set(server.custom_ids(server.created[0])))
+        assert len(server.custom_ids(server.created[0])) == N
+        assert f"batch {server.created[0]}: submitted {N} request(s)" in err
+        assert "in_progress 0/8 done" in err and f"{N} replies cached" in err
+        [entry] = _state(run).batches
+        assert entry.batch_id == server.created[0] and entry.collected and entry.counts["succeeded"] == N
+        with ResponseCache(tmp_path / "responses") as cache:  # the custom ids are the cache keys
+            assert all(key in cache for key in server.custom_ids(server.created[0]))
+        # the same command again: everything is cached, nothing goes to either endpoint
+        polls = server.polls
+        assert main(_argv(tmp_path, server)) == 0
+        assert len(server.created) == 1 and len(server.requests) == 0 and server.polls == polls
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_lines_the_batch_failed_are_retried_as_ordinary_requests(tmp_path, capsys, flavour):
+    with FakeBatchServer(flavour, fail=lambda custom_id, line: line % 2 == 0) as server:
+        assert main(_argv(tmp_path, server)) == 0
+        run = _run(tmp_path)
+        frame = run.read_table("generations")
+        assert run.manifest.status == "completed" and (frame["status"] == "ok").all() and len(frame) == N
+        assert len(server.created) == 1
+        assert len(server.requests) == N // 2  # exactly the failed half, one by one
+        assert f"{N // 2} replies cached, {N // 2} failed" in capsys.readouterr().err
+        # a batch line carries the same request body the interactive path sends
+        batch = server.batches[server.created[0]]["lines"]
+        sent = {json.dumps(r.body["messages"]) for r in server.requests}
+        lines = [line.get("body") or line.get("params") for line in batch]
+        twins = [body for body in lines if json.dumps(body["messages"]) in sent]
+        assert len(twins) == N // 2
+        interactive = next(r.body for r in server.requests if json.dumps(r.body["messages"]) == json.dumps(twins[0]["messages"]))
+        for field in ("model", "messages", "temperature", "max_tokens", "system"):
+            assert twins[0].get(field) == interactive.get(field), field
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_a_batch_that_never_ends_exits_at_the_deadline_and_a_later_run_collects_it(tmp_path, capsys, flavour):
+    with FakeBatchServer(flavour, finish_after=None) as server:
+        started = time.monotonic()
+        assert main(_argv(tmp_path, server, "--batch-wait", "0.5")) == 0
+        assert time.monotonic() - started < 10
+        err = capsys.readouterr().err
+        assert "still running at the --batch-wait deadline" in err and "run the same command again" in err
+        run = _run(tmp_path)
+        assert run.manifest.status == "pending" and not run.has_table("generations")
+        assert _state(run).batches[0].batch_id == server.created[0]
+        # still not done: a second command only looks, never submits again
+        assert main(_argv(tmp_path, server, "--batch-wait", "0")) == 0
+        assert len(server.created) == 1
+        server.release()
+        assert main(_argv(tmp_path, server)) == 0
+        run = _run(tmp_path)
+        assert run.manifest.status == "completed" and (run.read_table("generations")["status"] == "ok").all()
+        assert len(server.created) == 1 and len(server.requests) == 0
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_an_expired_batch_is_resubmitted_once(tmp_path, capsys, flavour):
+    with FakeBatchServer(flavour, expire=1) as server:
+        assert main(_argv(tmp_path, server)) == 0
+        assert len(server.created) == 2
+        first, second = (server.custom_ids(b) for b in server.created)
+        assert sorted(second) == sorted(first[0::2])  # exactly what the first left unanswered
+        assert "again (the first batch expired)" in capsys.readouterr().err
+        assert len(server.requests) == 0
+        assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()
+
+
+def test_a_resubmission_that_expires_too_goes_out_as_ordinary_requests(tmp_path):
+    with FakeBatchServer("openai", expire=5) as server:
+        assert main(_argv(tmp_path, server)) == 0
+        assert len(server.created) == 2  # resubmitted once, never twice
+        second = server.custom_ids(server.created[1])
+        assert len(server.requests) == len(second[0::2])  # what the second batch left unanswered
+        assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()
+
+
+def test_a_killed_process_is_resumed_without_a_second_batch(tmp_path):
+    with FakeBatchServer("openai", finish_after=None) as server:
+        env = {**os.environ, "OPENAI_API_KEY": OPENAI_SECRET}
+        command = [sys.executable, "-m", "persobench", *_argv(tmp_path, server)]
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        state_files = []
+        while not (server.created and server.polls >= 2 and state_files):
+            assert proc.poll() is None, proc.stderr.read().decode()[-800:]
+            assert time.monotonic() < deadline
+            state_files = list(tmp_path.glob(f"runs/*/{STATE_FILE}"))
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        [entry] = BatchState.read(state_files[0], "").batches
+        assert entry.batch_id == server.created[0] and not entry.collected  # written before the waiting
+        server.release()
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-800:]
+        assert len(server.created) == 1 and server.uploads == 1 and len(server.requests) == 0
+        run = _run(tmp_path)
+        assert run.manifest.status == "completed" and (run.read_table("generations")["status"] == "ok").all()
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_a_process_killed_between_submitting_and_recording_finds_its_batch(tmp_path, flavour):
+    """The server took the batch but the process died before writing its id: the next command
+    finds it (OpenAI by its metadata token, Anthropic by time and size) instead of submitting again."""
+    from persobench.generation.batch import BatchSettings, fill_cache
+    from persobench.providers import parse_spec
+    from persobench.providers.base import GenerationParams, Request
+    from persobench.providers.batch_api import make_batch_backend
+
+    with FakeBatchServer(flavour) as server:
+        spec = parse_spec(MODELS[flavour], base_url=server.base_url)
+        requests = {f"{i:064x}": Request(({"role": "user", "content": f"prompt {i}"},), GenerationParams())
+                    for i in range(3)}
+        backend = make_batch_backend(spec)
+        real_submit = backend.submit
+
+        def submit_then_die(batch, token):
+            real_submit(batch, token)
+            raise KeyboardInterrupt  # the process dies before the id is written
+
+        backend.submit = submit_then_die
+        state = tmp_path / STATE_FILE
+        with ResponseCache(tmp_path / "responses") as cache:
+            with pytest.raises(KeyboardInterrupt):
+                fill_cache(backend, requests, cache=cache, state_path=state)
+            [entry] = BatchState.read(state, "").batches
+            assert entry.batch_id is None and sorted(entry.keys) == sorted(requests)
+            outcome = fill_cache(make_batch_backend(spec), requests, cache=cache, state_path=state,
+                                 settings=BatchSettings(poll=0.05))
+            assert len(server.created) == 1 and outcome.answered == 3 and not outcome.waiting
+            assert all(key in cache for key in requests)
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_a_server_echoing_the_key_never_gets_it_stored(tmp_path, capsys, flavour):
+    secret = OPENAI_SECRET if flavour == "openai" else ANTHROPIC_SECRET
+    with FakeBatchServer(flavour, echo_key=True, fail=lambda custom_id, line: line == 0) as server:
+        assert main(_argv(tmp_path, server)) == 0
+        out = capsys.readouterr()
+        assert server.created
+    assert secret not in out.out + out.err
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+    frame = _run(tmp_path).read_table("generations")
+    assert frame["raw_text"].str.contains("your key is ***", regex=False).sum() >= N - 1
+
+
+def test_batch_with_a_provider_without_a_batch_api_is_one_line(tmp_path, capsys):
+    assert main(["--home", str(tmp_path), "run", "--model", "baseline:reference", "--batch", "--limit", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --batch needs a provider with a batch API") and err.count("\n") == 1
+    assert not list(tmp_path.glob("runs/*"))
+
+
+def test_dry_run_shows_the_batch_cost_beside_the_interactive_cost(tmp_path, capsys):
+    assert main(["--home", str(tmp_path), "run", "--model", "gpt-4o-mini", "--limit", "5", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    interactive = float(out.split("estimated cost: at most $")[1].split()[0])
+    batch = float(out.split("estimated batch cost: at most $")[1].split()[0])
+    assert interactive > 0 and batch == pytest.approx(interactive / 2, abs=1e-4)
+    assert "add --batch" in out
+    # a models file's batch prices win over the half price
+    models = tmp_path / "models.toml"
+    models.write_text('[models.cheap]\nspec = "openai:gpt-4o-mini"\nprice_input_per_mtok = 1.0\n'
+                      'price_output_per_mtok = 1.0\nprice_batch_input_per_mtok = 0.1\nprice_batch_output_per_mtok = 0.1\n')
+    assert main(["--home", str(tmp_path), "run", "--model", "cheap", "--models", str(models), "--limit", "5",
+                 "--dry-run", "--batch"]) == 0
+    out = capsys.readouterr().out
+    interactive = float(out.split("estimated cost: at most $")[1].split()[0])
+    batch = float(out.split("estimated batch cost: at most $")[1].split()[0])
+    assert batch == pytest.approx(interactive / 10, abs=1e-4) and "this run: --batch" in out
