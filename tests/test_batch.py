@@ -50,7 +50,8 @@ def _state(run: object) -> BatchState:
 def test_a_batch_answers_every_request_and_a_second_run_sends_nothing(tmp_path, capsys, flavour):
     with FakeBatchServer(flavour, finish_after=3) as server:
         assert main(_argv(tmp_path, server)) == 0
-        err = capsys.readouterr().err
+        captured = capsys.readouterr()
+        err = captured.err
         run = _run(tmp_path)
         frame = run.read_table("generations")
         assert run.manifest.status == "completed" and len(frame) == N and (frame["status"] == "ok").all()
@@ -61,6 +62,9 @@ def test_a_batch_answers_every_request_and_a_second_run_sends_nothing(tmp_path, 
         assert "in_progress 0/8 done" in err and f"{N} replies cached" in err
         [entry] = _state(run).batches
         assert entry.batch_id == server.created[0] and entry.collected and entry.counts["succeeded"] == N
+        record = run.manifest.extra["batch"]
+        assert record["batch_ids"] == server.created and record["replies"] == N and record["prompt_tokens"] == 12 * N
+        assert f"batch: {N} replies from {server.created[0]}" in captured.out
         with ResponseCache(tmp_path / "responses") as cache:  # the custom ids are the cache keys
             assert all(key in cache for key in server.custom_ids(server.created[0]))
         # the same command again: everything is cached, nothing goes to either endpoint
@@ -227,3 +231,45 @@ def test_dry_run_shows_the_batch_cost_beside_the_interactive_cost(tmp_path, caps
     interactive = float(out.split("estimated cost: at most $")[1].split()[0])
     batch = float(out.split("estimated batch cost: at most $")[1].split()[0])
     assert batch == pytest.approx(interactive / 10, abs=1e-4) and "this run: --batch" in out
+
+
+def test_new_run_page_batch_checkbox_launches_a_batch_and_shows_its_state(tmp_path, monkeypatch):
+    """The checkbox (key ``new_batch``) reaches the estimate (batch cost beside the interactive one)
+    and the run step; the launched run goes through the batch API and the page shows the batch's
+    state from the store."""
+    from persobench.jobs import JobManager
+    from tests.test_app import frame_by_columns, open_page, rendered_text, wait_for
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    monkeypatch.delenv("PERSOBENCH_MODELS", raising=False)
+    with FakeBatchServer("openai") as server:
+        monkeypatch.setenv("PERSOBENCH_KEY_HOSTS", server.base_url)
+        at = open_page("pages/new_run.py")
+        at.text_input(key="new_model_name").input("fake-batch").run()
+        at.text_input(key="new_base_url").input(server.base_url).run()
+        at.button(key="new_add_model").click().run()
+        at.multiselect(key="new_models").set_value(["openai:fake-batch", "gpt-4o-mini", "baseline:reference"]).run()
+        at.number_input(key="new_limit").set_value(3).run()
+        at.selectbox(key="new_profile").set_value("(do not score)").run()
+        assert not frame_by_columns(at, "model", "batch")["batch"].any()
+        at.checkbox(key="new_batch").check().run()
+        assert not at.exception
+        estimate = frame_by_columns(at, "model", "batch", "batch_cost_usd").set_index("model")
+        assert bool(estimate.loc["openai:fake-batch", "batch"]) and bool(estimate.loc["gpt-4o-mini", "batch"])
+        assert not bool(estimate.loc["baseline:reference", "batch"])  # no batch API: ignored, not an error
+        assert estimate.loc["gpt-4o-mini", "batch_cost_usd"] == pytest.approx(
+            estimate.loc["gpt-4o-mini", "max_cost_usd"] / 2, abs=1e-6)
+        at.multiselect(key="new_models").set_value(["openai:fake-batch", "baseline:reference"]).run()
+        at.button(key="new_launch").click().run()
+        assert not at.exception
+        jobs = JobManager(home)
+        job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
+        assert job.state == "completed", job.message
+        assert [c["batch"] for c in (step.config for step in job.steps)] == [True, False]
+        assert len(server.created) == 1 and len(server.requests) == 0
+        at.run()
+        shown = frame_by_columns(at, "batch_id", "state", "succeeded")
+        row = shown[shown["batch_id"] == server.created[0]].iloc[0]
+        assert row["state"] == "completed" and row["succeeded"] == 3 and bool(row["collected"])
+        assert "Batches" in rendered_text(at) and OPENAI_SECRET not in rendered_text(at)

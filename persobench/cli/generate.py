@@ -175,6 +175,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  requests: {usage.requests}  cached: {usage.cached}  "
           f"tokens: {usage.prompt_tokens} in / {usage.completion_tokens} out"
           + (f"  est. cost: ${cost:.4f}" if cost is not None else ""))
+    batch = (manifest.extra or {}).get("batch")
+    if isinstance(batch, dict) and batch.get("batch_ids"):
+        batch_cost = batch.get("cost_usd")
+        print(f"  batch: {batch.get('replies', 0)} replies from {', '.join(map(str, batch['batch_ids']))}"
+              + (f"  est. batch cost: ${batch_cost:.4f} (est. cost above is at interactive prices)"
+                 if isinstance(batch_cost, (int, float)) else ""))
     print(f"  table: {run.table_path('generations')}")
     if manifest.status == "cancelled":
         pending = (details.counts or {}).get("pending", 0)

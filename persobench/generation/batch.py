@@ -77,6 +77,8 @@ class BatchEntry:
     """``total``, ``succeeded``, ``failed`` as last reported."""
     collected: bool = False
     """Its results were read and cached."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Of the replies it cached: ``replies``, ``prompt_tokens``, ``completion_tokens``."""
     updated_at: str = ""
     """When this entry last changed (UTC, ISO 8601)."""
 
@@ -241,6 +243,10 @@ def _collect(backend: "BatchBackend", entry: BatchEntry, status: "BatchStatus", 
         elif isinstance(result, ProviderError):
             bad += 1
         else:
+            usage = entry.usage
+            usage["replies"] = usage.get("replies", 0) + 1
+            usage["prompt_tokens"] = usage.get("prompt_tokens", 0) + int(result.prompt_tokens or 0)
+            usage["completion_tokens"] = usage.get("completion_tokens", 0) + int(result.completion_tokens or 0)
             try:
                 cache.set(key, _scrubbed(result, secrets), latency=latency)
             except (OSError, sqlite3.Error) as exc:
@@ -367,6 +373,7 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
                     plan.hits[i] = hit
     finally:
         backend.close()
+    run.update(extra={"batch": batch_record(Path(run.path) / STATE_FILE, plan.spec)})
     if outcome.waiting:
         cancelled = stop()
         run.update(status="cancelled" if cancelled else "pending")
@@ -390,3 +397,15 @@ def _fill_or_abort(run: Any, backend: "BatchBackend", requests: Mapping[str, "Re
         run.update(status="failed", extra=RunExtra(generation=GenerationRecord(failure_reason=reason,
                                                                                finished_at=utc_now())).to_extra())
         raise RunAborted(reason, run) from None
+
+
+def batch_record(state_path: Path, spec: Any) -> dict[str, Any]:
+    """The manifest's ``extra["batch"]``: the provider, the batch ids, the replies the batches
+    answered, their tokens and their cost at batch prices."""
+    state = read_state(state_path) or BatchState("")
+    replies = sum(b.usage.get("replies", 0) for b in state.batches)
+    prompt_tokens = sum(b.usage.get("prompt_tokens", 0) for b in state.batches)
+    completion_tokens = sum(b.usage.get("completion_tokens", 0) for b in state.batches)
+    return {"provider": state.provider, "batch_ids": [b.batch_id for b in state.batches if b.batch_id],
+            "replies": replies, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "cost_usd": batch_cost(spec, prompt_tokens, completion_tokens) if replies else None}
