@@ -273,3 +273,63 @@ def test_new_run_page_batch_checkbox_launches_a_batch_and_shows_its_state(tmp_pa
         row = shown[shown["batch_id"] == server.created[0]].iloc[0]
         assert row["state"] == "completed" and row["succeeded"] == 3 and bool(row["collected"])
         assert "Batches" in rendered_text(at) and OPENAI_SECRET not in rendered_text(at)
+
+
+# --- score --judge ... --batch ---------------------------------------------------------------------
+
+
+def _judge_args(home: Path, server: FakeBatchServer, *extra: str) -> list[str]:
+    return ["--home", str(home), "score", "--metrics", "c_score", "--no-progress", "--judge", "openai:judge-model",
+            "--judge-base-url", server.base_url, "--batch", "--batch-poll", "0.05", *extra]
+
+
+def _judged_server(**kwargs) -> FakeBatchServer:
+    from tests.fakes.judge import judge_script
+
+    script = judge_script({}, default="entailment")
+    return FakeBatchServer("openai", answer=lambda info: script(info).text, script=script, **kwargs)
+
+
+def test_the_judge_labels_through_one_batch_and_retries_its_failures_one_by_one(tmp_path, capsys):
+    from tests.test_judge import _sample_run
+
+    store, samples = _sample_run(tmp_path)
+    with _judged_server(fail=lambda custom_id, line: line == 0) as server:
+        assert main(_judge_args(tmp_path, server)) == 0
+        captured = capsys.readouterr()
+        assert len(server.created) == 1 and len(server.requests) == 1  # the failed line, one by one
+        scores = store.get("sample__judge_test__vanilla").read_table("scores")
+        assert len(scores) == len(samples) and (scores["value"] == 1.0).all()
+        assert f"judge batch {server.created[0]}: submitted" in captured.err
+        states = list((tmp_path / "batches").glob("judge-*.json"))
+        assert len(states) == 1 and BatchState.read(states[0], "").batches[0].batch_id == server.created[0]
+        # scored: the same command sends nothing more
+        assert main(_judge_args(tmp_path, server)) == 0
+        assert len(server.created) == 1 and len(server.requests) == 1
+
+
+def test_a_judge_batch_past_its_deadline_is_collected_by_the_next_command(tmp_path, capsys):
+    from tests.test_judge import _sample_run
+
+    store, samples = _sample_run(tmp_path)
+    with _judged_server(finish_after=None) as server:
+        assert main(_judge_args(tmp_path, server, "--batch-wait", "0.3")) == 1  # pairs left without a label
+        captured = capsys.readouterr()
+        assert "unanswered" in captured.out and "in_progress" in captured.err
+        assert len(server.created) == 1 and len(server.requests) == 0
+        server.release()
+        assert main(_judge_args(tmp_path, server)) == 0
+        assert len(server.created) == 1 and len(server.requests) == 0
+        scores = store.get("sample__judge_test__vanilla").read_table("scores")
+        assert len(scores) == len(samples) and (scores["value"] == 1.0).all()
+
+
+def test_judge_dry_run_shows_the_batch_cost(tmp_path, capsys):
+    from tests.test_judge import _sample_run
+
+    _sample_run(tmp_path)
+    assert main(["--home", str(tmp_path), "score", "--metrics", "c_score", "--judge", "gpt-4o-mini", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    full = float(out.split("estimated cost at most $")[1].split()[0])
+    batch = float(out.split("estimated batch cost: at most $")[1].split()[0])
+    assert full > 0 and batch == pytest.approx(full / 2, abs=1e-4)

@@ -131,6 +131,8 @@ class BatchOutcome:
     """Batches this call submitted (0 when it only collected)."""
     status: str
     """One line: the batches' state and counts."""
+    pending_keys: frozenset[str] = frozenset()
+    """The cache keys still waiting on the provider."""
 
     @property
     def waiting(self) -> bool:
@@ -192,8 +194,8 @@ def fill_cache(
             break
         pause = settings.poll if deadline is None else min(settings.poll, max(0.0, deadline - time.monotonic()))
         _sleep(pause, stop)
-    pending = sum(len(b.keys) for b in state.active)
-    return BatchOutcome(answered, failed, pending, submitted, _summary(state))
+    pending = frozenset(k for b in state.active for k in b.keys)
+    return BatchOutcome(answered, failed, len(pending), submitted, _summary(state), pending)
 
 
 def _sleep(seconds: float, stop: Callable[[], bool]) -> None:

@@ -9,7 +9,7 @@
 A batch ends on its ``finish_after``-th status request (``None``: never, until :meth:`release`).
 ``fail(custom_id, line)`` chooses lines answered with an error; the first ``expire`` batches expire
 with every other line unanswered; ``echo_key`` puts the caller's credential in every reply text,
-error message and batch error. The server records what it saw (batches created, uploads, polls).
+error message and batch error; ``answer(info)`` gives a reply's text. The server records what it saw (batches created, uploads, polls).
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ class FakeBatchServer(FakeLLMServer):
 
     def __init__(self, flavour: str = "openai", *, finish_after: int | None = 1,
                  fail: Callable[[str, int], bool] | None = None, expire: int = 0, echo_key: bool = False,
-                 **kwargs: Any) -> None:
+                 answer: Callable[[RequestInfo], str] | None = None, **kwargs: Any) -> None:
         super().__init__(flavour, **kwargs)
+        self.answer = answer
+        """Text of each batch reply (default: :func:`default_text`)."""
         self.finish_after = finish_after
         self.fail = fail
         self.expire = expire
@@ -81,7 +83,7 @@ class FakeBatchServer(FakeLLMServer):
             else:
                 body = line.get("body") or line.get("params") or {}
                 info = _info(index, body)
-                text = default_text(info)
+                text = self.answer(info) if self.answer is not None else default_text(info)
                 if self.echo_key:
                     text = json.dumps({"response": f"your key is {key}"})
                 results.append((custom_id, "ok", text))
