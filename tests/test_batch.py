@@ -333,3 +333,61 @@ def test_judge_dry_run_shows_the_batch_cost(tmp_path, capsys):
     full = float(out.split("estimated cost at most $")[1].split()[0])
     batch = float(out.split("estimated batch cost: at most $")[1].split()[0])
     assert full > 0 and batch == pytest.approx(full / 2, abs=1e-4)
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_a_batch_whose_creation_answer_was_lost_is_found_not_submitted_again(tmp_path, capsys, flavour):
+    """The server created the batch but the answer never came (HTTP 502): the creation is not
+    retried blindly; the command stops in one line and the next one finds the batch by its token."""
+    with FakeBatchServer(flavour, lost_answers=1) as server:
+        assert main(_argv(tmp_path, server)) == 2
+        err = capsys.readouterr().err
+        assert "the batch API failed" in err and err.count("\n") == 1
+        assert len(server.created) == 1
+        assert main(_argv(tmp_path, server)) == 0
+        assert "found again after an interrupted submission" in capsys.readouterr().err
+        assert len(server.created) == 1 and len(server.requests) == 0
+        assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()
+
+
+def test_bad_batch_numbers_are_one_line_before_anything_is_sent(tmp_path, capsys):
+    with FakeBatchServer("openai") as server:
+        for flags in (("--batch-poll", "0"), ("--batch-wait", "-1")):
+            assert main(_argv(tmp_path, server, *flags)) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("error: --batch-poll must be > 0 and --batch-wait >= 0") and err.count("\n") == 1
+        assert main(_judge_args(tmp_path, server, "--batch-poll", "-3")) == 2
+        assert "--batch-poll must be > 0" in capsys.readouterr().err
+        assert server.created == [] and not list(tmp_path.glob("runs/*"))
+
+
+def test_an_anthropic_results_url_on_another_host_is_never_followed(tmp_path):
+    """The key travels with the results request: a results URL pointing elsewhere is replaced by
+    the API's own results path."""
+    from persobench.providers import parse_spec
+    from persobench.providers.batch_api import make_batch_backend
+
+    with FakeBatchServer("anthropic") as server, FakeBatchServer("anthropic") as elsewhere:
+        backend = make_batch_backend(parse_spec(MODELS["anthropic"], base_url=server.base_url))
+        assert backend._results_url(f"{elsewhere.url}/v1/messages/batches/x/results", "x") == \
+            "/messages/batches/x/results"
+        own = f"{server.url}/v1/messages/batches/x/results"
+        assert backend._results_url(own, "x") == own
+        backend.close()
+
+
+def test_more_requests_than_a_batch_holds_are_split(tmp_path):
+    from persobench.generation.batch import BatchSettings, fill_cache
+    from persobench.providers import parse_spec
+    from persobench.providers.base import GenerationParams, Request
+    from persobench.providers.batch_api import make_batch_backend
+
+    with FakeBatchServer("openai") as server:
+        backend = make_batch_backend(parse_spec(MODELS["openai"], base_url=server.base_url))
+        backend.max_requests = 2
+        requests = {f"{i:064x}": Request(({"role": "user", "content": f"p{i}"},), GenerationParams()) for i in range(5)}
+        with ResponseCache(tmp_path / "responses") as cache:
+            outcome = fill_cache(backend, requests, cache=cache, state_path=tmp_path / STATE_FILE,
+                                 settings=BatchSettings(poll=0.05))
+            assert [len(server.custom_ids(b)) for b in server.created] == [2, 2, 1]
+            assert outcome.answered == 5 and outcome.submitted == 3 and all(k in cache for k in requests)

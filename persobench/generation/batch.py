@@ -56,6 +56,13 @@ class BatchSettings:
     poll: float = 30.0
     """Seconds between two status requests."""
 
+    def __post_init__(self) -> None:
+        from persobench.errors import ConfigurationError
+
+        if not self.poll > 0 or (self.wait is not None and not self.wait >= 0):
+            raise ConfigurationError(f"--batch-poll must be > 0 and --batch-wait >= 0 seconds, got "
+                                     f"{self.poll!r} and {self.wait!r}")
+
 
 @dataclass
 class BatchEntry:
@@ -163,8 +170,9 @@ def fill_cache(
 
     covered = {k for b in state.batches for k in b.keys}
     new = {k: r for k, r in requests.items() if k not in covered and k not in cache}
-    if new:
-        _submit(backend, state, new, resubmission=False, save=save, say=say)
+    keys, size = list(new), max(1, int(getattr(backend, "max_requests", 50_000)))
+    for start in range(0, len(keys), size):  # the APIs cap a batch's size: several batches then
+        _submit(backend, state, {k: new[k] for k in keys[start:start + size]}, resubmission=False, save=save, say=say)
         submitted += 1
 
     deadline = None if settings.wait is None else time.monotonic() + max(0.0, settings.wait)

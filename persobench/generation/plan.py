@@ -106,6 +106,9 @@ def plan_generation(
         if not supports_batch(spec.provider):
             raise ConfigurationError(f"--batch needs a provider with a batch API (openai, anthropic); "
                                      f"{spec.name!r} is provider {spec.provider!r}")
+        from persobench.generation.batch import BatchSettings
+
+        BatchSettings(wait=config.batch_wait, poll=config.batch_poll)  # checks both numbers, one line
     try:
         template = get_template(config.template or default_template_for(spec), config.mode)
     except TemplateError as exc:

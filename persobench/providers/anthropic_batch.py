@@ -19,6 +19,8 @@ class AnthropicBatchBackend:
     """Message batches with the bodies :class:`AnthropicProvider` sends."""
 
     provider = "anthropic"
+    max_requests = 100_000
+    """Requests per batch the API takes (and 256 MB)."""
 
     def __init__(self, spec: Any, *, api_key: str | None, timeout: float = 60.0) -> None:
         options = dict(spec.options)
@@ -46,7 +48,7 @@ class AnthropicBatchBackend:
         return body
 
     def submit(self, requests: Mapping[str, Request], token: str) -> str:  # noqa: ARG002 - no metadata field
-        created = self.http.json("POST", "/messages/batches", json={
+        created = self.http.json("POST", "/messages/batches", once=True, json={
             "requests": [{"custom_id": key, "params": self.params(r)} for key, r in requests.items()]})
         return str(created["id"])
 
@@ -73,8 +75,18 @@ class AnthropicBatchBackend:
             failed=counts.get("errored", 0) + counts.get("canceled", 0) + counts.get("expired", 0),
             expired=counts.get("expired", 0) > 0,
             elapsed=ended_at - created if created is not None and ended_at is not None else None,
-            result_ref=data.get("results_url") or f"/messages/batches/{batch_id}/results",
+            result_ref=self._results_url(data.get("results_url"), batch_id),
         )
+
+    def _results_url(self, given: Any, batch_id: str) -> str:
+        """The results URL the server names, when it is on the API's own origin; else the standard
+        path: the key goes with the request, so a URL elsewhere is never followed."""
+        from urllib.parse import urlsplit
+
+        own = urlsplit(self.http.base_url)
+        if isinstance(given, str) and urlsplit(given)[:2] == own[:2]:
+            return given
+        return f"/messages/batches/{batch_id}/results"
 
     def results(self, status: BatchStatus) -> "dict[str, Completion | ProviderError]":
         out: dict[str, Completion | ProviderError] = {}

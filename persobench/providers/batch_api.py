@@ -71,6 +71,8 @@ class BatchBackend(Protocol):
 
     provider: str
     """Provider name ("openai", "anthropic")."""
+    max_requests: int
+    """Requests one batch may hold; more are split into several batches."""
 
     def submit(self, requests: Mapping[str, Request], token: str) -> str:
         """Submit ``requests`` (custom id -> request) as one batch; returns its id. ``token`` tags
@@ -141,8 +143,11 @@ class HttpClient:
     def url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else f"{self.base_url}{path}"
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The response of ``method path`` (an ``httpx.Response`` with a 2xx status)."""
+    def call(self, method: str, path: str, *, once: bool = False, **kwargs: Any) -> Any:
+        """The response of ``method path`` (an ``httpx.Response`` with a 2xx status). ``once``: a call
+        that must not happen twice (creating a batch) is retried only after a refusal that says it
+        was not processed (429, 529); after a timeout or a lost connection it may have been, so the
+        error is raised and the caller's state decides (:meth:`BatchBackend.find`)."""
         import httpx
 
         for attempt in range(1, self.attempts + 1):
@@ -157,14 +162,15 @@ class HttpClient:
                 error = error_from_http(response.status_code, response.headers, response.text,
                                         shorten(f"{method} {path}: HTTP {response.status_code}: {response.text}",
                                                 300, self.secrets), secrets=self.secrets)
-            if not error.retryable or attempt == self.attempts:
+            unprocessed = error.kind in (ErrorKind.RATE_LIMIT, ErrorKind.OVERLOADED)
+            if not error.retryable or attempt == self.attempts or (once and not unprocessed):
                 raise error
             wait = max(error.retry_after or 0.0, min(30.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random()))
             time.sleep(wait)
         raise AssertionError("unreachable")
 
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.call(method, path, **kwargs)
+    def json(self, method: str, path: str, *, once: bool = False, **kwargs: Any) -> Any:
+        response = self.call(method, path, once=once, **kwargs)
         try:
             return response.json()
         except ValueError:

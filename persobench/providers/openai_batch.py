@@ -25,6 +25,8 @@ class OpenAIBatchBackend:
     """Batches of chat (or raw-text) completions, with the bodies :class:`OpenAIProvider` sends."""
 
     provider = "openai"
+    max_requests = 50_000
+    """Requests per batch the API takes (and 200 MB of input file)."""
 
     def __init__(self, spec: Any, *, api_key: str | None, timeout: float = 60.0) -> None:
         options = dict(spec.options)
@@ -61,7 +63,7 @@ class OpenAIBatchBackend:
                                    ensure_ascii=False) + "\n" for key, r in requests.items())
         uploaded = self.http.json("POST", "/files", data={"purpose": "batch"},
                                   files={"file": ("persobench-batch.jsonl", lines.encode("utf-8"), "application/jsonl")})
-        created = self.http.json("POST", "/batches", json={
+        created = self.http.json("POST", "/batches", once=True, json={
             "input_file_id": uploaded["id"], "endpoint": endpoint, "completion_window": "24h",
             "metadata": {TOKEN_FIELD: token},
         })

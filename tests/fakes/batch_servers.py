@@ -8,7 +8,8 @@
 
 A batch ends on its ``finish_after``-th status request (``None``: never, until :meth:`release`).
 ``fail(custom_id, line)`` chooses lines answered with an error; the first ``expire`` batches expire
-with every other line unanswered; ``echo_key`` puts the caller's credential in every reply text,
+with every other line unanswered; the first ``lost_answers`` creations are answered HTTP 502
+although the batch was created; ``echo_key`` puts the caller's credential in every reply text,
 error message and batch error; ``answer(info)`` gives a reply's text. The server records what it saw (batches created, uploads, polls).
 """
 
@@ -29,8 +30,11 @@ class FakeBatchServer(FakeLLMServer):
 
     def __init__(self, flavour: str = "openai", *, finish_after: int | None = 1,
                  fail: Callable[[str, int], bool] | None = None, expire: int = 0, echo_key: bool = False,
-                 answer: Callable[[RequestInfo], str] | None = None, **kwargs: Any) -> None:
+                 answer: Callable[[RequestInfo], str] | None = None, lost_answers: int = 0, **kwargs: Any) -> None:
         super().__init__(flavour, **kwargs)
+        self.lost_answers = lost_answers
+        """The first this many batch creations are carried out but answered with HTTP 502 (a proxy
+        losing the answer): the client cannot know the batch exists."""
         self.answer = answer
         """Text of each batch reply (default: :func:`default_text`)."""
         self.finish_after = finish_after
@@ -169,6 +173,9 @@ class _BatchHandler(_Handler):
                                       "number": len(fake.created), "metadata": dict(body.get("metadata") or {}),
                                       "endpoint": body.get("endpoint")}
             record = fake.batches[batch_id]
+            lost = len(fake.created) <= fake.lost_answers
+        if lost:
+            return self._send_json(502, {"error": {"message": "bad gateway", "type": "server_error"}})
         self._send_json(200, self._batch_object(record, None))
 
     def _batch_object(self, record: Mapping[str, Any], key: str | None) -> dict[str, Any]:
