@@ -391,3 +391,14 @@ def test_more_requests_than_a_batch_holds_are_split(tmp_path):
                                  settings=BatchSettings(poll=0.05))
             assert [len(server.custom_ids(b)) for b in server.created] == [2, 2, 1]
             assert outcome.answered == 5 and outcome.submitted == 3 and all(k in cache for k in requests)
+
+
+def test_ids_and_words_from_the_server_are_checked_and_escaped():
+    from persobench.errors import ProviderError
+    from persobench.providers.batch_api import safe_id, scrubbed_text
+
+    assert safe_id("batch_abc-1.2:3") == "batch_abc-1.2:3"
+    for bad in ("../../files/x", "batch\x1b[31m", "", "a b"):
+        with pytest.raises(ProviderError, match="unusable batch id"):
+            safe_id(bad)
+    assert scrubbed_text("done\x1b[2J key sk-abcdef123456", ["sk-abcdef123456"]) == "done\\x1b[2J key ***"

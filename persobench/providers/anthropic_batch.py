@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from persobench.errors import ErrorKind, ProviderError
 from persobench.providers.anthropic_provider import _STOP_REASONS, _TRANSPORT_OPTIONS, structured_output_format
 from persobench.providers.base import Completion, Request
-from persobench.providers.batch_api import BatchStatus, HttpClient, error_of, parse_time, scrubbed_text
+from persobench.providers.batch_api import BatchStatus, HttpClient, error_of, parse_time, safe_id, scrubbed_text
 
 #: The official API's root, when a spec names no server.
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -50,7 +50,7 @@ class AnthropicBatchBackend:
     def submit(self, requests: Mapping[str, Request], token: str) -> str:  # noqa: ARG002 - no metadata field
         created = self.http.json("POST", "/messages/batches", once=True, json={
             "requests": [{"custom_id": key, "params": self.params(r)} for key, r in requests.items()]})
-        return str(created["id"])
+        return safe_id(created.get("id"))
 
     def find(self, token: str, *, since: float, count: int) -> str | None:  # noqa: ARG002
         """Message batches carry no metadata: the one batch created since ``since`` (a minute of
@@ -61,7 +61,7 @@ class AnthropicBatchBackend:
             created = parse_time(batch.get("created_at"))
             counts = batch.get("request_counts") or {}
             if created is not None and created >= since - 60 and sum(int(v or 0) for v in counts.values()) == count:
-                found.append(str(batch["id"]))
+                found.append(safe_id(batch.get("id")))
         return found[0] if len(found) == 1 else None
 
     def status(self, batch_id: str) -> BatchStatus:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
@@ -202,8 +203,24 @@ def error_of(status: int | None, body: Any, secrets: Sequence[str | None]) -> Pr
 
 
 def scrubbed_text(value: Any, secrets: Sequence[str | None]) -> str | None:
-    """``value`` as text with credentials removed (``None`` stays ``None``)."""
-    return None if value is None else scrub(str(value), secrets)
+    """``value`` as text with credentials removed and control characters escaped (it is printed on
+    terminals and written to state files); ``None`` stays ``None``."""
+    if value is None:
+        return None
+    text = scrub(str(value), secrets)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+
+
+def safe_id(value: Any, what: str = "batch id") -> str:
+    """An id a server gave (batch, file) checked before it goes into a URL path, a state file or a
+    terminal line: letters, digits and ``_.:-`` only."""
+    text = str(value)
+    if not _ID.fullmatch(text):
+        raise ProviderError(ErrorKind.BAD_RESPONSE, f"the server gave an unusable {what}: {text[:80]!r}")
+    return text
 
 
 def parse_time(value: Any) -> float | None:

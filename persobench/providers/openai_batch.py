@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request
-from persobench.providers.batch_api import BatchStatus, HttpClient, error_of, parse_time, scrubbed_text
+from persobench.providers.batch_api import BatchStatus, HttpClient, error_of, parse_time, safe_id, scrubbed_text
 from persobench.providers.openai_provider import _TRANSPORT_OPTIONS, _with_format, request_fields
 from persobench.structured import FORMS, JSON_SCHEMA
 
@@ -64,16 +64,16 @@ class OpenAIBatchBackend:
         uploaded = self.http.json("POST", "/files", data={"purpose": "batch"},
                                   files={"file": ("persobench-batch.jsonl", lines.encode("utf-8"), "application/jsonl")})
         created = self.http.json("POST", "/batches", once=True, json={
-            "input_file_id": uploaded["id"], "endpoint": endpoint, "completion_window": "24h",
+            "input_file_id": safe_id(uploaded.get("id"), "file id"), "endpoint": endpoint, "completion_window": "24h",
             "metadata": {TOKEN_FIELD: token},
         })
-        return str(created["id"])
+        return safe_id(created.get("id"))
 
     def find(self, token: str, *, since: float, count: int) -> str | None:  # noqa: ARG002 - the token is enough
         listing = self.http.json("GET", "/batches", params={"limit": 100})
         for batch in listing.get("data") or []:
             if (batch.get("metadata") or {}).get(TOKEN_FIELD) == token:
-                return str(batch["id"])
+                return safe_id(batch.get("id"))
         return None
 
     def status(self, batch_id: str) -> BatchStatus:
@@ -90,7 +90,8 @@ class OpenAIBatchBackend:
             total=int(counts.get("total") or 0), succeeded=int(counts.get("completed") or 0),
             failed=int(counts.get("failed") or 0), expired=state == "expired",
             elapsed=ended_at - created if created is not None and ended_at is not None else None,
-            result_ref=" ".join(str(data.get(f) or "-") for f in ("output_file_id", "error_file_id")),
+            result_ref=" ".join(safe_id(data[f], "file id") if data.get(f) else "-"
+                                for f in ("output_file_id", "error_file_id")),
             error=scrubbed_text(error, self._secrets)[:300] if error else None,
         )
 
