@@ -402,3 +402,21 @@ def test_ids_and_words_from_the_server_are_checked_and_escaped():
         with pytest.raises(ProviderError, match="unusable batch id"):
             safe_id(bad)
     assert scrubbed_text("done\x1b[2J key sk-abcdef123456", ["sk-abcdef123456"]) == "done\\x1b[2J key ***"
+
+
+def test_a_run_without_batch_never_pays_again_for_a_batch_still_running(tmp_path, capsys):
+    """`run` without --batch on a run whose batch is still running refuses in one line (instead of
+    sending every request a second time); once the batch has ended it collects it like --batch."""
+    with FakeBatchServer("openai", finish_after=None) as server:
+        assert main(_argv(tmp_path, server, "--batch-wait", "0")) == 0
+        plain = [a for a in _argv(tmp_path, server) if a not in ("--batch", "--batch-poll", "0.05")]
+        capsys.readouterr()
+        assert main(plain) == 2
+        err = capsys.readouterr().err
+        [line] = [line for line in err.splitlines() if line.startswith("error:")]
+        assert "is still running" in line and "add --batch" in line
+        assert len(server.requests) == 0 and len(server.created) == 1
+        server.release()
+        assert main(plain) == 0
+        assert len(server.requests) == 0 and len(server.created) == 1
+        assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()

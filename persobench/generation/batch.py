@@ -149,11 +149,12 @@ class BatchOutcome:
 def fill_cache(
     backend: "BatchBackend", requests: Mapping[str, "Request"], *, cache: "ResponseCache", state_path: Path,
     settings: BatchSettings = BatchSettings(), secrets: tuple[str, ...] = (),
-    say: Callable[[str], None] = lambda _: None, stop: Callable[[], bool] = lambda: False,
+    say: Callable[[str], None] = lambda _: None, stop: Callable[[], bool] = lambda: False, submit: bool = True,
 ) -> BatchOutcome:
     """Answer ``requests`` (cache key -> request, all missing from ``cache``) through ``backend``'s
     batch API as far as ``settings.wait`` allows; see the module docstring. ``say`` gets one line
-    per change of state; ``stop`` ends the waiting early (a cancel): the batch keeps running."""
+    per change of state; ``stop`` ends the waiting early (a cancel): the batch keeps running.
+    ``submit=False`` only collects the batches the state file already holds."""
     state = BatchState.read(state_path, backend.provider)
     answered = failed = submitted = 0
 
@@ -169,7 +170,7 @@ def fill_cache(
         save()
 
     covered = {k for b in state.batches for k in b.keys}
-    new = {k: r for k, r in requests.items() if k not in covered and k not in cache}
+    new = {k: r for k, r in requests.items() if submit and k not in covered and k not in cache}
     keys, size = list(new), max(1, int(getattr(backend, "max_requests", 50_000)))
     for start in range(0, len(keys), size):  # the APIs cap a batch's size: several batches then
         _submit(backend, state, {k: new[k] for k in keys[start:start + size]}, resubmission=False, save=save, say=say)
@@ -194,7 +195,7 @@ def fill_cache(
                 save()
                 say(f"batch {entry.batch_id}: {got} repl{'y' if got == 1 else 'ies'} cached, {bad} failed"
                     + (f", {len(unanswered)} unanswered" if unanswered else ""))
-                if unanswered and status.expired and not entry.resubmission:
+                if unanswered and status.expired and not entry.resubmission and submit:
                     _submit(backend, state, {k: requests[k] for k in unanswered}, resubmission=True, save=save, say=say)
                     submitted += 1
         active = state.active
@@ -373,17 +374,27 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
 
     requests = {plan.keys[i]: Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
                 for i in range(len(plan.samples)) if i not in plan.hits}
-    settings = BatchSettings(wait=config.batch_wait, poll=config.batch_poll)
+    # Without --batch, a batch an earlier `run --batch` left running is only looked at (collected if
+    # it ended): its requests must not be paid for a second time by accident.
+    settings = BatchSettings(wait=config.batch_wait, poll=config.batch_poll) if config.batch else BatchSettings(wait=0)
     try:
         with ResponseCache(plan.cache_dir) as cache:
             outcome = _fill_or_abort(run, backend, requests, cache=cache, state_path=Path(run.path) / STATE_FILE,
-                                     settings=settings, secrets=secrets, say=say, stop=stop)
+                                     settings=settings, secrets=secrets, say=say, stop=stop, submit=config.batch)
             for i, key in enumerate(plan.keys):
                 if i not in plan.hits and (hit := cache.get(key)) is not None:
                     plan.hits[i] = hit
     finally:
         backend.close()
     run.update(extra={"batch": batch_record(Path(run.path) / STATE_FILE, plan.spec)})
+    if outcome.waiting and not config.batch:
+        from persobench.errors import ConfigurationError
+
+        run.update(status="pending")
+        raise ConfigurationError(
+            f"run {run.run_id}: a batch from an earlier `run --batch` is still running ({outcome.pending} request(s): "
+            f"{outcome.status}); add --batch to wait for it and collect it, or move {Path(run.path) / STATE_FILE} "
+            "aside to send its requests one by one (paying for them a second time)")
     if outcome.waiting:
         cancelled = stop()
         run.update(status="cancelled" if cancelled else "pending")

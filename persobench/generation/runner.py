@@ -87,7 +87,8 @@ def run_generation(
         run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
         run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
                                                     dataset_file=plan.dataset_file).to_extra())
-        if config.batch and plan.n_requests:  # the batch API first: the runner then finds its replies cached
+        # The batch API first (run --batch, or a batch an earlier one left): its replies are then cache hits.
+        if plan.n_requests and (config.batch or (run.path / "batch.json").exists()):
             from persobench.generation.batch import generate_by_batch
 
             plan = generate_by_batch(plan, run, api_key=api_key, progress=progress, cancel=cancel)
