@@ -420,3 +420,12 @@ def test_a_run_without_batch_never_pays_again_for_a_batch_still_running(tmp_path
         assert main(plain) == 0
         assert len(server.requests) == 0 and len(server.created) == 1
         assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()
+
+
+def test_a_batch_reply_over_the_size_cap_is_not_cached(tmp_path, capsys):
+    with FakeBatchServer("openai", answer=lambda info: "x" * 5000) as server:
+        assert main(_argv(tmp_path, server, "--max-reply-bytes", "1000")) == 0
+        assert f"0 replies cached, {N} failed" in capsys.readouterr().err
+        assert len(server.requests) == N  # each sent again on its own, under the same cap
+    with ResponseCache(tmp_path / "responses") as cache:
+        assert all(len(cache.get(key)[0].text) < 1000 for key in server.custom_ids(server.created[0]))

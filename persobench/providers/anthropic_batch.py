@@ -7,8 +7,10 @@ from typing import Any, Mapping
 
 from persobench.errors import ErrorKind, ProviderError
 from persobench.providers.anthropic_provider import _STOP_REASONS, _TRANSPORT_OPTIONS, structured_output_format
-from persobench.providers.base import Completion, Request
-from persobench.providers.batch_api import BatchStatus, HttpClient, error_of, parse_time, safe_id, scrubbed_text
+from persobench.providers.base import Completion, Request, max_reply_bytes
+from persobench.providers.batch_api import (
+    BatchStatus, HttpClient, capped, error_of, parse_time, safe_id, scrubbed_text,
+)
 
 #: The official API's root, when a spec names no server.
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -27,6 +29,7 @@ class AnthropicBatchBackend:
         self.spec = spec
         self._secrets = (api_key,)
         self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self._max_bytes = max_reply_bytes(options)
         headers = {**(options.get("headers") or {}), "x-api-key": api_key or "", "anthropic-version": API_VERSION}
         self.http = HttpClient(f"{(spec.base_url or DEFAULT_BASE_URL).rstrip('/')}/v1", headers,
                                timeout=float(options.get("timeout", timeout)), secrets=self._secrets)
@@ -112,8 +115,9 @@ class AnthropicBatchBackend:
         text = "".join(str(b.get("text") or "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
         usage = message.get("usage") or {}
         stop = message.get("stop_reason")
-        return Completion(text=text, finish_reason=_STOP_REASONS.get(stop, stop), prompt_tokens=usage.get("input_tokens"),
-                          completion_tokens=usage.get("output_tokens"), model=message.get("model"))
+        return capped(Completion(text=text, finish_reason=_STOP_REASONS.get(stop, stop),
+                                 prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
+                                 model=message.get("model")), self._max_bytes)
 
     def close(self) -> None:
         self.http.close()

@@ -223,6 +223,19 @@ def safe_id(value: Any, what: str = "batch id") -> str:
     return text
 
 
+def capped(completion: Completion, max_bytes: int) -> "Completion | ProviderError":
+    """``completion``, or a ``too_large`` error keeping its start when its text passes the reply
+    size cap (the cap interactive replies have: a batch line is no way around it)."""
+    from persobench.providers.base import TOO_LARGE_HEAD_CHARS
+
+    size = len(completion.text.encode("utf-8"))
+    if size <= max_bytes:
+        return completion
+    return ProviderError(ErrorKind.TOO_LARGE, f"the reply is {size} bytes, over the cap of {max_bytes} bytes (raise it "
+                         "with --max-reply-bytes or the model option max_reply_bytes); its start is kept in raw_text",
+                         head=completion.text[:TOO_LARGE_HEAD_CHARS])
+
+
 def parse_time(value: Any) -> float | None:
     """Seconds since the epoch from a Unix number or an RFC 3339 string (``None`` if neither)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -8,8 +8,10 @@ import json
 from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
-from persobench.providers.base import Completion, Request
-from persobench.providers.batch_api import BatchStatus, HttpClient, error_of, parse_time, safe_id, scrubbed_text
+from persobench.providers.base import Completion, Request, max_reply_bytes
+from persobench.providers.batch_api import (
+    BatchStatus, HttpClient, capped, error_of, parse_time, safe_id, scrubbed_text,
+)
 from persobench.providers.openai_provider import _TRANSPORT_OPTIONS, _with_format, request_fields
 from persobench.structured import FORMS, JSON_SCHEMA
 
@@ -38,6 +40,7 @@ class OpenAIBatchBackend:
         if form not in FORMS:
             raise ConfigurationError(f"structured_format must be one of {', '.join(FORMS)}, got {form!r}")
         self._form = form
+        self._max_bytes = max_reply_bytes(options)
         headers = {**(options.get("headers") or {}), "Authorization": f"Bearer {api_key or 'not-needed'}"}
         self.http = HttpClient((spec.base_url or DEFAULT_BASE_URL).rstrip("/"), headers,
                                timeout=float(options.get("timeout", timeout)), secrets=self._secrets)
@@ -125,8 +128,9 @@ class OpenAIBatchBackend:
         except (KeyError, IndexError, TypeError, AttributeError):
             return ProviderError(ErrorKind.BAD_RESPONSE, f"batch result has no choices[0]: {scrubbed_text(body, self._secrets)[:200]}")
         usage = body.get("usage") or {}
-        return Completion(text=text or "", finish_reason=finish, prompt_tokens=usage.get("prompt_tokens"),
-                          completion_tokens=usage.get("completion_tokens"), model=body.get("model"))
+        return capped(Completion(text=str(text or ""), finish_reason=finish, prompt_tokens=usage.get("prompt_tokens"),
+                                 completion_tokens=usage.get("completion_tokens"), model=body.get("model")),
+                      self._max_bytes)
 
     def close(self) -> None:
         self.http.close()
