@@ -429,3 +429,11 @@ def test_a_batch_reply_over_the_size_cap_is_not_cached(tmp_path, capsys):
         assert len(server.requests) == N  # each sent again on its own, under the same cap
     with ResponseCache(tmp_path / "responses") as cache:
         assert all(len(cache.get(key)[0].text) < 1000 for key in server.custom_ids(server.created[0]))
+
+
+def test_status_requests_are_retried_on_a_passing_server_error(tmp_path):
+    with FakeBatchServer("anthropic", finish_after=2) as server:
+        server.status_errors = 2
+        assert main(_argv(tmp_path, server)) == 0
+        assert server.status_errors == 0 and len(server.created) == 1 and len(server.requests) == 0
+        assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()

@@ -151,7 +151,9 @@ class HttpClient:
         error is raised and the caller's state decides (:meth:`BatchBackend.find`)."""
         import httpx
 
-        for attempt in range(1, self.attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 response = self._client.request(method, self.url(path), **kwargs)
             except httpx.HTTPError as exc:
@@ -164,11 +166,10 @@ class HttpClient:
                                         shorten(f"{method} {path}: HTTP {response.status_code}: {response.text}",
                                                 300, self.secrets), secrets=self.secrets)
             unprocessed = error.kind in (ErrorKind.RATE_LIMIT, ErrorKind.OVERLOADED)
-            if not error.retryable or attempt == self.attempts or (once and not unprocessed):
+            if not error.retryable or attempt >= self.attempts or (once and not unprocessed):
                 raise error
             wait = max(error.retry_after or 0.0, min(30.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random()))
             time.sleep(wait)
-        raise AssertionError("unreachable")
 
     def json(self, method: str, path: str, *, once: bool = False, **kwargs: Any) -> Any:
         response = self.call(method, path, once=once, **kwargs)

@@ -32,6 +32,8 @@ class FakeBatchServer(FakeLLMServer):
                  fail: Callable[[str, int], bool] | None = None, expire: int = 0, echo_key: bool = False,
                  answer: Callable[[RequestInfo], str] | None = None, lost_answers: int = 0, **kwargs: Any) -> None:
         super().__init__(flavour, **kwargs)
+        self.status_errors = 0
+        """The next this many status requests are answered HTTP 503 (then counted down)."""
         self.lost_answers = lost_answers
         """The first this many batch creations are carried out but answered with HTTP 502 (a proxy
         losing the answer): the client cannot know the batch exists."""
@@ -123,6 +125,12 @@ class _BatchHandler(_Handler):
     def do_GET(self) -> None:  # noqa: N802
         fake = self.fake
         path = self.path.split("?")[0]
+        with fake.batch_lock:
+            flaky = fake.status_errors > 0 and path.rstrip("/").split("/")[-1] in fake.batches
+            fake.status_errors -= 1 if flaky else 0
+        if flaky:
+            return self._send_json(503, {"error": {"message": "try again", "type": "server_error"}},
+                                   {"retry-after": "0"})
         parts = path.strip("/").split("/")
         if path in ("/v1/batches", "/v1/messages/batches"):
             with fake.batch_lock:
