@@ -437,3 +437,19 @@ def test_status_requests_are_retried_on_a_passing_server_error(tmp_path):
         assert main(_argv(tmp_path, server)) == 0
         assert server.status_errors == 0 and len(server.created) == 1 and len(server.requests) == 0
         assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()
+
+
+def test_a_server_without_a_batch_api_stops_in_one_line_and_leaves_nothing_to_look_for(tmp_path, capsys):
+    """A plain OpenAI-compatible server (no /v1/files): one line; the state keeps no half
+    submission, so the same run without --batch goes out one request at a time."""
+    from tests.fakes import FakeLLMServer
+
+    with FakeLLMServer("openai") as server:
+        argv = ["--home", str(tmp_path), "run", "--limit", "3", "--model", "openai:fake", "--base-url",
+                server.base_url, "--no-progress"]
+        assert main([*argv, "--batch"]) == 2
+        [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+        assert "the batch API failed" in line and "404" in line
+        [state] = tmp_path.glob(f"runs/*/{STATE_FILE}")
+        assert BatchState.read(state, "").batches == []
+        assert main(argv) == 0 and len(server.requests) == 3

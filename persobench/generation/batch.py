@@ -162,7 +162,12 @@ def fill_cache(
         state.write(state_path)
 
     for entry in [b for b in state.active if b.batch_id is None]:  # killed between submitting and recording
-        entry.batch_id = backend.find(entry.token, since=entry.submitted_at, count=len(entry.keys))
+        try:
+            entry.batch_id = backend.find(entry.token, since=entry.submitted_at, count=len(entry.keys))
+        except ProviderError as exc:
+            raise ProviderError(exc.kind, f"cannot look up the batch submitted at {entry.updated_at} whose answer "
+                                f"was lost ({exc}); if the provider shows no such batch, move {state_path} aside",
+                                status_code=exc.status_code) from None
         if entry.batch_id is None:
             state.batches.remove(entry)  # it never reached the server
         else:
@@ -222,7 +227,13 @@ def _submit(backend: "BatchBackend", state: BatchState, requests: Mapping[str, "
                        resubmission=resubmission, updated_at=utc_now())
     state.batches.append(entry)
     save()
-    entry.batch_id = backend.submit(requests, entry.token)
+    try:
+        entry.batch_id = backend.submit(requests, entry.token)
+    except ProviderError as exc:
+        if exc.status_code is not None and 400 <= exc.status_code < 500 and exc.status_code not in (408, 409):
+            state.batches.remove(entry)  # refused outright: no batch exists, nothing to look for later
+            save()
+        raise
     entry.state, entry.updated_at = "submitted", utc_now()
     save()
     say(f"batch {entry.batch_id}: submitted {len(requests)} request(s)"
