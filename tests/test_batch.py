@@ -453,3 +453,25 @@ def test_a_server_without_a_batch_api_stops_in_one_line_and_leaves_nothing_to_lo
         [state] = tmp_path.glob(f"runs/*/{STATE_FILE}")
         assert BatchState.read(state, "").batches == []
         assert main(argv) == 0 and len(server.requests) == 3
+
+
+def test_the_batches_command_lists_run_and_judge_batches_from_the_store(tmp_path, capfd):
+    from tests.test_judge import _sample_run
+
+    _sample_run(tmp_path)
+    with FakeBatchServer("openai", finish_after=None) as server:
+        assert main(_argv(tmp_path, server, "--batch-wait", "0")) == 0
+    with _judged_server(finish_after=None) as judge:
+        assert main(_judge_args(tmp_path, judge, "--batch-wait", "0")) == 1
+    capfd.readouterr()
+    assert main(["--home", str(tmp_path), "batches", "--format", "json"]) == 0
+    rows = json.loads(capfd.readouterr().out)
+    assert [(r["batch_id"], r["state"], r["collected"]) for r in rows] == [
+        (server.created[0], "in_progress", False), (judge.created[0], "in_progress", False)]
+    pending = next(r.run_id for r in RunStore(tmp_path).runs() if r.manifest.status == "pending")
+    assert rows[0]["run_id"] == pending and rows[1]["run_id"].startswith("(judge) judge-")
+    assert rows[0]["requests"] == N and rows[0]["succeeded"] == 0
+    assert main(["--home", str(tmp_path), "batches"]) == 0
+    text = capfd.readouterr().out
+    assert text.splitlines()[0].split()[:4] == ["run_id", "provider", "batch_id", "state"]
+    assert server.created[0] in text and OPENAI_SECRET not in text

@@ -70,6 +70,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=cmd_run)
 
+    batches = subparsers.add_parser(
+        "batches", help="list the batches submitted with run --batch and score --judge --batch",
+        description="The batches of the store as their state files record them (no key needed, nothing sent): "
+                    "run (or judge), provider, batch id, state, requests, succeeded, failed, collected, submitted. "
+                    "Run the same command again to collect a batch that is not collected yet.")
+    batches.add_argument("--format", choices=("text", "json"), default="text")
+    batches.set_defaults(handler=cmd_batches)
+
     export = subparsers.add_parser("export", help="write a run's generations as CSV or JSONL")
     export.add_argument("run", help="run id (or a unique prefix of one)")
     export.add_argument("--format", choices=("csv", "jsonl"), default="csv")
@@ -254,6 +262,24 @@ class _ProgressBar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def cmd_batches(args: argparse.Namespace) -> int:
+    from persobench.generation.batch import pending_batches
+
+    rows = pending_batches(store_from_args(args).home)
+    if args.format == "json":
+        write_stdout(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not rows:
+        print("no batches in this store (run --batch, score --judge ... --batch)")
+        return 0
+    columns = ("run_id", "provider", "batch_id", "state", "requests", "succeeded", "failed", "collected", "submitted")
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(str(r[c]).ljust(w) for c, w in zip(columns, widths)) for r in rows]
+    write_stdout("\n".join(lines) + "\n")
+    return 0
 
 
 def resolve_run(store: Any, name: str) -> Any:

@@ -327,14 +327,17 @@ def batch_cost(spec: Any, prompt_tokens: int, completion_tokens: int) -> float |
 
 
 def pending_batches(home: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every batch of the store's runs as rows for a page (run id, provider, batch id, state,
-    counts, submitted), those still running first; read from the runs' state files, no key needed."""
+    """Every batch of the store (its runs' and the judges') as rows for a page or the ``batches``
+    command (run id, provider, batch id, state, counts, submitted), those not collected yet first;
+    read from the state files, no key needed."""
     rows = []
-    for path in sorted(Path(home, "runs").glob(f"*/{STATE_FILE}")):
+    paths = [(p.parent.name, p) for p in sorted(Path(home, "runs").glob(f"*/{STATE_FILE}"))]
+    paths += [(f"(judge) {p.stem}", p) for p in sorted(Path(home, "batches").glob("judge-*.json"))]
+    for owner, path in paths:
         state = read_state(path)
         for b in state.batches if state else []:
             counts = b.counts or {}
-            rows.append({"run_id": path.parent.name, "provider": state.provider if state else "",
+            rows.append({"run_id": owner, "provider": state.provider if state else "",
                          "batch_id": b.batch_id or "(submitting)", "state": b.state,
                          "requests": counts.get("total", len(b.keys)), "succeeded": counts.get("succeeded", 0),
                          "failed": counts.get("failed", 0), "collected": b.collected,
