@@ -279,22 +279,23 @@ def test_new_run_page_batch_checkbox_launches_a_batch_and_shows_its_state(tmp_pa
 
 
 def _judge_args(home: Path, server: FakeBatchServer, *extra: str) -> list[str]:
-    return ["--home", str(home), "score", "--metrics", "c_score", "--no-progress", "--judge", "openai:judge-model",
+    return ["--home", str(home), "score", "--metrics", "c_score", "--no-progress", "--judge", f"{server.flavour}:judge-model",
             "--judge-base-url", server.base_url, "--batch", "--batch-poll", "0.05", *extra]
 
 
-def _judged_server(**kwargs) -> FakeBatchServer:
+def _judged_server(flavour: str = "openai", **kwargs) -> FakeBatchServer:
     from tests.fakes.judge import judge_script
 
     script = judge_script({}, default="entailment")
-    return FakeBatchServer("openai", answer=lambda info: script(info).text, script=script, **kwargs)
+    return FakeBatchServer(flavour, answer=lambda info: script(info).text, script=script, **kwargs)
 
 
-def test_the_judge_labels_through_one_batch_and_retries_its_failures_one_by_one(tmp_path, capsys):
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_the_judge_labels_through_one_batch_and_retries_its_failures_one_by_one(tmp_path, capsys, flavour):
     from tests.test_judge import _sample_run
 
     store, samples = _sample_run(tmp_path)
-    with _judged_server(fail=lambda custom_id, line: line == 0) as server:
+    with _judged_server(flavour, fail=lambda custom_id, line: line == 0) as server:
         assert main(_judge_args(tmp_path, server)) == 0
         captured = capsys.readouterr()
         assert len(server.created) == 1 and len(server.requests) == 1  # the failed line, one by one
