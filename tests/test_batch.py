@@ -104,6 +104,9 @@ def test_a_batch_that_never_ends_exits_at_the_deadline_and_a_later_run_collects_
         assert "still running at the --batch-wait deadline" in err and "run the same command again" in err
         run = _run(tmp_path)
         assert run.manifest.status == "pending" and not run.has_table("generations")
+        from persobench.generation import read_progress
+
+        assert read_progress(run.path)["status"] == "pending"
         assert _state(run).batches[0].batch_id == server.created[0]
         # still not done: a second command only looks, never submits again
         assert main(_argv(tmp_path, server, "--batch-wait", "0")) == 0

@@ -375,8 +375,8 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
                             options=plan.spec.options)
     started = time.monotonic()
 
-    def say(line: str) -> None:
-        info = ProgressInfo(run_id=run.run_id, status="running", total=len(plan.samples), done=len(plan.hits),
+    def say(line: str, status: str = "running") -> None:
+        info = ProgressInfo(run_id=run.run_id, status=status, total=len(plan.samples), done=len(plan.hits),
                             failed=0, cached=len(plan.hits), requests=0, elapsed=round(time.monotonic() - started, 3),
                             eta=None, pid=os.getpid(), note=scrub(line, secrets))
         write_progress(run.path, info)
@@ -405,6 +405,7 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
         from persobench.errors import ConfigurationError
 
         run.update(status="pending")
+        say(f"waiting for the batch: {outcome.status}", "pending")
         raise ConfigurationError(
             f"run {run.run_id}: a batch from an earlier `run --batch` is still running ({outcome.pending} request(s): "
             f"{outcome.status}); add --batch to wait for it and collect it, or move {Path(run.path) / STATE_FILE} "
@@ -412,6 +413,7 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
     if outcome.waiting:
         cancelled = stop()
         run.update(status="cancelled" if cancelled else "pending")
+        say(f"waiting for the batch: {outcome.status}", "cancelled" if cancelled else "pending")
         why = "cancelled while waiting" if cancelled else "still running at the --batch-wait deadline"
         raise BatchPending(f"run {run.run_id}: batch {why} ({outcome.pending} request(s) pending: {outcome.status}); "
                            "run the same command again to collect it (nothing is submitted twice)", run,
