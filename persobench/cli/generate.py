@@ -206,8 +206,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(plan: Any) -> int:
-    from persobench.generation.batch import batch_cost
-    from persobench.providers.batch_api import supports_batch
+    from persobench.generation.batch import estimated_max_batch_cost
 
     cost = plan.estimated_max_cost()
     print(f"run {plan.run_id}")
@@ -223,8 +222,7 @@ def _dry_run(plan: Any) -> int:
     print(f"estimated prompt tokens: {plan.estimated_prompt_tokens}")
     if cost is not None:
         print(f"estimated cost: at most ${cost:.4f}  (interactive)")
-    batch = batch_cost(plan.spec, plan.estimated_prompt_tokens, plan.n_requests * plan.params.max_tokens) \
-        if supports_batch(plan.spec.provider) else None
+    batch = estimated_max_batch_cost(plan)
     if batch is not None:
         print(f"estimated batch cost: at most ${batch:.4f}  (batch API" + (", this run: --batch)" if plan.config.batch
                                                                             else "; add --batch)"))

@@ -326,6 +326,16 @@ def batch_cost(spec: Any, prompt_tokens: int, completion_tokens: int) -> float |
     return round((prompt_tokens * prices[0] + completion_tokens * prices[1]) / 1_000_000, 6)
 
 
+def estimated_max_batch_cost(plan: Any) -> float | None:
+    """Upper-bound USD of a plan's requests through the batch API (every reply at the token limit,
+    as :meth:`GenerationPlan.estimated_max_cost`); ``None``: no batch API, or unknown prices."""
+    from persobench.providers.batch_api import supports_batch
+
+    if not supports_batch(plan.spec.provider):
+        return None
+    return batch_cost(plan.spec, plan.estimated_prompt_tokens, plan.n_requests * plan.params.max_tokens)
+
+
 def pending_batches(home: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every batch of the store (its runs' and the judges') as rows for a page or the ``batches``
     command (run id, provider, batch id, state, counts, submitted), those not collected yet first;
