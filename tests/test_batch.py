@@ -479,3 +479,23 @@ def test_the_batches_command_lists_run_and_judge_batches_from_the_store(tmp_path
     text = capfd.readouterr().out
     assert text.splitlines()[0].split()[:4] == ["run_id", "provider", "batch_id", "state"]
     assert server.created[0] in text and OPENAI_SECRET not in text
+
+
+def test_sigterm_while_waiting_cancels_cleanly_and_the_batch_is_collected_later(tmp_path):
+    with FakeBatchServer("anthropic", finish_after=None) as server:
+        env = {**os.environ, "ANTHROPIC_API_KEY": ANTHROPIC_SECRET}
+        command = [sys.executable, "-m", "persobench", *_argv(tmp_path, server)]
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while server.polls < 2:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1 and "cancelled while waiting" in err and "Traceback" not in err
+        assert _run(tmp_path).manifest.status == "cancelled"
+        server.release()
+        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-800:]
+        assert len(server.created) == 1 and len(server.requests) == 0
+        assert _run(tmp_path).manifest.status == "completed"
