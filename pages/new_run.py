@@ -16,6 +16,7 @@ from persobench.app.chrome import app_environment, page_setup
 from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
+from persobench.pipeline import pending_batches
 from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
 from persobench.jobs.planning import TEMPLATE_CHOICES
 from persobench.pipeline import PAPER_PRESETS
@@ -76,7 +77,7 @@ with st.container(border=True):
                                     "(at most 32).")
     judge = judge_form("new")
 
-t1, t2 = st.columns([3, 1])
+t1, t2, t3 = st.columns([3, 1, 1])
 template = t1.selectbox(
     "Prompt template", TEMPLATE_CHOICES, key="new_template",
     format_func=lambda t: TEMPLATE_CHOICES[t],
@@ -88,7 +89,12 @@ structured = t2.checkbox(
          "Anthropic, grammar-constrained decoding for local models). A separate configuration, labelled "
          "+structured on its own board: it no longer measures whether the model follows the format instruction "
          "(instructability). Baselines ignore it.")
-choices = [LaunchChoice(d, m, mode, custom.get(m) or None, template or None, structured)
+batch = t3.checkbox(
+    "Batch API", key="new_batch",
+    help="Send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message Batches): about "
+         "half the price, answered within 24 hours. The same run and cache: the run waits for its batch, and a "
+         "restarted one collects it instead of submitting again. Models without a batch API ignore it.")
+choices = [LaunchChoice(d, m, mode, custom.get(m) or None, template or None, structured, batch)
            for d in chosen_datasets for m in chosen_models for mode in chosen_modes]
 if not choices:
     st.info("Pick at least one dataset, one model and one mode to see the estimate.")
@@ -96,8 +102,8 @@ else:
     key_env = app_environment()
     plans = plan_launch(home, choices, limit=int(limit) or None, seed=int(seed), env=key_env)
     table = pd.DataFrame(plans)
-    shown = table[["dataset", "model", "mode", "template", "structured", "samples", "requests", "cached",
-                   "prompt_tokens", "max_cost_usd", "problem"]]
+    shown = table[["dataset", "model", "mode", "template", "structured", "batch", "samples", "requests", "cached",
+                   "prompt_tokens", "max_cost_usd", "batch_cost_usd", "problem"]]
     st.subheader("Before launching")
     st.dataframe(
         shown, hide_index=True, width="stretch",
@@ -107,6 +113,8 @@ else:
             "prompt_tokens": st.column_config.NumberColumn("est. prompt tokens"),
             "max_cost_usd": st.column_config.NumberColumn("est. max cost (USD)", format="$%.4f",
                                                           help="Every reply at the token limit; blank = unknown price"),
+            "batch_cost_usd": st.column_config.NumberColumn("est. max cost with the batch API (USD)", format="$%.4f",
+                                                            help="Blank: no batch API or unknown price"),
         },
     )
     total_cost = table["max_cost_usd"].dropna().sum()
@@ -149,6 +157,12 @@ else:
 @st.fragment(run_every=2.0)
 def show_jobs() -> None:
     statuses = jobs.jobs()
+    batches = pending_batches(home)
+    if batches:
+        st.subheader("Batches")
+        st.caption("Submitted to the providers' batch APIs, as the runs' batch.json records them (a run waits for "
+                   "its batch and caches every reply when it ends; running it again collects a batch left waiting).")
+        st.dataframe(pd.DataFrame(batches[:20]), hide_index=True, width="stretch")
     st.subheader("Runs launched from the app")
     if not statuses:
         st.caption("Nothing launched yet. Runs started from the command line (`python -m persobench run`) "

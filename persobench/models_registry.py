@@ -8,6 +8,8 @@ Looked up in this order: the path given (``--models FILE``), ``$PERSOBENCH_MODEL
     model = "gpt-4o-mini"
     price_input_per_mtok = 0.15          # USD per million tokens, for cost estimates
     price_output_per_mtok = 0.60
+    price_batch_input_per_mtok = 0.075   # through the batch API (run --batch); default half the above
+    price_batch_output_per_mtok = 0.30
 
     [models.llama-vllm]
     spec = "openai:meta-llama/Llama-3.1-8B-Instruct"   # shorthand for provider + model
@@ -39,7 +41,8 @@ from persobench.providers.spec import ModelSpec
 CANDIDATE_FILES = ("models.toml", "models.yaml", "models.yml")
 
 _FIELDS = {"provider", "model", "spec", "base_url", "api_key_env", "label", "options",
-           "price_input_per_mtok", "price_output_per_mtok", "description", "structured", "structured_format"}
+           "price_input_per_mtok", "price_output_per_mtok", "price_batch_input_per_mtok",
+           "price_batch_output_per_mtok", "description", "structured", "structured_format"}
 
 #: USD per million tokens (input, output) for well-known hosted models, by name prefix; the
 #: registry file overrides these. Prices change: treat costs as estimates.
@@ -150,6 +153,8 @@ def load_registry(path: str | os.PathLike[str]) -> dict[str, ModelSpec]:
             api_key_env=raw.get("api_key_env") or None,
             price_input_per_mtok=_price(raw, "price_input_per_mtok", where),
             price_output_per_mtok=_price(raw, "price_output_per_mtok", where),
+            price_batch_input_per_mtok=_price(raw, "price_batch_input_per_mtok", where),
+            price_batch_output_per_mtok=_price(raw, "price_batch_output_per_mtok", where),
             structured=_structured(raw, where),
             structured_format=_structured_format(raw, where),
         )

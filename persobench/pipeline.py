@@ -47,10 +47,13 @@ from persobench.generation import (  # noqa: F401
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
 from persobench.generation.demo import (  # noqa: F401
     DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
+from persobench.generation.batch_run import BatchPending  # noqa: F401
 from persobench.generation.lock import interruption  # noqa: F401
 from persobench.generation.numbers import check_number  # noqa: F401
 from persobench.generation.plan import default_template_for, messages_for  # noqa: F401
 from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded  # noqa: F401
+from persobench.llm.batch_driver import (  # noqa: F401
+    BatchSettings, batch_cost, estimated_max_batch_cost, pending_batches)
 from persobench.importer import dataset_for_folder, find_response_files  # noqa: F401
 from persobench.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
@@ -65,6 +68,7 @@ from persobench.processes import pid_alive  # noqa: F401
 from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, get_template  # noqa: F401
 from persobench.protocol import paper_protocol  # noqa: F401
 from persobench.providers import PROVIDERS, key_requirement, missing_key_env  # noqa: F401
+from persobench.providers.batch_api import supports_batch  # noqa: F401
 from persobench.secrets import (  # noqa: F401
     credentials_environment, is_secret_name, key_allowed, public_address, public_text, public_url, redact,
     remember_url,

@@ -201,6 +201,7 @@ RESUMABLE_CONFIGS = [
          concurrency="auto", max_concurrency=3, batch_size=2, policy="robust", max_tokens=150, temperature=0.5,
          top_p=0.9, limit=7, seed=3, checkpoint_every=5, options={"top_k": 5, "extra_body": {"min_p": 0.1}}),
     dict(model="openai:fake", base_url="http://127.0.0.1:9/v1", template="paper-open", concurrency=2, limit=4),
+    dict(model="openai:fake", base_url="http://127.0.0.1:9/v1", batch=True, batch_wait=0.0, batch_poll=2.5, limit=3),
     dict(model="local:smollm2", chat_template=True, batch_size=4, limit=3, mode="cot"),
     dict(model="local:smollm2", template="paper", chat_template=False, limit=3),
     dict(model="baseline:reference"),
@@ -215,8 +216,8 @@ def test_resume_command_rebuilds_the_same_configuration(tmp_path):
     from persobench.generation.lock import resume_command
 
     # every field of the configuration is printed by the command (a new field must be added there)
-    handled = set(RUN_FLAGS) | {"base_url", "options", "retry", "chat_template", "structured", "cache_dir",
-                                  "fail_fast_after"}
+    handled = set(RUN_FLAGS) | {"base_url", "options", "retry", "chat_template", "structured", "batch",
+                                  "cache_dir", "fail_fast_after"}
     assert {f.name for f in dataclasses.fields(GenerationConfig)} == handled
     store = RunStore(tmp_path / "home")
     for fields in RESUMABLE_CONFIGS:

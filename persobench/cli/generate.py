@@ -56,10 +56,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="largest reply read, in bytes (default 1048576 = 1 MiB); a bigger one fails the sample as "
                           "too_large and keeps its start (same as --option max_reply_bytes=N)")
     run.add_argument("--checkpoint-every", type=int, default=50, help="rewrite the table every N replies (default 50)")
+    run.add_argument("--batch", action="store_true",
+                     help="send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message "
+                          "Batches): about half the price, answered within 24 h; the batch id is kept in the run "
+                          "folder, so running the same command again collects it instead of submitting twice")
+    run.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS",
+                     help="with --batch: stop waiting after SECONDS (0: submit and exit); the batch keeps running "
+                          "and the same command collects it later (default: wait until it ends)")
+    run.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
+                     help="with --batch: seconds between two status requests (default 30)")
     run.add_argument("--dry-run", action="store_true",
                      help="print requests to send, cache hits and estimated prompt tokens; send nothing")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=cmd_run)
+
+    batches = subparsers.add_parser(
+        "batches", help="list the batches submitted with run --batch and score --judge --batch",
+        description="The batches of the store as their state files record them (no key needed, nothing sent): "
+                    "run (or judge), provider, batch id, state, requests, succeeded, failed, collected, submitted. "
+                    "Run the same command again to collect a batch that is not collected yet.")
+    batches.add_argument("--format", choices=("text", "json"), default="text")
+    batches.set_defaults(handler=cmd_batches)
 
     export = subparsers.add_parser("export", help="write a run's generations as CSV or JSONL")
     export.add_argument("run", help="run id (or a unique prefix of one)")
@@ -125,7 +142,7 @@ def _config(args: argparse.Namespace) -> Any:
         # a job passes a base URL's credentials in the environment, its public form on the command line
         base_url=url_with_credentials(args.base_url),
         chat_template=None if args.chat_template is None else args.chat_template == "on",
-        options=_options(args), structured=args.structured,
+        options=_options(args), structured=args.structured, batch=args.batch,
         retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
     )
 
@@ -133,6 +150,7 @@ def _config(args: argparse.Namespace) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from persobench import pipeline
     from persobench.errors import RunAborted
+    from persobench.pipeline import BatchPending
 
     store = store_from_args(args)
     try:
@@ -153,6 +171,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             bar.close()
     except RunAborted as exc:
         raise CLIError(f"run {exc.run.run_id} stopped: {exc}") from None
+    except BatchPending as exc:  # the batch keeps running on the provider; the same command collects it
+        print(str(exc), file=sys.stderr)
+        return 1 if exc.cancelled else 0
     manifest = run.manifest
     details = manifest.details
     counts = {k: v for k, v in (details.counts or {}).items() if v}
@@ -162,6 +183,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  requests: {usage.requests}  cached: {usage.cached}  "
           f"tokens: {usage.prompt_tokens} in / {usage.completion_tokens} out"
           + (f"  est. cost: ${cost:.4f}" if cost is not None else ""))
+    batch = (manifest.extra or {}).get("batch")
+    if isinstance(batch, dict) and batch.get("batch_ids"):
+        batch_cost = batch.get("cost_usd")
+        print(f"  batch: {batch.get('replies', 0)} replies from {', '.join(map(str, batch['batch_ids']))}"
+              + (f"  est. batch cost: ${batch_cost:.4f} (est. cost above is at interactive prices)"
+                 if isinstance(batch_cost, (int, float)) else ""))
     print(f"  table: {run.table_path('generations')}")
     if manifest.status == "cancelled":
         pending = (details.counts or {}).get("pending", 0)
@@ -179,6 +206,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(plan: Any) -> int:
+    from persobench.pipeline import estimated_max_batch_cost
+
     cost = plan.estimated_max_cost()
     print(f"run {plan.run_id}")
     print(f"model: {plan.spec.name}  dataset: {plan.config.dataset}  samples: {len(plan.samples)}  "
@@ -192,7 +221,11 @@ def _dry_run(plan: Any) -> int:
     print(f"cached hits: {len(plan.hits)}")
     print(f"estimated prompt tokens: {plan.estimated_prompt_tokens}")
     if cost is not None:
-        print(f"estimated cost: at most ${cost:.4f}")
+        print(f"estimated cost: at most ${cost:.4f}  (interactive)")
+    batch = estimated_max_batch_cost(plan)
+    if batch is not None:
+        print(f"estimated batch cost: at most ${batch:.4f}  (batch API" + (", this run: --batch)" if plan.config.batch
+                                                                            else "; add --batch)"))
     return 0
 
 
@@ -227,6 +260,24 @@ class _ProgressBar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def cmd_batches(args: argparse.Namespace) -> int:
+    from persobench.pipeline import pending_batches
+
+    rows = pending_batches(store_from_args(args).home)
+    if args.format == "json":
+        write_stdout(json.dumps(rows, indent=2) + "\n")
+        return 0
+    if not rows:
+        print("no batches in this store (run --batch, score --judge ... --batch)")
+        return 0
+    columns = ("run_id", "provider", "batch_id", "state", "requests", "succeeded", "failed", "collected", "submitted")
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(str(r[c]).ljust(w) for c, w in zip(columns, widths)) for r in rows]
+    write_stdout("\n".join(lines) + "\n")
+    return 0
 
 
 def resolve_run(store: Any, name: str) -> Any:

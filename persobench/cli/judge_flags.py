@@ -41,6 +41,14 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
     group.add_argument("--judge-plain", action="store_true",
                        help="ask the judge for a one-word label instead of structured output (for servers that "
                             "take no response_format)")
+    group.add_argument("--batch", action="store_true",
+                       help="send the judge's requests through the provider's batch API (OpenAI, Anthropic): about "
+                            "half the price, answered within 24 h; a later command collects a batch still running")
+    group.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS",
+                       help="with --batch: stop waiting after SECONDS (0: submit and go on); pairs still waiting get "
+                            "no value until a later command collects them (default: wait until the batch ends)")
+    group.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
+                       help="with --batch: seconds between two status requests (default 30)")
     score.add_argument("--dry-run", action="store_true",
                        help="with --judge: show the prompt, the pairs to label, tokens and estimated cost; "
                             "send and write nothing")
@@ -52,18 +60,19 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
         given = [flag for flag, value in (("--judge-base-url", args.judge_base_url),
                                           ("--judge-max-cost", args.judge_max_cost), ("--dry-run", args.dry_run),
                                           ("--judge-plain", args.judge_plain),
-                                          ("--judge-timeout", args.judge_timeout))
+                                          ("--judge-timeout", args.judge_timeout), ("--batch", args.batch))
                  if value]
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
-    from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
+    from persobench.pipeline import JUDGE_TIMEOUT_FLAG, BatchSettings, RetryPolicy, default_cache_dir, make_judge
 
     retry = None if args.judge_timeout is None else RetryPolicy(timeout=args.judge_timeout,
                                                                  timeout_flag=JUDGE_TIMEOUT_FLAG)
     return make_judge(args.judge, base_url=args.judge_base_url, prompt=args.judge_prompt,
                       concurrency=args.judge_concurrency, max_cost=args.judge_max_cost,
-                      cache_dir=str(default_cache_dir(home)), home=home, plain=args.judge_plain, retry=retry)
+                      cache_dir=str(default_cache_dir(home)), home=home, plain=args.judge_plain, retry=retry,
+                      batch=BatchSettings(wait=args.batch_wait, poll=args.batch_poll) if args.batch else None)
 
 
 def _seconds(text: str) -> float:
@@ -99,6 +108,13 @@ def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], me
     print(f"total: {total.pairs} distinct pair(s), {total.cached} in the response cache, {total.requests} "
           f"request(s) to send, ~{total.prompt_tokens:,} prompt tokens, at most {total.completion_tokens:,} "
           f"completion tokens, estimated cost at most {_money(total.cost_usd)}")
+    from persobench.pipeline import batch_cost
+    from persobench.pipeline import supports_batch
+
+    if supports_batch(judge.spec.provider):
+        cost = batch_cost(judge.spec, total.prompt_tokens, total.completion_tokens)
+        print(f"estimated batch cost: at most {_money(cost)} (batch API"
+              + (", this command: --batch)" if judge.batch is not None else "; add --batch)"))
     if judge.max_cost is not None and total.cost_usd is not None and total.cost_usd > judge.max_cost:
         print(f"note: above --judge-max-cost {_money(judge.max_cost)}: the judge would stop at the cap")
     print("dry run: nothing sent, nothing written")

@@ -71,6 +71,15 @@ class GenerationConfig:
     batch_size: int | None = None
     """Samples per forward pass for in-process models; ``None``: the provider's measured default.
     Not part of the cache key (greedy outputs do not depend on it)."""
+    batch: bool = False
+    """Send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message
+    Batches: about half the price, answered within 24 hours; :mod:`persobench.llm.batch_driver`).
+    Not part of the cache key or run id: the same requests, sent another way."""
+    batch_wait: float | None = None
+    """With ``batch``: seconds to wait for the batch; ``None`` until it ends, ``0`` submit and
+    return (a later run of the same command collects it)."""
+    batch_poll: float = 30.0
+    """With ``batch``: seconds between two status requests."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``retry`` as an object); :meth:`from_dict` inverts it. Jobs store it in
@@ -102,7 +111,7 @@ RUN_FLAGS = {"dataset": "--dataset", "model": "--model", "mode": "--mode", "temp
              "policy": "--policy", "limit": "--limit", "seed": "--seed", "max_tokens": "--max-tokens",
              "temperature": "--temperature", "top_p": "--top-p", "models_file": "--models",
              "concurrency": "--concurrency", "max_concurrency": "--max-concurrency", "batch_size": "--batch-size",
-             "checkpoint_every": "--checkpoint-every"}
+             "checkpoint_every": "--checkpoint-every", "batch_wait": "--batch-wait", "batch_poll": "--batch-poll"}
 #: Always printed, default or not: what the run is (a later change of a default must not turn the
 #: printed command into another run).
 _ALWAYS = ("dataset", "model", "mode", "template", "policy")
@@ -167,6 +176,8 @@ def config_command(config: GenerationConfig, home: str | os.PathLike[str]) -> tu
         argv += ["--chat-template", "on" if config.chat_template else "off"]
     if config.structured:
         argv.append("--structured")
+    if config.batch:
+        argv.append("--batch")
     if config.retry.max_attempts != default.retry.max_attempts:
         argv += ["--max-attempts", str(config.retry.max_attempts)]
     if config.retry.timeout != default.retry.timeout:

@@ -100,6 +100,15 @@ def plan_generation(
         config.model, base_url=config.base_url, options=config.options, models_file=config.models_file,
         home=store.home,
     )
+    if config.batch:
+        from persobench.providers.batch_api import supports_batch
+
+        if not supports_batch(spec.provider):
+            raise ConfigurationError(f"--batch needs a provider with a batch API (openai, anthropic); "
+                                     f"{spec.name!r} is provider {spec.provider!r}")
+        from persobench.llm.batch_driver import BatchSettings
+
+        BatchSettings(wait=config.batch_wait, poll=config.batch_poll)  # checks both numbers, one line
     try:
         template = get_template(config.template or default_template_for(spec), config.mode)
     except TemplateError as exc:

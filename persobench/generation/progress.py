@@ -33,7 +33,8 @@ class ProgressInfo:
     run_id: str
     """The run being generated."""
     status: str
-    """"running", "completed", "cancelled" or "failed"."""
+    """"running", "completed", "cancelled" or "failed"; "pending" while the run's batch is still
+    running on the provider (``run --batch --batch-wait``)."""
     total: int
     """Samples in the run."""
     done: int

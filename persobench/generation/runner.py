@@ -87,6 +87,11 @@ def run_generation(
         run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
         run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
                                                     dataset_file=plan.dataset_file).to_extra())
+        # The batch API first (run --batch, or a batch an earlier one left): its replies are then cache hits.
+        if plan.n_requests and (config.batch or (run.path / "batch.json").exists()):
+            from persobench.generation.batch_run import generate_by_batch
+
+            plan = generate_by_batch(plan, run, api_key=api_key, progress=progress, cancel=cancel)
         runner = Runner(plan, run, session, progress=progress, cancel=cancel)
         try:
             run_coroutine(runner.main())

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from persobench.errors import ConfigurationError, MetricError, ScoringError
+from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
 from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
@@ -48,6 +48,7 @@ from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this modul
 from persobench.metrics.nli_labels import LABELS, NLIPrediction
 
 if TYPE_CHECKING:  # pragma: no cover
+    from persobench.llm.batch_driver import BatchSettings
     from persobench.llm.retry import RetryPolicy
     from persobench.llm.spend import SpendLedger
     from persobench.providers.base import Completion, GenerationParams
@@ -103,6 +104,9 @@ class JudgeConfig:
     api_key: str | None = field(default=None, repr=False, compare=False)
     """A key given by the caller (the app's secrets); else the provider's environment variable.
     Never written anywhere."""
+    batch: "BatchSettings | None" = None
+    """Send through the provider's batch API first (``score --judge ... --batch``; about half the
+    price); ``None``: ordinary requests only. Not part of the identity: the same requests."""
 
     @property
     def structured(self) -> bool:
@@ -147,7 +151,8 @@ class JudgeConfig:
 def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = None,
                concurrency: int | str = 8, max_concurrency: int = 32, max_cost: float | None = None,
                cache_dir: str | None = None, models_file: str | None = None, home: Any = None,
-               api_key: str | None = None, retry: "RetryPolicy | None" = None, plain: bool = False) -> JudgeConfig:
+               api_key: str | None = None, retry: "RetryPolicy | None" = None, plain: bool = False,
+               batch: "BatchSettings | None" = None) -> JudgeConfig:
     """A checked :class:`JudgeConfig` (:class:`ConfigurationError`, one line, for anything wrong);
     ``prompt`` None: :data:`DEFAULT_PROMPT`."""
     from persobench.models_registry import prices_for, resolve_model
@@ -168,7 +173,13 @@ def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = 
         if prices_for(spec) is None:
             raise ConfigurationError(f"judge {spec.name}: its prices are unknown, so a cost cap cannot be kept; "
                                      "give price_input_per_mtok and price_output_per_mtok in the models file")
-    config = JudgeConfig(spec, prompt, concurrency, max_concurrency, max_cost, cache_dir, retry, plain, api_key)
+    if batch is not None:
+        from persobench.providers.batch_api import supports_batch
+
+        if not supports_batch(spec.provider):
+            raise ConfigurationError(f"--batch needs a judge whose provider has a batch API (openai, anthropic); "
+                                     f"{spec.name!r} is provider {spec.provider!r}")
+    config = JudgeConfig(spec, prompt, concurrency, max_concurrency, max_cost, cache_dir, retry, plain, api_key, batch)
     config.template  # noqa: B018 - an unknown prompt version fails here, before any request
     return config
 
@@ -358,6 +369,13 @@ class JudgeLabeller:
                     if progress is not None:
                         progress(len(positions[key]))
             todo = [key for key in messages if key not in labels]
+            if todo and self.config.batch is not None:  # the batch API first (persobench/metrics/judge_batch.py)
+                from persobench.metrics.judge_batch import answer_by_batch
+
+                try:
+                    todo = answer_by_batch(self, todo, messages, positions, labels, cache, progress)
+                except PersoBenchError as exc:  # no key, the batch API refusing: one line, as for every pair
+                    raise JudgeError(f"judge {self.config.model_name}: {exc}") from None
             if todo:
                 run_coroutine(self._send_all(todo, messages, positions, labels, cache, progress))
         self.stats.pairs += len(messages)
@@ -464,7 +482,7 @@ def judge_labeller(config: JudgeConfig, *, ledger: "SpendLedger | None" = None) 
     if active is not None and active.config == config:
         return active
     key = (config.identity, str(config.cache_dir), config.concurrency, config.max_concurrency, config.max_cost,
-           config.retry, str(ledger.path) if ledger is not None else None)
+           config.retry, config.batch, str(ledger.path) if ledger is not None else None)
     with _LABELLERS_LOCK:
         if key not in _LABELLERS:
             _LABELLERS[key] = JudgeLabeller(config, ledger=ledger)

@@ -94,19 +94,7 @@ class OpenAIProvider:
 
     async def generate(self, request: Request) -> Completion:
         params = request.params
-        kwargs: dict[str, Any] = {"model": self.model, "temperature": params.temperature}
-        if not params.chat_template:  # raw text, as the paper's text-generation pipeline got it
-            kwargs["prompt"] = raw_prompt_text(request.messages)
-            kwargs["max_tokens"] = params.max_tokens
-        else:
-            kwargs["messages"] = [dict(m) for m in request.messages]
-            kwargs[self._max_tokens_param] = params.max_tokens
-        if params.top_p is not None:
-            kwargs["top_p"] = params.top_p
-        if params.seed is not None:
-            kwargs["seed"] = params.seed
-        if params.stop:
-            kwargs["stop"] = list(params.stop)
+        kwargs = request_fields(self.model, request, self._max_tokens_param)
         if self._body:
             kwargs["extra_body"] = self._body
         if "prompt" in kwargs:
@@ -168,6 +156,26 @@ class OpenAIProvider:
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def request_fields(model: str, request: Request, max_tokens_param: str = "max_tokens") -> dict[str, Any]:
+    """The body fields of ``request`` (chat messages, or the raw-text ``prompt`` of a completions
+    request) with its decoding parameters; the batch API sends exactly these too."""
+    params = request.params
+    fields: dict[str, Any] = {"model": model, "temperature": params.temperature}
+    if not params.chat_template:  # raw text, as the paper's text-generation pipeline got it
+        fields["prompt"] = raw_prompt_text(request.messages)
+        fields["max_tokens"] = params.max_tokens
+    else:
+        fields["messages"] = [dict(m) for m in request.messages]
+        fields[max_tokens_param] = params.max_tokens
+    if params.top_p is not None:
+        fields["top_p"] = params.top_p
+    if params.seed is not None:
+        fields["seed"] = params.seed
+    if params.stop:
+        fields["stop"] = list(params.stop)
+    return fields
 
 
 def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Completion:

@@ -51,6 +51,11 @@ class ModelSpec:
     """USD per million prompt tokens, for the cost estimate; ``None`` = use the built-in table."""
     price_output_per_mtok: float | None = None
     """USD per million completion tokens."""
+    price_batch_input_per_mtok: float | None = None
+    """USD per million prompt tokens through the provider's batch API (``run --batch``); ``None``:
+    half the interactive price."""
+    price_batch_output_per_mtok: float | None = None
+    """USD per million completion tokens through the batch API; ``None``: half the interactive price."""
     structured: bool = False
     """The models file asks for structured output with this model (as ``run --structured`` does)."""
     structured_format: str | None = None

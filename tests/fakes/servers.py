@@ -232,10 +232,15 @@ class FakeLLMServer:
         self.refusals: list[tuple[float, float]] = []
         """(monotonic time the 429 was sent, seconds its retry-after-ms asked to wait) per refusal."""
         self._lock = threading.Lock()
-        handler = type("Handler", (_Handler,), {"fake": self})
+        handler = type("Handler", (self.handler_class(),), {"fake": self})
         self.httpd = _Server(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @classmethod
+    def handler_class(cls) -> type:
+        """The request handler (a subclass serving more endpoints overrides this)."""
+        return _Handler
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -1,0 +1,122 @@
+"""A run's batch-API hook (``run --batch``): answer the plan's missing requests through
+:func:`persobench.llm.batch_driver.fill_cache` before the runner sends anything, so the batch's
+replies are cache hits and only what it did not answer goes out as ordinary requests."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from persobench.errors import PersoBenchError, ProviderError
+from persobench.files import utc_now
+from persobench.llm.batch_driver import (STATE_FILE, BatchOutcome, BatchSettings, BatchState, batch_cost,
+                                         fill_cache, read_state)
+from persobench.secrets import scrub
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.providers.base import Request
+    from persobench.providers.batch_api import BatchBackend
+
+
+class BatchPending(PersoBenchError):
+    """A run's batch is still running on the provider when the command stops waiting (its
+    ``--batch-wait`` deadline, or a cancel): the same command later collects it."""
+
+    def __init__(self, message: str, run: Any, *, cancelled: bool = False) -> None:
+        super().__init__(message)
+        self.run = run
+        """The run (status ``pending``, or ``cancelled`` when a cancel stopped the waiting)."""
+        self.cancelled = cancelled
+        """A cancel, not the deadline, stopped the waiting."""
+
+
+def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
+                      progress: Callable[[Any], None] | None = None, cancel: Any = None) -> Any:
+    """The generation hook: answer the plan's missing requests through the batch API, then return
+    the plan with every cached reply as a hit, so the runner sends only what the batch did not
+    answer. Raises :class:`BatchPending` when the batch is still running at the deadline."""
+    from persobench.llm.response_cache import ResponseCache
+    from persobench.generation.progress import ProgressInfo, cancel_requested, write_progress
+    from persobench.providers.base import Request
+    from persobench.providers.batch_api import make_batch_backend
+    from persobench.secrets import known_secrets
+
+    config = plan.config
+    backend = make_batch_backend(plan.spec, api_key=api_key, timeout=config.retry.timeout)
+    secrets = known_secrets(api_keys=getattr(backend, "_secrets", ()) or (), base_url=plan.spec.base_url,
+                            options=plan.spec.options)
+    started = time.monotonic()
+
+    def say(line: str, status: str = "running") -> None:
+        info = ProgressInfo(run_id=run.run_id, status=status, total=len(plan.samples), done=len(plan.hits),
+                            failed=0, cached=len(plan.hits), requests=0, elapsed=round(time.monotonic() - started, 3),
+                            eta=None, pid=os.getpid(), note=scrub(line, secrets))
+        write_progress(run.path, info)
+        if progress is not None:
+            progress(info)
+
+    def stop() -> bool:
+        return cancel_requested(run.path) or (cancel is not None and cancel.is_set())
+
+    requests = {plan.keys[i]: Request(messages=tuple(plan.messages[i]), params=plan.params, sample=plan.samples[i])
+                for i in range(len(plan.samples)) if i not in plan.hits}
+    # Without --batch, a batch an earlier `run --batch` left running is only looked at (collected if
+    # it ended): its requests must not be paid for a second time by accident.
+    settings = BatchSettings(wait=config.batch_wait, poll=config.batch_poll) if config.batch else BatchSettings(wait=0)
+    try:
+        with ResponseCache(plan.cache_dir) as cache:
+            outcome = _fill_or_abort(run, backend, requests, cache=cache, state_path=Path(run.path) / STATE_FILE,
+                                     settings=settings, secrets=secrets, say=say, stop=stop, submit=config.batch)
+            for i, key in enumerate(plan.keys):
+                if i not in plan.hits and (hit := cache.get(key)) is not None:
+                    plan.hits[i] = hit
+    finally:
+        backend.close()
+    run.update(extra={"batch": batch_record(Path(run.path) / STATE_FILE, plan.spec)})
+    if outcome.waiting and not config.batch:
+        from persobench.errors import ConfigurationError
+
+        run.update(status="pending")
+        say(f"waiting for the batch: {outcome.status}", "pending")
+        raise ConfigurationError(
+            f"run {run.run_id}: a batch from an earlier `run --batch` is still running ({outcome.pending} request(s): "
+            f"{outcome.status}); add --batch to wait for it and collect it, or move {Path(run.path) / STATE_FILE} "
+            "aside to send its requests one by one (paying for them a second time)")
+    if outcome.waiting:
+        cancelled = stop()
+        run.update(status="cancelled" if cancelled else "pending")
+        say(f"waiting for the batch: {outcome.status}", "cancelled" if cancelled else "pending")
+        why = "cancelled while waiting" if cancelled else "still running at the --batch-wait deadline"
+        raise BatchPending(f"run {run.run_id}: batch {why} ({outcome.pending} request(s) pending: {outcome.status}); "
+                           "run the same command again to collect it (nothing is submitted twice)", run,
+                           cancelled=cancelled)
+    return plan
+
+
+def _fill_or_abort(run: Any, backend: "BatchBackend", requests: Mapping[str, "Request"], **kwargs: Any) -> BatchOutcome:
+    """:func:`fill_cache`, a failure of the batch API itself (a refused key, an unknown model, a
+    server down for every retry) ending the run ``failed`` with the reason in one line."""
+    from persobench.errors import RunAborted
+    from persobench.run_records import GenerationRecord, RunExtra
+
+    try:
+        return fill_cache(backend, requests, **kwargs)
+    except ProviderError as exc:
+        reason = scrub(f"the batch API failed: {exc.describe()}", kwargs.get("secrets", ()))
+        run.update(status="failed", extra=RunExtra(generation=GenerationRecord(failure_reason=reason,
+                                                                               finished_at=utc_now())).to_extra())
+        raise RunAborted(reason, run) from None
+
+
+def batch_record(state_path: Path, spec: Any) -> dict[str, Any]:
+    """The manifest's ``extra["batch"]``: the provider, the batch ids, the replies the batches
+    answered, their tokens and their cost at batch prices."""
+    state = read_state(state_path) or BatchState("")
+    replies = sum(b.usage.get("replies", 0) for b in state.batches)
+    prompt_tokens = sum(b.usage.get("prompt_tokens", 0) for b in state.batches)
+    completion_tokens = sum(b.usage.get("completion_tokens", 0) for b in state.batches)
+    return {"provider": state.provider, "batch_ids": [b.batch_id for b in state.batches if b.batch_id],
+            "replies": replies, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "cost_usd": batch_cost(spec, prompt_tokens, completion_tokens) if replies else None}
