@@ -26,7 +26,9 @@ STAGES: dict[str, tuple[str, ...]] = {
     "prompts": ("persobench.prompts", "persobench.protocol"),
     "generation": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.cache",
                    "persobench.generation", "persobench.postprocess", "persobench.importer"),
-    "metrics": ("persobench.metrics",),
+    # Scoring stored runs (plan, compute, write; local or Ray) sits with the metrics it runs:
+    # `metrics.score_run` is its one-run front.
+    "metrics": ("persobench.metrics", "persobench.scoring"),
     "aggregate": ("persobench.aggregate",),
     # The front door (README "Python API"): typed calls over every stage, used by jobs, CLI and app.
     "pipeline": ("persobench.pipeline",),

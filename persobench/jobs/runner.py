@@ -186,24 +186,22 @@ def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
         else:
             print(f"{result.run_id}: not scored: {redact(result.error)}", flush=True)
 
-    from persobench.jobs.judging import judge_profile
+    from persobench.scoring.score_config import ScoreConfig
 
+    # job.json holds the typed ScoreConfig (and which runs); a job written before it held a loose
+    # dict of the same names, which reads the same way.
+    config = ScoreConfig.from_dict(step.config, home=home, ignore=("runs",))
     chosen = step.config.get("runs", "job")
     runs = run_ids if chosen == "job" else None if chosen == "all" else list(chosen)
-    profile = judge_profile(step.config, home)
-    report = pipeline.score(runs, profile=profile, metrics=step.config.get("metrics"), home=home,
-                            progress=progress, on_run=on_run)
+    report = pipeline.score(runs, config, home=home, progress=progress, on_run=on_run)
     for metric, reason in report.unavailable.items():
         print(f"unavailable: {metric}: {reason}", flush=True)
-    unanswered = 0
-    if profile.judge is not None:
-        from persobench.metrics.judge import judge_labeller
-
-        stats = judge_labeller(profile.judge).stats
-        unanswered = stats.unanswered
-        print(f"judge {profile.judge.model_name}: {stats.pairs} pair(s), {stats.sent} answered now, "
-              f"{stats.unparseable} unparseable, {stats.unanswered} unanswered", flush=True)
-    return 1 if report.failures or unanswered else 0
+    if report.judge is not None and config.judge is not None:
+        tally = report.judge
+        print(f"judge {config.judge.model_name}: {tally.pairs} pair(s), {tally.sent} answered now, "
+              f"{tally.unparseable} unparseable, {tally.unanswered} unanswered, {tally.attempts} request(s), "
+              f"cost {'unknown' if tally.cost_usd is None else f'${tally.cost_usd:.4f}'}", flush=True)
+    return 0 if report.complete else 1
 
 
 def _import(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001
