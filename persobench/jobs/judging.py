@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from persobench.jobs.model import JobStep
+from persobench.jobs.model import JobStep, score_step
 from persobench.secrets import redact
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,9 +31,8 @@ def judge_step(judge: "JudgeConfig", *, home: str | os.PathLike[str], env: Mappi
         except Exception:  # noqa: BLE001 - an unknown model fails in the step itself, with its message
             configured = None
         withhold = not key_allowed(judge.spec.base_url, configured=[configured], env=env)
-    config = ScoreConfig(metrics=JUDGED_METRICS, judge=judge)
-    return JobStep(label=f"score (LLM judge {judge.model})", kind="score", withhold_keys=withhold,
-                   config={**config.to_dict(), "runs": list(runs) if runs is not None else "job"})
+    return score_step(f"score (LLM judge {judge.model})", ScoreConfig(metrics=JUDGED_METRICS, judge=judge),
+                      runs if runs is not None else "job", withhold_keys=withhold)
 
 
 def estimate_for_launch(home: str | os.PathLike[str], judge: "JudgeConfig",  # noqa: ARG001 - the pages' call

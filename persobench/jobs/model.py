@@ -87,6 +87,14 @@ class JobStep:
         return path if path.is_dir() else None
 
 
+def score_step(label: str, config: Any, runs: "str | Sequence[str]" = "job", *, withhold_keys: bool = False) -> JobStep:
+    """A ``score`` step: ``config`` (a :class:`~persobench.scoring.score_config.ScoreConfig`) stored as
+    its :meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`, plus which ``runs`` (``"job"``,
+    ``"all"`` or run ids)."""
+    return JobStep(label=label, kind="score", withhold_keys=withhold_keys,
+                   config={**config.to_dict(), "runs": runs if isinstance(runs, str) else list(runs)})
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """What the page shows about a job."""

@@ -159,9 +159,12 @@ class ScoringWorker:
 
         prepare_embeddings(self.encoder, request, Progress(None))
 
-    def score(self, work: "RunWork", metrics: tuple[str, ...]) -> "tuple[ScoreResult | str | None, dict | None]":
-        """One shard: ``work``'s missing values of ``metrics`` (a deliberate error comes back as its
-        line), and what this actor's judge did for it (:class:`~persobench.metrics.judge.JudgeStats`
+    def score(self, work: "RunWork", metrics: tuple[str, ...]) -> "ScoreResult | str | None":
+        """One shard: ``work``'s missing values of ``metrics``; a deliberate error comes back as its line."""
+        return self.score_counted(work, metrics)[0]
+
+    def score_counted(self, work: "RunWork", metrics: tuple[str, ...]) -> "tuple[ScoreResult | str | None, dict | None]":
+        """:meth:`score`, and what this actor's judge did for the shard (:class:`~persobench.metrics.judge.JudgeStats`
         as a dict; None without a judge), which the driver adds up."""
         from persobench.scoring.compute import compute_counted
         from persobench.scoring.outcome import judge_to_dict
@@ -309,7 +312,7 @@ class RayScoring:
             if pairs or sentences:
                 self.actors[k].prepare.remote(EmbeddingRequest(tuple(pairs), tuple(sentences)))
             for work, g in mine:
-                self._pending[self.actors[k].score.remote(work, self.groups[g].metrics)] = (work.run_id, g)
+                self._pending[self.actors[k].score_counted.remote(work, self.groups[g].metrics)] = (work.run_id, g)
             self.actors[k].release.remote()
         return idle
 
