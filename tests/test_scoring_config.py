@@ -18,6 +18,7 @@ from persobench.metrics.judge import JudgeConfig, make_judge
 from persobench.scoring.score_config import SCORE_FLAGS, ScoreConfig
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
+from tests.fakes.servers import error
 from tests.test_judge import _sample_run
 
 RUN_ID = "sample__judge_test__vanilla"
@@ -139,6 +140,15 @@ def test_the_report_carries_the_judge_counts_and_the_exit_status_is_the_same_on_
         local_out = capsys.readouterr().out
         assert cli_main(_cli_score(homes["cli-ray"], "--executor", "ray")) == 1
         ray_out = capsys.readouterr().out
+
+        # A judge that cannot label at all (a bad key) stops the command in one line, on Ray as locally.
+        openai_server.script = lambda info: error(401, "bad key")
+        for name in ("refused-local", "refused-ray"):
+            _sample_run(tmp_path / name)
+        assert cli_main(_cli_score(tmp_path / "refused-local")) == 2
+        local_err = capsys.readouterr().err
+        assert cli_main(_cli_score(tmp_path / "refused-ray", "--executor", "ray")) == 2
+        assert capsys.readouterr().err == local_err and "authentication HTTP 401" in local_err
     finally:
         ray.shutdown()
     line = _judge_line(local_out)

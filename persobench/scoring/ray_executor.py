@@ -130,6 +130,15 @@ def _spread(group_ids: list[int], slots: int) -> list[tuple[int, ...]]:
 # --- The actor ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class JudgeGaveUp:
+    """What an actor sends back when its judge cannot label at all (no key, unknown model)."""
+
+    message: str
+    """The judge's one-line reason."""
+
+
+
 class ScoringWorker:
     """The body of a scoring actor (wrapped by ``ray.remote`` at run time): one profile, one text
     encoder, models loaded once per process by the backends' cache. Calls run in submission order."""
@@ -161,17 +170,23 @@ class ScoringWorker:
 
     def score(self, work: "RunWork", metrics: tuple[str, ...]) -> "ScoreResult | str | None":
         """One shard: ``work``'s missing values of ``metrics``; a deliberate error comes back as its line."""
-        return self.score_counted(work, metrics)[0]
+        value = self.score_counted(work, metrics)[0]
+        return value.message if isinstance(value, JudgeGaveUp) else value
 
-    def score_counted(self, work: "RunWork", metrics: tuple[str, ...]) -> "tuple[ScoreResult | str | None, dict | None]":
+    def score_counted(self, work: "RunWork",
+                      metrics: tuple[str, ...]) -> "tuple[ScoreResult | JudgeGaveUp | str | None, dict | None]":
         """:meth:`score`, and what this actor's judge did for the shard (:class:`~persobench.metrics.judge.JudgeStats`
         as a dict; None without a judge), which the driver adds up."""
         from persobench.scoring.compute import compute_counted
         from persobench.scoring.outcome import judge_to_dict
 
+        from persobench.metrics.judge import JudgeError
+
         try:
             result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
                                             encoder=self.encoder)
+        except JudgeError as exc:  # the judge cannot label at all: the driver stops, as a local score does
+            return JudgeGaveUp(str(exc)), judge_to_dict(getattr(exc, "judge_tally", None))
         except PersoBenchError as exc:
             tally = getattr(exc, "judge_tally", None)
             return str(exc), judge_to_dict(tally)
@@ -339,6 +354,10 @@ class RayScoring:
                 value, tally = f"Ray could not score {', '.join(self.groups[g].families)}: {_one_line(exc)}", None
             if tally is not None:
                 tallies.append(judge_from_dict(tally))
+            if isinstance(value, JudgeGaveUp):
+                from persobench.metrics.judge import JudgeError
+
+                raise JudgeError(value.message)  # one line for the whole command, not one per run
             if isinstance(value, ScoreResult):
                 results.append(value)
             elif isinstance(value, str):
