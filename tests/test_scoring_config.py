@@ -155,3 +155,20 @@ def test_the_report_carries_the_judge_counts_and_the_exit_status_is_the_same_on_
     assert line == _judge_line(ray_out)
     assert f"{local.judge.unanswered} unanswered" in line and f"({local.judge.attempts} request(s))" in line
     assert "cost $0.0000" not in line
+
+
+def test_each_pass_reports_only_its_own_judge_work_though_the_labeller_lives_on(openai_server, tmp_path):
+    from persobench.metrics.judge import judge_labeller
+
+    home = tmp_path / "home"
+    store, _ = _sample_run(home)
+    openai_server.script = judge_script({}, default="entailment")
+    judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(home / "responses"))
+    first = pipeline.score([RUN_ID], ScoreConfig(metrics=("c_score",), judge=judge), home=home)
+    assert first.judge.sent == first.judge.pairs == len(openai_server.requests) > 0 and first.complete
+    # Other metrics of the same run: the c_score pairs they share come from the response cache now.
+    second = pipeline.score([RUN_ID], ScoreConfig(metrics=("ue_score",), judge=judge), home=home)
+    assert second.judge.cached >= 1 and second.judge.sent == len(openai_server.requests) - first.judge.sent
+    process_wide = judge_labeller(judge).stats  # what the old report read: both passes added up
+    assert process_wide.pairs == first.judge.pairs + second.judge.pairs != second.judge.pairs
+    assert pipeline.score([RUN_ID], ScoreConfig(metrics=("c_score",), judge=judge), home=home).judge.pairs == 0

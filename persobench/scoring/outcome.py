@@ -45,6 +45,8 @@ def _combined(a: "JudgeStats", b: "JudgeStats", sign: int) -> "JudgeStats":
             values[f.name] = (x or y) if sign > 0 else (x if not y else "")
         elif x is None or y is None:
             values[f.name] = None
+        elif isinstance(x, bool) or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
+            values[f.name] = x  # not a count: kept as ``a`` has it
         elif isinstance(x, float) or isinstance(y, float):
             values[f.name] = round(x + sign * y, 6)
         else:
