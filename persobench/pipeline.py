@@ -129,8 +129,9 @@ def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" 
 
     profile = settings.get("profile")
     resolved = profile if isinstance(profile, Profile) else None
-    if resolved is not None:  # a resolved profile: its name, overrides and judge make the config
-        settings = {**settings, "profile": resolved.name, "judge": resolved.judge}
+    if resolved is not None:  # a resolved profile: its name, overrides, precision and judge make the config
+        settings = {**settings, "profile": resolved.name, "judge": resolved.judge, "precision": resolved.precision,
+                    "overrides": {k: v for k, v in resolved.overrides.items() if k != "precision"}}
     if config is not None and settings:
         raise ConfigurationError(f"score: give a config or settings, not both ({', '.join(settings)})")
     try:
@@ -138,11 +139,6 @@ def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" 
     except TypeError as exc:
         raise ConfigurationError(f"score: {exc}") from None
     store = open_store(home, store)
-    if config.executor == "ray":
-        from persobench.scoring.ray_executor import import_ray
-
-        import_ray()  # before any work: without Ray, one line saying what to install
-    config.checked_metrics()
     chosen = (resolve_runs(store, None) if not runs
               else [r if isinstance(r, Run) else resolve_run(store, r) for r in runs])
     return score_runs(chosen, config, store=store, profile=resolved, progress=progress, on_run=on_run)
