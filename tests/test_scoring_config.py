@@ -44,6 +44,27 @@ def test_every_score_config_field_has_a_flag_and_a_docstring():
         assert f'    {name}:' in source and source.split(f'    {name}:', 1)[1].splitlines()[1].strip().startswith('"""')
 
 
+def test_the_flag_mappings_name_real_score_flags_and_the_cli_builds_the_same_config(tmp_path):
+    from persobench.cli import build_parser
+    from persobench.cli.scoring import score_config_from_args
+    from persobench.metrics.judge_config import JUDGE_FLAGS
+
+    parser = build_parser()
+    score = next(action for action in parser._subparsers._group_actions[0].choices.values()
+                 if action.prog.endswith(" score"))
+    flags = {option for action in score._actions for option in action.option_strings}
+    assert set(SCORE_FLAGS.values()) <= flags and set(JUDGE_FLAGS.values()) <= flags
+    args = parser.parse_args(["--home", str(tmp_path), "score", "--metrics", "bleu,c_score", "--precision", "bfloat16",
+                              "--model", "nli=none", "--judge", "openai:judge-model", "--judge-base-url",
+                              "http://127.0.0.1:9/v1", "--judge-concurrency", "auto", "--judge-plain"])
+    config = score_config_from_args(args, tmp_path)
+    assert config == ScoreConfig(metrics=("bleu", "c_score"), precision="bfloat16", overrides={"nli": "none"},
+                                 judge=make_judge("openai:judge-model", base_url="http://127.0.0.1:9/v1",
+                                                  concurrency="auto", plain=True,
+                                                  cache_dir=str(tmp_path / "responses"), home=tmp_path))
+    assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config
+
+
 def test_a_score_config_round_trips_through_job_json_and_a_job_runs_its_score_step(openai_server, tmp_path,
                                                                                    monkeypatch):
     from persobench.jobs.runner import run_job
