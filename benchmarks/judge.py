@@ -6,7 +6,7 @@
 
 Pairs: the published FoCus runs (``$PERSOBENCH_REFERENCE``, default ../shared/persobench-reference) are
 imported into a scratch store; the pairs are exactly those ``score`` labels for ``c_score``,
-``ue_score`` and ``persona_coverage`` on those runs (:func:`persobench.metrics.scoring.run_nli_pairs`:
+``ue_score`` and ``persona_coverage`` on those runs (:func:`persobench.scoring.work_plan.run_nli_pairs`:
 persona text -> reply, reference -> reply, each persona sentence -> reply), deduplicated, and
 ``--pairs`` of them drawn with ``--seed``.
 
@@ -41,7 +41,7 @@ def focus_pairs(ref: Path, n: int, seed: int) -> tuple[list[tuple[str, str]], in
     """``n`` distinct pairs drawn from those ``score`` labels on the published FoCus runs; also the
     number of runs and of distinct pairs they hold."""
     from persobench.importer import import_persobench, samples_for_run
-    from persobench.metrics.scoring import run_nli_pairs
+    from persobench.scoring.work_plan import run_nli_pairs
     from persobench.store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:

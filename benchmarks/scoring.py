@@ -371,7 +371,7 @@ def distinct_offline_texts(home: Path) -> tuple[list[str], int]:
     """Every distinct text ``score`` would embed for the runs in ``home`` (replies, references,
     persona sentences) and how many of them are replies."""
     from persobench.importer import samples_for_run
-    from persobench.metrics.scoring import run_embedding_request
+    from persobench.scoring.work_plan import run_embedding_request
     from persobench.store import RunStore
 
     replies: dict[str, None] = {}

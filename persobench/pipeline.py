@@ -22,10 +22,12 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from persobench.errors import ConfigurationError, PersoBenchError, StoreError
+from persobench.errors import ConfigurationError, StoreError
+from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
+from persobench.scoring.score_config import EXECUTORS, ScoreConfig  # noqa: F401
 from persobench.store import Run, RunStore
 
 # --- What the front ends use besides the calls below ---------------------------------------------------
@@ -59,9 +61,9 @@ from persobench.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
 from persobench.metrics.backends import get_profile  # noqa: F401
 from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, judge_labeller, make_judge  # noqa: F401
-from persobench.metrics.judge_plan import JUDGED_METRICS, estimate_new_runs, estimate_runs  # noqa: F401
+from persobench.scoring.judge_estimate import JUDGED_METRICS, estimate_new_runs, estimate_runs  # noqa: F401
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
-from persobench.metrics.ray_executor import import_ray  # noqa: F401
+from persobench.scoring.ray_executor import import_ray  # noqa: F401
 from persobench.models_registry import find_registry_file, load_registry, resolve_model  # noqa: F401
 from persobench.presets import PAPER_PRESETS  # noqa: F401
 from persobench.processes import pid_alive  # noqa: F401
@@ -81,7 +83,6 @@ if TYPE_CHECKING:
 
     from persobench.generation import GenerationConfig, GenerationPlan, ProgressInfo
     from persobench.metrics.backends import Profile
-    from persobench.metrics.scoring import RunScoreSummary
     from persobench.records import Sample
 
 #: The stages whose names the front door hands out on first use: they load pandas (and the report,
@@ -106,8 +107,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
 
 
-#: Where :func:`score` computes: in this process, or on a Ray cluster.
-EXECUTORS = ("local", "ray")
 #: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
 ScoreProgress = Callable[[str, int, int], None]
 
@@ -147,117 +146,11 @@ def generate(config: "GenerationConfig", *, home: str | os.PathLike[str] | None 
 # --- Scoring ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RunScore:
-    """What one scoring pass did to one run."""
-
-    run_id: str
-    """The run."""
-    summary: "RunScoreSummary | None" = None
-    """New and cached values per metric and the provenance; ``None`` when the run was not scored."""
-    error: str = ""
-    """Why the run was not scored (one line), or ``""``."""
-
-    @property
-    def ok(self) -> bool:
-        return self.summary is not None
-
-
-@dataclass(frozen=True)
-class ScoreReport:
-    """What :func:`score` did."""
-
-    profile: str
-    """The profile key the numbers were stored under."""
-    device: str
-    """Where the models ran ("cpu", "cuda" ...; "ray" for the Ray executor's actors)."""
-    runs: tuple[RunScore, ...] = ()
-    """One entry per run asked for, in order."""
-    unavailable: Mapping[str, str] = field(default_factory=dict)
-    """Metric -> why it has no number (its model is not available in this profile)."""
-    degraded: Mapping[str, str] = field(default_factory=dict)
-    """Metric -> why its numbers come from a fallback (stored, labelled in the provenance)."""
-
-    @property
-    def failures(self) -> int:
-        """Runs that could not be scored."""
-        return sum(1 for r in self.runs if not r.ok)
-
-    @property
-    def new_values(self) -> int:
-        """Values computed by this pass, over all runs."""
-        return sum(sum(r.summary.computed.values()) for r in self.runs if r.summary is not None)
-
-
 def run_samples(run: Run, *, datasets: dict[str, dict[str, "Sample"]] | None = None) -> dict[str, "Sample"]:
-    """Sample id -> the inputs ``run``'s replies answer, which is what its scores are computed against.
+    """Sample id -> the inputs ``run``'s replies answer (:func:`persobench.scoring.work_plan.run_samples`)."""
+    from persobench.scoring.work_plan import run_samples as _run_samples
 
-    A run records its samples when it is generated (``samples.parquet``), so an edited, moved or
-    replaced dataset file never changes its scores. An imported run reads the prompt table it was
-    imported with. A run made before runs recorded their samples reads its dataset, and is refused
-    (:class:`~persobench.errors.StoreError` naming the file) when that dataset is a file whose
-    checksum no longer matches the one recorded at generation time. ``datasets``: a per-call cache
-    of loaded registered datasets."""
-    recorded = run.recorded_samples()
-    if recorded is not None:
-        return recorded
-    details = run.manifest.details
-    if details.imported is not None and details.imported.prompts_file:
-        from persobench.importer import samples_for_run
-
-        try:
-            return samples_for_run(run)
-        except (PersoBenchError, KeyError, ValueError, OSError) as exc:
-            raise StoreError(f"run {run.run_id}: cannot read its imported prompt table "
-                             f"{details.imported.prompts_file}: {exc}") from None
-    _check_dataset_file(run)
-
-    name = run.manifest.dataset
-    cache = datasets if datasets is not None else {}
-    try:
-        if name not in cache:
-            cache[name] = samples_by_id(name)
-        everything = cache[name]
-        return {sid: everything[sid] for sid in run.manifest.sample_ids}
-    except KeyError as exc:
-        raise StoreError(f"run {run.run_id}: sample {exc.args[0]!r} is not in dataset {name!r} any more") from None
-    except (PersoBenchError, ValueError, OSError) as exc:
-        raise StoreError(f"run {run.run_id}: cannot load the samples of dataset {name!r}: {exc}") from None
-
-
-def _check_dataset_file(run: Run) -> None:
-    """Refuse to read a user file that changed or moved since the run was generated from it."""
-    from persobench.files import sha256_file
-
-    record = run.manifest.details.dataset_file
-    if record is None or not record.path:
-        return
-    try:
-        digest = sha256_file(record.path)
-    except OSError:
-        raise StoreError(f"{record.path}: the dataset file run {run.run_id} was generated from is gone; put it "
-                         "back to score the run") from None
-    if digest != record.sha256:
-        raise StoreError(f"{record.path}: the dataset file changed since run {run.run_id} was generated from it "
-                         "(checksum differs); its scores would no longer match its replies. Restore the file, or "
-                         "generate the run again")
-
-
-def _by_dataset(runs: Iterable[Run]) -> list[list[Run]]:
-    """Runs grouped by dataset, in order of first appearance (the runs of a dataset share texts)."""
-    groups: dict[str, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(str(run.manifest.dataset), []).append(run)
-    return list(groups.values())
-
-
-def _valid_replies(run: Run) -> int:
-    """The run's valid replies as its manifest counts them (0 when it does not say)."""
-    counts = run.manifest.extra.get("counts") or {}
-    try:
-        return int(counts.get("ok", 0))
-    except (TypeError, ValueError):
-        return 0
+    return _run_samples(run, datasets=datasets)
 
 
 def resolve_runs(store: RunStore, names: Sequence[str] | None) -> list[Run]:
@@ -289,170 +182,37 @@ def _run_folder_exists(store: RunStore, name: str) -> bool:
         return False
 
 
-def score(runs: Sequence[str | Run] | None = None, *, profile: "str | Profile" = "offline",
-          metrics: Sequence[str] | None = None, overrides: Mapping[str, str] | None = None,
-          precision: str = "float32", home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
-          progress: ScoreProgress | None = None,
-          on_run: "Callable[[RunScore], None] | None" = None, executor: str = "local",
-          ray_address: str | None = None) -> ScoreReport:
-    """Score runs (ids, prefixes or handles; default every run with generations) with a profile.
+def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" = None, *,
+          home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
+          progress: ScoreProgress | None = None, on_run: "Callable[[RunScore], None] | None" = None,
+          **settings: Any) -> ScoreReport:
+    """Score runs (ids, prefixes or handles; default every run with generations) as ``config`` says
+    (:class:`~persobench.scoring.score_config.ScoreConfig`: profile, metrics, judge, executor ...).
 
-    Only values a run lacks are computed: a (sample, metric, profile) already stored from the same
-    reply and inputs is kept; one whose reply was generated again is computed again. The runs of a
-    dataset are embedded in one pass (their shared references and persona sentences once), cached
-    in the store. Each run's values are merged into what is stored under its lock. ``on_run`` is
-    called after each run (the CLI prints a line per run).
-
-    ``executor``: ``"local"`` (this process) or ``"ray"``: the values are computed by Ray actors
-    (:mod:`persobench.metrics.ray_executor`) on the cluster at ``ray_address`` (``"auto"``, an
-    address, or None: the cluster this process already joined, ``$RAY_ADDRESS``, else a new local
-    one), and written here exactly as the local executor writes them. Without Ray installed, a
-    :class:`~persobench.errors.ConfigurationError` says what to install."""
-    from persobench.metrics import lexical
+    ``settings`` instead of ``config``: its fields by name (``profile="standard", metrics=[...],
+    executor="ray"``); ``profile`` may also be a resolved :class:`~persobench.metrics.backends.Profile`
+    (its judge included). Only values a run lacks are computed, and each run's values are merged
+    into what is stored under its lock (:func:`persobench.scoring.score_pass.score_runs`). ``on_run``
+    is called after each run (the CLI prints a line per run). The report carries the judge's counts,
+    summed over every process that computed."""
     from persobench.metrics.backends import Profile
-    from persobench.metrics.encoder import TextEncoder, store_cache_root
-    from persobench.metrics.judge import JudgeError
-    from persobench.metrics.scoring import score_run
+    from persobench.scoring.score_pass import score_runs
 
-    if executor not in EXECUTORS:
-        raise ConfigurationError(f"unknown executor {executor!r}; known: {', '.join(EXECUTORS)}")
-    if executor == "ray":
-        from persobench.metrics.ray_executor import import_ray
-
-        import_ray()  # before any work: without Ray, one line saying what to install
-    requested = validate_metric_names(list(metrics)) if metrics is not None else None
-    prof = profile if isinstance(profile, Profile) else get_profile(profile, dict(overrides or {}),
-                                                                     precision=precision)
+    profile = settings.get("profile")
+    resolved = profile if isinstance(profile, Profile) else None
+    if resolved is not None:  # a resolved profile: its name, overrides, precision and judge make the config
+        settings = {**settings, "profile": resolved.name, "judge": resolved.judge, "precision": resolved.precision,
+                    "overrides": {k: v for k, v in resolved.overrides.items() if k != "precision"}}
+    if config is not None and settings:
+        raise ConfigurationError(f"score: give a config or settings, not both ({', '.join(settings)})")
+    try:
+        config = config if config is not None else ScoreConfig(**settings)
+    except TypeError as exc:
+        raise ConfigurationError(f"score: {exc}") from None
     store = open_store(home, store)
     chosen = (resolve_runs(store, None) if not runs
               else [r if isinstance(r, Run) else resolve_run(store, r) for r in runs])
-    results: list[RunScore] = []
-    unavailable: dict[str, str] = {}
-    degraded: dict[str, str] = {}
-    datasets: dict[str, dict[str, Sample]] = {}
-    lexical_wanted = requested is None or any(m in requested for m in (*lexical.REFERENCE_LEXICAL,
-                                                                       *lexical.REPLY_LEXICAL))
-    expected = sum(_valid_replies(run) for run in chosen) if lexical_wanted else 0
-
-    def finish(result: RunScore) -> None:
-        results.append(result)
-        if result.summary is not None:
-            for metric, prov in result.summary.provenance.items():
-                if prov.get("status") == "unavailable":
-                    unavailable.setdefault(metric, prov.get("reason", ""))
-                elif prov.get("status") == "degraded":
-                    degraded.setdefault(metric, prov.get("reason", ""))
-        if on_run is not None:
-            on_run(result)
-
-    if executor == "ray":
-        _score_on_ray(chosen, prof, requested, store, ray_address, datasets, progress, finish)
-        order = {run.run_id: k for k, run in enumerate(r for group in _by_dataset(chosen) for r in group)}
-        results.sort(key=lambda result: order[result.run_id])  # the local executor's order
-        return ScoreReport(prof.key, "ray", tuple(results), unavailable, degraded)
-
-    # One encoder for the whole call: the runs of a dataset are embedded together, cached in the
-    # store, and the memory is given back after each dataset.
-    encoder = TextEncoder(prof, store_cache_root(store.home))
-    with lexical.worker_pool(expected):  # both cores for the lexical metrics of a large job
-        for group in _by_dataset(chosen):
-            ready = _embed_group(group, encoder, prof, requested, datasets, progress)
-            for run in group:
-                samples = ready.get(run.run_id)
-                if isinstance(samples, str):
-                    finish(RunScore(run.run_id, error=samples))
-                    continue
-                try:
-                    summary = score_run(run, samples, profile=prof, metrics=requested, encoder=encoder,
-                                        progress=_staged(progress, run.run_id[:48]))
-                except JudgeError:
-                    raise  # no key, or a judge failing every request: one line, not one per run
-                except PersoBenchError as exc:
-                    finish(RunScore(run.run_id, error=str(exc)))
-                    continue
-                finish(RunScore(run.run_id, summary))
-            encoder.release()
-    return ScoreReport(prof.key, prof.device, tuple(results), unavailable, degraded)
-
-
-def _score_on_ray(chosen: list[Run], prof: "Profile", requested: Sequence[str] | None, store: RunStore,
-                  address: str | None, datasets: dict[str, dict[str, "Sample"]],
-                  progress: ScoreProgress | None, finish: Callable[[RunScore], None]) -> None:
-    """The Ray executor: plan each run here, compute on the actors, write here as runs complete."""
-    from persobench.metrics.encoder import store_cache_root
-    from persobench.metrics.ray_executor import RayScoring
-    from persobench.metrics.scoring import plan_run, write_run
-
-    chosen = list({run.run_id: run for run in chosen}.values())  # a run named twice is scored once
-    if not chosen:
-        return  # nothing to score: no cluster to start
-    wanted = validate_metric_names(list(requested) if requested is not None else None)
-    runs = {run.run_id: run for run in chosen}
-
-    def write(run: Run, work: Any, result: Any, error: str = "") -> None:
-        try:
-            summary = write_run(run, work, result)  # what came back is kept, even beside an error
-        except PersoBenchError as exc:
-            finish(RunScore(run.run_id, error=str(exc)))
-            return
-        finish(RunScore(run.run_id, error=error) if error else RunScore(run.run_id, summary))
-
-    with RayScoring(prof, wanted, address=address, cache_root=store_cache_root(store.home),
-                    runs=len(chosen)) as pool:
-        for group in _by_dataset(chosen):
-            works = []
-            for run in group:
-                if not run.has_table("generations"):
-                    finish(RunScore(run.run_id, error="no generations table"))
-                    continue
-                try:
-                    works.append(plan_run(run, run_samples(run, datasets=datasets), profile=prof,
-                                          metrics=requested))
-                except PersoBenchError as exc:
-                    finish(RunScore(run.run_id, error=str(exc)))
-            for work in pool.submit(works):
-                write(runs[work.run_id], work, None)
-        label = f"ray {pool.describe()}"
-        report = (lambda done, total: progress(label, done, total)) if progress is not None else None
-        for done in pool.finished(report):
-            write(runs[done.work.run_id], done.work, done.result, done.error)
-
-
-def _staged(progress: ScoreProgress | None, label: str) -> ScoreProgress | None:
-    if progress is None:
-        return None
-    return lambda stage, done, total: progress(f"{label} {stage}", done, total)
-
-
-def _embed_group(group: list[Run], encoder: Any, profile: "Profile", requested: Sequence[str] | None,
-                 datasets: dict[str, dict[str, "Sample"]], progress: ScoreProgress | None) -> dict[str, Any]:
-    """Embed every text the runs of ``group`` need, in one pass; returns run id -> its samples, or
-    run id -> the one-line reason it cannot be scored."""
-    from persobench.metrics.encoder import EmbeddingRequest
-    from persobench.metrics.family import Progress
-    from persobench.metrics.scoring import prepare_embeddings, run_embedding_request
-
-    ready: dict[str, Any] = {}
-    pairs: dict[tuple[str, str], None] = {}
-    sentences: dict[str, None] = {}
-    for run in group:
-        if not run.has_table("generations"):
-            ready[run.run_id] = "no generations table"
-            continue
-        try:
-            samples = run_samples(run, datasets=datasets)
-            request = run_embedding_request(run, samples, profile=profile, metrics=requested)
-        except PersoBenchError as exc:
-            ready[run.run_id] = str(exc)
-            continue
-        ready[run.run_id] = samples
-        pairs.update(dict.fromkeys(request.pairs))
-        sentences.update(dict.fromkeys(request.sentences))
-    if pairs or sentences:
-        label = f"{group[0].manifest.dataset} ({len(group)} run{'s' if len(group) != 1 else ''})"
-        prepare_embeddings(encoder, EmbeddingRequest(tuple(pairs), tuple(sentences)),
-                           Progress(_staged(progress, label[:48])))
-    return ready
+    return score_runs(chosen, config, store=store, profile=resolved, progress=progress, on_run=on_run)
 
 
 @dataclass(frozen=True)

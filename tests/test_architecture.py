@@ -28,7 +28,9 @@ STAGES: dict[str, tuple[str, ...]] = {
     # concurrency, usage and spend cap): generation and the LLM judge both call it.
     "llm": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.llm"),
     "generation": ("persobench.generation", "persobench.postprocess", "persobench.importer"),
-    "metrics": ("persobench.metrics",),
+    # Scoring stored runs (plan, compute, write; local or Ray) sits with the metrics it runs:
+    # `metrics.score_run` is its one-run front.
+    "metrics": ("persobench.metrics", "persobench.scoring"),
     "aggregate": ("persobench.aggregate",),
     # The static HTML report and the Plotly figures it shares with the app's pages.
     "report": ("persobench.report",),

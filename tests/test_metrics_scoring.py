@@ -300,7 +300,7 @@ def test_a_run_with_no_valid_reply_still_records_what_the_profile_covers(tmp_pat
     samples = _samples()
     store, run = _run(tmp_path / "home", samples, [("s:0", "truncated", None, 1.0), ("s:1", "empty", "", 1.0)])
     run.update(status="completed")
-    summary = scoring.score_run(run, {s.id: s for s in samples}, profile="offline", metrics=["dist1", "c_score"])
+    summary = metrics.score_run(run, {s.id: s for s in samples}, profile="offline", metrics=["dist1", "c_score"])
     prov = store.get(run.run_id).manifest.extra["scores"]["offline"]["metrics"]
     assert prov["dist1"]["status"] == "ok" and prov["dist1"]["n"] == 0
     assert prov["dist1"]["model_id"] == ""  # nothing ran: must not count as another model in comparisons

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from persobench import pipeline
-from persobench.metrics.ray_executor import ActorSlot, FamilyGroup, family_groups, plan_actors
+from persobench.scoring.ray_executor import ActorSlot, FamilyGroup, family_groups, plan_actors
 from persobench.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,8 +272,8 @@ def test_an_actor_embeds_each_distinct_text_of_a_dataset_once_and_uses_the_disk_
         demo_store, tmp_path):
     from persobench.metrics.backends import get_profile
     from persobench.metrics.encoder import EmbeddingRequest
-    from persobench.metrics.ray_executor import ScoringWorker
-    from persobench.metrics.scoring import plan_run, work_embedding_request
+    from persobench.scoring.ray_executor import ScoringWorker
+    from persobench.scoring.work_plan import plan_run, work_embedding_request
 
     home = _copy(demo_store, tmp_path / "home")
     profile = get_profile("offline")

@@ -120,7 +120,7 @@ def test_writers_keep_the_keys_old_readers_know(tmp_path):
 
 def test_the_scoring_writer_keeps_the_keys_old_readers_know(tmp_path):
     from persobench.datasets import samples_by_id
-    from persobench.metrics.scoring import score_run
+    from persobench.scoring.compute import score_run
 
     run = run_generation(dataset="sample", model="baseline:reference", limit=2, home=tmp_path)
     score_run(run, samples_by_id("sample"), profile="offline", metrics=["bleu", "ue_score"])

@@ -7,36 +7,50 @@ from __future__ import annotations
 from typing import Any
 
 from persobench.app.text import md_escape
-from persobench.jobs.judging import JudgeChoice
+from persobench.scoring.judge_estimate import JUDGED_METRICS_TEXT
 
 #: What the judge toggle's help says, on both pages.
-JUDGE_HELP = ("Label the NLI pairs of c_score, p_consistency, ue_score and persona_coverage with an LLM "
+JUDGE_HELP = (f"Label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "
               "instead of the NLI model (the offline profile has none). Judge numbers are stored under a "
               "profile of their own (its name carries the judge and the prompt version) and never share a "
               "board with NLI-model numbers.")
 
 
-def judge_form(prefix: str) -> JudgeChoice | None:
-    """A toggle and, when on, the judge's model, base URL, concurrency and cost cap; the choice or None.
-    Widget keys: ``<prefix>_judge_on``, ``_judge_model``, ``_judge_base_url``, ``_judge_concurrency``,
-    ``_judge_max_cost``."""
+def judge_form(prefix: str) -> Any:
+    """A toggle and, when on, a widget per field of the judge (the fields ``score --judge`` takes:
+    :data:`~persobench.metrics.judge_config.JUDGE_FLAGS`); the checked
+    :class:`~persobench.metrics.judge_config.JudgeConfig`, or None (off, no model, or a bad field,
+    said in a warning). Widget keys: ``<prefix>_judge_on``, ``_judge_model``, ``_judge_base_url``,
+    ``_judge_concurrency``, ``_judge_max_cost``."""
     import streamlit as st
 
     if not st.toggle("Score the NLI metrics with an LLM judge", key=f"{prefix}_judge_on", help=JUDGE_HELP):
         return None
     c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
-    model = c1.text_input("Judge model", value="openai:gpt-4o-mini", key=f"{prefix}_judge_model",
-                          help="Any model a run takes: provider:model, a preset, or a models-file name.")
-    base_url = c2.text_input("Judge base URL (OpenAI-compatible servers)", key=f"{prefix}_judge_base_url",
-                             placeholder="http://localhost:11434/v1")
-    concurrency = c3.selectbox("Judge requests in flight", ["8", "auto", "1", "4", "16", "32"],
-                               key=f"{prefix}_judge_concurrency")
-    cap = c4.number_input("Max judge cost (USD, 0 = no cap)", min_value=0.0, value=0.0, step=0.5,
-                          key=f"{prefix}_judge_max_cost")
-    if not model.strip():
+    fields = {
+        "model": c1.text_input("Judge model", value="openai:gpt-4o-mini", key=f"{prefix}_judge_model",
+                               help="Any model a run takes: provider:model, a preset, or a models-file name.").strip(),
+        "base_url": c2.text_input("Judge base URL (OpenAI-compatible servers)", key=f"{prefix}_judge_base_url",
+                                  placeholder="http://localhost:11434/v1").strip() or None,
+        "concurrency": c3.selectbox("Judge requests in flight", ["8", "auto", "1", "4", "16", "32"],
+                                    key=f"{prefix}_judge_concurrency"),
+        "max_cost": float(c4.number_input("Max judge cost (USD, 0 = no cap)", min_value=0.0, value=0.0, step=0.5,
+                                          key=f"{prefix}_judge_max_cost")) or None,
+    }
+    if not fields["model"]:
         return None
-    return JudgeChoice(model.strip(), base_url.strip() or None,
-                       "auto" if concurrency == "auto" else int(concurrency), float(cap) or None)
+    fields["concurrency"] = "auto" if fields["concurrency"] == "auto" else int(fields["concurrency"])
+    from persobench.app.page_cache import current_home
+    from persobench.errors import PersoBenchError
+    from persobench.metrics.judge_config import JudgeConfig
+
+    try:
+        return JudgeConfig.from_dict(fields, home=current_home())
+    except PersoBenchError as exc:
+        from persobench.secrets import redact
+
+        st.warning(f"LLM judge: {md_escape(redact(' '.join(str(exc).split())))}")
+        return None
 
 
 def show_estimate(estimate: Any, problem: str, *, note: str = "") -> bool:

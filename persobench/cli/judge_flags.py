@@ -11,7 +11,7 @@ import argparse
 from typing import Any, Callable
 
 from persobench.cli import CLIError
-from persobench.pipeline import estimate_runs
+from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
 
 
 def add_arguments(score: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
     from persobench.cli.generate import _concurrency
 
     group = score.add_argument_group(
-        "LLM judge", "label the NLI pairs of c_score, p_consistency, ue_score and persona_coverage with an LLM "
+        "LLM judge", f"label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "
         "instead of the NLI model; scores are stored under a profile key naming the judge and its prompt")
     group.add_argument("--judge", default=None, metavar="PROVIDER:MODEL",
                        help="the judge: any model spec `run` takes (openai:gpt-4o-mini, a preset, a models-file name)")
@@ -55,13 +55,15 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
 
 
 def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
-    """The :class:`~persobench.metrics.judge.JudgeConfig` of ``--judge`` (None without it)."""
-    if args.judge is None:
-        given = [flag for flag, value in (("--judge-base-url", args.judge_base_url),
-                                          ("--judge-max-cost", args.judge_max_cost), ("--dry-run", args.dry_run),
-                                          ("--judge-plain", args.judge_plain),
-                                          ("--judge-timeout", args.judge_timeout), ("--batch", args.batch))
-                 if value]
+    """The :class:`~persobench.metrics.judge_config.JudgeConfig` of ``--judge`` and its flags (None
+    without it), field by field through :data:`~persobench.metrics.judge_config.JUDGE_FLAGS`."""
+    from persobench.pipeline import JUDGE_FLAGS
+
+    values = {name: getattr(args, flag.lstrip("-").replace("-", "_")) for name, flag in JUDGE_FLAGS.items()}
+    if values["model"] is None:
+        given = [JUDGE_FLAGS[name] for name in ("base_url", "max_cost", "prompt", "plain") if values[name]]
+        given += [flag for flag, value in (("--dry-run", args.dry_run), ("--judge-timeout", args.judge_timeout),
+                                           ("--batch", args.batch)) if value]
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
@@ -69,10 +71,9 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
 
     retry = None if args.judge_timeout is None else RetryPolicy(timeout=args.judge_timeout,
                                                                  timeout_flag=JUDGE_TIMEOUT_FLAG)
-    return make_judge(args.judge, base_url=args.judge_base_url, prompt=args.judge_prompt,
-                      concurrency=args.judge_concurrency, max_cost=args.judge_max_cost,
-                      cache_dir=str(default_cache_dir(home)), home=home, plain=args.judge_plain, retry=retry,
-                      batch=BatchSettings(wait=args.batch_wait, poll=args.batch_poll) if args.batch else None)
+    batch = BatchSettings(wait=args.batch_wait, poll=args.batch_poll) if args.batch else None
+    return make_judge(values.pop("model"), **values, cache_dir=str(default_cache_dir(home)), home=home,
+                      retry=retry, batch=batch)
 
 
 def _seconds(text: str) -> float:
@@ -132,20 +133,23 @@ def check_cost(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any],
               f"--judge-max-cost {_money(judge.max_cost)}: it stops sending at the cap and the pairs left get no value")
 
 
-def report(profile: Any) -> int:
-    """Print what the judge did in this command; the number of pairs left without an answer."""
-    if profile.judge is None:
+def report(profile: Any, scored: Any) -> int:
+    """Print what the judge did in this pass (``scored``: the
+    :class:`~persobench.scoring.outcome.ScoreReport`, summed over every process that computed); the
+    number of pairs left without an answer."""
+    if profile.judge is None or scored.judge is None:
         return 0
-    from persobench.pipeline import judge_labeller
+    from persobench.pipeline import load_template
 
-    labeller = judge_labeller(profile.judge)
-    s = labeller.stats
-    print(f"judge {profile.judge.model_name} (prompt {labeller.template.version}): {s.pairs} pair(s): "
+    s = scored.judge
+    print(f"judge {profile.judge.model_name} (prompt {load_template(profile.judge.prompt).version}): {s.pairs} pair(s): "
           f"{s.cached} from the response cache, {s.sent} answered now ({s.attempts} request(s)); "
           f"{s.unparseable} unparseable and {s.unanswered} unanswered (counted, no value); "
           f"~{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, cost {_money(s.cost_usd)}")
-    why = [f"{n} {reason}" for n, reason in ((s.over_cap, "over the cost cap"), (s.run_deleted, "for a deleted run"),
-                                               (s.refused_usage, "refused for unusable token usage")) if n]
+    why = [f"{n} {reason}" for n, reason in ((getattr(s, "over_cap", 0), "over the cost cap"),
+                                               (getattr(s, "run_deleted", 0), "for a deleted run"),
+                                               (getattr(s, "refused_usage", 0), "refused for unusable token usage"))
+           if n]
     if why:
         print(f"  not labelled: {', '.join(why)}")
     if s.first_error:

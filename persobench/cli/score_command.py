@@ -52,10 +52,26 @@ def _parse_models(items: list[str]) -> dict[str, str]:
     return overrides
 
 
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def score_config_from_args(args: argparse.Namespace, home: Any) -> Any:
+    """The :class:`~persobench.scoring.score_config.ScoreConfig` of the flags, field by field through
+    :data:`~persobench.scoring.score_config.SCORE_FLAGS` (the judge's through ``JUDGE_FLAGS``)."""
+    from persobench.cli import judge_flags
+    from persobench.pipeline import SCORE_FLAGS, ScoreConfig
+
+    values = {name: getattr(args, _dest(flag)) for name, flag in SCORE_FLAGS.items()}
+    if values["metrics"]:
+        values["metrics"] = tuple(m.strip() for m in values["metrics"].split(",") if m.strip())
+    values["overrides"] = _parse_models(values["overrides"] or [])
+    values["judge"] = judge_flags.judge_from_args(args, home)
+    return ScoreConfig(**values)
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     from persobench import pipeline
-    from persobench.pipeline import validate_metric_names
-    from persobench.pipeline import get_profile
 
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address needs --executor ray")
@@ -63,15 +79,12 @@ def cmd_score(args: argparse.Namespace) -> int:
         from persobench.pipeline import import_ray
 
         import_ray()  # without Ray: one line saying what to install, before any work
-    requested = None
-    if args.metrics:
-        requested = [m.strip() for m in args.metrics.split(",") if m.strip()]
-        validate_metric_names(requested)
     from persobench.cli import judge_flags
 
     store = store_from_args(args)
-    profile = get_profile(args.profile, _parse_models(args.model), precision=args.precision,
-                          judge=judge_flags.judge_from_args(args, store.home))
+    config = score_config_from_args(args, store.home)
+    requested = list(config.checked_metrics()) if config.metrics is not None else None
+    profile = config.resolve_profile()
     if not args.runs:
         readable, problems = store.scan()
         warn_skipped((p.path, p.reason) for p in problems)
@@ -94,15 +107,14 @@ def cmd_score(args: argparse.Namespace) -> int:
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
     bars = _StageBars(args.no_progress)
     try:
-        report = pipeline.score(runs, profile=profile, metrics=requested, store=store,
-                                progress=bars, on_run=lambda result: (bars.close(), _print_result(result)),
-                                executor=args.executor, ray_address=args.ray_address)
+        report = pipeline.score(runs, config, store=store, progress=bars,
+                                on_run=lambda result: (bars.close(), _print_result(result)))
     finally:
         bars.close()
     _report("unavailable (no number stored)", dict(report.unavailable))
     _report("degraded (stored, labelled in provenance)", dict(report.degraded))
-    unanswered = judge_flags.report(profile)  # pairs left without an answer: those scores are missing
-    if report.failures or unanswered:
+    judge_flags.report(profile, report)  # pairs left without an answer: those scores are missing
+    if not report.complete:
         return 1
     if requested and any(m in report.unavailable for m in requested):
         return 1

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from persobench.pipeline import atomic_write_json, utc_now
+from persobench.files import atomic_write_json, utc_now
 from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json
-from persobench.pipeline import public_text, redact
-from persobench.pipeline import default_home
+from persobench.secrets import public_text, redact
+from persobench.store import default_home
 
 def run_job(folder: Path) -> int:
     """Execute a job's steps in order; the body of ``python -m persobench.jobs job DIR``.
@@ -29,7 +29,7 @@ def run_job(folder: Path) -> int:
     stop the others); a score step scores the runs whose generation succeeded. A ``cancel`` file in
     the job folder stops the job: it is forwarded to the run in progress, which ends "cancelled".
     """
-    from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED
+    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED
 
     folder = Path(folder)
     spec = read_json(folder / "job.json")
@@ -93,8 +93,8 @@ def run_job(folder: Path) -> int:
 def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
     """Run step ``index`` in ``python -m persobench.jobs step DIR INDEX``, forwarding a cancel request
     to the run it writes."""
-    from persobench.pipeline import request_cancel
-    from persobench.pipeline import is_secret_name
+    from persobench.generation import request_cancel
+    from persobench.secrets import is_secret_name
 
     env = dict(os.environ)
     if step.withhold_keys:  # a server typed into the page gets no key of the operator's
@@ -144,8 +144,8 @@ def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: AR
     import threading
 
     from persobench import pipeline
-    from persobench.pipeline import GenerationConfig
-    from persobench.pipeline import url_with_credentials
+    from persobench.generation import GenerationConfig
+    from persobench.secrets import url_with_credentials
 
     config = GenerationConfig.from_dict(step.config)
     # job.json holds the base URL's public form; its credentials come in the environment
@@ -158,14 +158,14 @@ def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: AR
           flush=True)
     if run.manifest.status == "cancelled":
         return 1
-    from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
+    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
 
     return EXIT_NO_SAMPLE_SUCCEEDED if no_sample_succeeded(run.manifest.details.counts or {}) else 0
 
 
 def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
     from persobench import pipeline
-    from persobench.pipeline import ProgressBar
+    from persobench.console import ProgressBar
 
     bars: dict[str, ProgressBar] = {}
 
@@ -186,24 +186,22 @@ def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
         else:
             print(f"{result.run_id}: not scored: {redact(result.error)}", flush=True)
 
-    from persobench.jobs.judging import judge_profile
+    from persobench.scoring.score_config import ScoreConfig
 
+    # job.json holds the typed ScoreConfig (and which runs); a job written before it held a loose
+    # dict of the same names, which reads the same way.
+    config = ScoreConfig.from_dict(step.config, home=home, ignore=("runs",))
     chosen = step.config.get("runs", "job")
     runs = run_ids if chosen == "job" else None if chosen == "all" else list(chosen)
-    profile = judge_profile(step.config, home)
-    report = pipeline.score(runs, profile=profile, metrics=step.config.get("metrics"), home=home,
-                            progress=progress, on_run=on_run)
+    report = pipeline.score(runs, config, home=home, progress=progress, on_run=on_run)
     for metric, reason in report.unavailable.items():
         print(f"unavailable: {metric}: {reason}", flush=True)
-    unanswered = 0
-    if profile.judge is not None:
-        from persobench.pipeline import judge_labeller
-
-        stats = judge_labeller(profile.judge).stats
-        unanswered = stats.unanswered
-        print(f"judge {profile.judge.model_name}: {stats.pairs} pair(s), {stats.sent} answered now, "
-              f"{stats.unparseable} unparseable, {stats.unanswered} unanswered", flush=True)
-    return 1 if report.failures or unanswered else 0
+    if report.judge is not None and config.judge is not None:
+        tally = report.judge
+        print(f"judge {config.judge.model_name}: {tally.pairs} pair(s), {tally.sent} answered now, "
+              f"{tally.unparseable} unparseable, {tally.unanswered} unanswered, {tally.attempts} request(s), "
+              f"cost {'unknown' if tally.cost_usd is None else f'${tally.cost_usd:.4f}'}", flush=True)
+    return 0 if report.complete else 1
 
 
 def _import(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001

@@ -49,9 +49,12 @@ class JobStep:
     the paper's data, then import it)."""
     config: Mapping[str, Any] = field(default_factory=dict)
     """The step's typed request as JSON. ``run``: a :class:`~persobench.generation.GenerationConfig`
-    (:meth:`~persobench.generation.GenerationConfig.to_dict`, credentials left out); ``score``:
-    ``profile``, ``metrics`` (a list, or ``None`` for all) and ``runs`` (``"job"``: the runs this
-    job's run steps completed, ``"all"``: every run in the store); ``import``: ``folder``;
+    (:meth:`~persobench.generation.GenerationConfig.to_dict`, credentials left out); ``score``: a
+    :class:`~persobench.scoring.score_config.ScoreConfig` (:meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`,
+    its judge a :class:`~persobench.metrics.judge_config.JudgeConfig`, no key) plus ``runs``
+    (``"job"``: the runs this job's run steps completed, ``"all"``: every run in the store, or a
+    list of run ids); older jobs' loose ``profile``/``metrics``/``judge`` dict reads the same way;
+    ``import``: ``folder``;
     ``fetch``: ``url`` (``None``: the pinned archive)."""
     expect: Mapping[str, str] = field(default_factory=dict)
     """The dataset, model and mode the step generates (kept in ``job.json`` for display)."""
@@ -82,6 +85,14 @@ class JobStep:
 
         path = RunStore(home).run_path(self.run_id)
         return path if path.is_dir() else None
+
+
+def score_step(label: str, config: Any, runs: "str | Sequence[str]" = "job", *, withhold_keys: bool = False) -> JobStep:
+    """A ``score`` step: ``config`` (a :class:`~persobench.scoring.score_config.ScoreConfig`) stored as
+    its :meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`, plus which ``runs`` (``"job"``,
+    ``"all"`` or run ids)."""
+    return JobStep(label=label, kind="score", withhold_keys=withhold_keys,
+                   config={**config.to_dict(), "runs": runs if isinstance(runs, str) else list(runs)})
 
 
 @dataclass(frozen=True)

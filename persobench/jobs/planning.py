@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from persobench.jobs.model import JobStep
-from persobench.pipeline import public_text, redact, remember_url
-from persobench.pipeline import structured_label
+from persobench.jobs.model import JobStep, score_step
+from persobench.secrets import public_text, redact, remember_url
+from persobench.structured import structured_label
 
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
@@ -154,7 +154,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
     configuration the plan estimated, then one ``score`` step for the runs the job completes.
     ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's);
     ``limit`` and ``seed`` apply to rows planned without a configuration. ``judge`` (a
-    :class:`~persobench.jobs.judging.JudgeChoice`): a last score step with the LLM judge for the
+    :class:`~persobench.metrics.judge_config.JudgeConfig`): a last score step with the LLM judge for the
     NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
     import dataclasses
 
@@ -179,8 +179,9 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
                              expect={"dataset": config.dataset, "model": config.model, "mode": config.mode},
                              run_id=plan.get("run_id") or None, withhold_keys=bool(plan.get("key_withheld"))))
     if profile and steps:
-        steps.append(JobStep(label=f"score ({profile} profile)", kind="score",
-                             config={"profile": profile, "metrics": None, "runs": "job"}))
+        from persobench.scoring.score_config import ScoreConfig
+
+        steps.append(score_step(f"score ({profile} profile)", ScoreConfig(profile=profile), "job"))
     if judge is not None and steps:
         from persobench.jobs.judging import judge_step
 
@@ -204,13 +205,13 @@ def fetch_paper_steps(*, score: str, url: str | None = None, trust_unpinned: boo
 
 def _score_steps(score: str) -> list[JobStep]:
     """Scoring after an import: ``lexical`` (fast), ``offline`` (the whole profile) or ``none``."""
+    from persobench.scoring.score_config import ScoreConfig
+
     if score == "lexical":
         # The metrics that need no model: fast enough to score all published replies right after an import.
         from persobench.pipeline import metric_names
 
-        return [JobStep(label="score (lexical metrics)", kind="score",
-                        config={"profile": "offline", "metrics": list(metric_names(needs="none")), "runs": "all"})]
+        return [score_step("score (lexical metrics)", ScoreConfig(metrics=tuple(metric_names(needs="none"))), "all")]
     if score == "offline":
-        return [JobStep(label="score (offline profile)", kind="score",
-                        config={"profile": "offline", "metrics": None, "runs": "all"})]
+        return [score_step("score (offline profile)", ScoreConfig(), "all")]
     return []

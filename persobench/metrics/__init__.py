@@ -103,7 +103,7 @@ def score_run(
     encoder: Any = None,
 ) -> Any:
     """Score the ok rows of a run's generations table, caching results in the run folder."""
-    from persobench.metrics.scoring import score_run as _score_run
+    from persobench.scoring.compute import score_run as _score_run
 
     return _score_run(run, samples_by_id, profile=profile, metrics=metrics, overrides=overrides,
                       progress=progress, references=references, encoder=encoder)

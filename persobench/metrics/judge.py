@@ -32,15 +32,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import hashlib
-import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
+from persobench.metrics.judge_config import (  # noqa: F401 - part of this module's interface
+    JUDGE_FLAGS, STRUCTURED_PROVIDERS, JudgeConfig, make_judge,
+)
 from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
     template_versions,
@@ -48,18 +49,12 @@ from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this modul
 from persobench.metrics.nli_labels import LABELS, NLIPrediction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from persobench.llm.batch_driver import BatchSettings
-    from persobench.llm.retry import RetryPolicy
     from persobench.llm.spend import SpendLedger
     from persobench.providers.base import Completion, GenerationParams
-    from persobench.providers.spec import ModelSpec
 
 #: A pair whose request failed (or was not sent: stop, cost cap); asked again by the next run.
 UNANSWERED = "unanswered"
 
-#: Providers that enforce a JSON schema on the reply (OpenAI-compatible ``response_format``,
-#: Anthropic ``output_config``, grammar-constrained local decoding); others get the plain form.
-STRUCTURED_PROVIDERS = frozenset({"openai", "anthropic", "local"})
 
 #: Marks a profile key whose NLI labels came from a judge.
 
@@ -75,113 +70,6 @@ JUDGE_TIMEOUT_FLAG = "--judge-timeout"
 
 class JudgeError(MetricError, RuntimeError):
     """The judge cannot label: its first requests all failed for one reason (bad key, unknown model)."""
-
-
-# --- The judge's configuration ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JudgeConfig:
-    """Which model judges, with which prompt, and how its requests are sent."""
-
-    spec: "ModelSpec"
-    """The judge model (any spec ``run`` takes: ``openai:gpt-4o-mini``, a preset, a models-file name)."""
-    prompt: str = DEFAULT_PROMPT
-    """Version of the prompt template (:func:`template_versions`)."""
-    concurrency: int | str = 8
-    """Requests in flight, or ``"auto"`` (raised while replies come back, halved on a 429 or 5xx)."""
-    max_concurrency: int = 32
-    """The most requests in flight ``"auto"`` may reach."""
-    max_cost: float | None = None
-    """Stop sending once the judge's estimated spend (USD) would pass this; ``None``: no cap."""
-    cache_dir: str | None = None
-    """The response cache folder (the store's ``<home>/responses``, shared with generation)."""
-    retry: "RetryPolicy | None" = None
-    """Retry and timeout settings; ``None``: generation's defaults."""
-    plain: bool = False
-    """Ask for the one-word answer even where the provider has structured output (a server that takes
-    no ``response_format``). Part of the identity: the prompt differs."""
-    api_key: str | None = field(default=None, repr=False, compare=False)
-    """A key given by the caller (the app's secrets); else the provider's environment variable.
-    Never written anywhere."""
-    batch: "BatchSettings | None" = None
-    """Send through the provider's batch API first (``score --judge ... --batch``; about half the
-    price); ``None``: ordinary requests only. Not part of the identity: the same requests."""
-
-    @property
-    def structured(self) -> bool:
-        """Whether the label is asked for through structured output."""
-        return not self.plain and self.spec.provider in STRUCTURED_PROVIDERS
-
-    @property
-    def template(self) -> JudgeTemplate:
-        return load_template(self.prompt)
-
-    @property
-    def model_name(self) -> str:
-        """``provider:model``, plus the server's host and port when a base URL is set (never its
-        credentials or path) and a hash of output-changing options when there are any."""
-        name = f"{self.spec.provider}:{self.spec.model}"
-        if self.spec.base_url:
-            from persobench.providers.base import parse_base_url
-
-            _, host, port = parse_base_url(self.spec.base_url)
-            name += f"@{host}:{port}"
-        options = self.spec.output_options
-        if options:
-            name += "#" + hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()[:8]
-        return name
-
-    @property
-    def identity(self) -> str:
-        """What a profile key carries after :data:`PROFILE_MARK`: ``<model name>,prompt=<version>``, plus
-        ``,answer=word`` when the label is asked for as a bare word rather than through structured output."""
-        return f"{self.model_name},prompt={self.prompt}" + ("" if self.structured else ",answer=word")
-
-    @property
-    def model_id(self) -> str:
-        """The ``model_id`` of judge-labelled metrics in provenance."""
-        return f"judge {self.model_name}"
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready description for run manifests (no key, no URL credentials)."""
-        return {"judge": self.spec.to_public_dict(), "prompt": self.prompt, "structured": self.structured}
-
-
-def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = None,
-               concurrency: int | str = 8, max_concurrency: int = 32, max_cost: float | None = None,
-               cache_dir: str | None = None, models_file: str | None = None, home: Any = None,
-               api_key: str | None = None, retry: "RetryPolicy | None" = None, plain: bool = False,
-               batch: "BatchSettings | None" = None) -> JudgeConfig:
-    """A checked :class:`JudgeConfig` (:class:`ConfigurationError`, one line, for anything wrong);
-    ``prompt`` None: :data:`DEFAULT_PROMPT`."""
-    from persobench.models_registry import prices_for, resolve_model
-
-    prompt = prompt or DEFAULT_PROMPT
-    spec = resolve_model(model, base_url=base_url, models_file=models_file, home=home)
-    if spec.provider == "baseline":
-        raise ConfigurationError(f"judge {model!r}: a baseline replies with fixed text and cannot label NLI pairs")
-    if concurrency != "auto" and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
-                                  or concurrency < 1):
-        raise ConfigurationError(f"judge concurrency must be a whole number of at least 1 or 'auto', "
-                                 f"got {concurrency!r}")
-    if max_concurrency < 1:
-        raise ConfigurationError(f"judge max concurrency must be at least 1, got {max_concurrency}")
-    if max_cost is not None:
-        if not max_cost >= 0:
-            raise ConfigurationError(f"judge max cost must be a number of US dollars >= 0, got {max_cost!r}")
-        if prices_for(spec) is None:
-            raise ConfigurationError(f"judge {spec.name}: its prices are unknown, so a cost cap cannot be kept; "
-                                     "give price_input_per_mtok and price_output_per_mtok in the models file")
-    if batch is not None:
-        from persobench.providers.batch_api import supports_batch
-
-        if not supports_batch(spec.provider):
-            raise ConfigurationError(f"--batch needs a judge whose provider has a batch API (openai, anthropic); "
-                                     f"{spec.name!r} is provider {spec.provider!r}")
-    config = JudgeConfig(spec, prompt, concurrency, max_concurrency, max_cost, cache_dir, retry, plain, api_key, batch)
-    config.template  # noqa: B018 - an unknown prompt version fails here, before any request
-    return config
 
 
 def judge_of_profile(profile_key: str) -> str | None:

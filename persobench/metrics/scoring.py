@@ -1,7 +1,8 @@
-"""Scoring: replies in, a long table of per-sample metric values (with provenance) out.
+"""Scoring in memory: replies in, a long table of per-sample metric values (with provenance) out.
 
-:func:`score_samples` scores in memory; :func:`score_run` scores a stored run's ``ok`` generations,
-keeps results in the run folder and never recomputes a (sample, metric, profile) it already has.
+:func:`score_samples` scores in memory. Scoring a stored run (plan what it lacks, compute, write
+under its lock, on this process or Ray actors) is :mod:`persobench.scoring`;
+:func:`persobench.metrics.score_run` is its one-run front.
 
 What gets a number:
 
@@ -19,11 +20,6 @@ Who computes what: :func:`family_plan` picks the metric families of the requeste
 families they require), orders them so a family runs after those it requires, and each family
 scores the whole batch in one pass (:mod:`persobench.metrics.family`).
 
-A stored run is scored in three steps (:func:`score_run`): :func:`plan_run` (what it lacks),
-:func:`compute_run` (pure: replies in, rows out; in this process or on Ray actors,
-:mod:`persobench.metrics.ray_executor`) and :func:`~persobench.metrics.score_writing.write_run`
-(the merge under the run's lock, done only by the process that planned).
-
 Persona sentences: all of the sample's persona sentences (every speaker), in source order; the
 persona *text* joins them with one space.
 """
@@ -34,14 +30,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from persobench.errors import ScoringError
 from persobench.metrics.metric_registry import (
     MetricRegistryError, family_names, get_family, metric_info, metric_names, validate_metric_names,
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
-from persobench.metrics.score_writing import RunScoreSummary, RunWork, write_run
-from persobench.metrics.stored import score_basis, stored_scores
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -274,10 +267,6 @@ def score_samples(
     return ScoreResult(scores, details, provenance, prof.key)
 
 
-# --- Runs -------------------------------------------------------------------------------------------
-
-
-
 #: ``persona_input`` of a persona metric's provenance: what it compared the reply with.
 PAPER_PERSONA_INPUT = "paper personas cell"
 SENTENCES_PERSONA_INPUT = "persona sentences"
@@ -292,204 +281,3 @@ def _paper_persona_texts(run: "Run", samples: Sequence["Sample"]) -> dict[str, s
     from persobench.datasets.paper_cells import paper_persona_text
 
     return {s.id: paper_persona_text(s) for s in samples}
-
-
-def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
-             metrics: Sequence[str] | None = None, overrides: Mapping[str, str] | None = None,
-             references: Mapping[str, str] | None = None) -> RunWork:
-    """The plan step of :func:`score_run`: what ``run`` lacks under ``profile`` (its ``ok`` replies,
-    their bases, and per metric the samples without a current value), read from its stored scores.
-
-    Raises :class:`ScoringError` when the generations table lacks its columns or names samples
-    that ``samples_by_id`` does not have."""
-    prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    if references is None:  # an imported published run: the reference the paper scored it against
-        from persobench.importer import run_references
-
-        references = run_references(run, samples_by_id)
-    from persobench.metrics.nli_inputs import resolve_layout
-
-    prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
-    generations = run.read_table("generations")
-    if "status" not in generations.columns or "sample_id" not in generations.columns:
-        raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
-    is_ok = generations["status"] == "ok"
-    ok = generations[is_ok]
-    if "response" not in ok.columns:
-        raise ScoringError(f"{run.table_path('generations')}: no response column")
-    # .tolist(): iterating a pandas string column element by element is ten times slower.
-    replies = {str(sid): ("" if text is None or (isinstance(text, float) and text != text) else str(text))
-               for sid, text in zip(ok["sample_id"].tolist(), ok["response"].tolist())}
-    missing = [sid for sid in replies if sid not in samples_by_id]
-    if missing:
-        raise ScoringError(
-            f"run {run.run_id}: {len(missing)} sample id(s) not in dataset {run.manifest.dataset!r} "
-            f"(first: {', '.join(missing[:3])})")
-
-    existing = stored_scores(run)
-    mine = existing[existing["profile"] == prof.key]
-    summary = RunScoreSummary(run.run_id, prof.key, skipped_invalid=int(len(generations) - len(ok)))
-    # What each valid reply has, worked out once (not once per metric): (reference, persona) present.
-    present: dict[str, tuple[str, bool]] = {}
-    bases: dict[str, str] = {}
-    for sid, reply in replies.items():
-        if reply.strip():
-            sample = samples_by_id[sid]
-            reference = str((references.get(sid, sample.reference) if references else sample.reference) or "")
-            present[sid] = (reference, bool(sample.persona_sentences()))
-            bases[sid] = score_basis(sample, reply, reference)
-    have: dict[str, set[str]] = {}
-    for metric, sid, basis in zip(mine["metric"].astype(str).tolist(), mine["sample_id"].astype(str).tolist(),
-                                  mine["basis"].tolist()):
-        if bases.get(sid) == basis:  # a value computed from another reply or other inputs is stale
-            have.setdefault(metric, set()).add(sid)
-
-    todo: dict[str, frozenset[str]] = {}
-    for metric in wanted:
-        stored = have.get(metric, set())
-        defined_for = metric_info(metric).defined_for
-        need = frozenset(sid for sid, (reference, has_persona) in present.items()
-                         if sid not in stored and defined_for(reference, has_persona))
-        summary.cached[metric] = len(stored)
-        if need:
-            todo[metric] = need
-    invalid = frozenset(generations.loc[~is_ok, "sample_id"].astype(str))
-    ids = set().union(*todo.values()) if todo else set()
-    samples = tuple(samples_by_id[sid] for sid in replies if sid in ids)
-    # The paper's persona cells are read by persona metrics only (rebuilding them costs more than
-    # scoring BLEU): a run lacking none of those does not need them.
-    reads_persona = any(metric_info(m).needs_persona for m in todo)
-    return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
-                   dict(references) if references else None,
-                   _paper_persona_texts(run, samples) if samples and reads_persona else None)
-
-
-def work_items(work: RunWork) -> list[Item]:
-    """The replies the compute step scores for ``work`` (every sample some metric still needs)."""
-    ids = work.sample_ids
-    return _items(work.samples, {sid: work.replies[sid] for sid in ids}, work.references, work.persona_texts)
-
-
-def compute_run(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
-                encoder: "TextEncoder | None" = None) -> "ScoreResult | None":
-    """The compute step of :func:`score_run`: the values ``work`` lacks, of ``metrics`` only when given
-    (a shard of the work), or None when it lacks none. Pure: reads no store and writes nothing.
-
-    Whatever the subset, each family sees the replies the whole run would give it, so a value is
-    the same whether the run is scored at once or family by family (:mod:`.ray_executor`)."""
-    todo = [m for m in work.todo if metrics is None or m in metrics]
-    if not todo:
-        return None
-    ids = work.sample_ids
-    return score_samples(work.samples, {sid: work.replies[sid] for sid in ids}, profile=work.profile,
-                         metrics=todo, progress=progress, references=work.references,
-                         persona_texts=work.persona_texts, encoder=encoder)
-
-
-def combine_results(results: Sequence["ScoreResult"]) -> "ScoreResult | None":
-    """Shards of one run's compute step (disjoint metrics) as one result; None for no shard."""
-    import pandas as pd
-
-    if not results:
-        return None
-    if len(results) == 1:
-        return results[0]
-    provenance: dict[str, dict[str, Any]] = {}
-    for result in results:
-        provenance.update(result.provenance)
-    return ScoreResult(pd.concat([r.scores for r in results], ignore_index=True),
-                       pd.concat([r.persona_details for r in results], ignore_index=True),
-                       provenance, results[0].profile)
-
-
-def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) -> "EmbeddingRequest":
-    """The texts the compute step of ``work`` (of ``metrics`` only, when given) will embed."""
-    from persobench.metrics.encoder import EmbeddingRequest
-
-    todo = [m for m in work.todo if metrics is None or m in metrics]
-    if not todo:
-        return EmbeddingRequest()
-    return embedding_request(work_items(work), todo, work.profile)
-
-
-def _embeds(family: MetricFamily) -> bool:
-    """Whether ``family`` may ask for texts to be embedded (it overrides ``embedding_request``)."""
-    return type(family).embedding_request is not MetricFamily.embedding_request
-
-
-def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
-                          profile: "str | Profile" = "offline", metrics: Sequence[str] | None = None,
-                          references: Mapping[str, str] | None = None) -> "EmbeddingRequest":
-    """The texts :func:`score_run` would embed for ``run`` (only for the scores it lacks), so a
-    caller scoring many runs can embed them all in one pass first (the ``score`` command)."""
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    if not any(_embeds(step.family) for step in family_plan(wanted)):
-        # Nothing to embed (e.g. lexical metrics only): planning the run here would read its tables
-        # and hash every reply's basis a second time, for an empty request.
-        from persobench.metrics.encoder import EmbeddingRequest
-
-        return EmbeddingRequest()
-    return work_embedding_request(plan_run(run, samples_by_id, profile=profile, metrics=metrics,
-                                           references=references))
-
-
-def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
-                  metrics: Sequence[str] | None = None,
-                  references: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """The (premise, hypothesis) pairs :func:`score_run` would have labelled for ``run`` (only for the
-    NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
-    from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
-
-    work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, references=references)
-    steps = {step.family.name: step for step in family_plan(tuple(work.todo))}
-    if "nli" not in steps:
-        return []
-    ids = set().union(*work.todo.values())
-    samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
-    items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
-                   _paper_persona_texts(run, samples))
-    step = steps["nli"]
-    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, work.profile.input_layout)[0]
-
-
-def score_run(
-    run: "Run",
-    samples_by_id: Mapping[str, "Sample"],
-    *,
-    profile: "str | Profile" = "offline",
-    metrics: Sequence[str] | None = None,
-    overrides: Mapping[str, str] | None = None,
-    progress: ProgressFn | None = None,
-    references: Mapping[str, str] | None = None,
-    encoder: "TextEncoder | None" = None,
-) -> RunScoreSummary:
-    """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores:
-    :func:`plan_run`, :func:`compute_run` in this process, then :func:`write_run`.
-
-    Under the paper's protocol (template family ``paper``, imported published runs included) the
-    persona metrics read the paper's ``personas`` cell, as its evaluation did
-    (:func:`persobench.datasets.paper_cells.paper_persona_text`); other runs read the sentences.
-
-    Writes ``scores`` (``sample_id, metric, value, profile``) and ``persona_details`` (the detail
-    columns plus ``profile``) and records provenance in the manifest under
-    ``extra["scores"][<profile key>]``. A (sample, metric, profile) already stored is never
-    recomputed. Embeddings are cached in the store (``<home>/embeddings``) unless ``encoder`` is
-    given (the ``score`` command passes one encoder for all its runs).
-    """
-    work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, overrides=overrides,
-                    references=references)
-    result = None
-    if work.todo:
-        run_encoder = None
-        if encoder is None:  # the store's embedding cache; the memory is given back after this run
-            from persobench.metrics.encoder import TextEncoder, store_cache_root
-
-            encoder = run_encoder = TextEncoder(work.profile, store_cache_root(run.path.parent.parent))
-        from persobench.llm.session import sending_for
-
-        with sending_for(run.path):  # a judge sends nothing more for this run once it is deleted
-            result = compute_run(work, progress=progress, encoder=encoder)
-        if run_encoder is not None:
-            run_encoder.release()
-    return write_run(run, work, result)

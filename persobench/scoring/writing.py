@@ -1,9 +1,9 @@
 """The two ends of scoring a stored run: what it still needs (:class:`RunWork`) and the locked write
 of new values (:func:`write_run`).
 
-Between them sits the compute step (:func:`persobench.metrics.scoring.compute_run`), pure: samples
+Between them sits the compute step (:func:`persobench.scoring.compute.compute_run`), pure: samples
 and replies in, rows out. Splitting the three lets the compute step run anywhere (in this process,
-or on Ray actors: :mod:`persobench.metrics.ray_executor`) while only the process that planned the
+or on Ray actors: :mod:`persobench.scoring.ray_executor`) while only the process that planned the
 work writes, through the same merge under the run's state lock, so a score computed elsewhere and
 one computed here are interchangeable, and a killed score resumes with only the missing values.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class RunScoreSummary:
-    """What :func:`persobench.metrics.scoring.score_run` did to one run."""
+    """What scoring did to one run (:func:`persobench.scoring.compute.score_run`)."""
 
     run_id: str
     profile: str

@@ -3,7 +3,7 @@ the write in the driver.
 
 How the work is split: the families a request needs are put in groups (a family with those it
 requires, e.g. persona coverage with NLI: :func:`family_groups`); each run's work
-(:class:`~persobench.metrics.score_writing.RunWork`) becomes one shard per group it needs. A pool of
+(:class:`~persobench.scoring.writing.RunWork`) becomes one shard per group it needs. A pool of
 actors (:func:`plan_actors`), each serving fixed groups, scores the shards: an actor loads the
 models of its groups once (the per-process model cache) and keeps one text encoder, given each
 dataset's texts in one pass before its runs (as the local path does) and emptied after them.
@@ -11,7 +11,7 @@ Groups with a torch model ask for a GPU each when the cluster has GPUs; everythi
 CPU. Each family sees the replies the whole run would give it, so the values equal the local ones.
 
 The driver alone writes: when every shard of a run is back it merges them into the run through
-:func:`~persobench.metrics.score_writing.write_run` under the run's lock, exactly as a local score
+:func:`~persobench.scoring.writing.write_run` under the run's lock, exactly as a local score
 does. So a Ray score and a local one are interchangeable, and a killed one resumes with only the
 values it had not written.
 
@@ -28,14 +28,16 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
 
 if TYPE_CHECKING:  # pragma: no cover
     from persobench.metrics.backends import Profile
     from persobench.metrics.encoder import EmbeddingRequest
-    from persobench.metrics.score_writing import RunWork
+    from persobench.scoring.executors import Computed, ScoreProgress, WorkGroup
+    from persobench.metrics.judge import JudgeStats
+    from persobench.scoring.writing import RunWork
     from persobench.metrics.scoring import ScoreResult
 
 #: What to install for ``--executor ray``.
@@ -128,6 +130,15 @@ def _spread(group_ids: list[int], slots: int) -> list[tuple[int, ...]]:
 # --- The actor ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class JudgeGaveUp:
+    """What an actor sends back when its judge cannot label at all (no key, unknown model)."""
+
+    message: str
+    """The judge's one-line reason."""
+
+
+
 class ScoringWorker:
     """The body of a scoring actor (wrapped by ``ray.remote`` at run time): one profile, one text
     encoder, models loaded once per process by the backends' cache. Calls run in submission order."""
@@ -159,12 +170,27 @@ class ScoringWorker:
 
     def score(self, work: "RunWork", metrics: tuple[str, ...]) -> "ScoreResult | str | None":
         """One shard: ``work``'s missing values of ``metrics``; a deliberate error comes back as its line."""
-        from persobench.metrics.scoring import compute_run
+        value = self.score_counted(work, metrics)[0]
+        return value.message if isinstance(value, JudgeGaveUp) else value
+
+    def score_counted(self, work: "RunWork",
+                      metrics: tuple[str, ...]) -> "tuple[ScoreResult | JudgeGaveUp | str | None, dict | None]":
+        """:meth:`score`, and what this actor's judge did for the shard (:class:`~persobench.metrics.judge.JudgeStats`
+        as a dict; None without a judge), which the driver adds up."""
+        from persobench.scoring.compute import compute_counted
+        from persobench.scoring.outcome import judge_to_dict
+
+        from persobench.metrics.judge import JudgeError
 
         try:
-            return compute_run(dataclasses.replace(work, profile=self.profile), metrics=metrics, encoder=self.encoder)
+            result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
+                                            encoder=self.encoder)
+        except JudgeError as exc:  # the judge cannot label at all: the driver stops, as a local score does
+            return JudgeGaveUp(str(exc)), judge_to_dict(getattr(exc, "judge_tally", None))
         except PersoBenchError as exc:
-            return str(exc)
+            tally = getattr(exc, "judge_tally", None)
+            return str(exc), judge_to_dict(tally)
+        return result, judge_to_dict(tally)
 
     def release(self) -> None:
         """Forget the dataset's in-memory embeddings (the disk cache stays)."""
@@ -188,6 +214,8 @@ class ShardsDone:
     """The shards' values combined (None when none came back)."""
     error: str = ""
     """Why a shard failed (one line), or ""; the values of the other shards are in ``result``."""
+    judge: "JudgeStats | None" = None
+    """What the actors' judge did for this run's shards, summed; None without a judge."""
 
 
 class RayScoring:
@@ -208,8 +236,8 @@ class RayScoring:
         self._started_ray = False
         self._probe: Path | None = None
         self._pending: dict[Any, tuple[str, int]] = {}  # shard ref -> (run id, group)
-        # run id -> (work, shards still out, results back, errors back)
-        self._runs: dict[str, tuple["RunWork", int, list[Any], list[str]]] = {}
+        # run id -> (work, shards still out, results back, errors back, judge tallies back)
+        self._runs: dict[str, tuple["RunWork", int, list[Any], list[str], list[Any]]] = {}
         self._next: dict[int, int] = {}
 
     def __enter__(self) -> "RayScoring":
@@ -277,7 +305,7 @@ class RayScoring:
         of its shards in one pass, then scores them, then forgets the texts. Returns the works that
         need nothing computed (the caller writes them at once)."""
         from persobench.metrics.encoder import EmbeddingRequest
-        from persobench.metrics.scoring import work_embedding_request
+        from persobench.scoring.work_plan import work_embedding_request
 
         idle = [w for w in works if not w.todo]
         shards: dict[int, list[tuple["RunWork", int]]] = {}
@@ -285,7 +313,7 @@ class RayScoring:
             if not work.todo:
                 continue
             needed = [g for g, group in enumerate(self.groups) if any(m in work.todo for m in group.metrics)]
-            self._runs[work.run_id] = (work, len(needed), [], [])
+            self._runs[work.run_id] = (work, len(needed), [], [], [])
             for g in needed:
                 pool = self.actors_of(g)
                 turn = self._next.get(g, 0)
@@ -301,7 +329,7 @@ class RayScoring:
             if pairs or sentences:
                 self.actors[k].prepare.remote(EmbeddingRequest(tuple(pairs), tuple(sentences)))
             for work, g in mine:
-                self._pending[self.actors[k].score.remote(work, self.groups[g].metrics)] = (work.run_id, g)
+                self._pending[self.actors[k].score_counted.remote(work, self.groups[g].metrics)] = (work.run_id, g)
             self.actors[k].release.remote()
         return idle
 
@@ -311,7 +339,9 @@ class RayScoring:
 
     def finished(self, progress: Callable[[int, int], None] | None = None) -> Iterator[ShardsDone]:
         """Each run's values as soon as all its shards are back; ``progress(done, total)`` per shard."""
-        from persobench.metrics.scoring import ScoreResult, combine_results
+        from persobench.metrics.scoring import ScoreResult
+        from persobench.scoring.compute import combine_results
+        from persobench.scoring.outcome import judge_from_dict, judge_sum
 
         ray = self.ray
         total, done = len(self._pending), 0
@@ -319,11 +349,17 @@ class RayScoring:
             ready, _ = ray.wait(list(self._pending), num_returns=1)
             ref = ready[0]
             run_id, g = self._pending.pop(ref)
-            work, expected, results, errors = self._runs[run_id]
+            work, expected, results, errors, tallies = self._runs[run_id]
             try:
-                value = ray.get(ref)
+                value, tally = ray.get(ref)
             except ray.exceptions.RayError as exc:  # an actor died (out of memory, node lost ...)
-                value = f"Ray could not score {', '.join(self.groups[g].families)}: {_one_line(exc)}"
+                value, tally = f"Ray could not score {', '.join(self.groups[g].families)}: {_one_line(exc)}", None
+            if tally is not None:
+                tallies.append(judge_from_dict(tally))
+            if isinstance(value, JudgeGaveUp):
+                from persobench.metrics.judge import JudgeError
+
+                raise JudgeError(value.message)  # one line for the whole command, not one per run
             if isinstance(value, ScoreResult):
                 results.append(value)
             elif isinstance(value, str):
@@ -331,10 +367,11 @@ class RayScoring:
             done += 1
             if progress is not None:
                 progress(done, total)
-            self._runs[run_id] = (work, expected - 1, results, errors)
+            self._runs[run_id] = (work, expected - 1, results, errors, tallies)
             if expected == 1:  # the run's last shard
                 del self._runs[run_id]
-                yield ShardsDone(work, combine_results(results), errors[0] if errors else "")
+                judged = judge_sum(tallies) if tallies else None
+                yield ShardsDone(work, combine_results(results), errors[0] if errors else "", judged)
 
 
 def _check_reachable(address: str | None) -> None:
@@ -367,3 +404,33 @@ def _one_line(exc: BaseException) -> str:
     """The message of ``exc`` (a Ray error carries the remote traceback first, its message last)."""
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
+class RayExecutor:
+    """The :class:`~persobench.scoring.executors.ScoreExecutor` on a Ray cluster: every dataset's
+    shards are queued at once (the actors never wait for the driver), each run comes back when its
+    last shard does, with the judge's counts of its actors."""
+
+    device = "ray"
+
+    def __init__(self, profile: "Profile", wanted: Sequence[str], *, address: str | None = None,
+                 cache_root: Path | None = None, runs: int | None = None) -> None:
+        self.pool = RayScoring(profile, wanted, address=address, cache_root=cache_root, runs=runs)
+
+    def __enter__(self) -> "RayExecutor":
+        self.pool.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.__exit__(*exc)
+
+    def compute(self, groups: Iterable["WorkGroup"], progress: "ScoreProgress | None") -> Iterator["Computed"]:
+        from persobench.scoring.executors import Computed
+
+        for group in groups:
+            for work in self.pool.submit(group.works):  # nothing to compute: written at once
+                yield Computed(work, None)
+        label = f"ray {self.pool.describe()}"
+        report = (lambda done, total: progress(label, done, total)) if progress is not None else None
+        for done in self.pool.finished(report):
+            yield Computed(done.work, done.result, done.error, done.judge)

@@ -11,8 +11,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from persobench.metrics.judge import JudgeConfig, JudgeEstimate
     from persobench.records import Sample
 
-#: The metrics whose pairs a judge labels.
+#: The metrics whose pairs a judge labels: the one list (the CLI's help, the app's form, a judge
+#: job's score step and the estimates all read it).
 JUDGED_METRICS = ("c_score", "p_consistency", "ue_score", "persona_coverage")
+#: :data:`JUDGED_METRICS` in a sentence.
+JUDGED_METRICS_TEXT = f"{', '.join(JUDGED_METRICS[:-1])} and {JUDGED_METRICS[-1]}"
 
 
 def estimate_runs(profile: "Profile", runs: Iterable[Any], samples_for: Callable[[Any], Any],
@@ -21,7 +24,7 @@ def estimate_runs(profile: "Profile", runs: Iterable[Any], samples_for: Callable
     """The judge's estimate for every NLI pair the runs still lack (duplicates across runs counted
     once); ``samples_for(run)`` gives a run's samples by id, ``show`` gets one line per run."""
     from persobench.metrics.judge import judge_labeller
-    from persobench.metrics.scoring import run_nli_pairs
+    from persobench.scoring.work_plan import run_nli_pairs
 
     labeller = judge_labeller(profile.judge)
     every: dict[tuple[str, str], None] = {}

@@ -1,0 +1,18 @@
+"""Scoring stored runs: plan what each run lacks, compute it, write it under the run's lock.
+
+- :mod:`~persobench.scoring.score_config`: :class:`ScoreConfig`, the typed request (``score``'s flags,
+  a job's ``score`` step in ``job.json``).
+- :mod:`~persobench.scoring.work_plan`: the plan step (:func:`plan_run`) and a run's samples.
+- :mod:`~persobench.scoring.compute`: the compute step, pure (:func:`compute_run`), with what the
+  judge did meanwhile (:func:`compute_counted`); :func:`score_run` does all three for one run.
+- :mod:`~persobench.scoring.writing`: the locked write (:func:`write_run`) and :class:`RunWork`.
+- :mod:`~persobench.scoring.score_pass`: one pass over many runs (:func:`score_runs`): plan here,
+  compute on an executor, write here.
+- :mod:`~persobench.scoring.executors`: the one :class:`ScoreExecutor` interface and the local
+  executor; :mod:`~persobench.scoring.ray_executor`: the Ray one.
+- :mod:`~persobench.scoring.outcome`: :class:`ScoreReport` (with the judge's counts), :class:`RunScore`.
+- :mod:`~persobench.scoring.judge_estimate`: what a judge would label and cost, before sending.
+
+The metric families and their models stay in :mod:`persobench.metrics`. Light to import: every
+submodule loads on use.
+"""

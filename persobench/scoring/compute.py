@@ -1,0 +1,120 @@
+"""The compute step of scoring a stored run: its planned work in, the values it lacks out. Pure: it
+reads no store and writes nothing, so it runs in this process or on a Ray actor alike; what the
+LLM judge did while it ran is measured here and returned with the values (:func:`compute_counted`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from persobench.llm.session import sending_for
+from persobench.metrics.backends import Profile
+from persobench.metrics.family import ProgressFn
+import persobench.metrics.scoring as family_scoring  # by module: a test spies on score_samples
+from persobench.metrics.scoring import ScoreResult
+from persobench.scoring.outcome import judge_delta
+from persobench.scoring.work_plan import plan_run
+from persobench.scoring.writing import RunScoreSummary, RunWork, write_run
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.metrics.encoder import TextEncoder
+    from persobench.records import Sample
+    from persobench.store import Run
+
+
+def compute_run(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
+                encoder: "TextEncoder | None" = None) -> "ScoreResult | None":
+    """The compute step of :func:`score_run`: the values ``work`` lacks, of ``metrics`` only when given
+    (a shard of the work), or None when it lacks none. Pure: reads no store and writes nothing.
+
+    Whatever the subset, each family sees the replies the whole run would give it, so a value is
+    the same whether the run is scored at once or family by family (:mod:`persobench.scoring.ray_executor`)."""
+    todo = [m for m in work.todo if metrics is None or m in metrics]
+    if not todo:
+        return None
+    ids = work.sample_ids
+    return family_scoring.score_samples(work.samples, {sid: work.replies[sid] for sid in ids}, profile=work.profile,
+                                        metrics=todo, progress=progress, references=work.references,
+                                        persona_texts=work.persona_texts, encoder=encoder)
+
+
+def combine_results(results: Sequence["ScoreResult"]) -> "ScoreResult | None":
+    """Shards of one run's compute step (disjoint metrics) as one result; None for no shard."""
+    import pandas as pd
+
+    if not results:
+        return None
+    if len(results) == 1:
+        return results[0]
+    provenance: dict[str, dict[str, Any]] = {}
+    for result in results:
+        provenance.update(result.provenance)
+    return ScoreResult(pd.concat([r.scores for r in results], ignore_index=True),
+                       pd.concat([r.persona_details for r in results], ignore_index=True),
+                       provenance, results[0].profile)
+
+
+def judge_stats(profile: Profile) -> Any:
+    """The running counts of ``profile``'s judge in this process (None without a judge)."""
+    if profile.judge is None:
+        return None
+    from persobench.metrics.judge import judge_labeller
+
+    return judge_labeller(profile.judge).stats
+
+
+def compute_counted(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
+                    encoder: "TextEncoder | None" = None) -> tuple["ScoreResult | None", Any]:
+    """:func:`compute_run`, and what the profile's judge did meanwhile (a
+    :class:`~persobench.metrics.judge.JudgeStats` of this step only; None without a judge). When the
+    compute fails, the exception carries those counts as ``judge_tally``."""
+    stats = judge_stats(work.profile)
+    before = copy.copy(stats)
+    try:
+        result = compute_run(work, metrics=metrics, progress=progress, encoder=encoder)
+    except Exception as exc:
+        if stats is not None:
+            exc.judge_tally = judge_delta(before, stats)  # type: ignore[attr-defined]
+        raise
+    return result, (judge_delta(before, stats) if stats is not None else None)
+
+
+def score_run(
+    run: "Run",
+    samples_by_id: Mapping[str, "Sample"],
+    *,
+    profile: "str | Profile" = "offline",
+    metrics: Sequence[str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+    progress: ProgressFn | None = None,
+    references: Mapping[str, str] | None = None,
+    encoder: "TextEncoder | None" = None,
+) -> RunScoreSummary:
+    """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores:
+    :func:`plan_run`, :func:`compute_run` in this process, then :func:`write_run`.
+
+    Under the paper's protocol (template family ``paper``, imported published runs included) the
+    persona metrics read the paper's ``personas`` cell, as its evaluation did
+    (:func:`persobench.datasets.paper_cells.paper_persona_text`); other runs read the sentences.
+
+    Writes ``scores`` (``sample_id, metric, value, profile``) and ``persona_details`` (the detail
+    columns plus ``profile``) and records provenance in the manifest under
+    ``extra["scores"][<profile key>]``. A (sample, metric, profile) already stored is never
+    recomputed. Embeddings are cached in the store (``<home>/embeddings``) unless ``encoder`` is
+    given (the ``score`` command passes one encoder for all its runs).
+    """
+    work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, overrides=overrides,
+                    references=references)
+    result = None
+    if work.todo:
+        run_encoder = None
+        if encoder is None:  # the store's embedding cache; the memory is given back after this run
+            from persobench.metrics.encoder import TextEncoder, store_cache_root
+
+            encoder = run_encoder = TextEncoder(work.profile, store_cache_root(run.path.parent.parent))
+        with sending_for(run.path):  # a judge sends nothing more for this run once it is deleted
+            result = compute_run(work, progress=progress, encoder=encoder)
+        if run_encoder is not None:
+            run_encoder.release()
+    return write_run(run, work, result)

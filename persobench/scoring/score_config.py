@@ -1,0 +1,99 @@
+"""What a scoring pass is asked to do (:class:`ScoreConfig`): the typed request ``score`` builds from
+its flags, a job's ``score`` step stores in ``job.json`` (:meth:`ScoreConfig.to_dict`) and the job's
+child runs (:meth:`ScoreConfig.from_dict`), exactly as :class:`~persobench.generation.GenerationConfig`
+is for ``run``. :data:`SCORE_FLAGS` is the one mapping between its fields and the CLI flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from persobench.errors import ConfigurationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.metrics.backends import Profile
+    from persobench.metrics.judge_config import JudgeConfig
+
+#: Where the values are computed: in this process, or on a Ray cluster.
+EXECUTORS = ("local", "ray")
+#: Field -> its ``score`` flag (the judge's own flags: :data:`persobench.metrics.judge_config.JUDGE_FLAGS`).
+SCORE_FLAGS = {"profile": "--profile", "metrics": "--metrics", "overrides": "--model", "precision": "--precision",
+               "judge": "--judge", "executor": "--executor", "ray_address": "--ray-address"}
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """A scoring pass over stored runs: which numbers, computed how and where."""
+
+    profile: str = "offline"
+    """Backend profile (``offline``: packaged models only, or ``standard``)."""
+    metrics: tuple[str, ...] | None = None
+    """Metric names to score; ``None``: every per-sample metric."""
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    """Slot (or ``slot.option``) -> hub id or local path replacing the profile's model (``--model``)."""
+    precision: str = "float32"
+    """Arithmetic of the embedding models: ``float32`` or ``bfloat16`` (stored under its own profile key)."""
+    judge: "JudgeConfig | None" = None
+    """The LLM judge labelling the NLI pairs instead of the NLI model; ``None``: the NLI model."""
+    executor: str = "local"
+    """Where the values are computed: ``local`` (this process) or ``ray`` (actors on a Ray cluster)."""
+    ray_address: str | None = None
+    """With the ray executor: the cluster to join (``auto``, an address; ``None``: ``$RAY_ADDRESS``,
+    else a new local instance)."""
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ConfigurationError(f"unknown executor {self.executor!r}; known: {', '.join(EXECUTORS)}")
+        if self.ray_address and self.executor != "ray":
+            raise ConfigurationError("a Ray address (--ray-address) needs the ray executor (--executor ray)")
+        if self.metrics is not None and not isinstance(self.metrics, tuple):
+            object.__setattr__(self, "metrics", tuple(self.metrics))
+        object.__setattr__(self, "overrides", dict(self.overrides or {}))
+
+    def resolve_profile(self) -> "Profile":
+        """The checked profile (one-line :class:`ConfigurationError` for an unknown one, slot or path)."""
+        from persobench.metrics.backends import get_profile
+
+        return get_profile(self.profile, dict(self.overrides), precision=self.precision, judge=self.judge)
+
+    def checked_metrics(self) -> tuple[str, ...] | None:
+        """:attr:`metrics`, each checked to be registered (one line naming an unknown one)."""
+        if self.metrics is None:
+            return None
+        from persobench.metrics.metric_registry import validate_metric_names
+
+        return tuple(validate_metric_names(list(self.metrics)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form (``job.json``): JSON values only, no key, no URL credentials."""
+        return {"profile": self.profile, "metrics": list(self.metrics) if self.metrics is not None else None,
+                "overrides": dict(self.overrides), "precision": self.precision,
+                "judge": self.judge.to_dict() if self.judge is not None else None,
+                "executor": self.executor, "ray_address": self.ray_address}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, home: Any, ignore: Sequence[str] = ()) -> "ScoreConfig":
+        """The config of a stored form, its judge resolved against ``home``; ``ignore``: keys that
+        belong to the caller (a job step's ``runs``). Reads the loose score dicts of older
+        ``job.json`` files too (``profile``, ``metrics``, ``judge``); anything else unknown is one
+        :class:`ConfigurationError` line."""
+        from persobench.metrics.judge_config import JudgeConfig
+
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"score config: expected an object, got {type(data).__name__}")
+        given = {k: v for k, v in data.items() if k not in ignore}
+        unknown = sorted(set(given) - set(SCORE_FLAGS))
+        if unknown:
+            raise ConfigurationError(f"score config: unknown field(s) {', '.join(unknown)}; known: "
+                                     f"{', '.join(SCORE_FLAGS)}")
+        judge = given.get("judge")
+        metrics = given.get("metrics")
+        if metrics is not None and (isinstance(metrics, str) or not isinstance(metrics, Sequence)):
+            raise ConfigurationError(f"score config: metrics must be a list of names or null, got {metrics!r}")
+        return cls(profile=str(given.get("profile") or "offline"),
+                   metrics=tuple(str(m) for m in metrics) if metrics is not None else None,
+                   overrides={str(k): str(v) for k, v in dict(given.get("overrides") or {}).items()},
+                   precision=str(given.get("precision") or "float32"),
+                   judge=JudgeConfig.from_dict(judge, home=home) if judge else None,
+                   executor=str(given.get("executor") or "local"), ray_address=given.get("ray_address") or None)

@@ -1,0 +1,127 @@
+"""One scoring pass over stored runs (:func:`score_runs`): the driver plans each run, an executor
+(:mod:`persobench.scoring.executors`) computes, the driver writes.
+
+Plan and write happen only here, in the process that was asked to score: the plan reads what each
+run lacks (:func:`~persobench.scoring.work_plan.plan_run`), the write merges new values under the
+run's lock (:func:`~persobench.scoring.writing.write_run`). So whichever executor computed, the
+stored values, the report and the judge's counts are the same, and a killed pass resumes with only
+the values it had not written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from persobench.errors import PersoBenchError
+from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup
+from persobench.scoring.outcome import RunScore, ScoreReport, judge_sum
+from persobench.scoring.work_plan import by_dataset, plan_run, run_samples
+from persobench.scoring.writing import write_run
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.metrics.backends import Profile
+    from persobench.records import Sample
+    from persobench.scoring.score_config import ScoreConfig
+    from persobench.store import Run, RunStore
+
+
+def _valid_replies(run: "Run") -> int:
+    """The run's valid replies as its manifest counts them (0 when it does not say)."""
+    counts = run.manifest.extra.get("counts") or {}
+    try:
+        return int(counts.get("ok", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def make_executor(config: "ScoreConfig", profile: "Profile", store: "RunStore", runs: Sequence["Run"],
+                  wanted: Sequence[str] | None) -> ScoreExecutor:
+    """The executor ``config`` asks for, sized for ``runs``."""
+    if config.executor == "ray":
+        from persobench.metrics.metric_registry import validate_metric_names
+        from persobench.metrics.encoder import store_cache_root
+        from persobench.scoring.ray_executor import RayExecutor
+
+        return RayExecutor(profile, validate_metric_names(list(wanted) if wanted is not None else None),
+                           address=config.ray_address, cache_root=store_cache_root(store.home), runs=len(runs))
+    from persobench.metrics import lexical
+
+    lexical_wanted = wanted is None or any(m in wanted for m in (*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL))
+    return LocalExecutor(profile, store, sum(_valid_replies(r) for r in runs) if lexical_wanted else 0)
+
+
+def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore", profile: "Profile | None" = None,
+               progress: ScoreProgress | None = None,
+               on_run: Callable[[RunScore], None] | None = None) -> ScoreReport:
+    """Score ``runs`` as ``config`` says (``profile``: already resolved from it, else resolved here):
+    plan each run here, compute on the executor, write here as each run's values come back.
+
+    Only values a run lacks are computed: a (sample, metric, profile) already stored from the same
+    reply and inputs is kept. ``on_run`` is called after each run is written (or found unscorable)."""
+    if config.executor == "ray":
+        from persobench.scoring.ray_executor import import_ray
+
+        import_ray()  # before any work: without Ray, one line saying what to install
+    wanted = config.checked_metrics()
+    prof = profile if profile is not None else config.resolve_profile()
+    chosen = list({run.run_id: run for run in runs}.values())  # a run named twice is scored once
+    results: list[RunScore] = []
+    unavailable: dict[str, str] = {}
+    degraded: dict[str, str] = {}
+    tallies: list[Any] = []
+
+    def finish(result: RunScore) -> None:
+        results.append(result)
+        if result.summary is not None:
+            for metric, prov in result.summary.provenance.items():
+                if prov.get("status") == "unavailable":
+                    unavailable.setdefault(metric, prov.get("reason", ""))
+                elif prov.get("status") == "degraded":
+                    degraded.setdefault(metric, prov.get("reason", ""))
+        if on_run is not None:
+            on_run(result)
+
+    by_id = {run.run_id: run for run in chosen}
+    device = "ray" if config.executor == "ray" else prof.device
+    if chosen:  # nothing to score: no models to load, no cluster to start
+        with make_executor(config, prof, store, chosen, wanted) as executor:
+            device = executor.device
+            groups = _planned(chosen, prof, wanted, finish)
+            for done in executor.compute(groups, progress):
+                if done.judge is not None:
+                    tallies.append(done.judge)
+                finish(_written(by_id[done.work.run_id], done))
+    order = {run.run_id: k for k, run in enumerate(r for group in by_dataset(chosen) for r in group)}
+    results.sort(key=lambda result: order[result.run_id])
+    judge = judge_sum(tallies) if prof.judge is not None else None
+    return ScoreReport(prof.key, device, tuple(results), unavailable, degraded, judge)
+
+
+def _planned(runs: Sequence["Run"], profile: "Profile", wanted: Sequence[str] | None,
+             finish: Callable[[RunScore], None]) -> Iterator[WorkGroup]:
+    """Each dataset's runs planned (lazily: a dataset is planned when the executor asks for it); a
+    run that cannot be planned is finished with its one-line reason."""
+    datasets: dict[str, dict[str, Sample]] = {}
+    for group in by_dataset(runs):
+        works = []
+        for run in group:
+            if not run.has_table("generations"):
+                finish(RunScore(run.run_id, error="no generations table"))
+                continue
+            try:
+                works.append(plan_run(run, run_samples(run, datasets=datasets), profile=profile, metrics=wanted))
+            except PersoBenchError as exc:
+                finish(RunScore(run.run_id, error=str(exc)))
+        label = f"{group[0].manifest.dataset} ({len(group)} run{'s' if len(group) != 1 else ''})"
+        yield WorkGroup(label, tuple(works))
+
+
+def _written(run: "Run", done: Computed) -> RunScore:
+    """Write what came back (kept even beside an error); the run's outcome."""
+    if done.error and done.result is None:
+        return RunScore(run.run_id, error=done.error)
+    try:
+        summary = write_run(run, done.work, done.result)
+    except PersoBenchError as exc:
+        return RunScore(run.run_id, error=str(exc))
+    return RunScore(run.run_id, error=done.error) if done.error else RunScore(run.run_id, summary)

@@ -1,0 +1,213 @@
+"""The plan step of scoring a stored run: what it still lacks (:class:`~persobench.scoring.writing.RunWork`),
+read from its stored scores, and the samples its replies answer.
+
+Planning reads the store and never writes; the compute step (:mod:`persobench.scoring.compute`)
+then needs nothing but the work, so it can run in this process or on a Ray actor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from persobench.errors import PersoBenchError, ScoringError, StoreError
+from persobench.metrics.backends import Profile, get_profile
+from persobench.importer import run_references
+from persobench.metrics.family import Item, MetricFamily
+from persobench.metrics.metric_registry import metric_info, validate_metric_names
+from persobench.metrics.nli_inputs import resolve_layout
+from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
+from persobench.metrics.stored import score_basis, stored_scores
+from persobench.scoring.writing import RunScoreSummary, RunWork
+
+if TYPE_CHECKING:  # pragma: no cover
+    from persobench.metrics.encoder import EmbeddingRequest
+    from persobench.records import Sample
+    from persobench.store import Run
+
+
+def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
+             metrics: Sequence[str] | None = None, overrides: Mapping[str, str] | None = None,
+             references: Mapping[str, str] | None = None) -> RunWork:
+    """The plan step of :func:`score_run`: what ``run`` lacks under ``profile`` (its ``ok`` replies,
+    their bases, and per metric the samples without a current value), read from its stored scores.
+
+    Raises :class:`ScoringError` when the generations table lacks its columns or names samples
+    that ``samples_by_id`` does not have."""
+    prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
+    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    if references is None:  # an imported published run: the reference the paper scored it against
+        references = run_references(run, samples_by_id)
+    prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
+    generations = run.read_table("generations")
+    if "status" not in generations.columns or "sample_id" not in generations.columns:
+        raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
+    is_ok = generations["status"] == "ok"
+    ok = generations[is_ok]
+    if "response" not in ok.columns:
+        raise ScoringError(f"{run.table_path('generations')}: no response column")
+    # .tolist(): iterating a pandas string column element by element is ten times slower.
+    replies = {str(sid): ("" if text is None or (isinstance(text, float) and text != text) else str(text))
+               for sid, text in zip(ok["sample_id"].tolist(), ok["response"].tolist())}
+    missing = [sid for sid in replies if sid not in samples_by_id]
+    if missing:
+        raise ScoringError(
+            f"run {run.run_id}: {len(missing)} sample id(s) not in dataset {run.manifest.dataset!r} "
+            f"(first: {', '.join(missing[:3])})")
+
+    existing = stored_scores(run)
+    mine = existing[existing["profile"] == prof.key]
+    summary = RunScoreSummary(run.run_id, prof.key, skipped_invalid=int(len(generations) - len(ok)))
+    # What each valid reply has, worked out once (not once per metric): (reference, persona) present.
+    present: dict[str, tuple[str, bool]] = {}
+    bases: dict[str, str] = {}
+    for sid, reply in replies.items():
+        if reply.strip():
+            sample = samples_by_id[sid]
+            reference = str((references.get(sid, sample.reference) if references else sample.reference) or "")
+            present[sid] = (reference, bool(sample.persona_sentences()))
+            bases[sid] = score_basis(sample, reply, reference)
+    have: dict[str, set[str]] = {}
+    for metric, sid, basis in zip(mine["metric"].astype(str).tolist(), mine["sample_id"].astype(str).tolist(),
+                                  mine["basis"].tolist()):
+        if bases.get(sid) == basis:  # a value computed from another reply or other inputs is stale
+            have.setdefault(metric, set()).add(sid)
+
+    todo: dict[str, frozenset[str]] = {}
+    for metric in wanted:
+        stored = have.get(metric, set())
+        defined_for = metric_info(metric).defined_for
+        need = frozenset(sid for sid, (reference, has_persona) in present.items()
+                         if sid not in stored and defined_for(reference, has_persona))
+        summary.cached[metric] = len(stored)
+        if need:
+            todo[metric] = need
+    invalid = frozenset(generations.loc[~is_ok, "sample_id"].astype(str))
+    ids = set().union(*todo.values()) if todo else set()
+    samples = tuple(samples_by_id[sid] for sid in replies if sid in ids)
+    # The paper's persona cells are read by persona metrics only (rebuilding them costs more than
+    # scoring BLEU): a run lacking none of those does not need them.
+    reads_persona = any(metric_info(m).needs_persona for m in todo)
+    return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
+                   dict(references) if references else None,
+                   _paper_persona_texts(run, samples) if samples and reads_persona else None)
+
+
+def work_items(work: RunWork) -> list[Item]:
+    """The replies the compute step scores for ``work`` (every sample some metric still needs)."""
+    ids = work.sample_ids
+    return _items(work.samples, {sid: work.replies[sid] for sid in ids}, work.references, work.persona_texts)
+
+
+def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) -> "EmbeddingRequest":
+    """The texts the compute step of ``work`` (of ``metrics`` only, when given) will embed."""
+    from persobench.metrics.encoder import EmbeddingRequest
+
+    todo = [m for m in work.todo if metrics is None or m in metrics]
+    if not todo:
+        return EmbeddingRequest()
+    return embedding_request(work_items(work), todo, work.profile)
+
+
+def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
+                          profile: "str | Profile" = "offline", metrics: Sequence[str] | None = None,
+                          references: Mapping[str, str] | None = None) -> "EmbeddingRequest":
+    """The texts :func:`score_run` would embed for ``run`` (only for the scores it lacks), so a
+    caller scoring many runs can embed them all in one pass first (the ``score`` command)."""
+    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    if not any(_embeds(step.family) for step in family_plan(wanted)):
+        # Nothing to embed (e.g. lexical metrics only): planning the run here would read its tables
+        # and hash every reply's basis a second time, for an empty request.
+        from persobench.metrics.encoder import EmbeddingRequest
+
+        return EmbeddingRequest()
+    return work_embedding_request(plan_run(run, samples_by_id, profile=profile, metrics=metrics,
+                                           references=references))
+
+
+def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
+                  metrics: Sequence[str] | None = None,
+                  references: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The (premise, hypothesis) pairs :func:`score_run` would have labelled for ``run`` (only for the
+    NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
+    from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
+
+    work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, references=references)
+    steps = {step.family.name: step for step in family_plan(tuple(work.todo))}
+    if "nli" not in steps:
+        return []
+    ids = set().union(*work.todo.values())
+    samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
+    items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
+                   _paper_persona_texts(run, samples))
+    step = steps["nli"]
+    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, work.profile.input_layout)[0]
+
+
+def _embeds(family: MetricFamily) -> bool:
+    """Whether ``family`` may ask for texts to be embedded (it overrides ``embedding_request``)."""
+    return type(family).embedding_request is not MetricFamily.embedding_request
+
+
+
+
+def by_dataset(runs: Iterable["Run"]) -> list[list["Run"]]:
+    """Runs grouped by dataset, in order of first appearance (the runs of a dataset share texts)."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(str(run.manifest.dataset), []).append(run)
+    return list(groups.values())
+
+
+def run_samples(run: "Run", *, datasets: dict[str, dict[str, "Sample"]] | None = None) -> dict[str, "Sample"]:
+    """Sample id -> the inputs ``run``'s replies answer, which is what its scores are computed against.
+
+    A run records its samples when it is generated (``samples.parquet``), so an edited, moved or
+    replaced dataset file never changes its scores. An imported run reads the prompt table it was
+    imported with. A run made before runs recorded their samples reads its dataset, and is refused
+    (:class:`~persobench.errors.StoreError` naming the file) when that dataset is a file whose
+    checksum no longer matches the one recorded at generation time. ``datasets``: a per-call cache
+    of loaded registered datasets."""
+    recorded = run.recorded_samples()
+    if recorded is not None:
+        return recorded
+    details = run.manifest.details
+    if details.imported is not None and details.imported.prompts_file:
+        from persobench.importer import samples_for_run
+
+        try:
+            return samples_for_run(run)
+        except (PersoBenchError, KeyError, ValueError, OSError) as exc:
+            raise StoreError(f"run {run.run_id}: cannot read its imported prompt table "
+                             f"{details.imported.prompts_file}: {exc}") from None
+    _check_dataset_file(run)
+    from persobench.datasets import samples_by_id
+
+    name = run.manifest.dataset
+    cache = datasets if datasets is not None else {}
+    try:
+        if name not in cache:
+            cache[name] = samples_by_id(name)
+        everything = cache[name]
+        return {sid: everything[sid] for sid in run.manifest.sample_ids}
+    except KeyError as exc:
+        raise StoreError(f"run {run.run_id}: sample {exc.args[0]!r} is not in dataset {name!r} any more") from None
+    except (PersoBenchError, ValueError, OSError) as exc:
+        raise StoreError(f"run {run.run_id}: cannot load the samples of dataset {name!r}: {exc}") from None
+
+
+def _check_dataset_file(run: "Run") -> None:
+    """Refuse to read a user file that changed or moved since the run was generated from it."""
+    from persobench.files import sha256_file
+
+    record = run.manifest.details.dataset_file
+    if record is None or not record.path:
+        return
+    try:
+        digest = sha256_file(record.path)
+    except OSError:
+        raise StoreError(f"{record.path}: the dataset file run {run.run_id} was generated from is gone; put it "
+                         "back to score the run") from None
+    if digest != record.sha256:
+        raise StoreError(f"{record.path}: the dataset file changed since run {run.run_id} was generated from it "
+                         "(checksum differs); its scores would no longer match its replies. Restore the file, or "
+                         "generate the run again")

@@ -1,0 +1,195 @@
+"""The typed score request (ScoreConfig, its JudgeConfig) through job.json, and what a scoring pass
+reports about its judge, on the local executor and on Ray actors alike (the fake judge server of
+tests/fakes, a cost cap that leaves pairs unlabelled)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from persobench import pipeline
+from persobench.cli import main as cli_main
+from persobench.errors import ConfigurationError
+from persobench.jobs.model import JobStep
+from persobench.metrics.judge import JudgeConfig, make_judge
+from persobench.scoring.score_config import SCORE_FLAGS, ScoreConfig
+from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
+from tests.fakes.judge import judge_script
+from tests.fakes.servers import error
+from tests.test_judge import _sample_run
+
+RUN_ID = "sample__judge_test__vanilla"
+JUDGED = ("c_score", "ue_score", "persona_coverage")
+
+
+def _priced_judge_models(tmp_path: Path, server, monkeypatch) -> None:
+    """A judge with prices (so a cost cap can be kept), found through $PERSOBENCH_MODELS."""
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.priced]\nprovider = "openai"\nmodel = "judge-model"\nbase_url = "{server.base_url}"\n'
+                      'price_input_per_mtok = 1000.0\nprice_output_per_mtok = 1000.0\n', encoding="utf-8")
+    monkeypatch.setenv("PERSOBENCH_MODELS", str(models))
+
+
+# --- ScoreConfig in job.json --------------------------------------------------------------------
+
+
+def test_every_score_config_field_has_a_flag_and_a_docstring():
+    fields = [f.name for f in dataclasses.fields(ScoreConfig)]
+    assert sorted(fields) == sorted(SCORE_FLAGS)
+    source = Path("persobench/scoring/score_config.py").read_text(encoding="utf-8")
+    for name in fields:  # a docstring line right after each field
+        assert f'    {name}:' in source and source.split(f'    {name}:', 1)[1].splitlines()[1].strip().startswith('"""')
+
+
+def test_the_flag_mappings_name_real_score_flags_and_the_cli_builds_the_same_config(tmp_path):
+    from persobench.cli import build_parser
+    from persobench.cli.score_command import score_config_from_args
+    from persobench.metrics.judge_config import JUDGE_FLAGS
+
+    parser = build_parser()
+    score = next(action for action in parser._subparsers._group_actions[0].choices.values()
+                 if action.prog.endswith(" score"))
+    flags = {option for action in score._actions for option in action.option_strings}
+    assert set(SCORE_FLAGS.values()) <= flags and set(JUDGE_FLAGS.values()) <= flags
+    args = parser.parse_args(["--home", str(tmp_path), "score", "--metrics", "bleu,c_score", "--precision", "bfloat16",
+                              "--model", "nli=none", "--judge", "openai:judge-model", "--judge-base-url",
+                              "http://127.0.0.1:9/v1", "--judge-concurrency", "auto", "--judge-plain"])
+    config = score_config_from_args(args, tmp_path)
+    assert config == ScoreConfig(metrics=("bleu", "c_score"), precision="bfloat16", overrides={"nli": "none"},
+                                 judge=make_judge("openai:judge-model", base_url="http://127.0.0.1:9/v1",
+                                                  concurrency="auto", plain=True,
+                                                  cache_dir=str(tmp_path / "responses"), home=tmp_path))
+    assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config
+
+
+def test_a_score_config_round_trips_through_job_json_and_a_job_runs_its_score_step(openai_server, tmp_path,
+                                                                                   monkeypatch):
+    from persobench.jobs.job_process import run_job
+
+    home = tmp_path / "home"
+    store, samples = _sample_run(home)
+    openai_server.script = judge_script({}, default="entailment")
+    judge = make_judge("openai:judge-model", base_url=openai_server.base_url, concurrency=2,
+                       cache_dir=str(home / "responses"), home=home)
+    config = ScoreConfig(metrics=JUDGED, judge=judge, precision="float32")
+    step = JobStep("score with the judge", "score", {**config.to_dict(), "runs": [RUN_ID]})
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "job.json").write_text(json.dumps({"title": "t", "home": str(home), "steps": [step.to_dict()]}),
+                                     encoding="utf-8")
+
+    stored = JobStep.from_dict(json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][0])
+    again = ScoreConfig.from_dict(stored.config, home=home, ignore=("runs",))
+    assert again == config and again.judge == judge and again.metrics == JUDGED
+    assert stored.config["judge"]["model"] == "openai:judge-model" and "api_key" not in stored.config["judge"]
+
+    assert run_job(folder) == 0  # the step's child process runs the pipeline on the stored config
+    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    assert state["state"] == "completed", state
+    scores = store.get(RUN_ID).read_table("scores")
+    assert set(scores["profile"]) == {get_key(config)} and set(scores["metric"]) == set(JUDGED)
+    assert len(openai_server.requests) > 0
+
+
+def get_key(config: ScoreConfig) -> str:
+    return config.resolve_profile().key
+
+
+def test_an_old_loose_score_dict_still_loads_and_a_bad_one_fails_in_one_line(tmp_path):
+    old = {"profile": "offline", "metrics": ["c_score", "ue_score"], "runs": "job",
+           "judge": {"model": "openai:judge-model", "base_url": "http://127.0.0.1:9/v1", "concurrency": "auto",
+                     "max_cost": None}}
+    config = ScoreConfig.from_dict(old, home=tmp_path, ignore=("runs",))
+    assert config.metrics == ("c_score", "ue_score") and config.executor == "local"
+    assert config.judge.spec.base_url == "http://127.0.0.1:9/v1" and config.judge.concurrency == "auto"
+    assert config.judge.cache_dir == str(tmp_path / "responses")
+    with pytest.raises(ConfigurationError, match=r"^score config: unknown field\(s\) colour; known: profile"):
+        ScoreConfig.from_dict({"colour": "red"}, home=tmp_path)
+    with pytest.raises(ConfigurationError, match=r"^judge: unknown field\(s\) temperature"):
+        JudgeConfig.from_dict({"model": "openai:x", "temperature": 1}, home=tmp_path)
+    with pytest.raises(ConfigurationError, match="unknown executor 'spark'"):
+        ScoreConfig(executor="spark")
+
+
+# --- The judge's counts in the report, local and on Ray ------------------------------------------------
+
+
+def _cli_score(home: Path, *extra: str) -> list[str]:
+    return ["--home", str(home), "score", RUN_ID, "--metrics", ",".join(JUDGED), "--no-progress",
+            "--judge", "priced", "--judge-concurrency", "1", "--judge-max-cost", "0.5", *extra]
+
+
+def _judge_line(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("judge openai:judge-model@"))
+
+
+def test_the_report_carries_the_judge_counts_and_the_exit_status_is_the_same_on_ray(openai_server, tmp_path,
+                                                                                   monkeypatch, capsys):
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra persobench[ray]")
+    import persobench
+
+    _priced_judge_models(tmp_path, openai_server, monkeypatch)
+    openai_server.script = judge_script({}, default="entailment")
+    homes = {name: tmp_path / name for name in ("local", "ray", "cli-local", "cli-ray")}
+    for home in homes.values():
+        _sample_run(home)
+    config = ScoreConfig(metrics=JUDGED, judge=make_judge("priced", concurrency=1, max_cost=0.5,
+                                                          cache_dir=str(homes["local"] / "responses")))
+
+    local = pipeline.score([RUN_ID], config, home=homes["local"])
+    local_requests = len(openai_server.requests)
+    assert local.judge is not None and local.judge.sent >= 1 and local.judge.unanswered >= 1  # the cap bit
+    assert local.judge.attempts == local_requests and local.judge.cost_usd > 0
+    assert not local.complete and local.failures == 0
+
+    # Ray actors inherit this environment (the key) when the instance starts here.
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
+             runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
+    try:
+        on_ray = pipeline.score([RUN_ID], dataclasses.replace(
+            config, executor="ray", judge=dataclasses.replace(config.judge, cache_dir=str(homes["ray"] / "responses"))),
+            home=homes["ray"])
+        assert on_ray.device == "ray"
+        assert dataclasses.asdict(on_ray.judge) == dataclasses.asdict(local.judge)
+        assert len(openai_server.requests) == 2 * local_requests  # the actors sent as many
+
+        capsys.readouterr()
+        assert cli_main(_cli_score(homes["cli-local"])) == 1  # pairs left unlabelled: not a success
+        local_out = capsys.readouterr().out
+        assert cli_main(_cli_score(homes["cli-ray"], "--executor", "ray")) == 1
+        ray_out = capsys.readouterr().out
+
+        # A judge that cannot label at all (a bad key) stops the command in one line, on Ray as locally.
+        openai_server.script = lambda info: error(401, "bad key")
+        for name in ("refused-local", "refused-ray"):
+            _sample_run(tmp_path / name)
+        assert cli_main(_cli_score(tmp_path / "refused-local")) == 2
+        local_err = capsys.readouterr().err
+        assert cli_main(_cli_score(tmp_path / "refused-ray", "--executor", "ray")) == 2
+        assert capsys.readouterr().err == local_err and "authentication HTTP 401" in local_err
+    finally:
+        ray.shutdown()
+    line = _judge_line(local_out)
+    assert line == _judge_line(ray_out)
+    assert f"{local.judge.unanswered} unanswered" in line and f"({local.judge.attempts} request(s))" in line
+    assert "cost $0.0000" not in line
+
+
+def test_each_pass_reports_only_its_own_judge_work_though_the_labeller_lives_on(openai_server, tmp_path):
+    from persobench.metrics.judge import judge_labeller
+
+    home = tmp_path / "home"
+    store, _ = _sample_run(home)
+    openai_server.script = judge_script({}, default="entailment")
+    judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(home / "responses"))
+    first = pipeline.score([RUN_ID], ScoreConfig(metrics=("c_score",), judge=judge), home=home)
+    assert first.judge.sent == first.judge.pairs == len(openai_server.requests) > 0 and first.complete
+    # Other metrics of the same run: the c_score pairs they share come from the response cache now.
+    second = pipeline.score([RUN_ID], ScoreConfig(metrics=("ue_score",), judge=judge), home=home)
+    assert second.judge.cached >= 1 and second.judge.sent == len(openai_server.requests) - first.judge.sent
+    process_wide = judge_labeller(judge).stats  # what the old report read: both passes added up
+    assert process_wide.pairs == first.judge.pairs + second.judge.pairs != second.judge.pairs
+    assert pipeline.score([RUN_ID], ScoreConfig(metrics=("c_score",), judge=judge), home=home).judge.pairs == 0
