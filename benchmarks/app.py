@@ -48,7 +48,8 @@ TARGET_S = 1.0
 def build_store(home: Path, reference: Path) -> tuple[int, int]:
     """Import and score the published runs (skipped when already done); (runs, replies)."""
     from persobench.importer import import_persobench
-    from persobench.metrics import metric_names, score_run
+    from persobench.metrics import metric_names
+    from persobench.scoring import score_run
     from persobench.store import RunStore
 
     lexical = metric_names(needs="none")  # the metrics that need no model

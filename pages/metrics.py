@@ -11,11 +11,13 @@ from persobench.app.chrome import app_environment, page_setup
 from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
 from persobench.errors import PersoBenchError
+from persobench.jobs import JobManager
+from persobench.jobs.judging import judge_step
+from persobench.pipeline import METRICS
 
 page_setup()
 st.title("Metrics")
 
-from persobench.pipeline import METRICS  # noqa: E402
 
 st.markdown(
     "Every reply is scored on the paper's dimensions. Invalid replies (failed to parse, empty, refused, "
@@ -96,8 +98,6 @@ st.subheader("Score the stored runs with an LLM judge")
 
 
 def launch_judge(choice) -> None:
-    from persobench.jobs import JobManager
-    from persobench.jobs.judging import judge_step
 
     env = app_environment()
     JobManager(home).launch(f"LLM judge {choice.model}", [judge_step(choice, home=home, env=env, runs=())], env=env)

@@ -32,12 +32,18 @@ from persobench.errors import DatasetError, StoreError
 from persobench.run_records import ImportRecord, RunExtra
 from persobench.store import RunManifest, RunStore, make_run_id
 from persobench.files import sha256_file
+from persobench.records import Sample
+from persobench.store import Run
+from persobench.datasets import PAPER_TABLES
+from persobench.datasets.tables import prompt_table_rows
+from persobench.postprocess import Status, parse_output
+from persobench.datasets.tables import tables_dir
+from persobench.datasets import load_all, samples_by_id
+from persobench.datasets.published_references import RAW, published_reference
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from persobench.records import Sample
-    from persobench.store import Run
 
 __all__ = [
     "GENERATION_COLUMNS", "ImportFolderError", "ImportReport", "ImportedRun", "IMPORTED_TEMPLATES",
@@ -102,7 +108,6 @@ class ImportReport:
 
 def _paper_tables() -> dict[str, tuple[str, str]]:
     """Folder/file stem -> (registered dataset name, unlabelled persona owner)."""
-    from persobench.datasets import PAPER_TABLES
 
     return {stem: (name, owner) for name, (stem, owner, _desc) in PAPER_TABLES.items()}
 
@@ -125,8 +130,6 @@ def _readable_file_sha(path: Path) -> str:
 
 def _count_prompt_rows(path: Path) -> int:
     """Rows as the dataset loader enumerates them (the same strict reader, quoted newlines allowed)."""
-    from persobench.errors import DatasetError
-    from persobench.datasets.tables import prompt_table_rows
 
     try:
         return len(prompt_table_rows(path))
@@ -202,7 +205,6 @@ def build_generations(frame: "pd.DataFrame", sample_ids: list[str], *, raw: bool
     """The generations table of one imported run (one row per sample id, in order)."""
     import pandas as pd
 
-    from persobench.postprocess import Status, parse_output
 
     rows = []
     has_reasoning = "reasoning" in frame.columns
@@ -249,7 +251,6 @@ def _template_hash(template: str) -> str:
 
 def _loader_prompts_sha(file_stem: str) -> str | None:
     """sha256 of the prompt table the dataset loader would read, or None when it has none."""
-    from persobench.datasets.tables import tables_dir
 
     path = tables_dir() / f"{file_stem}.csv"
     return sha256_file(path) if path.exists() else None
@@ -395,7 +396,6 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
 
 def samples_for_run(run: "Run") -> dict[str, "Sample"]:
     """The samples of ``run`` by id; an imported run reads the prompt table it was imported with."""
-    from persobench.datasets import load_all, samples_by_id
 
     imported = run.manifest.details.imported
     prompts_file = imported.prompts_file if imported is not None else None
@@ -412,7 +412,6 @@ def paper_references(prompts_file: str | os.PathLike[str], dataset: str) -> dict
     published FoCus fluency figures were computed against the unstripped cell; this mapping lets a
     reproduction pass those references to the scorer (``score_run(..., references=...)``).
     """
-    from persobench.datasets.tables import prompt_table_rows
 
     return {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(prompt_table_rows(Path(prompts_file)))}
 
@@ -423,7 +422,6 @@ def run_references(run: "Run", samples_by_id: Mapping[str, "Sample"] | None = No
     (:data:`persobench.datasets.published_references.PUBLISHED_REFERENCES`), sample id -> that cell
     (of the samples in ``samples_by_id`` when given); None for every other run (the label-free
     reference)."""
-    from persobench.datasets.published_references import RAW, published_reference
 
     imported = run.manifest.details.imported
     if imported is None or not imported.prompts_file or run.manifest.model.get("provider") != "imported":

@@ -37,6 +37,9 @@ from typing import Any, Mapping
 from persobench.providers import PROVIDERS, checked_spec, parse_spec
 from persobench.errors import ConfigurationError
 from persobench.providers.spec import ModelSpec
+from persobench.datasets.json_numbers import HugeInteger, max_digits
+from persobench.structured import FORMS
+from persobench.presets import preset
 
 CANDIDATE_FILES = ("models.toml", "models.yaml", "models.yml")
 
@@ -86,7 +89,6 @@ def find_registry_file(path: str | os.PathLike[str] | None = None, *, home: Any 
 
 def _huge_integer(text: str) -> str | None:
     """Where ``text`` holds an integer too long for Python to convert ("line N, field F: ..."), or None."""
-    from persobench.datasets.json_numbers import HugeInteger, max_digits
 
     if not max_digits():
         return None
@@ -169,7 +171,6 @@ def _structured(raw: Mapping[str, Any], where: str) -> bool:
 
 
 def _structured_format(raw: Mapping[str, Any], where: str) -> str | None:
-    from persobench.structured import FORMS
 
     value = raw.get("structured_format")
     if value is not None and value not in FORMS:
@@ -201,7 +202,6 @@ def resolve_model(
 ) -> ModelSpec:
     """A registry-file name, a preset (:mod:`persobench.presets`: the paper's eight models) or a
     ``provider:model`` spec, with CLI overrides applied on top."""
-    from persobench.presets import preset
 
     entry = find_model(name, path=models_file, home=home) or preset(name)
     if entry is None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.errors import ConfigurationError, StoreError
 from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
-from persobench.scoring.score_config import EXECUTORS, ScoreConfig  # noqa: F401
+from persobench.scoring.score_config import EXECUTORS, SCORE_FLAGS, ScoreConfig  # noqa: F401
 from persobench.store import Run, RunStore
 
 # --- What the front ends use besides the calls below ---------------------------------------------------
@@ -61,7 +61,10 @@ from persobench.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
 from persobench.metrics.backends import get_profile  # noqa: F401
 from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, judge_labeller, make_judge  # noqa: F401
-from persobench.scoring.judge_estimate import JUDGED_METRICS, estimate_new_runs, estimate_runs  # noqa: F401
+from persobench.scoring.judge_estimate import (  # noqa: F401
+    JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
+from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig  # noqa: F401
+from persobench.metrics.judge_prompt import load_template  # noqa: F401
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
 from persobench.scoring.ray_executor import import_ray  # noqa: F401
 from persobench.models_registry import find_registry_file, load_registry, resolve_model  # noqa: F401
@@ -77,13 +80,19 @@ from persobench.secrets import (  # noqa: F401
     secret_environment, url_with_credentials)
 from persobench.store import StoreProblem, default_home  # noqa: F401
 from persobench.structured import LABEL_SUFFIX, structured_label  # noqa: F401
+from persobench.generation import GenerationPlan, ProgressInfo
+from persobench.metrics.backends import Profile
+from persobench.records import Sample
+from persobench.generation import plan_generation
+from persobench.generation import run_generation
+from persobench.scoring.work_plan import run_samples as _run_samples
+from persobench.scoring.score_pass import score_runs
+from persobench.datasets.paper_archive import fetch_paper
+from persobench.importer import import_persobench
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from persobench.generation import GenerationConfig, GenerationPlan, ProgressInfo
-    from persobench.metrics.backends import Profile
-    from persobench.records import Sample
 
 #: The stages whose names the front door hands out on first use: they load pandas (and the report,
 #: plotly), and the CLI's start-up must not. ``leaderboard`` is this module's own call, so the
@@ -123,7 +132,6 @@ def plan(config: "GenerationConfig", *, home: str | os.PathLike[str] | None = No
          store: RunStore | None = None) -> "GenerationPlan":
     """What ``generate(config)`` would do: run id, samples, requests to send, cache hits, estimates.
     Sends nothing and needs no key."""
-    from persobench.generation import plan_generation
 
     return plan_generation(config, store=open_store(home, store))
 
@@ -137,7 +145,6 @@ def generate(config: "GenerationConfig", *, home: str | os.PathLike[str] | None 
     configuration, :class:`~persobench.errors.RunAborted` when the first requests all fail for one
     reason, and :class:`~persobench.errors.StoreWriteError` when the disk refuses a write (every
     reply received is kept: see :func:`persobench.generation.run_generation`)."""
-    from persobench.generation import run_generation
 
     return run_generation(config, store=open_store(home, store), progress=progress, cancel=cancel,
                           api_key=api_key)
@@ -148,7 +155,6 @@ def generate(config: "GenerationConfig", *, home: str | os.PathLike[str] | None 
 
 def run_samples(run: Run, *, datasets: dict[str, dict[str, "Sample"]] | None = None) -> dict[str, "Sample"]:
     """Sample id -> the inputs ``run``'s replies answer (:func:`persobench.scoring.work_plan.run_samples`)."""
-    from persobench.scoring.work_plan import run_samples as _run_samples
 
     return _run_samples(run, datasets=datasets)
 
@@ -195,8 +201,6 @@ def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" 
     into what is stored under its lock (:func:`persobench.scoring.score_pass.score_runs`). ``on_run``
     is called after each run (the CLI prints a line per run). The report carries the judge's counts,
     summed over every process that computed."""
-    from persobench.metrics.backends import Profile
-    from persobench.scoring.score_pass import score_runs
 
     profile = settings.get("profile")
     resolved = profile if isinstance(profile, Profile) else None
@@ -299,7 +303,6 @@ def fetch_published(*, home: str | os.PathLike[str] | None = None, store: RunSto
     the packaged one for the pinned archive; an incomplete one needs ``trust_unpinned``); returns
     the :class:`~persobench.datasets.paper_archive.FetchResult`. ``limits`` caps the archive and
     what it unpacks (:class:`~persobench.datasets.paper_archive.ArchiveLimits`; None: its defaults)."""
-    from persobench.datasets.paper_archive import fetch_paper
 
     return fetch_paper(open_store(home, store).home, url=url, sha256=sha256, size=size, timeout=timeout,
                        progress=progress, manifest=manifest, trust_unpinned=trust_unpinned, limits=limits)
@@ -310,6 +313,5 @@ def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[
                      models: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Any:
     """Import published replies laid out like the paper's repository: one run per dataset, model
     and mode (idempotent); returns the :class:`~persobench.importer.ImportReport`."""
-    from persobench.importer import import_persobench
 
     return import_persobench(open_store(home, store), folder, datasets=datasets, models=models, modes=modes)

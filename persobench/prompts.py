@@ -35,6 +35,7 @@ from typing import Mapping
 
 from persobench.errors import ConfigurationError
 from persobench.records import Sample
+from persobench.datasets.paper_cells import paper_cells
 
 MODES = ("vanilla", "cot")
 
@@ -350,7 +351,6 @@ def build_messages(sample: Sample, template: PromptTemplate) -> list[dict[str, s
     template has one), then the user message."""
     partner = next((t.speaker for t in reversed(sample.context) if t.speaker != sample.responder), "")
     if template.cells == "paper":
-        from persobench.datasets.paper_cells import paper_cells
 
         personas, context = paper_cells(sample)
     else:

@@ -22,10 +22,11 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
+from persobench.store import RunManifest
+from persobench.prompts import template_family as family_of_name
+from persobench.prompts import BUILTIN_TEMPLATES, TEMPLATE_ALIASES
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.store import RunManifest
 
 __all__ = ["PAPER", "PAPER_MAX_TOKENS", "PAPER_POLICY", "PAPER_TEMPERATURE", "Protocol", "default_policy",
            "paper_protocol", "protocol_of", "template_family"]
@@ -181,7 +182,6 @@ def _manifest(manifest: Any) -> "RunManifest":
     """A :class:`~persobench.store.RunManifest` from a manifest, a run or the manifest's dict form."""
     manifest = getattr(manifest, "manifest", manifest)  # a Run
     if isinstance(manifest, Mapping):
-        from persobench.store import RunManifest
 
         return RunManifest.from_dict(manifest)
     return manifest
@@ -194,7 +194,6 @@ def template_family(manifest: Any) -> str:
         return str(manifest.template_family)
     if not manifest.template:
         return "?"
-    from persobench.prompts import template_family as family_of_name  # built-ins and their former names
 
     return family_of_name(manifest.template)
 
@@ -210,7 +209,6 @@ def _number(value: Any, kind: type) -> Any:
 def _declared_chat_template(template: str) -> bool:
     """Whether the built-in ``template`` asks for a chat template (``paper-open``: no, raw text);
     True for template files, as :class:`~persobench.prompts.PromptTemplate` defaults."""
-    from persobench.prompts import BUILTIN_TEMPLATES, TEMPLATE_ALIASES
 
     name = TEMPLATE_ALIASES.get(template, (template, None))[0]
     built_in = BUILTIN_TEMPLATES.get((name, "vanilla"))

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
+import re
 
 #: Canonical speaker labels. Source labels such as "User 1", "[User 1 persona]" or
 #: "[Responder persona]" are normalised to these.
@@ -111,6 +112,5 @@ def other_speaker(speaker: str) -> str:
 
 def natural_key(sample_id: str) -> tuple[Any, ...]:
     """Sort key that puts ``sample:2`` before ``sample:10``."""
-    import re
 
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(sample_id)))

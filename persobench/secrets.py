@@ -23,6 +23,11 @@ from __future__ import annotations
 import os
 import re
 from typing import Any, Mapping, Sequence
+import base64
+from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import urlunsplit
+from urllib.parse import urlencode
+import json
 
 __all__ = ["KEY_HOSTS_ENV", "REDACTED", "SECRET_KEYS", "URL_CREDENTIALS_ENV", "credentials_environment",
            "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "public_text", "public_url", "redact", "remember_url",
@@ -178,8 +183,6 @@ def known_secrets(*, api_keys: Sequence[str | None] = (), base_url: str | None =
     """Every credential a run knows, for :func:`scrub`: its API keys, the values of secret-looking
     environment variables and Streamlit secrets, user info and query values of its base URL, and
     values of secret-looking options and headers (also as HTTP Basic ``user:password`` base64)."""
-    import base64
-    from urllib.parse import parse_qsl, unquote, urlsplit
 
     found: list[str] = [k for k in api_keys if k]
     source = os.environ if env is None else env
@@ -219,7 +222,6 @@ def url_without_credentials(url: str) -> str:
     ``http://user:pw@host:8000/v1?api-key=abc`` -> ``http://host:8000/v1?api-key=``.
     A URL too malformed to split still loses its user info and query.
     """
-    from urllib.parse import urlsplit, urlunsplit
 
     try:
         parts = urlsplit(url)
@@ -241,7 +243,6 @@ def public_url(url: str) -> str:
     ``http://user:pw@host:8000/v1?api-key=abc&api-version=1`` -> ``http://host:8000/v1?api-version=1``.
     A URL too malformed to split loses its user info and its whole query.
     """
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
     try:
         parts = urlsplit(url)
@@ -312,7 +313,6 @@ def credentials_environment(urls: Sequence[str | None]) -> dict[str, str]:
     """The environment a child process needs to use ``urls`` in full while only their public forms
     appear in its command line and files; ``{}`` when no URL carries credentials. Each URL may be a
     full one or the public form of a URL given to :func:`remember_url` in this process."""
-    import json
 
     full: dict[str, str] = {}
     for url in urls:
@@ -325,7 +325,6 @@ def credentials_environment(urls: Sequence[str | None]) -> dict[str, str]:
 
 def url_with_credentials(url: str | None, *, env: Mapping[str, str] | None = None) -> str | None:
     """The full URL behind public ``url`` when :data:`URL_CREDENTIALS_ENV` carries it, else ``url``."""
-    import json
 
     raw = (os.environ if env is None else env).get(URL_CREDENTIALS_ENV)
     if not url or not raw:
@@ -343,8 +342,6 @@ def url_with_credentials(url: str | None, *, env: Mapping[str, str] | None = Non
 
 def register_secret_url(url: str) -> None:
     """Have :func:`redact` remove the user info and the secret query values of ``url``."""
-    import base64
-    from urllib.parse import parse_qsl, unquote, urlsplit
 
     try:
         parts = urlsplit(url)
@@ -368,7 +365,6 @@ KEY_HOSTS_ENV = "PERSOBENCH_KEY_HOSTS"
 
 
 def _origin(url: str) -> tuple[str, str, int | None] | None:
-    from urllib.parse import urlsplit
 
     try:
         parts = urlsplit(url if "://" in url else f"//{url}")

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
+from statistics import NormalDist
 
 __all__ = [
     "DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "PairedComparison", "bootstrap_ci", "bootstrap_mean_cis",
@@ -98,7 +99,6 @@ def wilson_interval(successes: int, n: int, *, level: float = DEFAULT_LEVEL) -> 
     """Wilson score interval of a proportion ``successes / n``; ``(nan, nan)`` when ``n == 0``."""
     if n <= 0:
         return math.nan, math.nan
-    from statistics import NormalDist
 
     z = NormalDist().inv_cdf(1.0 - (1.0 - level) / 2.0)
     p = successes / n

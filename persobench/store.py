@@ -28,11 +28,14 @@ from persobench.files import atomic_write_json, atomic_write_parquet, canonical_
 from persobench.locks import RUN_LOCK, hold_state_lock, lock_holder
 from persobench.run_records import SCHEMA_VERSION, RunExtra
 from persobench.secrets import strip_secrets
+from persobench.records import Sample
+from persobench import __version__
+from persobench.structured import structured_label
+import hashlib
 
 if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
     import pandas as pd
 
-    from persobench.records import Sample
 
 MANIFEST = "manifest.json"
 #: The run's samples as generated (``sample_id, input_hash, sample``: the sample's JSON), so scoring
@@ -112,7 +115,6 @@ class RunManifest:
     def model_label(self) -> str:
         """Short display name of the model ("provider:model", or the imported model's name), marked
         ``+structured`` when the run asked for structured output (a different configuration)."""
-        from persobench.structured import structured_label
 
         label = self.model.get("label") or f"{self.model.get('provider', '?')}:{self.model.get('model', '?')}"
         return structured_label(str(label), bool((self.parameters or {}).get("structured")))
@@ -296,7 +298,6 @@ class Run:
     def recorded_samples(self) -> "dict[str, Sample] | None":
         """Sample id -> the inputs recorded when the run was generated, or ``None`` for a run that
         recorded none (made before runs recorded their inputs)."""
-        from persobench.records import Sample
 
         if not self.has_table(SAMPLES_TABLE):
             return None
@@ -455,7 +456,6 @@ class RunStore:
         times), and whether a run's generation lock is held (a killed run changes no file).
         Hidden entries (temporary files of atomic writes) are skipped; a folder's own times still
         change when one is renamed into place. One ``stat`` per file: milliseconds for hundreds of runs."""
-        import hashlib
 
         digest = hashlib.sha1()
         try:
@@ -492,6 +492,5 @@ class RunStore:
 
 
 def _package_version() -> str:
-    from persobench import __version__
 
     return __version__

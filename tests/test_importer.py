@@ -216,7 +216,7 @@ def test_published_runs_are_scored_against_the_reference_the_paper_used(tmp_path
     "User2: ..." cell, vanilla gpt-4o-mini (recorded stripped) and an unknown model against the
     label-free reference."""
     from persobench.importer import run_references
-    from persobench.metrics import score_run
+    from persobench.scoring import score_run
 
     root = tmp_path / "published"
     _write_csv(root / "Prompts" / "FoCus.csv", PROMPTS, ["personas", "context", "act_response"])

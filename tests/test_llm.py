@@ -185,7 +185,7 @@ def test_score_takes_a_judge_timeout_flag(tmp_path):
 
 def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path):
     from persobench.datasets import load_dataset
-    from persobench.metrics import score_run
+    from persobench.scoring import score_run
     from persobench.metrics.backends import get_profile
     from persobench.store import RunStore
 

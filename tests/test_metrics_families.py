@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from persobench import aggregate, metrics
+from persobench.scoring import score_run
 from persobench.cli import main as cli_main
 from persobench.metrics import MetricInfo, MetricRegistryError, register_family, unregister_family
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
@@ -78,7 +79,7 @@ def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(toy_
         [("s:0", "ok", "I love cats", 1.0), ("s:1", "ok", "two words", 1.0), ("s:2", "invalid", "", 1.0)],
         columns=["sample_id", "status", "response", "latency"]))
     run.update(status="completed")
-    summary = metrics.score_run(run, {s.id: s for s in _samples()}, metrics=["toy_reply_words"])
+    summary = score_run(run, {s.id: s for s in _samples()}, metrics=["toy_reply_words"])
     assert summary.computed == {"toy_reply_words": 2}
     stored = store.get(run.run_id)
     assert set(stored.read_table("scores")["metric"]) == {"toy_reply_words"}

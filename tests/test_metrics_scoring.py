@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from persobench import metrics
+from persobench.scoring import score_run
 from persobench.errors import ScoringError
 from persobench.metrics import backends, scoring
 from persobench.records import PersonaSet, Sample, Turn
@@ -205,7 +206,7 @@ def test_score_run_writes_tables_provenance_and_never_recomputes(tmp_path, monke
         return real(samples_, replies, **kwargs)
 
     monkeypatch.setattr(scoring, "score_samples", spy)
-    first = metrics.score_run(run, by_id, metrics=["bleu", "dist1", "persona_coverage", "c_score"])
+    first = score_run(run, by_id, metrics=["bleu", "dist1", "persona_coverage", "c_score"])
     assert first.skipped_invalid == 1
     assert first.computed == {"bleu": 1, "dist1": 2, "persona_coverage": 1, "c_score": 0}
     assert "from the hub" in first.unavailable()["c_score"]
@@ -221,14 +222,14 @@ def test_score_run_writes_tables_provenance_and_never_recomputes(tmp_path, monke
     assert extra["profile"]["slots"]["bertscore"]["options"]["num_layers"] == 4
 
     # Second call: everything applicable is cached; only the unavailable metric is tried again.
-    second = metrics.score_run(run, by_id, metrics=["bleu", "dist1", "persona_coverage", "c_score"])
+    second = score_run(run, by_id, metrics=["bleu", "dist1", "persona_coverage", "c_score"])
     assert second.computed == {"c_score": 0}
     assert second.cached["bleu"] == 1 and second.cached["dist1"] == 2
     assert calls[-1][1] == ["c_score"]
     assert len(run.read_table("scores")) == len(stored)
 
     # A new metric on the same run scores only that metric; earlier values are untouched.
-    third = metrics.score_run(run, by_id, metrics=["bleu", "dist2"])
+    third = score_run(run, by_id, metrics=["bleu", "dist2"])
     assert third.computed == {"dist2": 2}
     assert calls[-1] == (["s:0", "s:2"], ["dist2"])
     after = run.read_table("scores")
@@ -239,8 +240,8 @@ def test_score_run_keeps_profiles_apart(tmp_path):
     samples = _samples()
     _, run = _run(tmp_path, samples, [("s:0", "ok", "I love cats and dogs.", 1.0)])
     by_id = {s.id: s for s in samples}
-    metrics.score_run(run, by_id, metrics=["meteor"])
-    summary = metrics.score_run(run, by_id, metrics=["meteor"], overrides={"wordnet": "none"})
+    score_run(run, by_id, metrics=["meteor"])
+    summary = score_run(run, by_id, metrics=["meteor"], overrides={"wordnet": "none"})
     assert summary.computed == {"meteor": 1}  # a different backend is a different key, not a cache hit
     stored = run.read_table("scores")
     assert sorted(stored["profile"]) == sorted(["offline", summary.profile])
@@ -252,7 +253,7 @@ def test_score_run_keeps_profiles_apart(tmp_path):
 def test_score_run_rejects_unknown_sample_ids(tmp_path):
     _, run = _run(tmp_path, _samples(), [("zzz:9", "ok", "hi", 1.0)])
     with pytest.raises(ScoringError, match="not in dataset"):
-        metrics.score_run(run, {}, metrics=["dist1"])
+        score_run(run, {}, metrics=["dist1"])
 
 
 # --- CLI ----------------------------------------------------------------------------------------------
@@ -300,7 +301,7 @@ def test_a_run_with_no_valid_reply_still_records_what_the_profile_covers(tmp_pat
     samples = _samples()
     store, run = _run(tmp_path / "home", samples, [("s:0", "truncated", None, 1.0), ("s:1", "empty", "", 1.0)])
     run.update(status="completed")
-    summary = metrics.score_run(run, {s.id: s for s in samples}, profile="offline", metrics=["dist1", "c_score"])
+    summary = score_run(run, {s.id: s for s in samples}, profile="offline", metrics=["dist1", "c_score"])
     prov = store.get(run.run_id).manifest.extra["scores"]["offline"]["metrics"]
     assert prov["dist1"]["status"] == "ok" and prov["dist1"]["n"] == 0
     assert prov["dist1"]["model_id"] == ""  # nothing ran: must not count as another model in comparisons

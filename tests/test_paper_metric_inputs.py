@@ -9,7 +9,8 @@ import pytest
 
 from persobench.datasets.paper_cells import paper_persona_text
 from persobench.datasets.tables import read_prompt_table
-from persobench.metrics import lexical, score_run
+from persobench.metrics import lexical
+from persobench.scoring import score_run
 from persobench.store import RunManifest, RunStore
 
 

@@ -50,7 +50,7 @@ from persobench import aggregate
 from persobench.datasets import reference_dir
 from persobench.datasets.published import published_table
 from persobench.importer import import_persobench, samples_for_run
-from persobench.metrics import score_run
+from persobench.scoring import score_run
 from persobench.store import RunStore
 
 REFERENCE = reference_dir()

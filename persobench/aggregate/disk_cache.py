@@ -30,11 +30,13 @@ import logging
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from persobench.store import RunStore
+from persobench import __version__
+from persobench.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from persobench.store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,6 @@ _BUILDERS = ("protocol.py", "run_records.py", "store.py", "stats.py")
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """Digest of the package version and the source of the modules that build cached tables."""
-    from persobench import __version__
 
     digest = hashlib.sha1(f"{FORMAT_VERSION} {__version__}".encode())
     package = Path(__file__).parent
@@ -120,7 +121,6 @@ def write_cached(path: Path, key: Mapping[str, Any], frame: "pd.DataFrame", note
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from persobench.files import atomic_write_bytes
 
     try:
         table = pa.Table.from_pandas(frame, preserve_index=False)

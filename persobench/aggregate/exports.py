@@ -14,6 +14,11 @@ from persobench.aggregate.board import SIDE_BY_SIDE
 from persobench.aggregate.ranking import overall_table
 from persobench.aggregate.results import _metric_order
 from persobench.errors import ConfigurationError
+from persobench.protocol import Protocol
+from persobench.structured import BOARD_NOTE
+from persobench.metrics import metric_names
+from persobench.metrics.judge import labeller_note
+from persobench.csv_io import csv_text
 
 #: Protocol fields added to every row of the json export.
 PROTOCOL_FIELDS = ("name", "max_tokens", "temperature", "policy", "structured", "chat_template")
@@ -126,8 +131,6 @@ def sample_set_note(board: pd.DataFrame) -> str | None:
 def structured_note(board: pd.DataFrame) -> str | None:
     """The note a board needs when some of its runs asked for structured output (their
     instructability is not measured), else None."""
-    from persobench.protocol import Protocol
-    from persobench.structured import BOARD_NOTE
 
     for label in board["protocol"].unique() if "protocol" in board.columns else ():
         try:
@@ -149,8 +152,6 @@ def board_labeller(board: pd.DataFrame) -> str:
     """Who labelled the NLI pairs of a board's numbers (one profile): "NLI labels by LLM judge <model>
     (prompt <version>)" for a judge profile, else "NLI labels by NLI model <id>"; "" when the board has
     no NLI-based number. Judge and NLI-model numbers never share a board: their profile keys differ."""
-    from persobench.metrics import metric_names
-    from persobench.metrics.judge import labeller_note
 
     if board.empty:
         return ""
@@ -263,14 +264,12 @@ def _jsonable(value: Any) -> Any:
 
 
 def _csv(board: pd.DataFrame) -> str:
-    from persobench.csv_io import csv_text  # model names come from imported file names: never a formula
 
     return csv_text(board[board["n"] > 0][CSV_COLUMNS])
 
 
 def _protocol_fields(label: str) -> dict[str, Any]:
     """``protocol_<field>`` of a protocol label (all None for a label that is not one)."""
-    from persobench.protocol import Protocol
 
     try:
         fields = Protocol.from_label(str(label)).to_dict()

@@ -15,6 +15,9 @@ from persobench.aggregate.board import _board_frame, _common_samples, leaderboar
 from persobench.aggregate.results import (INVALID_POLICIES, OK, Results, _info, label_stem, results_table,
                                           score_invalid)
 from persobench.errors import ConfigurationError
+from persobench.protocol import Protocol
+from persobench.structured import LABEL_SUFFIX
+from persobench.datasets.published import published_table
 
 OVERALL_COMPONENTS = ("ue_score", "persona_distance", "unieval_groundedness", "c_score", "instructability")
 #: The paper's radar chart: aspect -> metric.
@@ -361,8 +364,6 @@ def structured_pairs(runs: pd.DataFrame) -> list[tuple[str, str]]:
     """(plain run id, structured run id) for every model that has both in one dataset and mode under
     the same protocol but for structured output: the "plain vs structured" comparisons. ``runs`` has
     one row per run with run_id, dataset, mode, model (the label) and protocol."""
-    from persobench.protocol import Protocol
-    from persobench.structured import LABEL_SUFFIX
 
     def plain_protocol(label: str) -> Protocol | None:
         try:
@@ -444,7 +445,6 @@ def paper_ranking(folder: str, mode: str) -> pd.DataFrame:
 
     Columns: model (the table's name), notebook name, published score and rank, recomputed score and
     rank, ``differs`` (the typed inputs that are not the cell's value: ``"failure ratio 4.35 (cell 0.435)"``)."""
-    from persobench.datasets.published import published_table
 
     if mode not in PAPER_RANKING_TYPED:
         raise ConfigurationError(f"unknown mode {mode!r}; the paper ranked {', '.join(PAPER_RANKING_TYPED)}")

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from persobench.errors import ConfigurationError
+from persobench.store import Run, RunStore
+from persobench.metrics import METRICS
+from persobench.protocol import protocol_of
+from persobench.store import StoreError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.store import Run, RunStore
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
                   "value", "profile"]
@@ -21,13 +23,11 @@ OK = "ok"
 
 
 def _metric_order() -> list[str]:
-    from persobench.metrics import METRICS
 
     return list(METRICS)
 
 
 def _info(metric: str):
-    from persobench.metrics import METRICS
 
     return METRICS.get(metric)
 
@@ -126,7 +126,6 @@ def run_samples(run: "Run") -> pd.DataFrame:
     gens = run.read_table("generations")
     missing = {"sample_id", "status"} - set(gens.columns)
     if missing:
-        from persobench.store import StoreError
 
         raise StoreError(f"{run.table_path('generations')}: missing column(s) {', '.join(sorted(missing))}")
     if "latency" not in gens.columns:
@@ -200,8 +199,6 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
 def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool,
                    dataset: str | None = None) -> Results:
     """:func:`load_results` read from every run's tables (of ``dataset`` only, when given)."""
-    from persobench.protocol import protocol_of
-    from persobench.store import StoreError
 
     readable, problems = store.scan()
     if dataset is not None:

@@ -9,12 +9,29 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.app.page_cache import cache_data, cache_resource
 from persobench.pipeline import redact
+from persobench.pipeline import Results
+from persobench.pipeline import DemoStory
+from persobench.pipeline import load_metric_status
+from persobench.pipeline import RunStore
+from persobench.pipeline import load_results
+from persobench.pipeline import available_profiles as _available
+from persobench.app.loaders import store_scan
+from persobench.pipeline import cached_table
+from persobench.pipeline import board_table as leaderboard
+from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
+from persobench.pipeline import demo_story
+from persobench.pipeline import METRICS
+from persobench.pipeline import paper_protocol
+from persobench.pipeline import overall_with_ci as overall
+from persobench.pipeline import sample_values as values
+from persobench.pipeline import comparison_table as compare
+from persobench.pipeline import paired_values
+from persobench.app.text import cell_text
+from persobench.pipeline import get_profile
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
 
-    from persobench.pipeline import Results
-    from persobench.pipeline import DemoStory
 
 
 @cache_data(show_spinner=False, max_entries=4)
@@ -25,8 +42,6 @@ def backend_counts(home: str, signature: str) -> "pd.DataFrame":  # noqa: ARG001
     Columns: profile, metric, status (ok, degraded, unavailable), model_id, revision, backend,
     metric_version, reason, runs.
     """
-    from persobench.pipeline import load_metric_status
-    from persobench.pipeline import RunStore
 
     status = load_metric_status(RunStore(home), profile=None, include_incomplete=True)
     status["reason"] = status["reason"].map(redact)
@@ -53,7 +68,6 @@ def profile_slots(name: str) -> "pd.DataFrame":
     import pandas as pd
 
     try:
-        from persobench.pipeline import get_profile
 
         described = get_profile(name).describe()
     except Exception as exc:  # noqa: BLE001
@@ -69,8 +83,6 @@ def profile_slots(name: str) -> "pd.DataFrame":
 def loaded_results(home: str, signature: str, profile: str, dataset: str | None = None) -> "Results":  # noqa: ARG001
     """``aggregate.load_results`` for one profile (and one dataset, when given: a board of it reads
     only its runs' tables): shared, read-only (never modify the frame)."""
-    from persobench.pipeline import load_results
-    from persobench.pipeline import RunStore
 
     return load_results(RunStore(home), profile=profile, dataset=dataset)
 
@@ -82,9 +94,6 @@ def results_frame(home: str, signature: str, profile: str, dataset: str | None =
 
 @cache_data(show_spinner=False, max_entries=4)
 def available_profiles(home: str, signature: str) -> list[str]:
-    from persobench.pipeline import available_profiles as _available
-    from persobench.app.loaders import store_scan
-    from persobench.pipeline import RunStore
 
     return _available(RunStore(home), runs=store_scan(home, signature)[0])
 
@@ -98,8 +107,6 @@ def _stored(home: str, table: str, build: "Callable[[], pd.DataFrame]", **argume
 def _stored_with_notes(home: str, table: str, build: "Callable[[], tuple[pd.DataFrame, dict[str, Any]]]",
                        **arguments: Any) -> "tuple[pd.DataFrame, dict[str, Any]]":
     """:func:`_stored` for a table that comes with JSON notes."""
-    from persobench.pipeline import cached_table
-    from persobench.pipeline import RunStore
 
     return cached_table(RunStore(home), table, {**arguments, "metrics": _metric_rules()}, build)
 
@@ -109,7 +116,6 @@ def board_for(home: str, signature: str, profile: str, dataset: str, invalid: st
               all_samples: bool = False) -> "pd.DataFrame":
     """The leaderboards of one dataset (both modes, every protocol): one row per run and metric; the
     ``board`` column tells the boards apart (see :func:`persobench.aggregate.leaderboard`)."""
-    from persobench.pipeline import board_table as leaderboard
 
     def build() -> "pd.DataFrame":
         return leaderboard(loaded_results(home, signature, profile, dataset), dataset=dataset, invalid=invalid,
@@ -124,33 +130,28 @@ def demo_story_for(home: str, signature: str) -> "DemoStory | None":
     """:func:`persobench.aggregate.story.demo_story` when the store holds the demo's runs (recognised
     from their manifests, :func:`persobench.generation.demo.demo_runs`), else None. A store without
     them costs one look at the manifests the app has already read."""
-    from persobench.app.loaders import store_scan
 
     manifests = [run.manifest for run in store_scan(home, signature)[0]]
     # The demo answers the built-in sample dataset (generation.demo.DEMO_DATASET): a store without a
     # run of it (the published runs) is not the demo's, and never imports the generation stage.
     if not any(m.dataset == "sample" for m in manifests):
         return None
-    from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
 
     runs = demo_runs(manifests)
     if not runs:
         return None
-    from persobench.pipeline import demo_story
 
     return demo_story(loaded_results(home, signature, DEMO_PROFILE, DEMO_DATASET), runs, profile=DEMO_PROFILE)
 
 
 def _metric_rules() -> list[list[Any]]:
     """What a board's numbers depend on in the metric registry: names in order, worst values, ranges."""
-    from persobench.pipeline import METRICS
 
     return [[name, info.worst_value, list(info.range), info.higher_is_better] for name, info in METRICS.items()]
 
 
 def board_choices(board: "pd.DataFrame", mode: str) -> list[str]:
     """The boards (protocol labels) of one mode, the paper protocol's first."""
-    from persobench.pipeline import paper_protocol
 
     names = sorted(set(board.loc[board["mode"] == mode, "board"]))
     paper = paper_protocol(mode).label
@@ -162,7 +163,6 @@ def overall_with_ci(home: str, signature: str, profile: str, dataset: str, inval
                     all_samples: bool = False) -> "pd.DataFrame":
     """:func:`persobench.aggregate.overall_with_ci` of one dataset (both modes), on the same boards and
     samples as :func:`board_for`."""
-    from persobench.pipeline import overall_with_ci as overall
 
     def build() -> "pd.DataFrame":
         return overall(results_frame(home, signature, profile, dataset), dataset=dataset, invalid=invalid,
@@ -179,7 +179,6 @@ def sample_values(home: str, signature: str, profile: str, dataset: str, mode: s
                   all_samples: bool = False) -> "pd.DataFrame":
     """:func:`persobench.aggregate.sample_values`: model, sample_id, value of one metric, on the runs
     and sample ids of one board (as :func:`board_for` with the same arguments)."""
-    from persobench.pipeline import sample_values as values
 
     def build() -> "pd.DataFrame":
         return values(results_frame(home, signature, profile, dataset), dataset=dataset, mode=mode, metric=metric,
@@ -194,7 +193,6 @@ def sample_values(home: str, signature: str, profile: str, dataset: str, mode: s
 def comparison_table(home: str, signature: str, profile: str, run_a: str, run_b: str, invalid: str,
                      metrics: tuple[str, ...]) -> tuple["pd.DataFrame", list[tuple[str, str]]]:
     """:func:`persobench.aggregate.comparison_table`: (paired tests per metric, [(metric, why skipped)])."""
-    from persobench.pipeline import comparison_table as compare
 
     def build() -> "tuple[pd.DataFrame, dict[str, Any]]":
         table, skipped = compare(results_frame(home, signature, profile), run_a, run_b, metrics, invalid=invalid)
@@ -211,7 +209,6 @@ def paired_sample_values(home: str, signature: str, profile: str, run_a: str, ru
     """:func:`persobench.aggregate.paired_values` (sample_id, A, B, difference); empty when not comparable."""
     import pandas as pd
 
-    from persobench.pipeline import paired_values
 
     try:
         return paired_values(results_frame(home, signature, profile), run_a, run_b, metric, invalid=invalid)
@@ -226,7 +223,6 @@ def metric_cells(board: "pd.DataFrame", models: "Sequence[str]", metrics: "Seque
     """One row per model, one text cell ``mean ± std [95% CI]`` per metric (``n/a`` when absent)."""
     import pandas as pd
 
-    from persobench.app.text import cell_text
 
     wide = pd.DataFrame({"model": list(models)})
     first = board.drop_duplicates(["metric", "model"])

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.app.loaders import dataset_samples
 from persobench.pipeline import redact
+from persobench.pipeline import TemplateError, build_messages, get_template
+from persobench.pipeline import COVERAGE_SIMILARITY_THRESHOLD
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
@@ -25,7 +27,6 @@ def _first_column(frame: "pd.DataFrame", *names: str) -> str | None:
 def coverage_threshold() -> float:
     """Similarity at or above which a persona sentence counts as engaged without an NLI model."""
     try:
-        from persobench.pipeline import COVERAGE_SIMILARITY_THRESHOLD
 
         return float(COVERAGE_SIMILARITY_THRESHOLD)
     except Exception:  # noqa: BLE001 - the scoring stage is optional for the app
@@ -88,7 +89,6 @@ def prompt_text(prompt: Any, dataset: str, sample_id: str, mode: str, template: 
     A generated run stores its user message; the template's system message, when it has one, is
     shown before it. For runs that did not store their prompt (imported results) it is rebuilt
     from the sample with the run's template; without a recorded template, with PersoBench's own."""
-    from persobench.pipeline import TemplateError, build_messages, get_template
 
     try:
         built = get_template(template or mode, mode)

@@ -7,7 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from persobench.app.text import md_escape
-from persobench.scoring.judge_estimate import JUDGED_METRICS_TEXT
+from persobench.pipeline import JUDGED_METRICS_TEXT
+from persobench.app.page_cache import current_home
+from persobench.errors import PersoBenchError
+from persobench.pipeline import JudgeConfig
+from persobench.pipeline import redact
 
 #: What the judge toggle's help says, on both pages.
 JUDGE_HELP = (f"Label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "
@@ -40,14 +44,10 @@ def judge_form(prefix: str) -> Any:
     if not fields["model"]:
         return None
     fields["concurrency"] = "auto" if fields["concurrency"] == "auto" else int(fields["concurrency"])
-    from persobench.app.page_cache import current_home
-    from persobench.errors import PersoBenchError
-    from persobench.metrics.judge_config import JudgeConfig
 
     try:
         return JudgeConfig.from_dict(fields, home=current_home())
     except PersoBenchError as exc:
-        from persobench.secrets import redact
 
         st.warning(f"LLM judge: {md_escape(redact(' '.join(str(exc).split())))}")
         return None

@@ -13,11 +13,21 @@ from persobench.app.page_cache import cache_data, cache_resource
 from persobench.app.text import natural_key
 from persobench.pipeline import redact
 from persobench.pipeline import RunStore
+from persobench.pipeline import Run, StoreProblem
+from persobench.pipeline import StoreError
+from persobench.pipeline import samples_by_id
+from persobench.run_records import RunExtra
+from persobench.pipeline import cached_table
+from persobench.app.page_cache import current_home
+from persobench import __version__
+from persobench.pipeline import tables_dir
+from persobench.pipeline import dataset_names, get_dataset_info
+from persobench.pipeline import dataset_for_folder, find_response_files
+from persobench.pipeline import interruption
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
 
-    from persobench.pipeline import Run, StoreProblem
 
 
 @cache_resource(show_spinner=False, max_entries=4)
@@ -39,7 +49,6 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":
         scores = m.details.scores or {}
         killed = None
         if m.status == "running":  # only a "running" run can have been killed: the landing page of a
-            from persobench.pipeline import interruption  # store at rest never imports generation
 
             killed = interruption(run)
         rows.append({
@@ -74,7 +83,6 @@ def read_columns(path: Path, columns: Sequence[str] | None) -> "pd.DataFrame":
     """Read the wanted columns of a Parquet table (those that exist)."""
     import pyarrow.parquet as pq
 
-    from persobench.pipeline import StoreError
 
     try:
         if columns is not None:
@@ -115,7 +123,6 @@ def scores_wide(frame: "pd.DataFrame", profile: str | None = None) -> "pd.DataFr
 @cache_resource(show_spinner=False, max_entries=16)
 def dataset_samples(name: str) -> dict[str, Any]:
     """sample id -> Sample for a registered dataset; ``{}`` when it cannot be loaded here."""
-    from persobench.pipeline import samples_by_id
 
     try:
         return samples_by_id(name)
@@ -126,7 +133,6 @@ def dataset_samples(name: str) -> dict[str, Any]:
 @cache_data(show_spinner=False, max_entries=16)
 def dataset_error(name: str) -> str:
     """Why a dataset cannot be loaded here ('' when it can)."""
-    from persobench.pipeline import samples_by_id
 
     try:
         samples_by_id(name)
@@ -136,7 +142,6 @@ def dataset_error(name: str) -> str:
 
 
 def score_profiles(manifest: Mapping[str, Any]) -> list[str]:
-    from persobench.run_records import RunExtra
 
     return sorted(RunExtra.from_extra(manifest.get("extra")).scores or {})
 
@@ -241,7 +246,6 @@ def _on_disk(home: str, table: str, build: "Callable[[], pd.DataFrame]", **argum
     """``build()`` through the store's disk cache of aggregated tables
     (:mod:`persobench.aggregate.disk_cache`): a just-started app reads one small file instead of a
     column of every run's generations table."""
-    from persobench.pipeline import cached_table
 
     store = RunStore(home)
     if not store.runs_dir.is_dir():  # no store here yet: nothing to key on, and no folder is created
@@ -317,7 +321,6 @@ def dataset_table() -> "pd.DataFrame":
 
     Counting the samples parses every row of the paper's five tables (half a second): the table is
     kept in the store's disk cache, keyed on the prompt tables' files (name, size, modification time)."""
-    from persobench.app.page_cache import current_home
 
     return _on_disk(current_home(), "dataset_table", _dataset_table, sources=_dataset_sources())
 
@@ -325,8 +328,6 @@ def dataset_table() -> "pd.DataFrame":
 def _dataset_sources() -> list[Any]:
     """What the dataset sizes depend on: the package version (the built-in sample) and every prompt
     table file."""
-    from persobench import __version__
-    from persobench.pipeline import tables_dir
 
     folder = tables_dir()
     try:
@@ -339,7 +340,6 @@ def _dataset_sources() -> list[Any]:
 def _dataset_table() -> "pd.DataFrame":
     import pandas as pd
 
-    from persobench.pipeline import dataset_names, get_dataset_info
 
     rows = []
     for name in dataset_names():
@@ -370,7 +370,6 @@ def import_preview(folder: str) -> tuple["pd.DataFrame", str]:
     if not (path / "Prompts").is_dir():
         return pd.DataFrame(), f"{path}: no Prompts/ folder (expected the paper's layout: Prompts/, Responses/, Raw Responses/)"
     try:
-        from persobench.pipeline import dataset_for_folder, find_response_files
 
         entries = find_response_files(path)
     except Exception as exc:  # noqa: BLE001

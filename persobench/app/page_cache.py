@@ -10,6 +10,8 @@ import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from persobench.pipeline import default_home
+from persobench.pipeline import RunStore
 
 def cache_data(**kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``st.cache_data`` applied on first call, so importing a module does not import Streamlit."""
@@ -45,7 +47,6 @@ def _lazy_cache(kind: str, kwargs: Mapping[str, Any]) -> Callable[[Callable[...,
 
 def store_home(home: str | os.PathLike[str] | None = None) -> Path:
     """The run store folder the app shows: ``home``, ``$PERSOBENCH_HOME`` or ``./cache``."""
-    from persobench.pipeline import default_home
 
     return Path(home) if home is not None else default_home()
 
@@ -53,7 +54,6 @@ def store_home(home: str | os.PathLike[str] | None = None) -> Path:
 def store_signature(home: str | os.PathLike[str] | None = None) -> str:
     """The store's fingerprint (:meth:`persobench.store.RunStore.fingerprint`, the same one the
     aggregate's disk cache keys on): it changes whenever a run's files change."""
-    from persobench.pipeline import RunStore
 
     return RunStore(store_home(home)).fingerprint()
 

@@ -9,6 +9,17 @@ from persobench.app.chrome import app_environment
 from persobench.app.text import cell_text, format_seconds, md_escape, model_kind, safe_message
 from persobench.errors import PersoBenchError
 from persobench.jobs import JobManager, JobStatus
+import functools
+from persobench.pipeline import export_board
+from persobench.pipeline import report_html
+from persobench.pipeline import RunStore
+from persobench.pipeline import model_ranking
+from persobench.pipeline import structured_note
+from persobench.pipeline import RADAR_ASPECTS, radar_aspects
+from persobench.pipeline import radar_figure
+from persobench.app.boards import unavailable_by_reason
+from persobench.pipeline import metric_bars_figure
+from persobench.pipeline import modes_figure
 
 
 def show_sample(sample: Any) -> None:
@@ -97,11 +108,9 @@ def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
 
     Each file is made when its button is clicked (Streamlit's deferred download), not on every render.
     """
-    import functools
 
     import streamlit as st
 
-    from persobench.pipeline import export_board
 
     columns = st.columns(3)
     for column, (label, fmt, suffix, mime) in zip(columns, (
@@ -115,12 +124,9 @@ def report_download(home: str, options: Any, file_name: str, *, key: str) -> Non
     """A download button for the static HTML report (:func:`persobench.report.report_html` of ``options``,
     a :class:`persobench.report.ReportOptions`): the same file as ``persobench report``, made when
     clicked."""
-    import functools
 
     import streamlit as st
 
-    from persobench.pipeline import report_html
-    from persobench.pipeline import RunStore
 
     column = st.columns(3)[0]  # under the CSV button, as wide
     column.download_button("HTML report", functools.partial(report_html, RunStore(home), options), file_name=file_name,
@@ -137,7 +143,6 @@ def ranking_table(board: Any, overall: Any, rank_by: str, models: Sequence[str],
     """
     import streamlit as st
 
-    from persobench.pipeline import model_ranking
 
     ranked = model_ranking(board, overall, rank_by, models)
     ranked["kind"] = ranked["model"].map(model_kind)
@@ -178,7 +183,6 @@ def structured_board_notes(board: Any, board_all: Any, protocol: str) -> None:
     board of the same dataset and mode: where the structured runs are."""
     import streamlit as st
 
-    from persobench.pipeline import structured_note
 
     if note := structured_note(board):
         st.info(note[0].upper() + note[1:] + ".")  # our own text: no escaping needed
@@ -196,8 +200,6 @@ def radar_panel(board: Any) -> None:
     it cannot be drawn (fewer than three aspects in this profile)."""
     import streamlit as st
 
-    from persobench.pipeline import RADAR_ASPECTS, radar_aspects
-    from persobench.pipeline import radar_figure
 
     radar = radar_aspects(board, normalize=True)
     aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
@@ -218,8 +220,6 @@ def time_failures_panel(board: Any) -> None:
     is missing when it is."""
     import streamlit as st
 
-    from persobench.app.boards import unavailable_by_reason
-    from persobench.pipeline import metric_bars_figure
 
     wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
     bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
@@ -239,7 +239,6 @@ def demo_story_panel(story: Any) -> None:
     share and metric mean across their protocols, and the metric as grouped bars, all on first render."""
     import streamlit as st
 
-    from persobench.pipeline import modes_figure
 
     table, metric = story.table, story.metric
     models = list(dict.fromkeys(table["model"]))

@@ -13,6 +13,11 @@ from typing import Sequence
 
 from persobench.pipeline import EscapingStream, is_terminal, printable
 from persobench.errors import ConfigurationError, PersoBenchError, StoreWriteError
+from persobench import __version__
+import os
+import io
+from persobench.pipeline import RunStore
+from persobench.pipeline import write_refused
 
 #: Modules that add subcommands, in help order. Each defines ``register(subparsers)``.
 COMMAND_MODULES = (
@@ -31,7 +36,6 @@ class CLIError(ConfigurationError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from persobench import __version__
 
     parser = argparse.ArgumentParser(
         prog="python -m persobench",
@@ -91,7 +95,6 @@ def _closed_output() -> int:
 
     Standard output is pointed at /dev/null so the interpreter's final flush cannot raise again.
     """
-    import os
 
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -111,8 +114,6 @@ def write_stdout(text: str, *, data: bool = False) -> None:
 
     Python's buffered stdout drops the rest of a short write silently; the bytes go out with
     ``os.write`` until all are written."""
-    import io
-    import os
 
     out = sys.stdout.stream if isinstance(sys.stdout, EscapingStream) else sys.stdout
     if not data or is_terminal(out):
@@ -130,14 +131,12 @@ def write_stdout(text: str, *, data: bool = False) -> None:
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             raise
-        from persobench.pipeline import write_refused
 
         raise StoreWriteError(f"{write_refused('standard output', exc)}; the output is incomplete") from None
 
 
 def store_from_args(args: argparse.Namespace):
     """The run store selected by ``--home`` (or the environment)."""
-    from persobench.pipeline import RunStore
 
     return RunStore(args.home)
 

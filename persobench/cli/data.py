@@ -6,6 +6,14 @@ import argparse
 import json
 
 from persobench.cli import store_from_args
+from persobench.cli.generate import add_template_arguments
+from persobench.pipeline import DatasetError, get_dataset_info, load_all
+from persobench.pipeline import dataset_names
+from persobench.pipeline import load_dataset
+from persobench.pipeline import resolve_model
+from persobench.pipeline import default_template_for, messages_for
+from persobench.pipeline import DEFAULT_TEMPLATE, build_messages, get_template
+from persobench.pipeline import interruption
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +25,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("dataset", help="registered dataset name or path to a .csv/.jsonl file")
     show.add_argument("--limit", type=int, default=3, help="number of samples (default 3)")
     show.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    from persobench.cli.generate import add_template_arguments
 
     add_template_arguments(show)
     show.add_argument("--model", default=None, metavar="PROVIDER:MODEL",
@@ -33,7 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def dataset_size(name: str) -> tuple[str, str]:
     """(size, note) for listings; sources that need the network or a file are not loaded."""
-    from persobench.pipeline import DatasetError, get_dataset_info, load_all
 
     info = get_dataset_info(name)
     if info.kind in ("hub", "file"):
@@ -45,7 +51,6 @@ def dataset_size(name: str) -> tuple[str, str]:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from persobench.pipeline import dataset_names, get_dataset_info
 
     rows = []
     for name in dataset_names():
@@ -65,10 +70,6 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from persobench.pipeline import load_dataset
-    from persobench.pipeline import resolve_model
-    from persobench.pipeline import default_template_for, messages_for
-    from persobench.pipeline import DEFAULT_TEMPLATE, build_messages, get_template
 
     spec = resolve_model(args.model) if args.model else None
     name = args.template
@@ -108,7 +109,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from persobench.pipeline import interruption
 
     store = store_from_args(args)
     runs, problems = store.scan()

@@ -30,6 +30,11 @@ from typing import Any
 
 from persobench.cli import CLIError, store_from_args
 from persobench.pipeline import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
+from persobench.pipeline import StoreError
+from persobench.pipeline import metric_names
+from persobench import pipeline
+from persobench.errors import ConfigurationError, RunAborted
+from persobench.pipeline import ProgressBar
 
 #: SmolLM2-135M's decoding speed on 2 idle cores in batches of 8, new tokens per second summed over
 #: the batch: ~24 tokens/s one at a time there, times the 2.3x that batches of 8 measured
@@ -57,7 +62,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _generated(store: Any, run_id: str) -> bool:
-    from persobench.pipeline import StoreError
 
     try:
         run = store.get(run_id)
@@ -69,8 +73,6 @@ def _generated(store: Any, run_id: str) -> bool:
 def _scored(store: Any, run_id: str) -> bool:
     """True when every per-sample metric has a provenance record for the demo profile (computed, or
     recorded as unavailable offline), so scoring again would change nothing."""
-    from persobench.pipeline import metric_names
-    from persobench.pipeline import StoreError
 
     try:
         run = store.get(run_id)
@@ -92,8 +94,6 @@ def _minutes(seconds: float) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from persobench import pipeline
-    from persobench.errors import ConfigurationError, RunAborted
 
     started = time.monotonic()
     store = store_from_args(args)
@@ -165,7 +165,6 @@ def _story(store: Any, plans: list[Any]) -> list[str]:
 
 
 def _score(store: Any, run_ids: list[str], no_progress: bool) -> int:
-    from persobench import pipeline
 
     if not run_ids:
         return 0
@@ -187,7 +186,6 @@ class _Bar:
     """A progress bar on stderr that can be moved to an absolute count."""
 
     def __init__(self, *, total: int, desc: str, disabled: bool) -> None:
-        from persobench.pipeline import ProgressBar
 
         self._bar = ProgressBar(total=total, desc=desc, unit="reply" if "generat" in desc else "run",
                                 disabled=disabled)

@@ -10,6 +10,21 @@ import threading
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args, write_stdout
+from persobench.pipeline import GenerationConfig, RetryPolicy
+from persobench.pipeline import RUN_FLAGS
+from persobench.pipeline import url_with_credentials
+from persobench import pipeline
+from persobench.errors import RunAborted
+from persobench.pipeline import BatchPending
+from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
+from persobench.pipeline import estimated_max_batch_cost
+from persobench.pipeline import pending_batches
+from persobench.pipeline import resolve_run as find
+from persobench.pipeline import COLUMNS, TABLE
+from persobench.pipeline import interruption
+from persobench.pipeline import csv_text
+from persobench.pipeline import atomic_write_text
+from persobench.pipeline import ProgressBar
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -133,9 +148,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def _config(args: argparse.Namespace) -> Any:
     """The parsed flags as a :class:`GenerationConfig`: the flags of
     :data:`~persobench.generation.config.RUN_FLAGS` by their field names, the others by their own form."""
-    from persobench.pipeline import GenerationConfig, RetryPolicy
-    from persobench.pipeline import RUN_FLAGS
-    from persobench.pipeline import url_with_credentials
 
     return GenerationConfig(
         **{name: getattr(args, name) for name in RUN_FLAGS},
@@ -148,9 +160,6 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from persobench import pipeline
-    from persobench.errors import RunAborted
-    from persobench.pipeline import BatchPending
 
     store = store_from_args(args)
     try:
@@ -195,7 +204,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run {manifest.run_id} cancelled with {pending} sample(s) pending; run the same command "
               "again to resume", file=sys.stderr)
         return 1
-    from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
 
     if no_sample_succeeded(details.counts or {}):
         failed = (details.counts or {}).get("api_error", 0)
@@ -206,7 +214,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(plan: Any) -> int:
-    from persobench.pipeline import estimated_max_batch_cost
 
     cost = plan.estimated_max_cost()
     print(f"run {plan.run_id}")
@@ -245,7 +252,6 @@ class _ProgressBar:
         if self.disabled:
             return
         if self.bar is None:
-            from persobench.pipeline import ProgressBar
 
             self.bar = ProgressBar(total=info.total, unit="sample")
         self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
@@ -263,7 +269,6 @@ class _ProgressBar:
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    from persobench.pipeline import pending_batches
 
     rows = pending_batches(store_from_args(args).home)
     if args.format == "json":
@@ -282,14 +287,11 @@ def cmd_batches(args: argparse.Namespace) -> int:
 
 def resolve_run(store: Any, name: str) -> Any:
     """A run by id or unique id prefix (:func:`persobench.pipeline.resolve_run`)."""
-    from persobench.pipeline import resolve_run as find
 
     return find(store, name)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from persobench.pipeline import COLUMNS, TABLE
-    from persobench.pipeline import interruption
 
     run = resolve_run(store_from_args(args), args.run)
     killed = interruption(run)
@@ -301,7 +303,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"note: run {run.run_id} has {len(frame)} of {killed.total} rows (its last checkpoint); it was "
               f"{killed.describe()}", file=sys.stderr)
     if args.format == "csv":
-        from persobench.pipeline import csv_text  # replies and dataset text are untrusted: no formulas
 
         text = csv_text(frame)
     else:
@@ -310,7 +311,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.output == "-":
         write_stdout(text, data=True)
     else:
-        from persobench.pipeline import atomic_write_text
 
         atomic_write_text(args.output, text)
         print(f"wrote {len(frame)} rows to {args.output}", file=sys.stderr)

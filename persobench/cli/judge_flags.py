@@ -12,11 +12,17 @@ from typing import Any, Callable
 
 from persobench.cli import CLIError
 from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
+from persobench.cli.generate import _concurrency
+from persobench.pipeline import JUDGE_FLAGS
+from persobench.pipeline import JUDGE_TIMEOUT_FLAG, BatchSettings, RetryPolicy, default_cache_dir, make_judge
+from persobench.pipeline import judge_labeller
+from persobench.pipeline import batch_cost
+from persobench.pipeline import supports_batch
+from persobench.pipeline import load_template
 
 
 def add_arguments(score: argparse.ArgumentParser) -> None:
     """The judge's flags on the ``score`` parser."""
-    from persobench.cli.generate import _concurrency
 
     group = score.add_argument_group(
         "LLM judge", f"label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "
@@ -57,7 +63,6 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
 def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
     """The :class:`~persobench.metrics.judge_config.JudgeConfig` of ``--judge`` and its flags (None
     without it), field by field through :data:`~persobench.metrics.judge_config.JUDGE_FLAGS`."""
-    from persobench.pipeline import JUDGE_FLAGS
 
     values = {name: getattr(args, flag.lstrip("-").replace("-", "_")) for name, flag in JUDGE_FLAGS.items()}
     if values["model"] is None:
@@ -67,7 +72,6 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
-    from persobench.pipeline import JUDGE_TIMEOUT_FLAG, BatchSettings, RetryPolicy, default_cache_dir, make_judge
 
     retry = None if args.judge_timeout is None else RetryPolicy(timeout=args.judge_timeout,
                                                                  timeout_flag=JUDGE_TIMEOUT_FLAG)
@@ -93,7 +97,6 @@ def _money(value: float | None) -> str:
 
 def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], metrics: list[str] | None) -> int:
     """Print the judge, its prompt, and per run and in total the pairs, tokens and cost; send nothing."""
-    from persobench.pipeline import judge_labeller
 
     judge = profile.judge
     template = judge_labeller(judge).template
@@ -109,8 +112,6 @@ def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], me
     print(f"total: {total.pairs} distinct pair(s), {total.cached} in the response cache, {total.requests} "
           f"request(s) to send, ~{total.prompt_tokens:,} prompt tokens, at most {total.completion_tokens:,} "
           f"completion tokens, estimated cost at most {_money(total.cost_usd)}")
-    from persobench.pipeline import batch_cost
-    from persobench.pipeline import supports_batch
 
     if supports_batch(judge.spec.provider):
         cost = batch_cost(judge.spec, total.prompt_tokens, total.completion_tokens)
@@ -139,7 +140,6 @@ def report(profile: Any, scored: Any) -> int:
     number of pairs left without an answer."""
     if profile.judge is None or scored.judge is None:
         return 0
-    from persobench.pipeline import load_template
 
     s = scored.judge
     print(f"judge {profile.judge.model_name} (prompt {load_template(profile.judge.prompt).version}): {s.pairs} pair(s): "

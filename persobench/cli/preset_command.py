@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from persobench.pipeline import default_template_for
+from persobench.pipeline import PAPER_PRESETS
+from persobench.pipeline import key_requirement
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,9 +25,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def preset_rows() -> list[dict[str, object]]:
     """One row per preset: name, provider, model, server, key variable, prices and default template."""
-    from persobench.pipeline import default_template_for
-    from persobench.pipeline import PAPER_PRESETS
-    from persobench.pipeline import key_requirement
 
     rows = []
     for name, spec in PAPER_PRESETS.items():

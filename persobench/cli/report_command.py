@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from persobench.cli import store_from_args, warn_skipped
+from persobench import pipeline
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,14 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from persobench.pipeline import ReportOptions, write_report
 
     store = store_from_args(args)
-    options = ReportOptions(datasets=tuple(args.dataset or ()), modes=tuple(args.mode or ()), profile=args.profile,
+    options = pipeline.ReportOptions(datasets=tuple(args.dataset or ()), modes=tuple(args.mode or ()), profile=args.profile,
                             invalid=args.invalid, include_incomplete=args.include_incomplete,
                             side_by_side=args.side_by_side, all_samples=args.all_samples,
                             dialogues=args.dialogues, sample_ids=tuple(args.samples or ()))
-    report = write_report(store, options, args.output)
+    report = pipeline.write_report(store, options, args.output)
     warn_skipped(report.skipped_runs)
     print(f"wrote {args.output}: {len(report.sections)} board(s), {len(report.dialogues)} dialogue(s)")
     return 0

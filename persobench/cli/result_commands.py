@@ -8,6 +8,11 @@ import sys
 
 from persobench import pipeline
 from persobench.cli import CLIError, store_from_args, warn_skipped, write_stdout
+from persobench.pipeline import PAPER_ARCHIVE, ArchiveLimits
+from persobench.pipeline import check_number
+from persobench.pipeline import reference_dir
+import json
+from persobench.cli.generate import resolve_run
 
 FORMATS = ("table", "csv", "markdown", "latex", "json")
 
@@ -97,9 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_fetch_paper(args: argparse.Namespace) -> int:
-    from persobench.pipeline import PAPER_ARCHIVE, ArchiveLimits
 
-    from persobench.pipeline import check_number
 
     check_number("timeout", args.timeout)
     caps = {name: getattr(args, name) for name in ("max_archive_bytes", "max_member_bytes", "max_unpacked_bytes")
@@ -135,7 +138,6 @@ def cmd_fetch_paper(args: argparse.Namespace) -> int:
     if result.unpinned:
         print(f"warning: {result.unpinned} files are not pinned by the manifest and were accepted (--trust-unpinned); "
               f"their sha256 are in {result.folder / 'FETCHED.json'} (content.unpinned_files)")
-    from persobench.pipeline import reference_dir
 
     if reference_dir().resolve() != result.folder.resolve():
         print(f"note: the default reference here is {reference_dir()}; set PERSOBENCH_REFERENCE={result.folder} "
@@ -226,9 +228,7 @@ def _notes(board) -> list[str]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import json
 
-    from persobench.cli.generate import resolve_run
 
     store, results = _results(args)
     run_a = resolve_run(store, args.run_a).run_id

@@ -6,6 +6,12 @@ import argparse
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
+from persobench.cli import judge_flags
+from persobench.pipeline import SCORE_FLAGS, ScoreConfig
+from persobench import pipeline
+from persobench.pipeline import public_address
+from persobench.pipeline import import_ray
+from persobench.pipeline import ProgressBar
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="with --executor ray: the cluster to join (auto: the one `ray start` runs on this "
                             "machine; default: $RAY_ADDRESS, else a new local Ray instance)")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from persobench.cli import judge_flags
 
     judge_flags.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
     score.set_defaults(handler=cmd_score)
@@ -59,8 +64,6 @@ def _dest(flag: str) -> str:
 def score_config_from_args(args: argparse.Namespace, home: Any) -> Any:
     """The :class:`~persobench.scoring.score_config.ScoreConfig` of the flags, field by field through
     :data:`~persobench.scoring.score_config.SCORE_FLAGS` (the judge's through ``JUDGE_FLAGS``)."""
-    from persobench.cli import judge_flags
-    from persobench.pipeline import SCORE_FLAGS, ScoreConfig
 
     values = {name: getattr(args, _dest(flag)) for name, flag in SCORE_FLAGS.items()}
     if values["metrics"]:
@@ -71,15 +74,12 @@ def score_config_from_args(args: argparse.Namespace, home: Any) -> Any:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from persobench import pipeline
 
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address needs --executor ray")
     if args.executor == "ray":
-        from persobench.pipeline import import_ray
 
         import_ray()  # without Ray: one line saying what to install, before any work
-    from persobench.cli import judge_flags
 
     store = store_from_args(args)
     config = score_config_from_args(args, store.home)
@@ -98,7 +98,6 @@ def cmd_score(args: argparse.Namespace) -> int:
         return judge_flags.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
     if profile.judge is not None:
         judge_flags.check_cost(profile, runs, lambda run: _samples_for(run, samples_cache), requested)
-    from persobench.pipeline import public_address
 
     shown = public_address(args.ray_address) if args.ray_address else "RAY_ADDRESS or a local instance"
     where = f"Ray actors ({shown})" if args.executor == "ray" \
@@ -134,7 +133,6 @@ class _StageBars:
             return
         if stage != self.stage or self.bar is None:
             self.close()
-            from persobench.pipeline import ProgressBar
 
             self.stage = stage
             self.bar = ProgressBar(total=total, desc=stage, unit="item", leave=False)
@@ -176,6 +174,5 @@ def _report(title: str, items: dict[str, str]) -> None:
 
 def _samples_for(run: Any, cache: dict[str, dict]) -> dict:
     """Samples of ``run`` by id (:func:`persobench.pipeline.run_samples`)."""
-    from persobench import pipeline
 
     return pipeline.run_samples(run, datasets=cache)

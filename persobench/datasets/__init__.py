@@ -21,6 +21,9 @@ from typing import Any, Callable, Mapping
 from persobench.errors import DatasetError
 from persobench.records import Sample
 from persobench.registry import Registry, UnknownNameError
+from persobench.datasets.paper_archive import fetched_reference
+from persobench.datasets.user_files import load_user_file
+from persobench.registry import load_object
 
 __all__ = [
     "DatasetInfo", "DatasetError", "REGISTRY", "dataset_names", "get_dataset_info", "load_dataset",
@@ -105,7 +108,6 @@ def reference_dir() -> Path:
     explicit = os.environ.get("PERSOBENCH_REFERENCE")
     if explicit:
         return Path(explicit)
-    from persobench.datasets.paper_archive import fetched_reference
 
     fetched = fetched_reference()
     if fetched is not None:
@@ -137,12 +139,10 @@ def load_all(name: str, **options: Any) -> list[Sample]:
     key = (name, tuple(sorted(options.items())))
     if key not in _CACHE:
         if is_file_dataset(name):
-            from persobench.datasets.user_files import load_user_file
 
             samples = load_user_file(name, **options)
         else:
             info = get_dataset_info(name)
-            from persobench.registry import load_object
 
             loader: Callable[..., list[Sample]] = load_object(info.loader)
             samples = loader(dataset=name, **{**info.options, **options})

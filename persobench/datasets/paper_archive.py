@@ -53,6 +53,9 @@ from typing import Any, Callable, Mapping
 
 from persobench.datasets.archive_members import (ArchiveLimits, ArchiveTooLargeError, PaperArchiveError, check_declared,
                                                   copy_member, list_members, safe_parts)
+from persobench import __version__
+from persobench.store import default_home
+from persobench.files import sha256_file, utc_now
 
 __all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchiveLimits", "ArchivePin", "ArchiveTooLargeError", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
            "fetch_paper", "fetched_reference", "download_progress", "paper_manifest"]
@@ -207,7 +210,6 @@ def _archive_too_large(url: str, size: str, cap: int) -> ArchiveTooLargeError:
 def _download(url: str, part: Path, *, timeout: float, progress: ProgressFn | None, max_bytes: int) -> int:
     """Fetch ``url`` into ``part``, resuming from its current size; returns the resumed offset.
     More than ``max_bytes`` (declared by Content-Length or counted) deletes the part and raises."""
-    from persobench import __version__
 
     offset = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": f"persobench/{__version__}"}
@@ -355,7 +357,6 @@ def check_archive_url(url: str | None) -> None:
 
 def fetched_reference(home: str | os.PathLike[str] | None = None) -> Path | None:
     """``<home>/reference`` when a fetch completed there, else None."""
-    from persobench.store import default_home
 
     folder = (Path(home) if home is not None else default_home()) / "reference"
     return folder if (folder / MARKER).is_file() else None
@@ -384,8 +385,6 @@ def fetch_paper(
     on the next call. ``limits`` caps the archive and what it unpacks (:class:`ArchiveLimits`, its
     defaults when None): over a cap is :class:`ArchiveTooLargeError`.
     """
-    from persobench.store import default_home
-    from persobench.files import sha256_file, utc_now
 
     home = Path(home) if home is not None else default_home()
     check_archive_url(url)

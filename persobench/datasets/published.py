@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from persobench.errors import DatasetError
+import zipfile
 
 __all__ = ["PublishedCell", "PublishedTableError", "published_table", "published_table_path", "read_published_table"]
 
@@ -100,7 +101,6 @@ def _csv_rows(path: Path) -> Iterable[list[Any]]:
 
 def _xlsx_rows(path: Path) -> Iterable[list[Any]]:
     """The first sheet's rows as cell values (pandas' ``to_excel`` writes one sheet)."""
-    import zipfile
 
     from openpyxl import load_workbook
 

@@ -50,6 +50,8 @@ from persobench.datasets.source_records import (SPC_TRAILING_TURNS_DROPPED, Sour
                                                 focus_record_to_sample, it_convai2_record_to_sample,
                                                 parse_spc_conversation, pec_record_to_sample, spc_record_to_sample)
 from persobench.records import Sample
+from persobench.store import default_home
+from persobench import __version__
 
 __all__ = [
     "SPC_TRAILING_TURNS_DROPPED",
@@ -202,7 +204,6 @@ def load_pec(
 
 
 def _downloads_dir() -> Path:
-    from persobench.store import default_home
 
     return default_home() / "downloads"
 
@@ -230,7 +231,6 @@ def fetch_source(url: str, *, timeout: float = 60.0, refresh: bool = False) -> P
     if target.exists() and not refresh:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    from persobench import __version__
 
     request = urllib.request.Request(url, headers={"User-Agent": f"persobench/{__version__}"})
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)

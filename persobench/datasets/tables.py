@@ -7,6 +7,9 @@ from pathlib import Path
 
 from persobench.datasets.prompt_tables import parse_prompt_row
 from persobench.records import Sample
+from persobench.datasets import reference_dir
+from persobench.csv_io import CSVFormatError, read_csv_rows
+from persobench.errors import DatasetError
 
 
 def tables_dir() -> Path:
@@ -14,7 +17,6 @@ def tables_dir() -> Path:
     explicit = os.environ.get("PERSOBENCH_PROMPTS")
     if explicit:
         return Path(explicit)
-    from persobench.datasets import reference_dir
 
     return reference_dir() / "Prompts"
 
@@ -25,8 +27,6 @@ def prompt_table_rows(path: Path) -> list[dict[str, str]]:
     Raises :class:`~persobench.datasets.DatasetError` naming the file (and row) when it cannot be
     read, lacks a column or has a quote that would swallow rows.
     """
-    from persobench.csv_io import CSVFormatError, read_csv_rows
-    from persobench.errors import DatasetError
 
     try:
         with open(path, newline="", encoding="utf-8") as handle:
@@ -65,7 +65,6 @@ def read_prompt_table(
 def load_paper_table(
     *, dataset: str, file_stem: str, unlabelled_owner: str, labels_name_owner: bool = True, source: str | None = None,
 ) -> list[Sample]:
-    from persobench.errors import DatasetError
 
     path = Path(source) if source else tables_dir() / f"{file_stem}.csv"
     if not path.exists():

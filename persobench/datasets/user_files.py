@@ -15,6 +15,8 @@ from persobench.datasets.json_numbers import find_huge, loads as loads_json
 from persobench.errors import DatasetError
 from persobench.datasets.prompt_tables import PromptTableError, parse_prompt_row
 from persobench.records import Sample
+from persobench.csv_io import CSVFormatError, read_csv_rows
+from dataclasses import replace
 
 REQUIRED_COLUMNS = ("personas", "context", "act_response")
 OPTIONAL_COLUMNS = ("query", "id")
@@ -58,7 +60,6 @@ def _decode(path: Path, data: bytes) -> str:
 
 
 def _csv_records(path: Path, text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
-    from persobench.csv_io import CSVFormatError, read_csv_rows
 
     try:
         rows = read_csv_rows(text, str(path))
@@ -229,6 +230,5 @@ def load_user_file(
 
 
 def _with_id(sample: Sample, sample_id: str, row_number: int) -> Sample:
-    from dataclasses import replace
 
     return replace(sample, id=sample_id, metadata={**sample.metadata, "row": row_number})

@@ -7,17 +7,23 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from persobench.errors import PersoBenchError, ProviderError
 from persobench.files import utc_now
 from persobench.llm.batch_driver import (STATE_FILE, BatchOutcome, BatchSettings, BatchState, batch_cost,
                                          fill_cache, read_state)
 from persobench.secrets import scrub
+from persobench.providers.base import Request
+from persobench.providers.batch_api import BatchBackend
+from persobench.llm.response_cache import ResponseCache
+from persobench.generation.progress import ProgressInfo, cancel_requested, write_progress
+from persobench.providers.batch_api import make_batch_backend
+from persobench.secrets import known_secrets
+from persobench.errors import RunAborted
+from persobench.run_records import GenerationRecord, RunExtra
+from persobench.errors import ConfigurationError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.providers.base import Request
-    from persobench.providers.batch_api import BatchBackend
 
 
 class BatchPending(PersoBenchError):
@@ -37,11 +43,6 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
     """The generation hook: answer the plan's missing requests through the batch API, then return
     the plan with every cached reply as a hit, so the runner sends only what the batch did not
     answer. Raises :class:`BatchPending` when the batch is still running at the deadline."""
-    from persobench.llm.response_cache import ResponseCache
-    from persobench.generation.progress import ProgressInfo, cancel_requested, write_progress
-    from persobench.providers.base import Request
-    from persobench.providers.batch_api import make_batch_backend
-    from persobench.secrets import known_secrets
 
     config = plan.config
     backend = make_batch_backend(plan.spec, api_key=api_key, timeout=config.retry.timeout)
@@ -76,7 +77,6 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
         backend.close()
     run.update(extra={"batch": batch_record(Path(run.path) / STATE_FILE, plan.spec)})
     if outcome.waiting and not config.batch:
-        from persobench.errors import ConfigurationError
 
         run.update(status="pending")
         say(f"waiting for the batch: {outcome.status}", "pending")
@@ -98,8 +98,6 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
 def _fill_or_abort(run: Any, backend: "BatchBackend", requests: Mapping[str, "Request"], **kwargs: Any) -> BatchOutcome:
     """:func:`fill_cache`, a failure of the batch API itself (a refused key, an unknown model, a
     server down for every retry) ending the run ``failed`` with the reason in one line."""
-    from persobench.errors import RunAborted
-    from persobench.run_records import GenerationRecord, RunExtra
 
     try:
         return fill_cache(backend, requests, **kwargs)

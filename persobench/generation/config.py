@@ -12,6 +12,8 @@ from typing import Any, Mapping
 from persobench.errors import ConfigurationError
 from persobench.llm.retry import RetryPolicy
 from persobench.providers import DEFAULT_LOCAL_MODEL
+from persobench.secrets import SECRET_KEYS, is_secret_option
+from persobench.secrets import public_url
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,6 @@ def without_secret_options(options: Mapping[str, Any], path: str = "") -> tuple[
 
     Removed, not redacted: ``--option x-api-key="[redacted]"`` would send ``[redacted]`` as the key.
     """
-    from persobench.secrets import SECRET_KEYS, is_secret_option
 
     kept: dict[str, Any] = {}
     removed: list[str] = []
@@ -143,7 +144,6 @@ def without_secret_options(options: Mapping[str, Any], path: str = "") -> tuple[
 def public_config(config: GenerationConfig) -> tuple[GenerationConfig, list[str]]:
     """``config`` without credentials (secret-looking options, the base URL's user info and query
     values), and what was left out, so it can be written to disk or shown."""
-    from persobench.secrets import public_url
 
     options, removed = without_secret_options(dict(config.options))
     left_out = [f"--option {name}" for name in removed]

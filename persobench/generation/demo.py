@@ -14,11 +14,10 @@ demo store: a store holding SmolLM2's plain and structured demo runs *is* one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
+from persobench.generation.config import GenerationConfig
+from persobench.store import RunManifest
 
-if TYPE_CHECKING:
-    from persobench.generation.config import GenerationConfig
-    from persobench.store import RunManifest
 
 DEMO_DATASET = "sample"
 #: (model, structured output) in the order they run: the baselines first (the app fills up early),
@@ -40,7 +39,6 @@ STORY_MODEL = "local:smollm2"
 
 def demo_configs(*, limit: int | None, local: bool = True) -> list["GenerationConfig"]:
     """The generation configurations of the demo, in the order they run (baselines first)."""
-    from persobench.generation import GenerationConfig
 
     return [GenerationConfig(dataset=DEMO_DATASET, model=model, mode=mode, limit=limit, template=DEMO_TEMPLATE,
                              structured=structured)

@@ -26,16 +26,16 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from persobench.generation.config import GenerationConfig, config_command, public_config
 from persobench.errors import ConfigurationError
 from persobench.files import atomic_write_json
 from persobench.locks import RUN_LOCK, lock_holder, read_pid
+from persobench.generation.plan import GenerationPlan
+from persobench.store import Run
+from persobench.llm.response_cache import ResponseCache
 
-if TYPE_CHECKING:
-    from persobench.generation.plan import GenerationPlan
-    from persobench.store import Run
 
 LOCK_FILE = RUN_LOCK
 RESUME_FILE = "resume.json"
@@ -138,7 +138,6 @@ def interruption(run: "Run") -> Interruption | None:
         return Interruption(cached=0, total=total, command="run the same `python -m persobench run` command again")
     cached = 0
     if cache_dir.is_dir():
-        from persobench.llm.response_cache import ResponseCache
 
         with ResponseCache(cache_dir) as cache:
             cached = sum(1 for key in keys if key in cache)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from persobench.errors import ConfigurationError
+from persobench.generation.config import GenerationConfig
 
-if TYPE_CHECKING:
-    from persobench.generation.config import GenerationConfig
 
 
 @dataclass(frozen=True)

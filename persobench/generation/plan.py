@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from persobench.llm.response_cache import ResponseCache, cache_key, default_cache_dir
 from persobench.generation.config import GenerationConfig
@@ -20,11 +20,24 @@ from persobench.providers.base import Completion, GenerationParams, raw_prompt_t
 from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
 from persobench.store import RunManifest, RunStore, make_run_id
 from persobench.structured import reply_schema
+from persobench.prompts import PromptTemplate
+from persobench.run_records import DatasetFileRecord
+from persobench.records import Sample
+from persobench.datasets import load_dataset
+from persobench.prompts import MODES, TemplateError, get_template
+from persobench.generation.numbers import check_numbers
+from persobench.postprocess import POLICIES
+from persobench.prompts import DEFAULT_LOCAL_TEMPLATE, default_template_name
+from persobench.prompts import build_messages
+from persobench.datasets import is_file_dataset
+from persobench.files import sha256_file
+from persobench.models_registry import estimate_cost
+from persobench.providers.batch_api import supports_batch
+from persobench.llm.batch_driver import BatchSettings
+from persobench.protocol import default_policy
+from persobench.protocol import PAPER
+from persobench.providers.local import local_mode_options
 
-if TYPE_CHECKING:
-    from persobench.prompts import PromptTemplate
-    from persobench.run_records import DatasetFileRecord
-    from persobench.records import Sample
 
 
 @dataclass
@@ -67,13 +80,11 @@ class GenerationPlan:
 
     def estimated_max_cost(self) -> float | None:
         """Upper-bound USD for the requests to send (every reply at the token limit)."""
-        from persobench.models_registry import estimate_cost
 
         return estimate_cost(self.spec, self.estimated_prompt_tokens, self.n_requests * self.params.max_tokens)
 
 
 def _load_samples(config: GenerationConfig) -> list["Sample"]:
-    from persobench.datasets import load_dataset
 
     try:
         return load_dataset(config.dataset, limit=config.limit, seed=config.seed)
@@ -85,14 +96,11 @@ def plan_generation(
     config: GenerationConfig, *, store: RunStore, samples: list["Sample"] | None = None,
 ) -> GenerationPlan:
     """Resolve model, template, samples, run id and cache hits. Sends nothing, needs no key."""
-    from persobench.prompts import MODES, TemplateError, get_template
 
-    from persobench.generation.numbers import check_numbers
 
     if config.mode not in MODES:
         raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
     check_numbers(config)  # the same ranges for the CLI and the app, one line naming the flag
-    from persobench.postprocess import POLICIES
 
     if config.policy is not None and config.policy not in POLICIES:
         raise ConfigurationError(f"unknown post-processing policy {config.policy!r}; known: {', '.join(POLICIES)}")
@@ -101,12 +109,10 @@ def plan_generation(
         home=store.home,
     )
     if config.batch:
-        from persobench.providers.batch_api import supports_batch
 
         if not supports_batch(spec.provider):
             raise ConfigurationError(f"--batch needs a provider with a batch API (openai, anthropic); "
                                      f"{spec.name!r} is provider {spec.provider!r}")
-        from persobench.llm.batch_driver import BatchSettings
 
         BatchSettings(wait=config.batch_wait, poll=config.batch_poll)  # checks both numbers, one line
     try:
@@ -117,7 +123,6 @@ def plan_generation(
         raise ConfigurationError(f"template {template.name!r} is in {template.mode!r} mode, not {config.mode!r}")
     mode = template.mode
     if config.policy is None:  # the template family decides: a default run is on the paper's protocol
-        from persobench.protocol import default_policy
 
         config = dataclasses.replace(config, policy=default_policy(template.family))
     chat_template = _chat_template(config, template, spec)
@@ -128,8 +133,6 @@ def plan_generation(
     if config.batch_size is not None:
         spec = dataclasses.replace(spec, options={**dict(spec.options), "batch_size": int(config.batch_size)})
     if spec.provider == "local":  # the paper ran its open models in float32, one prompt at a time
-        from persobench.protocol import PAPER
-        from persobench.providers.local import local_mode_options
 
         spec = dataclasses.replace(spec, options=local_mode_options(dict(spec.options),
                                                                     paper_protocol=template.family == PAPER))
@@ -195,7 +198,6 @@ def plan_generation(
 def default_template_for(spec: ModelSpec) -> str:
     """The paper's template for ``spec``: ``paper-open`` for local models and for servers with a
     completions endpoint (the vLLM presets serve the paper's open models), else ``paper``."""
-    from persobench.prompts import DEFAULT_LOCAL_TEMPLATE, default_template_name
 
     return DEFAULT_LOCAL_TEMPLATE if spec.options.get(COMPLETIONS_ENDPOINT) else default_template_name(spec.provider)
 
@@ -205,7 +207,6 @@ def messages_for(sample: "Sample", template: "PromptTemplate", spec: ModelSpec) 
     message that starts with the system text when the spec says so (``system_in_user``, as
     ``closed_source_models.ipynb``'s Gemini call: ``contents="You are a helpful response generator
     to output JSON.\\n\\n" + prompt``)."""
-    from persobench.prompts import build_messages
 
     messages = build_messages(sample, template)
     if spec.options.get(SYSTEM_IN_USER) and len(messages) > 1:
@@ -215,9 +216,6 @@ def messages_for(sample: "Sample", template: "PromptTemplate", spec: ModelSpec) 
 
 def _dataset_file(dataset: str) -> "DatasetFileRecord | None":
     """Where a user-file dataset was read from, with its checksum (``None`` for registered datasets)."""
-    from persobench.datasets import is_file_dataset
-    from persobench.run_records import DatasetFileRecord
-    from persobench.files import sha256_file
 
     if not is_file_dataset(dataset):
         return None

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 from persobench.providers.base import Completion
 
 from persobench.errors import ProviderError
+from persobench.generation.plan import GenerationPlan
+from persobench.postprocess import Status, parse_output
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from persobench.generation.plan import GenerationPlan
 
 #: Columns of ``generations.parquet``, in order. The app and the metrics stage read these.
 COLUMNS = (
@@ -34,7 +35,6 @@ def build_row(
     latency: float, attempts: int, cached: bool,
 ) -> dict[str, Any]:
     """The table row of sample ``i`` of ``plan``: its reply post-processed, or the request's error."""
-    from persobench.postprocess import Status, parse_output
 
     row: dict[str, Any] = {
         "sample_id": plan.samples[i].id, "latency": float(latency), "attempts": attempts, "cached": cached,

@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from persobench.errors import ProviderError, RunAborted, StoreWriteError
 from persobench.files import utc_now, write_refused
@@ -35,9 +35,11 @@ from persobench.providers.base import Completion, Request
 from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
 from persobench.secrets import scrub
 from persobench.store import Run, RunStore
+from persobench.records import Sample
+from persobench.models_registry import estimate_cost
+from persobench.postprocess import summarize
+from persobench.generation.batch_run import generate_by_batch
 
-if TYPE_CHECKING:
-    from persobench.records import Sample
 
 __all__ = ["Runner", "RunAborted", "run_coroutine", "run_generation"]
 
@@ -89,7 +91,6 @@ def run_generation(
                                                     dataset_file=plan.dataset_file).to_extra())
         # The batch API first (run --batch, or a batch an earlier one left): its replies are then cache hits.
         if plan.n_requests and (config.batch or (run.path / "batch.json").exists()):
-            from persobench.generation.batch_run import generate_by_batch
 
             plan = generate_by_batch(plan, run, api_key=api_key, progress=progress, cancel=cancel)
         runner = Runner(plan, run, session, progress=progress, cancel=cancel)
@@ -330,8 +331,6 @@ class Runner:
 
     def finish(self, status: str, *, reason: str | None = None) -> None:
         """Write the table, the manifest summary and the final progress."""
-        from persobench.models_registry import estimate_cost
-        from persobench.postprocess import summarize
 
         self._write_table()
         rows = list(self.rows.values())

@@ -17,10 +17,23 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from persobench.files import atomic_write_json, utc_now
+from persobench.pipeline import atomic_write_json, utc_now
 from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json
-from persobench.secrets import public_text, redact
-from persobench.store import default_home
+from persobench.pipeline import public_text, redact
+from persobench.pipeline import default_home
+from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED
+from persobench.pipeline import request_cancel
+from persobench.pipeline import is_secret_name
+from persobench.errors import PersoBenchError
+import dataclasses
+import threading
+from persobench import pipeline
+from persobench.pipeline import GenerationConfig
+from persobench.pipeline import url_with_credentials
+from persobench.pipeline import no_sample_succeeded
+from persobench.pipeline import ProgressBar
+from persobench.pipeline import ScoreConfig
+import traceback
 
 def run_job(folder: Path) -> int:
     """Execute a job's steps in order; the body of ``python -m persobench.jobs job DIR``.
@@ -29,7 +42,6 @@ def run_job(folder: Path) -> int:
     stop the others); a score step scores the runs whose generation succeeded. A ``cancel`` file in
     the job folder stops the job: it is forwarded to the run in progress, which ends "cancelled".
     """
-    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED
 
     folder = Path(folder)
     spec = read_json(folder / "job.json")
@@ -75,7 +87,6 @@ def run_job(folder: Path) -> int:
                     " (no sample succeeded)" if step.kind == "run" and returncode == EXIT_NO_SAMPLE_SUCCEEDED else ""))
             save()
     except Exception as exc:  # noqa: BLE001 - recorded for the page; the traceback goes to the log
-        import traceback
 
         traceback.print_exc()
         state["failures"].append(f"{type(exc).__name__}: {exc}")
@@ -93,8 +104,6 @@ def run_job(folder: Path) -> int:
 def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
     """Run step ``index`` in ``python -m persobench.jobs step DIR INDEX``, forwarding a cancel request
     to the run it writes."""
-    from persobench.generation import request_cancel
-    from persobench.secrets import is_secret_name
 
     env = dict(os.environ)
     if step.withhold_keys:  # a server typed into the page gets no key of the operator's
@@ -123,7 +132,6 @@ def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
 def run_step(folder: Path, index: int) -> int:
     """The body of ``python -m persobench.jobs step DIR INDEX``: one step through the pipeline.
     Exit 0 when it succeeded, 1 when it was cancelled or scored nothing, 2 with a one-line error."""
-    from persobench.errors import PersoBenchError
 
     spec = read_json(Path(folder) / "job.json")
     if spec is None:
@@ -140,12 +148,7 @@ def run_step(folder: Path, index: int) -> int:
 
 
 def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001 - one signature for every kind
-    import dataclasses
-    import threading
 
-    from persobench import pipeline
-    from persobench.generation import GenerationConfig
-    from persobench.secrets import url_with_credentials
 
     config = GenerationConfig.from_dict(step.config)
     # job.json holds the base URL's public form; its credentials come in the environment
@@ -158,14 +161,11 @@ def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: AR
           flush=True)
     if run.manifest.status == "cancelled":
         return 1
-    from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
 
     return EXIT_NO_SAMPLE_SUCCEEDED if no_sample_succeeded(run.manifest.details.counts or {}) else 0
 
 
 def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
-    from persobench import pipeline
-    from persobench.console import ProgressBar
 
     bars: dict[str, ProgressBar] = {}
 
@@ -186,7 +186,6 @@ def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
         else:
             print(f"{result.run_id}: not scored: {redact(result.error)}", flush=True)
 
-    from persobench.scoring.score_config import ScoreConfig
 
     # job.json holds the typed ScoreConfig (and which runs); a job written before it held a loose
     # dict of the same names, which reads the same way.
@@ -205,7 +204,6 @@ def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
 
 
 def _import(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001
-    from persobench import pipeline
 
     report = pipeline.import_published(str(step.config["folder"]), home=home)
     print(f"imported {len(report.runs)} run(s) from {report.folder}", flush=True)
@@ -213,7 +211,6 @@ def _import(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG0
 
 
 def _fetch(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001
-    from persobench import pipeline
 
     result = pipeline.fetch_published(home=home, url=step.config.get("url"),
                                       trust_unpinned=bool(step.config.get("trust_unpinned")))

@@ -5,27 +5,34 @@ judge is a :class:`~persobench.metrics.judge_config.JudgeConfig` throughout (the
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step
-from persobench.secrets import redact
+from persobench.pipeline import redact
+from persobench.pipeline import JudgeConfig
+from persobench.pipeline import JUDGED_METRICS
+from persobench.pipeline import ScoreConfig
+from persobench.pipeline import key_allowed
+from persobench.pipeline import load_dataset
+from persobench.errors import PersoBenchError
+from persobench.pipeline import estimate_new_runs
+from persobench.pipeline import get_profile
+from persobench.pipeline import estimate_runs
+from persobench.pipeline import run_samples
+from persobench.pipeline import RunStore
+from dataclasses import replace
+from persobench.pipeline import resolve_model
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.judge_config import JudgeConfig
 
 def judge_step(judge: "JudgeConfig", *, home: str | os.PathLike[str], env: Mapping[str, str] | None = None,
                runs: Sequence[str] | None = None) -> JobStep:
     """The score step with the judge, its :class:`~persobench.scoring.score_config.ScoreConfig` in
     ``job.json``: the runs the job wrote (``runs`` None), or the given run ids. The app's keys go only
     to a server the operator configured (as for generation)."""
-    from persobench.scoring.judge_estimate import JUDGED_METRICS
-    from persobench.scoring.score_config import ScoreConfig
-    from persobench.secrets import key_allowed
 
     withhold = False
     if judge.spec.base_url:
         try:
-            from persobench.models_registry import resolve_model
 
             configured = resolve_model(judge.model, home=home).base_url
         except Exception:  # noqa: BLE001 - an unknown model fails in the step itself, with its message
@@ -39,9 +46,6 @@ def estimate_for_launch(home: str | os.PathLike[str], judge: "JudgeConfig",  # n
                         plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed: int = 0) -> tuple[Any, str]:
     """``(JudgeEstimate, "")`` for judging the planned runs once generated (each sample's reference
     stands in for its reply), or ``(None, why not)``."""
-    from persobench.datasets import load_dataset
-    from persobench.errors import PersoBenchError
-    from persobench.scoring.judge_estimate import estimate_new_runs
 
     try:
         total = None
@@ -56,11 +60,6 @@ def estimate_for_launch(home: str | os.PathLike[str], judge: "JudgeConfig",  # n
 
 def estimate_for_store(home: str | os.PathLike[str], judge: "JudgeConfig") -> tuple[Any, str]:
     """``(JudgeEstimate, "")`` for judging every stored run's NLI metrics not judged yet, or ``(None, why not)``."""
-    from persobench.errors import PersoBenchError
-    from persobench.metrics.backends import get_profile
-    from persobench.scoring.judge_estimate import JUDGED_METRICS, estimate_runs
-    from persobench.scoring.work_plan import run_samples
-    from persobench.store import RunStore
 
     try:
         profile = get_profile("offline", judge=judge)
@@ -72,7 +71,6 @@ def estimate_for_store(home: str | os.PathLike[str], judge: "JudgeConfig") -> tu
 
 
 def _add(a: Any, b: Any) -> Any:
-    from dataclasses import replace
 
     cost = None if a.cost_usd is None or b.cost_usd is None else round(a.cost_usd + b.cost_usd, 6)
     return replace(a, pairs=a.pairs + b.pairs, cached=a.cached + b.cached, requests=a.requests + b.requests,

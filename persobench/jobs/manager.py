@@ -29,6 +29,11 @@ from persobench.pipeline import pid_alive
 from persobench.pipeline import atomic_write_json, utc_now
 from persobench.pipeline import credentials_environment, public_text, redact
 from persobench.pipeline import default_home
+from persobench.pipeline import lock_holder
+from persobench.pipeline import request_cancel
+import shutil
+from persobench.pipeline import RunStore
+from persobench.pipeline import read_progress
 
 
 def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
@@ -182,7 +187,6 @@ class JobManager:
 
     def _busy_run(self, status: JobStatus) -> tuple[Path, int] | None:
         """The first of the job's runs whose lock a live process holds, with that pid (0 if unread)."""
-        from persobench.pipeline import lock_holder
 
         for run_dir in self._run_dirs(status):
             pid = lock_holder(run_dir)
@@ -196,7 +200,6 @@ class JobManager:
     # -- acting --------------------------------------------------------------------------------
     def cancel(self, job_id: str) -> None:
         """Ask the job to stop: the runner forwards it to the run in progress (its ``cancel`` file)."""
-        from persobench.pipeline import request_cancel
 
         folder = self.job_dir(job_id)
         (folder / "cancel").write_text(utc_now())
@@ -217,7 +220,6 @@ class JobManager:
 
     def forget(self, job_id: str) -> None:
         """Remove a finished job's folder (its runs stay in the store)."""
-        import shutil
 
         status = self.status(job_id)
         if status is not None and status.active:
@@ -225,7 +227,6 @@ class JobManager:
         shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
 
     def _run_dirs(self, status: JobStatus) -> list[Path]:
-        from persobench.pipeline import RunStore
 
         store = RunStore(self.home)
         dirs = [store.run_path(r) for r in status.run_ids if store.run_path(r).is_dir()]
@@ -237,7 +238,6 @@ class JobManager:
 
     def progress(self, status: JobStatus) -> list[dict[str, Any]]:
         """One row per step: label, kind, state and, for run steps, the run's ``progress.json`` counts."""
-        from persobench.pipeline import read_progress
 
         rows = []
         for index, step in enumerate(status.steps):

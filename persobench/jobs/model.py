@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.errors import ConfigurationError
+from persobench.pipeline import RunStore
 
 JOB_STATES = ("launching", "running", "completed", "failed", "cancelled", "interrupted")
 #: A lock without a pid yet is considered alive for this long (the launcher writes it first).
@@ -81,7 +82,6 @@ class JobStep:
         """The folder of the run this step writes (None until it exists, or when it writes no run)."""
         if not self.run_id:
             return None
-        from persobench.pipeline import RunStore
 
         path = RunStore(home).run_path(self.run_id)
         return path if path.is_dir() else None

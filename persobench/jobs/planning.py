@@ -9,8 +9,23 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step
-from persobench.secrets import public_text, redact, remember_url
-from persobench.structured import structured_label
+from persobench.pipeline import public_text, redact, remember_url
+from persobench.pipeline import structured_label
+from persobench.pipeline import missing_key_env
+from persobench.pipeline import find_registry_file, load_registry
+from persobench import pipeline
+from persobench.pipeline import GenerationConfig
+from persobench.pipeline import public_config
+from persobench.pipeline import lock_holder
+from persobench.pipeline import RunStore
+from persobench.pipeline import estimated_max_batch_cost
+from persobench.pipeline import resolve_model
+from persobench.pipeline import supports_batch
+from persobench.pipeline import key_allowed
+import dataclasses
+from persobench.pipeline import ScoreConfig
+from persobench.jobs.judging import judge_step
+from persobench.pipeline import metric_names
 
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
@@ -25,14 +40,12 @@ TEMPLATE_CHOICES = {
 def missing_key(spec: Any, env: Mapping[str, str] | None = None) -> str | None:
     """Name of the environment variable a model needs and ``env`` (default: this process's
     environment) lacks, else None. Only the variable's name is ever reported, never a value."""
-    from persobench.pipeline import missing_key_env
 
     return missing_key_env(spec, env)
 
 
 def registry_models(home: str | os.PathLike[str]) -> tuple[list[str], str]:
     """(names in the model registry file, a note: the file used or why it could not be read)."""
-    from persobench.pipeline import find_registry_file, load_registry
 
     try:
         path = find_registry_file(home=home)
@@ -68,12 +81,6 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
                 seed: int = 0, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """For each choice: run id, samples, requests to send, cache hits, prompt-token and cost estimates
     and any problem (unknown model, missing key), without sending anything."""
-    from persobench import pipeline
-    from persobench.pipeline import GenerationConfig
-    from persobench.pipeline import public_config
-    from persobench.pipeline import lock_holder
-    from persobench.pipeline import RunStore
-    from persobench.pipeline import estimated_max_batch_cost
 
     store = RunStore(home)
     rows = []
@@ -121,8 +128,6 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
 
 def _has_batch_api(choice: LaunchChoice, home: str | os.PathLike[str]) -> bool:
     """Whether the choice's model has a batch API (an unknown model is reported by its plan)."""
-    from persobench.pipeline import resolve_model
-    from persobench.pipeline import supports_batch
 
     try:
         return supports_batch(resolve_model(choice.model, base_url=choice.base_url or None, home=home).provider)
@@ -133,12 +138,10 @@ def _has_batch_api(choice: LaunchChoice, home: str | os.PathLike[str]) -> bool:
 def _key_may_go_to(choice: LaunchChoice, home: str | os.PathLike[str], env: Mapping[str, str] | None) -> bool:
     """Whether the operator's key may go to the choice's base URL: the provider's own endpoint, the
     URL of the model's models-file entry or preset, or a server in ``$PERSOBENCH_KEY_HOSTS``."""
-    from persobench.pipeline import key_allowed
 
     if not choice.base_url:
         return True
     try:
-        from persobench.pipeline import resolve_model
 
         configured = resolve_model(choice.model, home=home).base_url
     except Exception:  # noqa: BLE001 - an unknown model is reported by the plan itself
@@ -156,10 +159,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
     ``limit`` and ``seed`` apply to rows planned without a configuration. ``judge`` (a
     :class:`~persobench.metrics.judge_config.JudgeConfig`): a last score step with the LLM judge for the
     NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
-    import dataclasses
 
-    from persobench.pipeline import GenerationConfig
-    from persobench.pipeline import public_config
 
     steps = []
     for plan in plans:
@@ -179,11 +179,9 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
                              expect={"dataset": config.dataset, "model": config.model, "mode": config.mode},
                              run_id=plan.get("run_id") or None, withhold_keys=bool(plan.get("key_withheld"))))
     if profile and steps:
-        from persobench.scoring.score_config import ScoreConfig
 
         steps.append(score_step(f"score ({profile} profile)", ScoreConfig(profile=profile), "job"))
     if judge is not None and steps:
-        from persobench.jobs.judging import judge_step
 
         steps.append(judge_step(judge, home=home or ".", env=env))
     return steps
@@ -205,11 +203,9 @@ def fetch_paper_steps(*, score: str, url: str | None = None, trust_unpinned: boo
 
 def _score_steps(score: str) -> list[JobStep]:
     """Scoring after an import: ``lexical`` (fast), ``offline`` (the whole profile) or ``none``."""
-    from persobench.scoring.score_config import ScoreConfig
 
     if score == "lexical":
         # The metrics that need no model: fast enough to score all published replies right after an import.
-        from persobench.pipeline import metric_names
 
         return [score_step("score (lexical metrics)", ScoreConfig(metrics=tuple(metric_names(needs="none"))), "all")]
     if score == "offline":

@@ -29,16 +29,20 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from persobench.errors import PersoBenchError, ProviderError
 from persobench.files import atomic_write_json, utc_now
 from persobench.secrets import scrub
+from persobench.llm.response_cache import ResponseCache
+from persobench.providers.base import Request
+from persobench.providers.batch_api import BatchBackend, BatchStatus
+from persobench.errors import StoreWriteError
+from persobench.files import write_refused
+from persobench.models_registry import prices_for
+from persobench.providers.batch_api import supports_batch
+from persobench.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from persobench.llm.response_cache import ResponseCache
-    from persobench.providers.base import Request
-    from persobench.providers.batch_api import BatchBackend, BatchStatus
 
 #: The state file of a run's batches, in the run folder.
 STATE_FILE = "batch.json"
@@ -57,7 +61,6 @@ class BatchSettings:
     """Seconds between two status requests."""
 
     def __post_init__(self) -> None:
-        from persobench.errors import ConfigurationError
 
         if not self.poll > 0 or (self.wait is not None and not self.wait >= 0):
             raise ConfigurationError(f"--batch-poll must be > 0 and --batch-wait >= 0 seconds, got "
@@ -250,8 +253,6 @@ def _collect(backend: "BatchBackend", entry: BatchEntry, status: "BatchStatus", 
              cache: "ResponseCache", secrets: tuple[str, ...]) -> tuple[int, int, list[str]]:
     """Cache every reply of an ended batch; (replies cached, errors, keys left unanswered that this
     process can send again)."""
-    from persobench.errors import StoreWriteError
-    from persobench.files import write_refused
 
     results = backend.results(status)
     latency = (status.elapsed or 0.0) / max(1, len(entry.keys))  # each reply's share, as batched local generation
@@ -308,7 +309,6 @@ def read_state(path: Path) -> BatchState | None:
 def batch_prices(spec: Any) -> tuple[float, float] | None:
     """USD per million (input, output) tokens through the batch API: the models file's
     ``price_batch_input_per_mtok`` / ``price_batch_output_per_mtok``, else half the model's prices."""
-    from persobench.models_registry import prices_for
 
     given = (getattr(spec, "price_batch_input_per_mtok", None), getattr(spec, "price_batch_output_per_mtok", None))
     prices = prices_for(spec)
@@ -329,7 +329,6 @@ def batch_cost(spec: Any, prompt_tokens: int, completion_tokens: int) -> float |
 def estimated_max_batch_cost(plan: Any) -> float | None:
     """Upper-bound USD of a plan's requests through the batch API (every reply at the token limit,
     as :meth:`GenerationPlan.estimated_max_cost`); ``None``: no batch API, or unknown prices."""
-    from persobench.providers.batch_api import supports_batch
 
     if not supports_batch(plan.spec.provider):
         return None

@@ -13,15 +13,14 @@ import contextlib
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from persobench.errors import PersoBenchError
 from persobench.errors import ErrorKind, ProviderError
 from persobench.llm.usage import check_usage
 from persobench.providers.base import Completion, Provider, Request, within_deadline
+from persobench.llm.concurrency import AdaptiveLimit
 
-if TYPE_CHECKING:
-    from persobench.llm.concurrency import AdaptiveLimit
 
 T = TypeVar("T")
 

@@ -30,7 +30,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from persobench.errors import ErrorKind, ProviderError
 from persobench.files import write_refused
@@ -40,10 +40,12 @@ from persobench.llm.spend import SpendLedger
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
 from persobench.providers.base import BatchingProvider, Completion, Provider, Request
 from persobench.secrets import known_secrets, scrub
+from persobench.llm.response_cache import ResponseCache
+from persobench.providers.spec import ModelSpec
+import threading
+from persobench.models_registry import estimate_cost
+from persobench.providers import make_provider
 
-if TYPE_CHECKING:
-    from persobench.llm.response_cache import ResponseCache
-    from persobench.providers.spec import ModelSpec
 
 T = TypeVar("T")
 
@@ -75,7 +77,6 @@ def run_coroutine(coro: Any) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    import threading
 
     result: dict[str, Any] = {}
     context = contextvars.copy_context()
@@ -167,7 +168,6 @@ class LLMSession:
         """Build and check the provider (:class:`ConfigurationError`, one line: no key, unreachable
         server) and learn the credentials to scrub; idempotent."""
         if self.provider is None:
-            from persobench.providers import make_provider
 
             self.provider = make_provider(self.spec, api_key=self.api_key, timeout=self.policy.timeout)
             self.provider.check()
@@ -224,13 +224,11 @@ class LLMSession:
         return int(self.budget_tokens if self.budget_tokens is not None else request.params.max_tokens or 0)
 
     def _cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        from persobench.models_registry import estimate_cost
 
         return estimate_cost(self.spec, prompt_tokens, completion_tokens) or 0.0
 
     def _account(self, request: Request, outcome: CallOutcome | None, prompt_estimate: int) -> float:
         """Add a finished request to :attr:`usage`; its cost (0 for a failure)."""
-        from persobench.models_registry import estimate_cost
 
         if outcome is None:
             return 0.0

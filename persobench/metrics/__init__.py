@@ -31,7 +31,7 @@ a single space where a metric needs one persona text (as the paper did with its 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from persobench.metrics.metric_registry import (
     DIMENSIONS,
@@ -48,12 +48,12 @@ from persobench.metrics.metric_registry import (
     unregister_family,
     validate_metric_names,
 )
+from persobench.metrics.backends import Profile
+from persobench.metrics.scoring import ScoreResult
+from persobench.records import Sample
+from persobench.metrics.backends import get_profile as _get_profile
+from persobench.metrics.scoring import score_samples as _score_samples
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import Profile
-    from persobench.metrics.scoring import ScoreResult
-    from persobench.records import Sample
-    from persobench.store import Run
 
 
 def __getattr__(name: str) -> Any:
@@ -69,7 +69,6 @@ def __getattr__(name: str) -> Any:
 
 def get_profile(name: str = "offline", overrides: Mapping[str, str] | None = None) -> "Profile":
     """The named backend profile (``offline`` or ``standard``) with per-slot model overrides."""
-    from persobench.metrics.backends import get_profile as _get_profile
 
     return _get_profile(name, overrides)
 
@@ -85,33 +84,14 @@ def score_samples(
     references: Mapping[str, str] | None = None,
 ) -> "ScoreResult":
     """Score ``replies`` (sample id -> reply text) for ``samples``; see :mod:`persobench.metrics.scoring`."""
-    from persobench.metrics.scoring import score_samples as _score_samples
 
     return _score_samples(samples, replies, profile=profile, metrics=metrics, overrides=overrides,
                           progress=progress, references=references)
 
 
-def score_run(
-    run: "Run",
-    samples_by_id: Mapping[str, "Sample"],
-    *,
-    profile: "str | Profile" = "offline",
-    metrics: "list[str] | tuple[str, ...] | None" = None,
-    overrides: Mapping[str, str] | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-    references: Mapping[str, str] | None = None,
-    encoder: Any = None,
-) -> Any:
-    """Score the ok rows of a run's generations table, caching results in the run folder."""
-    from persobench.scoring.compute import score_run as _score_run
-
-    return _score_run(run, samples_by_id, profile=profile, metrics=metrics, overrides=overrides,
-                      progress=progress, references=references, encoder=encoder)
-
-
 __all__ = [
     "DIMENSIONS", "METRICS", "METRIC_NAMES", "MetricInfo", "MetricRegistryError", "NEEDS", "RUN_METRIC_NAMES",
     "UnknownMetricError", "family_names", "get_family", "get_profile", "metric_info", "metric_names",
-    "register_family", "score_run", "score_samples", "unregister_family",
+    "register_family", "score_samples", "unregister_family",
     "validate_metric_names",
 ]

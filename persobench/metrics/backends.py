@@ -35,6 +35,10 @@ from typing import Any, Callable, Mapping
 
 from persobench.errors import ConfigurationError, MetricError
 from persobench.metrics.metric_registry import METRICS, SLOTS
+import sys
+import shutil
+import tempfile
+import warnings
 
 PROFILE_NAMES = ("offline", "standard")
 
@@ -142,7 +146,6 @@ class Profile:
 def gpu_device_node() -> bool:
     """False when this machine surely has no CUDA device: Linux without NVIDIA (or WSL GPU) device
     nodes, or macOS. Elsewhere True, and torch decides."""
-    import sys
 
     if sys.platform == "darwin":
         return False
@@ -468,8 +471,6 @@ def prepare_wordnet(source: Path | None = None, target_root: Path | None = None)
     fingerprint = f"{source.resolve()} {(source / 'data.noun').stat().st_size}"
     if stamp.exists() and stamp.read_text(encoding="utf-8") == fingerprint:
         return root
-    import shutil
-    import tempfile
 
     root.joinpath("corpora").mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".wordnet-", dir=root / "corpora"))
@@ -511,7 +512,6 @@ def load_wordnet(spec: SlotModel) -> Any:
         for allowed in {str(root), str(folder.parent)}:
             if allowed not in nltk.data.path:
                 nltk.data.path.append(allowed)
-        import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "multilingual functions are not available"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from persobench.metrics.backends import BackendUnavailable, SlotModel, cached, resolve_transformers_path
+import logging
 
 
 @dataclass
@@ -40,7 +41,6 @@ def load_bertscorer(spec: SlotModel, device: str) -> LoadedBERTScorer:
     options = dict(spec.options)
 
     def factory() -> LoadedBERTScorer:
-        import logging
 
         from bert_score import BERTScorer
 
@@ -56,7 +56,6 @@ def load_embedding(spec: SlotModel, device: str) -> Any:
     path = resolve_transformers_path(spec)
 
     def factory() -> Any:
-        import logging
 
         logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
         from sentence_transformers import SentenceTransformer

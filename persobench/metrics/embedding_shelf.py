@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from persobench.files import atomic_write_json
 
 __all__ = ["EmbeddingShelf", "backend_key", "text_key"]
 
@@ -90,7 +91,6 @@ class EmbeddingShelf:
         self.folder.mkdir(parents=True, exist_ok=True)
         about = self.folder / "backend.json"
         if not about.exists():
-            from persobench.files import atomic_write_json
 
             atomic_write_json(about, self.description)
         keys = list(self._pending)

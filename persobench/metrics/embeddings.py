@@ -29,6 +29,8 @@ from persobench.metrics.backends import (
 from persobench.metrics.embedding_models import LoadedBERTScorer, load_bertscorer
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.metrics.lexical import stop_words
+from persobench.metrics.encoder import ENCODER_VERSION
+from persobench.metrics.encoder import EmbeddingRequest
 
 # --- BERTScore -----------------------------------------------------------------------------------
 
@@ -52,7 +54,6 @@ def bertscore(loaded: LoadedBERTScorer, replies: Sequence[str], references: Sequ
 
 
 def bertscore_version(loaded: LoadedBERTScorer) -> str:
-    from persobench.metrics.encoder import ENCODER_VERSION
 
     return (f"bertscore/2 bert-score=={package_version('bert-score')} layer {loaded.num_layers}, "
             f"no idf, no baseline rescaling; {ENCODER_VERSION}, greedy matching per pair")
@@ -65,7 +66,6 @@ class BertScoreMetrics(MetricFamily):
     name = "bertscore"
 
     def embedding_request(self, batch: FamilyBatch) -> Any:
-        from persobench.metrics.encoder import EmbeddingRequest
 
         if not batch.profile.spec("bertscore").available:
             return None

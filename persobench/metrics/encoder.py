@@ -41,6 +41,9 @@ import numpy as np
 
 from persobench.metrics.backends import BackendUnavailable, Profile, model_identity, package_version
 from persobench.metrics.embedding_shelf import EmbeddingShelf, backend_key, text_key
+import contextlib
+from persobench.metrics.embedding_models import load_bertscorer
+from persobench.metrics.embedding_models import load_embedding
 
 BATCH_ROWS = 32
 LENGTH_STEP = 8
@@ -54,7 +57,6 @@ PROBE_TEXTS = ("I have two dogs and a cat.", "What do you like to do on weekends
 
 def precision_context(profile: Profile) -> Any:
     """``torch.autocast`` to bfloat16 when the profile asks for it, else a no-op context."""
-    import contextlib
 
     if profile.precision == "float32":
         return contextlib.nullcontext()
@@ -132,12 +134,10 @@ class TextEncoder:
 
     # -- models ---------------------------------------------------------------------------------
     def bert_model(self) -> Any:
-        from persobench.metrics.embedding_models import load_bertscorer
 
         return load_bertscorer(self.profile.spec("bertscore"), self.profile.device)
 
     def sentence_model(self) -> Any:
-        from persobench.metrics.embedding_models import load_embedding
 
         return load_embedding(self.profile.spec("embedding"), self.profile.device)
 

@@ -16,11 +16,13 @@ Cheap to import: no numpy, torch or pandas here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
+from persobench.metrics.backends import SlotModel, Profile
+from persobench.records import Sample
+from persobench.metrics.encoder import TextEncoder
+from persobench.metrics.metric_registry import metric_info
+from persobench.metrics.backends import BackendUnavailable
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import SlotModel, Profile
-    from persobench.records import Sample
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -109,13 +111,11 @@ class FamilyBatch:
         """:attr:`encoder`, or a new one without a disk cache."""
         if self.encoder is not None:
             return self.encoder
-        from persobench.metrics.encoder import TextEncoder
 
         return TextEncoder(self.profile)
 
     def applicable(self, metric: str) -> list[Item]:
         """The items ``metric`` is defined for (reference / persona present when it needs one)."""
-        from persobench.metrics.metric_registry import metric_info
 
         info = metric_info(metric)
         return [it for it in self.items if info.defined_for(it.reference, bool(it.persona_sentences))]
@@ -124,7 +124,6 @@ class FamilyBatch:
                    result: "FamilyResult") -> tuple[Any | None, str]:
         """``(model, "")`` from ``loader(spec, device)`` for the profile's ``slot``; when the model cannot
         be loaded, ``(None, reason)`` after recording this batch's metrics as unavailable."""
-        from persobench.metrics.backends import BackendUnavailable
 
         spec = self.profile.spec(slot)
         try:

@@ -35,7 +35,7 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
@@ -47,10 +47,20 @@ from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this modul
     template_versions,
 )
 from persobench.metrics.nli_labels import LABELS, NLIPrediction
+from persobench.llm.spend import SpendLedger
+from persobench.providers.base import Completion, GenerationParams
+from persobench.llm.response_cache import default_cache_dir
+from persobench.llm.retry import RetryPolicy
+from persobench.store import default_home
+from persobench.llm.response_cache import cache_key
+from persobench.models_registry import estimate_cost
+from persobench.llm.response_cache import ResponseCache
+from persobench.llm.usage import estimate_prompt_tokens
+from persobench.llm.session import run_coroutine
+from persobench.llm.session import FailFast, LLMSession
+from persobench.providers.base import Request
+from persobench.metrics.judge_batch import answer_by_batch
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.llm.spend import SpendLedger
-    from persobench.providers.base import Completion, GenerationParams
 
 #: A pair whose request failed (or was not sent: stop, cost cap); asked again by the next run.
 UNANSWERED = "unanswered"
@@ -173,11 +183,6 @@ class JudgeLabeller:
     capped at ``config.max_cost``. :attr:`stats` counts what this labeller did."""
 
     def __init__(self, config: JudgeConfig, *, ledger: "SpendLedger | None" = None) -> None:
-        from persobench.llm.response_cache import default_cache_dir
-        from persobench.llm.retry import RetryPolicy
-        from persobench.llm.spend import SpendLedger
-        from persobench.providers.base import GenerationParams
-        from persobench.store import default_home
 
         self.config = config
         self.template = config.template
@@ -204,7 +209,6 @@ class JudgeLabeller:
 
     def _requests(self, pairs: Sequence[tuple[str, str]]) -> tuple[dict[str, tuple], dict[str, list[int]]]:
         """Distinct requests (cache key -> messages) and the pair positions each one answers."""
-        from persobench.llm.response_cache import cache_key
 
         spec = self.config.spec
         options = spec.output_options
@@ -219,14 +223,11 @@ class JudgeLabeller:
         return messages, positions
 
     def _cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
-        from persobench.models_registry import estimate_cost
 
         return estimate_cost(self.config.spec, prompt_tokens, completion_tokens)
 
     def estimate(self, pairs: Sequence[tuple[str, str]]) -> JudgeEstimate:
         """What labelling ``pairs`` would send, from the response cache; sends nothing, needs no key."""
-        from persobench.llm.response_cache import ResponseCache
-        from persobench.llm.usage import estimate_prompt_tokens
 
         messages, _ = self._requests(pairs)
         with ResponseCache(self.cache_dir) as cache:
@@ -243,8 +244,6 @@ class JudgeLabeller:
         Cached answers are read first; the rest are sent (each answer is cached the moment it
         arrives). Raises :class:`JudgeError` when the first requests all fail for one reason that
         retrying cannot fix; the answers received until then are cached."""
-        from persobench.llm.response_cache import ResponseCache
-        from persobench.llm.session import run_coroutine
 
         messages, positions = self._requests(pairs)
         labels: dict[str, str] = {}
@@ -258,7 +257,6 @@ class JudgeLabeller:
                         progress(len(positions[key]))
             todo = [key for key in messages if key not in labels]
             if todo and self.config.batch is not None:  # the batch API first (persobench/metrics/judge_batch.py)
-                from persobench.metrics.judge_batch import answer_by_batch
 
                 try:
                     todo = answer_by_batch(self, todo, messages, positions, labels, cache, progress)
@@ -285,8 +283,6 @@ class JudgeLabeller:
     async def _send_all(self, todo: list[str], messages: Mapping[str, tuple], positions: Mapping[str, list[int]],
                         labels: dict[str, str], cache: Any, progress: Callable[[int], None] | None) -> None:
         """Send ``todo`` through the LLM layer; the judge keeps only its labels and counts."""
-        from persobench.llm.session import FailFast, LLMSession
-        from persobench.providers.base import Request
 
         config = self.config
         session = LLMSession(config.spec, policy=self.policy, concurrency=config.concurrency,

@@ -12,30 +12,40 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+import sys
+from typing import Any, Callable, Mapping, Protocol
+from persobench.errors import ProviderError
+from persobench.llm.batch_driver import batch_cost, fill_cache
+from persobench.providers.base import Request
+from persobench.providers.batch_api import make_batch_backend
+from persobench.secrets import known_secrets
 
-if TYPE_CHECKING:
-    from persobench.metrics.judge import JudgeLabeller
 
 
-def state_path(labeller: "JudgeLabeller") -> Path:
+class BatchedLabeller(Protocol):
+    """What the batch hook uses of :class:`~persobench.metrics.judge.JudgeLabeller` (named here so
+    this module, which the labeller calls, does not import it back)."""
+
+    config: Any
+    cache_dir: str
+    params: Any
+    stats: Any
+
+    def _label(self, completion: Any) -> Any: ...
+
+
+def state_path(labeller: BatchedLabeller) -> Path:
     """The judge's batch state file: beside the response cache, one per judge identity."""
     digest = hashlib.sha256(labeller.config.identity.encode("utf-8")).hexdigest()[:16]
     return Path(labeller.cache_dir).parent / "batches" / f"judge-{digest}.json"
 
 
-def answer_by_batch(labeller: "JudgeLabeller", todo: list[str], messages: Mapping[str, tuple],
+def answer_by_batch(labeller: BatchedLabeller, todo: list[str], messages: Mapping[str, tuple],
                     positions: Mapping[str, list[int]], labels: dict[str, str], cache: Any,
                     progress: Callable[[int], None] | None) -> list[str]:
     """Label what the batch API answers; return the keys left for the ordinary send loop. Raises
     :class:`~persobench.errors.PersoBenchError` when the batch API itself fails (no key, refused)."""
-    import sys
 
-    from persobench.errors import ProviderError
-    from persobench.llm.batch_driver import batch_cost, fill_cache
-    from persobench.providers.base import Request
-    from persobench.providers.batch_api import make_batch_backend
-    from persobench.secrets import known_secrets
 
     config = labeller.config
     timeout = config.retry.timeout if config.retry is not None else 60.0

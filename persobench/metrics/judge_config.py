@@ -9,15 +9,20 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError
 from persobench.metrics.judge_prompt import DEFAULT_PROMPT, JudgeTemplate, load_template
+from persobench.llm.batch_driver import BatchSettings
+from persobench.llm.retry import RetryPolicy
+from persobench.providers.spec import ModelSpec
+from persobench.models_registry import prices_for, resolve_model
+from persobench.secrets import public_url
+from persobench.llm.response_cache import default_cache_dir
+from persobench.secrets import url_with_credentials
+from persobench.providers.batch_api import supports_batch
+from persobench.providers.base import parse_base_url
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.llm.batch_driver import BatchSettings
-    from persobench.llm.retry import RetryPolicy
-    from persobench.providers.spec import ModelSpec
 
 #: Providers that enforce a JSON schema on the reply (OpenAI-compatible ``response_format``,
 #: Anthropic ``output_config``, grammar-constrained local decoding); others get the plain form.
@@ -78,7 +83,6 @@ class JudgeConfig:
         credentials or path) and a hash of output-changing options when there are any."""
         name = f"{self.spec.provider}:{self.spec.model}"
         if self.spec.base_url:
-            from persobench.providers.base import parse_base_url
 
             _, host, port = parse_base_url(self.spec.base_url)
             name += f"@{host}:{port}"
@@ -110,7 +114,6 @@ class JudgeConfig:
     def to_dict(self) -> dict[str, Any]:
         """The stored form (``job.json``): the :data:`JUDGE_FLAGS` fields, the base URL in its public
         form (credentials come from the environment), never the key."""
-        from persobench.secrets import public_url
 
         return {"model": self.model, "base_url": public_url(self.spec.base_url) if self.spec.base_url else None,
                 "concurrency": self.concurrency, "max_cost": self.max_cost, "prompt": self.prompt,
@@ -121,8 +124,6 @@ class JudgeConfig:
         """The checked judge of a stored form (the model resolved against ``home``'s models file, its
         responses cached in ``home``'s cache); one-line :class:`ConfigurationError` for a bad one.
         Also reads the judge dict jobs stored before this type (``model, base_url, concurrency, max_cost``)."""
-        from persobench.llm.response_cache import default_cache_dir
-        from persobench.secrets import url_with_credentials
 
         if not isinstance(data, Mapping) or not str(data.get("model") or "").strip():
             raise ConfigurationError(f"judge: expected an object with a model, got {data!r}")
@@ -143,7 +144,6 @@ def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = 
                batch: "BatchSettings | None" = None) -> JudgeConfig:
     """A checked :class:`JudgeConfig` (:class:`ConfigurationError`, one line, for anything wrong);
     ``prompt`` None: :data:`DEFAULT_PROMPT`."""
-    from persobench.models_registry import prices_for, resolve_model
 
     prompt = prompt or DEFAULT_PROMPT
     spec = resolve_model(model, base_url=base_url, models_file=models_file, home=home)
@@ -162,7 +162,6 @@ def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = 
             raise ConfigurationError(f"judge {spec.name}: its prices are unknown, so a cost cap cannot be kept; "
                                      "give price_input_per_mtok and price_output_per_mtok in the models file")
     if batch is not None:
-        from persobench.providers.batch_api import supports_batch
 
         if not supports_batch(spec.provider):
             raise ConfigurationError(f"--batch needs a judge whose provider has a batch API (openai, anthropic); "

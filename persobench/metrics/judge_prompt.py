@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError
 from persobench.metrics.nli_labels import LABELS
+import tomllib
 
 #: The answer of a judge that was not one of the labels in the strict form: counted, never guessed.
 UNPARSEABLE = "unparseable"
@@ -64,7 +65,6 @@ def template_versions() -> list[str]:
 
 def load_template(version: str = DEFAULT_PROMPT) -> JudgeTemplate:
     """The template ``version`` (:class:`ConfigurationError` naming the known ones when unknown)."""
-    import tomllib
 
     path = TEMPLATE_DIR / f"{version}.toml"
     if "/" in version or "\\" in version or not path.is_file():

@@ -38,6 +38,10 @@ from functools import lru_cache
 from typing import Any, Iterable, Iterator, Sequence
 
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
+from persobench.metrics.stopwords import ENGLISH
+from persobench.metrics.metric_registry import metric_info, metric_names
+import concurrent.futures
+import multiprocessing
 
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
 _TFIDF_TOKEN = re.compile(r"(?u)\b\w\w+\b")
@@ -50,7 +54,6 @@ def whitespace_tokens(text: str) -> list[str]:
 
 def stop_words() -> frozenset[str]:
     """nltk's English stop-word list (shipped in the package, :mod:`persobench.metrics.stopwords`)."""
-    from persobench.metrics.stopwords import ENGLISH
 
     return ENGLISH
 
@@ -339,7 +342,6 @@ def idf_overlap_version() -> str:
 def _batch_metrics(*, reference: bool) -> tuple[str, ...]:
     """The lexical family's metrics that need no persona and do (or do not) need a reference, read
     from their :class:`~persobench.metrics.MetricInfo` records."""
-    from persobench.metrics.metric_registry import metric_info, metric_names
 
     return tuple(m for m in metric_names(family="lexical", needs="none")
                  if metric_info(m).needs_reference == reference and not metric_info(m).needs_persona)
@@ -400,8 +402,6 @@ def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterato
     if workers < 2 or expected_replies < PARALLEL_MIN_REPLIES or _ACTIVE_POOL.get() is not None:
         yield False
         return
-    import concurrent.futures
-    import multiprocessing
 
     # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
     pool = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))

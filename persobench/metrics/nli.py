@@ -32,6 +32,8 @@ from persobench.metrics.backends import (
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily
 from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput, build_nli_inputs
 from persobench.metrics.nli_labels import LABELS, NLIPrediction, normalise_label
+import logging
+from persobench.metrics.judge import judge_labeller
 
 
 class NLIModel:
@@ -93,7 +95,6 @@ def load_nli(spec: SlotModel, device: str) -> NLIModel:
     path = resolve_transformers_path(spec)
 
     def factory() -> NLIModel:
-        import logging
 
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -150,7 +151,6 @@ def _judge_loader(judge: Any) -> Any:
     """A loader (``(spec, device) -> labeller``) that hands out the judge's labeller."""
 
     def load(spec: SlotModel, device: str) -> Any:  # noqa: ARG001 - the NLI loader's signature
-        from persobench.metrics.judge import judge_labeller
 
         return judge_labeller(judge)
 

@@ -28,10 +28,13 @@ layout under the paper's (:func:`layout_for_run`), the pairs layout otherwise.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
+from persobench.metrics.family import Item
+from persobench.errors import ConfigurationError
+from persobench.protocol import PAPER, protocol_of
+from dataclasses import replace
+from persobench.datasets.paper_cells import paper_cells
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.family import Item
 
 __all__ = ["AUTO", "LAYOUTS", "NOTEBOOK", "PAIRS", "NLIInput", "build_nli_inputs", "check_layout",
            "layout_for_run", "resolve_layout", "unieval_histories"]
@@ -65,7 +68,6 @@ class NLIInput(tuple):
 
 def check_layout(name: str) -> str:
     """``name`` when it is a layout or :data:`AUTO`; else :class:`ConfigurationError` in one line."""
-    from persobench.errors import ConfigurationError
 
     if name not in LAYOUTS and name != AUTO:
         raise ConfigurationError(f"unknown NLI input layout {name!r}; known: {', '.join([AUTO, *LAYOUTS])}")
@@ -77,7 +79,6 @@ def layout_for_run(run: Any, requested: str = AUTO) -> str:
     under the paper protocol and the pairs layout under every other."""
     if requested != AUTO:
         return check_layout(requested)
-    from persobench.protocol import PAPER, protocol_of
 
     return NOTEBOOK if protocol_of(run.manifest).name == PAPER else PAIRS
 
@@ -85,7 +86,6 @@ def layout_for_run(run: Any, requested: str = AUTO) -> str:
 def resolve_layout(profile: Any, run: Any) -> Any:
     """``profile`` with its input layout resolved for ``run`` (:func:`layout_for_run`); the profile
     key then says which layout its values were computed in."""
-    from dataclasses import replace
 
     layout = layout_for_run(run, profile.input_layout)
     return profile if layout == profile.input_layout else replace(profile, input_layout=layout)
@@ -136,7 +136,6 @@ def unieval_histories(items: Sequence["Item"], layout: str = PAIRS) -> list[str]
     it in the notebook layout (:func:`persobench.datasets.paper_cells.paper_cells`), else the context
     turns as ``"<speaker>: <text>"`` lines. (The fact is :attr:`Item.persona_text` in both.)"""
     if layout == NOTEBOOK:
-        from persobench.datasets.paper_cells import paper_cells
 
         return [paper_cells(it.sample)[1] for it in items]
     return ["\n".join(f"{t.speaker}: {t.text}" for t in it.sample.context) for it in items]

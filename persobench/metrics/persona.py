@@ -18,6 +18,8 @@ from typing import Any
 from persobench.metrics.backends import BackendUnavailable, model_identity, package_version, precision_note
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
 from persobench.metrics.nli import LABELS, SENTENCE_LABELS, SentenceLabels, nli_version, unlabelled_note
+from persobench.metrics.encoder import EmbeddingRequest
+from persobench.metrics import embedding_models
 
 #: Cosine similarity (all-MiniLM-L6-v2 sentence embeddings, persona sentence vs reply) at or above
 #: which a persona sentence counts as engaged when no NLI model is available. Calibrated on 965
@@ -34,7 +36,6 @@ class PersonaCoverageMetrics(MetricFamily):
     requires = (Requirement("nli", SENTENCE_LABELS),)
 
     def embedding_request(self, batch: FamilyBatch) -> Any:
-        from persobench.metrics.encoder import EmbeddingRequest
 
         if not batch.profile.spec("embedding").available:
             return None
@@ -43,7 +44,6 @@ class PersonaCoverageMetrics(MetricFamily):
         return EmbeddingRequest(sentences=tuple(dict.fromkeys(texts)))
 
     def score(self, batch: FamilyBatch) -> FamilyResult:
-        from persobench.metrics import embedding_models
 
         result = FamilyResult()
         items = [it for it in batch.items if it.persona_sentences]

@@ -35,14 +35,17 @@ from persobench.metrics.metric_registry import (
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
+from persobench.metrics.encoder import EmbeddingRequest, TextEncoder
+from persobench.records import Sample
+from persobench.store import Run
+from persobench.metrics.backends import BackendUnavailable
+from persobench.protocol import PAPER, protocol_of
+from persobench.datasets.paper_cells import paper_persona_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from persobench.metrics.encoder import EmbeddingRequest, TextEncoder
 
-    from persobench.records import Sample
-    from persobench.store import Run
 
 SCORE_COLUMNS = ("sample_id", "metric", "value")
 DETAIL_COLUMNS = ("sample_id", "persona_index", "speaker", "sentence", "nli_label", "similarity")
@@ -134,7 +137,6 @@ def family_plan(wanted: Sequence[str]) -> list[FamilyStep]:
 
 def embedding_request(items: Sequence[Item], wanted: Sequence[str], profile: Profile) -> "EmbeddingRequest":
     """Every text the families of ``wanted`` will embed for ``items``, in one request."""
-    from persobench.metrics.encoder import EmbeddingRequest
 
     pairs: dict[tuple[str, str], None] = {}
     sentences: dict[str, None] = {}
@@ -149,7 +151,6 @@ def embedding_request(items: Sequence[Item], wanted: Sequence[str], profile: Pro
 
 def prepare_embeddings(encoder: "TextEncoder", request: "EmbeddingRequest", progress: Progress) -> None:
     """Embed a request in one pass; a model that cannot be loaded is left to the families to report."""
-    from persobench.metrics.backends import BackendUnavailable
 
     if not request.pairs and not request.sentences:
         return
@@ -171,7 +172,6 @@ def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
                   progress: Progress, encoder: "TextEncoder | None" = None) -> FamilyResult:
     """Every family of the plan in order, each given the outputs it requires; results concatenated.
     The texts the families embed are embedded first, in one pass (``encoder``: a new one when None)."""
-    from persobench.metrics.encoder import TextEncoder
 
     encoder = encoder if encoder is not None else TextEncoder(profile)
     prepare_embeddings(encoder, embedding_request(items, wanted, profile), progress)
@@ -274,10 +274,8 @@ SENTENCES_PERSONA_INPUT = "persona sentences"
 
 def _paper_persona_texts(run: "Run", samples: Sequence["Sample"]) -> dict[str, str] | None:
     """Sample id -> the paper's persona text when ``run`` is under the paper protocol, else None."""
-    from persobench.protocol import PAPER, protocol_of
 
     if protocol_of(run.manifest).name != PAPER:
         return None
-    from persobench.datasets.paper_cells import paper_persona_text
 
     return {s.id: paper_persona_text(s) for s in samples}

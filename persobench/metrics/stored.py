@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from persobench.records import Sample
+from persobench.store import Run
+import hashlib
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from persobench.records import Sample
-    from persobench.store import Run
 
 
 def empty_scores() -> "pd.DataFrame":
@@ -35,7 +36,6 @@ def score_basis(sample: "Sample", reply: str, reference: str) -> str:
     """What a value was computed from: the sample's inputs (:attr:`Sample.input_hash`), the
     reference it was scored against and the reply. A stored value whose basis differs from the
     current one (the reply was generated again, the inputs changed) is computed again."""
-    import hashlib
 
     text = "\0".join((sample.input_hash, reference, reply))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]

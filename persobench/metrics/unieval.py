@@ -29,6 +29,7 @@ from persobench.metrics.backends import (
 )
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.metrics.nli_inputs import AUTO, PAIRS, unieval_histories
+import logging
 
 DIMENSIONS = ("naturalness", "coherence", "engagingness", "groundedness", "understandability")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -103,7 +104,6 @@ def load_unieval(spec: SlotModel, device: str) -> UniEvalModel:
     path = resolve_transformers_path(spec)
 
     def factory() -> UniEvalModel:
-        import logging
 
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 

@@ -22,6 +22,8 @@ from persobench.providers.base import (
 )
 from persobench.providers.spec import NON_OUTPUT_OPTIONS, ModelSpec
 from persobench.registry import Registry, UnknownNameError
+from persobench.providers.base import check_options, parse_base_url
+import os
 
 __all__ = [
     "Completion", "DEFAULT_LOCAL_MODEL", "GenerationParams", "MissingKeyError",
@@ -64,7 +66,6 @@ def parse_spec(spec: str, *, base_url: str | None = None, options: Mapping[str, 
 
 def checked_spec(spec: ModelSpec) -> ModelSpec:
     """``spec`` after checking its base URL and transport options (:class:`ConfigurationError` if bad)."""
-    from persobench.providers.base import check_options, parse_base_url
 
     if spec.base_url:
         parse_base_url(spec.base_url)
@@ -90,7 +91,6 @@ def key_requirement(spec: ModelSpec) -> tuple[str, bool] | None:
 def missing_key_env(spec: ModelSpec, env: "Mapping[str, str] | None" = None) -> str | None:
     """The variable to set when ``spec`` needs a key that ``env`` (default: the process environment)
     lacks, for pre-flight checks in the app; never returns a value, only the name."""
-    import os
 
     requirement = key_requirement(spec)
     if requirement is None:

@@ -11,6 +11,7 @@ from persobench.providers.base import Completion, Request, max_reply_bytes
 from persobench.providers.batch_api import (
     BatchStatus, HttpClient, capped, error_of, parse_time, safe_id, scrubbed_text,
 )
+from urllib.parse import urlsplit
 
 #: The official API's root, when a spec names no server.
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -84,7 +85,6 @@ class AnthropicBatchBackend:
     def _results_url(self, given: Any, batch_id: str) -> str:
         """The results URL the server names, when it is on the API's own origin; else the standard
         path: the key goes with the request, so a URL elsewhere is never followed."""
-        from urllib.parse import urlsplit
 
         own = urlsplit(self.http.base_url)
         if isinstance(given, str) and urlsplit(given)[:2] == own[:2]:

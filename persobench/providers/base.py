@@ -14,13 +14,16 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.secrets import scrub, shorten
+from persobench.records import Sample
+import os
+from urllib.parse import urlsplit
+import socket
+from persobench.secrets import url_without_credentials
 
-if TYPE_CHECKING:
-    from persobench.records import Sample
 
 
 class MissingKeyError(ConfigurationError):
@@ -266,7 +269,6 @@ def resolve_api_key(provider: Any, spec: Any, *, explicit: str | None) -> str | 
     Raises :class:`MissingKeyError` naming the variable when a needed key is absent, before any
     request is sent.
     """
-    import os
 
     requirement = key_requirement_of(provider, spec)
     if requirement is None:
@@ -281,10 +283,8 @@ def resolve_api_key(provider: Any, spec: Any, *, explicit: str | None) -> str | 
 def parse_base_url(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of a server URL; a malformed one (``http://[::1``, port 99999, no host)
     is a :class:`ConfigurationError` naming it."""
-    from urllib.parse import urlsplit
 
     def invalid(why: str) -> ConfigurationError:
-        from persobench.secrets import url_without_credentials
 
         return ConfigurationError(f"invalid base URL {url_without_credentials(url)!r}: {why}; "
                                   "expected http(s)://host[:port][/path]")
@@ -312,7 +312,6 @@ def check_options(options: Mapping[str, Any]) -> None:
 def check_reachable(url: str, *, timeout: float = 5.0) -> None:
     """Open (and close) a TCP connection to the host of ``url``: an unreachable server is a
     configuration error reported before the run starts, not thousands of failed samples."""
-    import socket
 
     scheme, host, port = parse_base_url(url)
     try:

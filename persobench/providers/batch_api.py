@@ -19,14 +19,17 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request, error_from_http, resolve_api_key
 from persobench.secrets import scrub, shorten
+from persobench.providers.spec import ModelSpec
+import importlib
+from persobench.providers import provider_class
+from persobench.providers.base import TOO_LARGE_HEAD_CHARS
+from datetime import datetime
 
-if TYPE_CHECKING:
-    from persobench.providers.spec import ModelSpec
 
 #: Provider name -> the module:class of its batch backend (imported when used).
 BATCH_BACKENDS = {"openai": "persobench.providers.openai_batch:OpenAIBatchBackend",
@@ -107,9 +110,7 @@ def supports_batch(provider: str) -> bool:
 def make_batch_backend(spec: "ModelSpec", *, api_key: str | None = None, timeout: float = 60.0) -> BatchBackend:
     """The batch backend for ``spec``; a :class:`ConfigurationError` for a provider without one, a
     :class:`~persobench.providers.base.MissingKeyError` without a needed key (before any request)."""
-    import importlib
 
-    from persobench.providers import provider_class
 
     if not supports_batch(spec.provider):
         raise ConfigurationError(f"--batch needs a provider with a batch API (openai, anthropic), not {spec.provider!r}")
@@ -227,7 +228,6 @@ def safe_id(value: Any, what: str = "batch id") -> str:
 def capped(completion: Completion, max_bytes: int) -> "Completion | ProviderError":
     """``completion``, or a ``too_large`` error keeping its start when its text passes the reply
     size cap (the cap interactive replies have: a batch line is no way around it)."""
-    from persobench.providers.base import TOO_LARGE_HEAD_CHARS
 
     size = len(completion.text.encode("utf-8"))
     if size <= max_bytes:
@@ -242,7 +242,6 @@ def parse_time(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):
-        from datetime import datetime
 
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

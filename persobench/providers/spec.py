@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+from persobench.secrets import strip_secrets
+from persobench.secrets import url_without_credentials
 
 #: Spec option: the OpenAI-compatible server also has the raw-text completions endpoint
 #: (``/v1/completions``, vLLM), where a run without a chat template (``paper-open``) sends its prompt
@@ -69,7 +71,6 @@ class ModelSpec:
     @property
     def output_options(self) -> dict[str, Any]:
         """Options that change the output (part of the cache key)."""
-        from persobench.secrets import strip_secrets
 
         return strip_secrets({k: v for k, v in self.options.items() if k not in NON_OUTPUT_OPTIONS
                               or (k == "dtype" and v not in (None, "", PAPER_DTYPE))})
@@ -77,7 +78,6 @@ class ModelSpec:
     def to_public_dict(self) -> dict[str, Any]:
         """The spec as recorded in run manifests (secrets stripped, transport options kept
         only when harmless)."""
-        from persobench.secrets import strip_secrets, url_without_credentials
 
         data: dict[str, Any] = {"provider": self.provider, "model": self.model}
         if self.base_url:

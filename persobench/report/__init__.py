@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from persobench.report.build import Dialogue, Reply, Report, ReportOptions, build_report, failure_taxonomy
 from persobench.report.page import render_report
+from persobench.store import RunStore
+from persobench.files import atomic_write_text
 
-if TYPE_CHECKING:
-    from persobench.store import RunStore
 
 __all__ = ["Dialogue", "Reply", "Report", "ReportOptions", "build_report", "failure_taxonomy", "render_report",
            "report_html", "write_report"]
@@ -35,7 +34,6 @@ def report_html(store: "RunStore", options: ReportOptions) -> str:
 def write_report(store: "RunStore", options: ReportOptions, path: str | os.PathLike[str]) -> Report:
     """Write the report to ``path`` atomically (a half-written file never replaces a good one); returns
     what it holds."""
-    from persobench.files import atomic_write_text
 
     report = build_report(store, options)
     atomic_write_text(Path(path), render_report(report))

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.records import natural_key
 from persobench.secrets import redact
+from persobench.store import RunStore
+from persobench.datasets import samples_by_id
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from persobench.aggregate import Results
-    from persobench.store import RunStore
 
 #: Reply statuses in the order the taxonomy lists them (``ok`` first, then the failures).
 STATUS_ORDER = ("ok", "truncated", "invalid_json", "missing_field", "empty", "refused", "api_error")
@@ -224,7 +225,6 @@ def _sample_texts(dataset: str, ids: list[str]) -> tuple[dict[str, tuple], str]:
     """sample id -> (personas, context, reference) of the dataset's samples, and why none could be read."""
     if not ids:
         return {}, ""
-    from persobench.datasets import samples_by_id
 
     try:
         samples = samples_by_id(dataset)

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Iterator
 
 from persobench.errors import ConfigurationError
 from persobench.report.build import BoardSection, Dialogue, Report
+from persobench import __version__
+from persobench.report.charts import metric_bars_figure, radar_figure
+from persobench.report.charts import failure_bars_figure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,7 +56,6 @@ def esc(value: object) -> str:
 
 def render_report(report: Report, *, plotly_js: str | None = None) -> str:
     """The report as one HTML document (``plotly_js``: the library to inline; default the installed one)."""
-    from persobench import __version__
 
     try:
         import plotly  # noqa: F401 - the charts and their inlined library
@@ -133,7 +135,6 @@ def _board_charts(board: "pd.DataFrame", chart_ids: Iterator[int]) -> Iterator[s
     """The app's Leaderboard charts of one board: the paper's radar (when three aspects have numbers)
     and response time, failure ratio and engagingness with their CIs."""
     from persobench.aggregate import RADAR_ASPECTS, radar_aspects
-    from persobench.report.charts import metric_bars_figure, radar_figure
 
     radar = radar_aspects(board, normalize=True)
     aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
@@ -146,7 +147,6 @@ def _board_charts(board: "pd.DataFrame", chart_ids: Iterator[int]) -> Iterator[s
 
 
 def _failures(table: "pd.DataFrame", chart_ids: Iterator[int]) -> Iterator[str]:
-    from persobench.report.charts import failure_bars_figure
 
     yield ('<p class="muted">How every reply of each run ended, over all of the run\'s samples: ok, or why it is '
            "invalid (truncated, invalid JSON, missing field, empty, refused, API error).</p>")

@@ -16,3 +16,7 @@
 The metric families and their models stay in :mod:`persobench.metrics`. Light to import: every
 submodule loads on use.
 """
+
+from persobench.scoring.compute import score_run  # the one-run front
+
+__all__ = ["score_run"]

@@ -6,7 +6,7 @@ LLM judge did while it ran is measured here and returned with the values (:func:
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from persobench.llm.session import sending_for
 from persobench.metrics.backends import Profile
@@ -16,11 +16,12 @@ from persobench.metrics.scoring import ScoreResult
 from persobench.scoring.outcome import judge_delta
 from persobench.scoring.work_plan import plan_run
 from persobench.scoring.writing import RunScoreSummary, RunWork, write_run
+from persobench.metrics.encoder import TextEncoder
+from persobench.records import Sample
+from persobench.store import Run
+from persobench.metrics.judge import judge_labeller
+from persobench.metrics.encoder import store_cache_root
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.encoder import TextEncoder
-    from persobench.records import Sample
-    from persobench.store import Run
 
 
 def compute_run(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
@@ -59,7 +60,6 @@ def judge_stats(profile: Profile) -> Any:
     """The running counts of ``profile``'s judge in this process (None without a judge)."""
     if profile.judge is None:
         return None
-    from persobench.metrics.judge import judge_labeller
 
     return judge_labeller(profile.judge).stats
 
@@ -110,7 +110,6 @@ def score_run(
     if work.todo:
         run_encoder = None
         if encoder is None:  # the store's embedding cache; the memory is given back after this run
-            from persobench.metrics.encoder import TextEncoder, store_cache_root
 
             encoder = run_encoder = TextEncoder(work.profile, store_cache_root(run.path.parent.parent))
         with sending_for(run.path):  # a judge sends nothing more for this run once it is deleted

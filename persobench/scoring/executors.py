@@ -7,16 +7,22 @@ two executors: this process (:class:`LocalExecutor`) and Ray actors
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from persobench.errors import PersoBenchError
 from persobench.scoring.work_plan import work_embedding_request
 from persobench.scoring.writing import RunWork
+from persobench.metrics.backends import Profile
+from persobench.metrics.scoring import ScoreResult
+from persobench.store import RunStore
+from persobench.metrics import lexical
+from persobench.metrics.encoder import TextEncoder, store_cache_root
+from persobench.metrics.encoder import EmbeddingRequest
+from persobench.metrics.family import Progress
+from persobench.metrics.judge import JudgeError
+from persobench.metrics.scoring import prepare_embeddings
+from persobench.scoring.compute import compute_counted
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import Profile
-    from persobench.metrics.scoring import ScoreResult
-    from persobench.store import RunStore
 
 #: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
 ScoreProgress = Callable[[str, int, int], None]
@@ -82,8 +88,6 @@ class LocalExecutor:
         self.encoder: Any = None
 
     def __enter__(self) -> "LocalExecutor":
-        from persobench.metrics import lexical
-        from persobench.metrics.encoder import TextEncoder, store_cache_root
 
         self.encoder = TextEncoder(self.profile, store_cache_root(self.store.home))
         self._pool = lexical.worker_pool(self.lexical_replies)
@@ -96,11 +100,6 @@ class LocalExecutor:
             self._pool = None
 
     def compute(self, groups: Iterable[WorkGroup], progress: ScoreProgress | None) -> Iterator[Computed]:
-        from persobench.metrics.encoder import EmbeddingRequest
-        from persobench.metrics.family import Progress
-        from persobench.metrics.judge import JudgeError
-        from persobench.metrics.scoring import prepare_embeddings
-        from persobench.scoring.compute import compute_counted
 
         for group in groups:
             pairs: dict[tuple[str, str], None] = {}

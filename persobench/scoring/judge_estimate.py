@@ -4,12 +4,17 @@ run page, with each sample's reference standing in for the reply it will get).""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
+from persobench.metrics.backends import Profile
+from persobench.metrics.judge import JudgeConfig, JudgeEstimate
+from persobench.records import Sample
+from persobench.metrics.judge import judge_labeller
+from persobench.scoring.work_plan import run_nli_pairs
+from dataclasses import replace
+from persobench.metrics import metric_info
+from persobench.metrics.nli import nli_pairs
+from persobench.metrics.scoring import _items
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import Profile
-    from persobench.metrics.judge import JudgeConfig, JudgeEstimate
-    from persobench.records import Sample
 
 #: The metrics whose pairs a judge labels: the one list (the CLI's help, the app's form, a judge
 #: job's score step and the estimates all read it).
@@ -23,8 +28,6 @@ def estimate_runs(profile: "Profile", runs: Iterable[Any], samples_for: Callable
                   show: Callable[[str], None] | None = None) -> "JudgeEstimate":
     """The judge's estimate for every NLI pair the runs still lack (duplicates across runs counted
     once); ``samples_for(run)`` gives a run's samples by id, ``show`` gets one line per run."""
-    from persobench.metrics.judge import judge_labeller
-    from persobench.scoring.work_plan import run_nli_pairs
 
     labeller = judge_labeller(profile.judge)
     every: dict[tuple[str, str], None] = {}
@@ -44,12 +47,7 @@ def estimate_new_runs(judge: "JudgeConfig", samples: Sequence["Sample"], runs: i
     """Roughly what the judge will cost on ``runs`` runs over ``samples`` once they are generated:
     the pairs the metrics need with each sample's reference standing in for its reply (replies
     do not exist yet), times ``runs``. Nothing is cached yet: every pair counts as a request."""
-    from dataclasses import replace
 
-    from persobench.metrics import metric_info
-    from persobench.metrics.judge import judge_labeller
-    from persobench.metrics.nli import nli_pairs
-    from persobench.metrics.scoring import _items
 
     stand_in = {s.id: s.reference or "A reply." for s in samples}
     items = _items(samples, stand_in, None)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
+from persobench.metrics.judge import JudgeStats
+from persobench.scoring.writing import RunScoreSummary
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.judge import JudgeStats
-    from persobench.scoring.writing import RunScoreSummary
 
 
 def judge_delta(before: "JudgeStats", after: "JudgeStats") -> "JudgeStats":
@@ -27,7 +26,6 @@ def judge_delta(before: "JudgeStats", after: "JudgeStats") -> "JudgeStats":
 
 def judge_sum(parts: "Iterable[JudgeStats]") -> "JudgeStats":
     """Several processes' (or compute steps') judge counts as one."""
-    from persobench.metrics.judge import JudgeStats
 
     total = JudgeStats()
     for part in parts:
@@ -63,7 +61,6 @@ def judge_from_dict(data: Mapping[str, Any] | None) -> "JudgeStats | None":
     """The counts :func:`judge_to_dict` made (fields this version does not know are left out)."""
     if data is None:
         return None
-    from persobench.metrics.judge import JudgeStats
 
     known = {f.name for f in dataclasses.fields(JudgeStats)}
     return JudgeStats(**{k: v for k, v in data.items() if k in known})

@@ -28,17 +28,35 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
+from persobench.metrics.backends import Profile
+from persobench.metrics.encoder import EmbeddingRequest
+from persobench.scoring.executors import Computed, ScoreProgress, WorkGroup
+from persobench.metrics.judge import JudgeStats
+from persobench.scoring.writing import RunWork
+from persobench.metrics.scoring import ScoreResult
+from persobench.metrics.metric_registry import metric_info, metric_names
+from persobench.metrics.scoring import family_plan
+import os
+import socket
+from urllib.parse import urlsplit
+from persobench.secrets import public_address
+from persobench.metrics.backends import default_device
+from persobench.metrics.encoder import TextEncoder
+from persobench.metrics.family import Progress
+from persobench.metrics.scoring import prepare_embeddings
+from persobench.scoring.compute import compute_counted
+from persobench.scoring.outcome import judge_to_dict
+from persobench.metrics.judge import JudgeError
+import logging
+import persobench
+from persobench.scoring.work_plan import work_embedding_request
+from persobench.scoring.compute import combine_results
+from persobench.scoring.outcome import judge_from_dict, judge_sum
+from persobench.secrets import public_text
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import Profile
-    from persobench.metrics.encoder import EmbeddingRequest
-    from persobench.scoring.executors import Computed, ScoreProgress, WorkGroup
-    from persobench.metrics.judge import JudgeStats
-    from persobench.scoring.writing import RunWork
-    from persobench.metrics.scoring import ScoreResult
 
 #: What to install for ``--executor ray``.
 RAY_EXTRA = "pip install 'persobench[ray]'"
@@ -73,8 +91,6 @@ class FamilyGroup:
 def family_groups(wanted: Sequence[str]) -> list[FamilyGroup]:
     """The families of ``wanted`` (and those they require), grouped so that a family and the families
     it requires are in one group (their outputs stay in one process); groups in plan order."""
-    from persobench.metrics.metric_registry import metric_info, metric_names
-    from persobench.metrics.scoring import family_plan
 
     steps = family_plan(tuple(wanted))
     group_of = {step.family.name: i for i, step in enumerate(steps)}
@@ -144,8 +160,6 @@ class ScoringWorker:
     encoder, models loaded once per process by the backends' cache. Calls run in submission order."""
 
     def __init__(self, profile: "Profile", cache_root: str | None, probe: str | None) -> None:
-        from persobench.metrics.backends import default_device
-        from persobench.metrics.encoder import TextEncoder
 
         # The actor's own device: Ray shows it the GPU it was given (CUDA_VISIBLE_DEVICES).
         self.profile = dataclasses.replace(profile, device=default_device())
@@ -155,16 +169,12 @@ class ScoringWorker:
 
     def describe(self) -> dict[str, Any]:
         """Where this actor runs and whether it reads the store's embedding cache."""
-        import os
-        import socket
 
         return {"host": socket.gethostname(), "pid": os.getpid(), "device": self.profile.device,
                 "disk_cache": self.disk_cache}
 
     def prepare(self, request: "EmbeddingRequest") -> None:
         """Embed a dataset's texts in one pass (kept until :meth:`release`)."""
-        from persobench.metrics.family import Progress
-        from persobench.metrics.scoring import prepare_embeddings
 
         prepare_embeddings(self.encoder, request, Progress(None))
 
@@ -177,10 +187,7 @@ class ScoringWorker:
                       metrics: tuple[str, ...]) -> "tuple[ScoreResult | JudgeGaveUp | str | None, dict | None]":
         """:meth:`score`, and what this actor's judge did for the shard (:class:`~persobench.metrics.judge.JudgeStats`
         as a dict; None without a judge), which the driver adds up."""
-        from persobench.scoring.compute import compute_counted
-        from persobench.scoring.outcome import judge_to_dict
 
-        from persobench.metrics.judge import JudgeError
 
         try:
             result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
@@ -264,9 +271,7 @@ class RayScoring:
         return self
 
     def _connect(self) -> None:
-        import logging
 
-        import persobench
 
         _check_reachable(self.address)
         try:
@@ -275,7 +280,6 @@ class RayScoring:
                           logging_level=logging.WARNING,
                           runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            from persobench.secrets import public_address, public_text
 
             where = public_address(self.address) if self.address else "a new local Ray instance"
             raise ConfigurationError(f"cannot start or reach Ray at {where}: {public_text(_one_line(exc))}") from None
@@ -304,8 +308,6 @@ class RayScoring:
         """Queue the shards of ``works`` (the runs of one dataset): each actor first embeds the texts
         of its shards in one pass, then scores them, then forgets the texts. Returns the works that
         need nothing computed (the caller writes them at once)."""
-        from persobench.metrics.encoder import EmbeddingRequest
-        from persobench.scoring.work_plan import work_embedding_request
 
         idle = [w for w in works if not w.todo]
         shards: dict[int, list[tuple["RunWork", int]]] = {}
@@ -339,9 +341,6 @@ class RayScoring:
 
     def finished(self, progress: Callable[[int, int], None] | None = None) -> Iterator[ShardsDone]:
         """Each run's values as soon as all its shards are back; ``progress(done, total)`` per shard."""
-        from persobench.metrics.scoring import ScoreResult
-        from persobench.scoring.compute import combine_results
-        from persobench.scoring.outcome import judge_from_dict, judge_sum
 
         ray = self.ray
         total, done = len(self._pending), 0
@@ -357,7 +356,6 @@ class RayScoring:
             if tally is not None:
                 tallies.append(judge_from_dict(tally))
             if isinstance(value, JudgeGaveUp):
-                from persobench.metrics.judge import JudgeError
 
                 raise JudgeError(value.message)  # one line for the whole command, not one per run
             if isinstance(value, ScoreResult):
@@ -376,12 +374,8 @@ class RayScoring:
 
 def _check_reachable(address: str | None) -> None:
     """Refuse a ``HOST:PORT`` nothing answers on in one line, at once (Ray itself retries for minutes)."""
-    import os
-    import socket
 
-    from urllib.parse import urlsplit
 
-    from persobench.secrets import public_address
 
     address = address or os.environ.get("RAY_ADDRESS") or ""
     host, sep, port = address.rpartition("@")[2].rpartition(":")
@@ -425,7 +419,6 @@ class RayExecutor:
         self.pool.__exit__(*exc)
 
     def compute(self, groups: Iterable["WorkGroup"], progress: "ScoreProgress | None") -> Iterator["Computed"]:
-        from persobench.scoring.executors import Computed
 
         for group in groups:
             for work in self.pool.submit(group.works):  # nothing to compute: written at once

@@ -7,13 +7,14 @@ is for ``run``. :data:`SCORE_FLAGS` is the one mapping between its fields and th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from persobench.errors import ConfigurationError
+from persobench.metrics.backends import Profile
+from persobench.metrics.judge_config import JudgeConfig
+from persobench.metrics.backends import get_profile
+from persobench.metrics.metric_registry import validate_metric_names
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import Profile
-    from persobench.metrics.judge_config import JudgeConfig
 
 #: Where the values are computed: in this process, or on a Ray cluster.
 EXECUTORS = ("local", "ray")
@@ -53,7 +54,6 @@ class ScoreConfig:
 
     def resolve_profile(self) -> "Profile":
         """The checked profile (one-line :class:`ConfigurationError` for an unknown one, slot or path)."""
-        from persobench.metrics.backends import get_profile
 
         return get_profile(self.profile, dict(self.overrides), precision=self.precision, judge=self.judge)
 
@@ -61,7 +61,6 @@ class ScoreConfig:
         """:attr:`metrics`, each checked to be registered (one line naming an unknown one)."""
         if self.metrics is None:
             return None
-        from persobench.metrics.metric_registry import validate_metric_names
 
         return tuple(validate_metric_names(list(self.metrics)))
 
@@ -78,7 +77,6 @@ class ScoreConfig:
         belong to the caller (a job step's ``runs``). Reads the loose score dicts of older
         ``job.json`` files too (``profile``, ``metrics``, ``judge``); anything else unknown is one
         :class:`ConfigurationError` line."""
-        from persobench.metrics.judge_config import JudgeConfig
 
         if not isinstance(data, Mapping):
             raise ConfigurationError(f"score config: expected an object, got {type(data).__name__}")

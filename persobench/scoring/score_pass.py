@@ -10,19 +10,23 @@ the values it had not written.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from persobench.errors import PersoBenchError
 from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup
 from persobench.scoring.outcome import RunScore, ScoreReport, judge_sum
 from persobench.scoring.work_plan import by_dataset, plan_run, run_samples
 from persobench.scoring.writing import write_run
+from persobench.metrics.backends import Profile
+from persobench.records import Sample
+from persobench.scoring.score_config import ScoreConfig
+from persobench.store import Run, RunStore
+from persobench.metrics import lexical
+from persobench.metrics.metric_registry import validate_metric_names
+from persobench.metrics.encoder import store_cache_root
+from persobench.scoring.ray_executor import RayExecutor
+from persobench.scoring.ray_executor import import_ray
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.backends import Profile
-    from persobench.records import Sample
-    from persobench.scoring.score_config import ScoreConfig
-    from persobench.store import Run, RunStore
 
 
 def _valid_replies(run: "Run") -> int:
@@ -38,13 +42,9 @@ def make_executor(config: "ScoreConfig", profile: "Profile", store: "RunStore", 
                   wanted: Sequence[str] | None) -> ScoreExecutor:
     """The executor ``config`` asks for, sized for ``runs``."""
     if config.executor == "ray":
-        from persobench.metrics.metric_registry import validate_metric_names
-        from persobench.metrics.encoder import store_cache_root
-        from persobench.scoring.ray_executor import RayExecutor
 
         return RayExecutor(profile, validate_metric_names(list(wanted) if wanted is not None else None),
                            address=config.ray_address, cache_root=store_cache_root(store.home), runs=len(runs))
-    from persobench.metrics import lexical
 
     lexical_wanted = wanted is None or any(m in wanted for m in (*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL))
     return LocalExecutor(profile, store, sum(_valid_replies(r) for r in runs) if lexical_wanted else 0)
@@ -59,7 +59,6 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
     Only values a run lacks are computed: a (sample, metric, profile) already stored from the same
     reply and inputs is kept. ``on_run`` is called after each run is written (or found unscorable)."""
     if config.executor == "ray":
-        from persobench.scoring.ray_executor import import_ray
 
         import_ray()  # before any work: without Ray, one line saying what to install
     wanted = config.checked_metrics()

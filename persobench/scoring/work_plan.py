@@ -7,7 +7,7 @@ then needs nothing but the work, so it can run in this process or on a Ray actor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from persobench.errors import PersoBenchError, ScoringError, StoreError
 from persobench.metrics.backends import Profile, get_profile
@@ -18,11 +18,14 @@ from persobench.metrics.nli_inputs import resolve_layout
 from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
 from persobench.metrics.stored import score_basis, stored_scores
 from persobench.scoring.writing import RunScoreSummary, RunWork
+from persobench.metrics.encoder import EmbeddingRequest
+from persobench.records import Sample
+from persobench.store import Run
+from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
+from persobench.datasets import samples_by_id
+from persobench.files import sha256_file
+from persobench.importer import samples_for_run
 
-if TYPE_CHECKING:  # pragma: no cover
-    from persobench.metrics.encoder import EmbeddingRequest
-    from persobench.records import Sample
-    from persobench.store import Run
 
 
 def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
@@ -100,7 +103,6 @@ def work_items(work: RunWork) -> list[Item]:
 
 def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) -> "EmbeddingRequest":
     """The texts the compute step of ``work`` (of ``metrics`` only, when given) will embed."""
-    from persobench.metrics.encoder import EmbeddingRequest
 
     todo = [m for m in work.todo if metrics is None or m in metrics]
     if not todo:
@@ -117,7 +119,6 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
     if not any(_embeds(step.family) for step in family_plan(wanted)):
         # Nothing to embed (e.g. lexical metrics only): planning the run here would read its tables
         # and hash every reply's basis a second time, for an empty request.
-        from persobench.metrics.encoder import EmbeddingRequest
 
         return EmbeddingRequest()
     return work_embedding_request(plan_run(run, samples_by_id, profile=profile, metrics=metrics,
@@ -129,7 +130,6 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
                   references: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """The (premise, hypothesis) pairs :func:`score_run` would have labelled for ``run`` (only for the
     NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
-    from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
 
     work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, references=references)
     steps = {step.family.name: step for step in family_plan(tuple(work.todo))}
@@ -172,7 +172,6 @@ def run_samples(run: "Run", *, datasets: dict[str, dict[str, "Sample"]] | None =
         return recorded
     details = run.manifest.details
     if details.imported is not None and details.imported.prompts_file:
-        from persobench.importer import samples_for_run
 
         try:
             return samples_for_run(run)
@@ -180,7 +179,6 @@ def run_samples(run: "Run", *, datasets: dict[str, dict[str, "Sample"]] | None =
             raise StoreError(f"run {run.run_id}: cannot read its imported prompt table "
                              f"{details.imported.prompts_file}: {exc}") from None
     _check_dataset_file(run)
-    from persobench.datasets import samples_by_id
 
     name = run.manifest.dataset
     cache = datasets if datasets is not None else {}
@@ -197,7 +195,6 @@ def run_samples(run: "Run", *, datasets: dict[str, dict[str, "Sample"]] | None =
 
 def _check_dataset_file(run: "Run") -> None:
     """Refuse to read a user file that changed or moved since the run was generated from it."""
-    from persobench.files import sha256_file
 
     record = run.manifest.details.dataset_file
     if record is None or not record.path:

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Mapping
 from persobench.metrics.metric_registry import metric_info
 from persobench.metrics.stored import STORED_SCORE_COLUMNS, empty_scores
 from persobench.run_records import MetricProvenance, RunExtra
+from persobench.metrics.backends import Profile
+from persobench.metrics.scoring import ScoreResult
+from persobench.records import Sample
+from persobench.store import Run
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from persobench.metrics.backends import Profile
-    from persobench.metrics.scoring import ScoreResult
-    from persobench.records import Sample
-    from persobench.store import Run
 
 
 @dataclass
