@@ -193,3 +193,54 @@ def test_each_pass_reports_only_its_own_judge_work_though_the_labeller_lives_on(
     process_wide = judge_labeller(judge).stats  # what the old report read: both passes added up
     assert process_wide.pairs == first.judge.pairs + second.judge.pairs != second.judge.pairs
     assert pipeline.score([RUN_ID], ScoreConfig(metrics=("c_score",), judge=judge), home=home).judge.pairs == 0
+
+
+def test_the_cost_cap_holds_over_every_ray_actor(openai_server, tmp_path, monkeypatch):
+    """Issue 25.2: each actor used to apply --judge-max-cost alone, so two actors labelling different
+    runs sent about twice what the local path sends at the same cap. Now they reserve from one ledger."""
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra persobench[ray]")
+    import pandas as pd
+
+    import persobench
+    from persobench.datasets import load_dataset
+    from persobench.store import RunManifest, RunStore
+
+    _priced_judge_models(tmp_path, openai_server, monkeypatch)
+    openai_server.script = judge_script({}, default="entailment")
+    samples = load_dataset("sample")[:3]
+
+    def four_runs(home: Path) -> list[str]:
+        store = RunStore(home)
+        for k in range(4):  # different replies: no pair is shared through the response cache
+            run = store.create(RunManifest(run_id=f"sample__cap_{k}__vanilla", dataset="sample",
+                                           sample_ids=tuple(s.id for s in samples), model={"label": f"m{k}"},
+                                           mode="vanilla", template="t", template_hash="h"))
+            run.write_table("generations", pd.DataFrame({
+                "sample_id": [s.id for s in samples], "status": ["ok"] * 3,
+                "response": [f"Model {k} reply {i}: I like plants." for i in range(3)], "latency": [1.0] * 3}))
+            run.update(status="completed")
+        return [f"sample__cap_{k}__vanilla" for k in range(4)]
+
+    cap = 0.3
+    local_home, ray_home = tmp_path / "local", tmp_path / "ray"
+    runs = four_runs(local_home)
+    four_runs(ray_home)
+    local_config = ScoreConfig(metrics=JUDGED, judge=make_judge("priced", concurrency=1, max_cost=cap,
+                                                                cache_dir=str(local_home / "responses")))
+    local = pipeline.score(runs, local_config, home=local_home)
+    local_requests = len(openai_server.requests)
+    assert local.judge.unanswered > 0 and local.judge.cost_usd <= cap  # the cap bit locally
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
+             runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
+    try:
+        on_ray = pipeline.score(runs, dataclasses.replace(
+            local_config, executor="ray",
+            judge=dataclasses.replace(local_config.judge, cache_dir=str(ray_home / "responses"))), home=ray_home)
+    finally:
+        ray.shutdown()
+    ray_requests = len(openai_server.requests) - local_requests
+    assert on_ray.judge.attempts == ray_requests  # the report counts what the actors really sent
+    assert on_ray.judge.cost_usd <= cap + 1e-9 and ray_requests <= local_requests
+    assert on_ray.judge.unanswered > 0 and not on_ray.complete
+    assert not list((ray_home / "spend").glob("*.json"))  # the invocation's ledger is removed

@@ -24,6 +24,7 @@ Ray is an optional extra (``pip install 'persobench[ray]'``), imported only here
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ from persobench.metrics.family import Progress
 from persobench.metrics.scoring import prepare_embeddings
 from persobench.scoring.compute import compute_counted
 from persobench.scoring.outcome import judge_to_dict
-from persobench.metrics.judge import JudgeError
+from persobench.metrics.judge import JudgeError, JudgeLabeller, labelling_with
+from persobench.llm.spend import SpendLedger
 import logging
 import persobench
 from persobench.scoring.work_plan import work_embedding_request
@@ -159,13 +161,18 @@ class ScoringWorker:
     """The body of a scoring actor (wrapped by ``ray.remote`` at run time): one profile, one text
     encoder, models loaded once per process by the backends' cache. Calls run in submission order."""
 
-    def __init__(self, profile: "Profile", cache_root: str | None, probe: str | None) -> None:
+    def __init__(self, profile: "Profile", cache_root: str | None, probe: str | None,
+                 ledger: "SpendLedger | None" = None) -> None:
 
         # The actor's own device: Ray shows it the GPU it was given (CUDA_VISIBLE_DEVICES).
         self.profile = dataclasses.replace(profile, device=default_device())
         shared = bool(cache_root and probe and (Path(cache_root) / probe).is_file())
         self.encoder = TextEncoder(self.profile, Path(cache_root) if shared and cache_root else None)
         self.disk_cache = shared
+        # The invocation's spend ledger (a file every actor reserves from): the cost cap holds over all
+        # of them, not per actor.
+        self.labeller = (JudgeLabeller(self.profile.judge, ledger=ledger)
+                         if ledger is not None and self.profile.judge is not None else None)
 
     def describe(self) -> dict[str, Any]:
         """Where this actor runs and whether it reads the store's embedding cache."""
@@ -190,8 +197,9 @@ class ScoringWorker:
 
 
         try:
-            result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
-                                            encoder=self.encoder)
+            with labelling_with(self.labeller) if self.labeller is not None else contextlib.nullcontext():
+                result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
+                                                encoder=self.encoder)
         except JudgeError as exc:  # the judge cannot label at all: the driver stops, as a local score does
             return JudgeGaveUp(str(exc)), judge_to_dict(getattr(exc, "judge_tally", None))
         except PersoBenchError as exc:
@@ -231,8 +239,9 @@ class RayScoring:
     values as its shards finish. Leaving it stops the actors, and Ray when it started it."""
 
     def __init__(self, profile: "Profile", wanted: Sequence[str], *, address: str | None = None,
-                 cache_root: Path | None = None, runs: int | None = None) -> None:
+                 cache_root: Path | None = None, runs: int | None = None, ledger: "SpendLedger | None" = None) -> None:
         self.profile = profile
+        self.ledger = ledger
         self.runs = runs
         self.groups = family_groups(wanted)
         self.address = address
@@ -267,7 +276,7 @@ class RayScoring:
             # the CPU actors (which take every CPU) and the pool never waits for itself.
             options = {"num_cpus": 0, "num_gpus": 1} if slot.gpu else {"num_cpus": 1}
             self.actors.append(actor_class.options(**options).remote(
-                self.profile, str(self.cache_root) if self.cache_root else None, probe))
+                self.profile, str(self.cache_root) if self.cache_root else None, probe, self.ledger))
         return self
 
     def _connect(self) -> None:
@@ -408,8 +417,8 @@ class RayExecutor:
     device = "ray"
 
     def __init__(self, profile: "Profile", wanted: Sequence[str], *, address: str | None = None,
-                 cache_root: Path | None = None, runs: int | None = None) -> None:
-        self.pool = RayScoring(profile, wanted, address=address, cache_root=cache_root, runs=runs)
+                 cache_root: Path | None = None, runs: int | None = None, ledger: "SpendLedger | None" = None) -> None:
+        self.pool = RayScoring(profile, wanted, address=address, cache_root=cache_root, runs=runs, ledger=ledger)
 
     def __enter__(self) -> "RayExecutor":
         self.pool.__enter__()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from persobench.errors import PersoBenchError
+from persobench.llm.spend import SpendLedger
 from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup
 from persobench.scoring.outcome import RunScore, ScoreReport, judge_sum
 from persobench.scoring.work_plan import by_dataset, plan_run, run_samples
@@ -39,12 +40,14 @@ def _valid_replies(run: "Run") -> int:
 
 
 def make_executor(config: "ScoreConfig", profile: "Profile", store: "RunStore", runs: Sequence["Run"],
-                  wanted: Sequence[str] | None) -> ScoreExecutor:
-    """The executor ``config`` asks for, sized for ``runs``."""
+                  wanted: Sequence[str] | None, ledger: "SpendLedger | None" = None) -> ScoreExecutor:
+    """The executor ``config`` asks for, sized for ``runs``; ``ledger``: the judge's spend ledger the
+    Ray actors share (one cap over all of them)."""
     if config.executor == "ray":
 
         return RayExecutor(profile, validate_metric_names(list(wanted) if wanted is not None else None),
-                           address=config.ray_address, cache_root=store_cache_root(store.home), runs=len(runs))
+                           address=config.ray_address, cache_root=store_cache_root(store.home), runs=len(runs),
+                           ledger=ledger)
 
     lexical_wanted = wanted is None or any(m in wanted for m in (*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL))
     return LocalExecutor(profile, store, sum(_valid_replies(r) for r in runs) if lexical_wanted else 0)
@@ -82,14 +85,21 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
 
     by_id = {run.run_id: run for run in chosen}
     device = "ray" if config.executor == "ray" else prof.device
-    if chosen:  # nothing to score: no models to load, no cluster to start
-        with make_executor(config, prof, store, chosen, wanted) as executor:
-            device = executor.device
-            groups = _planned(chosen, prof, wanted, finish)
-            for done in executor.compute(groups, progress):
-                if done.judge is not None:
-                    tallies.append(done.judge)
-                finish(_written(by_id[done.work.run_id], done))
+    # On Ray the judge's cost cap is one ledger file every actor reserves from before sending.
+    ledger = (SpendLedger.for_invocation(store.home, prof.judge.max_cost)
+              if config.executor == "ray" and prof.judge is not None and prof.judge.max_cost is not None else None)
+    try:
+        if chosen:  # nothing to score: no models to load, no cluster to start
+            with make_executor(config, prof, store, chosen, wanted, ledger) as executor:
+                device = executor.device
+                groups = _planned(chosen, prof, wanted, finish)
+                for done in executor.compute(groups, progress):
+                    if done.judge is not None:
+                        tallies.append(done.judge)
+                    finish(_written(by_id[done.work.run_id], done))
+    finally:
+        if ledger is not None:
+            ledger.remove()
     order = {run.run_id: k for k, run in enumerate(r for group in by_dataset(chosen) for r in group)}
     results.sort(key=lambda result: order[result.run_id])
     judge = judge_sum(tallies) if prof.judge is not None else None
