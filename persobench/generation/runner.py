@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from persobench.cache import ResponseCache
 from persobench.errors import RunAborted, StoreWriteError
-from persobench.generation.concurrency import AdaptiveLimit
+from persobench.generation.concurrency import AdaptiveLimit, LevelMemory
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
@@ -190,8 +190,9 @@ class Runner:
             raise write_refused(plan.cache_dir, exc) from None
         ceiling = self.config.max_concurrency if self.config.concurrency == "auto" else int(self.config.concurrency)
         workers = min(ceiling, self.provider.max_concurrency or ceiling, plan.n_requests)
-        if self.config.concurrency == "auto":
-            self.limit = AdaptiveLimit(min(ceiling, self.provider.max_concurrency or ceiling))
+        if self.config.concurrency == "auto":  # starts where the last run against this server held
+            memory = LevelMemory(self.run.path.parents[1], plan.spec.provider, plan.spec.base_url)  # <home>/runs/<id>
+            self.limit = AdaptiveLimit(min(ceiling, self.provider.max_concurrency or ceiling), memory=memory)
         # A provider that generates several samples per call (an in-process model) gets them in batches.
         batch = max(1, int(self.provider.batch_size)) if isinstance(self.provider, BatchingProvider) else 1
         watcher = asyncio.create_task(self._watch_cancel())
