@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts-auto", default="160,400", help="comma-separated run sizes for the auto section")
     parser.add_argument("--capacity", type=int, default=8)
     parser.add_argument("--retry-after-ms", type=int, default=1000)
+    parser.add_argument("--fixed", default=None,
+                        help="fixed levels to compare auto with (default: half, equal, double and four times the "
+                             "capacity; above it each 429 pauses every worker, so those runs take minutes)")
     parser.add_argument("--client-prompts", type=int, default=2000)
     parser.add_argument("--profile", action="store_true", help="also profile the generation path (cProfile)")
     parser.add_argument("--only", choices=("concurrency", "auto", "client"), default=None,
@@ -153,6 +156,8 @@ def fake_server(*args: str) -> subprocess.Popen:
 def bench_auto(args: argparse.Namespace) -> bool:
     sizes = [int(x) for x in str(args.prompts_auto).split(",")]
     fixed = sorted({max(1, args.capacity // 2), args.capacity, 2 * args.capacity, 4 * args.capacity})
+    if args.fixed:
+        fixed = [int(x) for x in args.fixed.split(",")]
     server = fake_server("--latency", str(args.latency), "--capacity", str(args.capacity),
                          "--retry-after-ms", str(args.retry_after_ms))
     # Enough attempts that every level does the same work: a fixed 32 against a capacity of 8 can

@@ -263,16 +263,20 @@ def test_the_next_limit_starts_at_the_level_that_held_and_probes_as_late():
         assert first.limit == START and first.start == START
         for level in range(2, 9):
             attempt(first, level=level)
-        attempt(first, TOO_MANY, level=9)  # refused when 9 were in flight: 8 held
-        for _ in range(8 * FIRST_PROBE_ROUNDS):
+        attempt(first, TOO_MANY, level=9)  # refused when 9 were in flight, just above the 8 served:
+        rounds = FIRST_PROBE_ROUNDS * PROBE_BACKOFF  # the edge is found, as if a probe had been refused
+        assert (first.limit, first.safe) == (8, 8)
+        assert _memory(Path(tmp)).load() == HeldLevel(8, 9, rounds)
+        for _ in range(8 * rounds):
             attempt(first, level=8)
         assert first.limit == 9
-        attempt(first, TOO_MANY, level=9)  # the probe is refused: probe later next time
-        assert _memory(Path(tmp)).load() == HeldLevel(8, 9, FIRST_PROBE_ROUNDS * PROBE_BACKOFF)
+        attempt(first, TOO_MANY, level=9)  # the probe is refused: probe later, next time too
+        rounds *= PROBE_BACKOFF
+        assert _memory(Path(tmp)).load() == HeldLevel(8, 9, rounds)
 
         second = AdaptiveLimit(ceiling=32, memory=_memory(Path(tmp)))
         assert (second.limit, second.safe, second.start) == (8, 8, 8)
-        for _ in range(8 * FIRST_PROBE_ROUNDS * PROBE_BACKOFF - 1):
+        for _ in range(8 * rounds - 1):
             attempt(second, level=8)
         assert second.limit == 8 and second.decreases == 0  # no probe before the remembered rounds
         attempt(second, level=8)

@@ -17,7 +17,8 @@ pauses every worker (the retry loop's pause gate), so a refusal costs the whole 
   (not one below the limit when the refusal came back: during the fast climb the limit runs ahead
   of what the server saw), and the limit drops to it: not lower, since that level has served (the
   Retry-After pause already holds every worker back). With the level of the refused request
-  unknown, the limit halves. Refusals of requests sent before a decrease tell nothing about the
+  unknown, the limit halves. A slow start refused just above the highest level it has served has
+  found the edge: that counts as a refused probe (below). Refusals of requests sent before a decrease tell nothing about the
   new limit, except that the lowest level refused in that burst is a better guess of the safe level;
 - **probing**: back at the safe level, the first probe one above it waits :data:`FIRST_PROBE_ROUNDS`
   rounds, and each refusal around the same level multiplies that by :data:`PROBE_BACKOFF` (up to
@@ -158,7 +159,10 @@ class LevelMemory:
                          min(max(rounds, FIRST_PROBE_ROUNDS), MAX_PROBE_ROUNDS))
 
     def save(self, held: HeldLevel) -> None:
-        """Remember ``held`` for this server (other servers' entries are kept)."""
+        """Remember ``held`` for this server (other servers' entries are kept). Replaced atomically
+        (a reader sees the old file or the new one) but not fsynced: this runs on the event loop
+        right after a refusal, where an fsync on a busy disk stalls every request in flight, and a
+        file lost to a power cut costs one run its head start."""
         from persobench.files import atomic_write_json, utc_now
         from persobench.locks import hold_state_lock
 
@@ -169,7 +173,7 @@ class LevelMemory:
             with hold_state_lock(self.path.parent, timeout=2.0):
                 servers = self._read_all()
                 servers[self.key] = entry
-                atomic_write_json(self.path, {"version": 1, "servers": servers})
+                atomic_write_json(self.path, {"version": 1, "servers": servers}, durable=False)
         except (OSError, PersoBenchError):
             pass  # a full disk or a busy lock costs the next run its head start, nothing more
 
@@ -294,8 +298,11 @@ class AdaptiveLimit:
             self._decrease(max(1, self.limit // 2))
             return
         safe = max(1, refused_at - 1)
-        if self.safe is not None and abs(safe - self.safe) <= 1:
-            # refused again around the same level: probe less often
+        # Refused again around the same level: probe less often. Before any refusal the level that
+        # held is the highest one served, so a slow start refused just above it has found the edge
+        # and counts as a first refused probe.
+        known = self.safe if self.safe is not None else self.held
+        if known is not None and abs(safe - known) <= 1:
             self._probe_rounds = min(self._probe_rounds * PROBE_BACKOFF, MAX_PROBE_ROUNDS)
         else:
             self._probe_rounds = FIRST_PROBE_ROUNDS
