@@ -29,7 +29,7 @@ from persobench.generation.plan import GenerationPlan, plan_generation
 from persobench.generation.recovery import keep_reply, restore_replies
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
 from persobench.generation.retry import CallOutcome, PauseGate, Stopped, call_with_retries, unless_stopping
-from persobench.generation.rows import TABLE, build_row, rows_frame
+from persobench.generation.rows import TABLE, RowTable, build_row, rows_frame
 from persobench.providers import make_provider
 from persobench.providers.base import BatchingProvider, Completion, Provider, Request
 from persobench.errors import ErrorKind, ProviderError
@@ -140,7 +140,7 @@ class Runner:
         self.config = plan.config
         self.progress_callback = progress
         self.cancel_event = cancel
-        self.rows: dict[int, dict[str, Any]] = {}
+        self.rows = RowTable()  # counts failed and cached rows as they are set (progress reads them per reply)
         self.requests = 0
         self.new_done = 0
         self.started = time.monotonic()
@@ -363,8 +363,7 @@ class Runner:
 
     def snapshot(self, status: str = "running") -> ProgressInfo:
         done = len(self.rows)
-        failed = sum(1 for r in self.rows.values() if r["status"] != "ok")
-        cached = sum(1 for r in self.rows.values() if r["cached"])
+        failed, cached = self.rows.failed, self.rows.cached
         elapsed = time.monotonic() - self.started
         eta = None
         if status == "running" and self.new_done:
