@@ -376,3 +376,41 @@ def test_auto_starts_where_the_last_run_against_the_same_server_held(openai_serv
     assert third.manifest.extra["concurrency"]["start"] == START  # nothing remembered for that one
     assert set(json.loads((tmp_path / MEMORY_FILE).read_text(encoding="utf-8"))["servers"]) == {
         server.base_url, other.base_url}
+
+
+def test_a_stop_cancels_the_request_in_flight_and_the_worker_carries_on():
+    """unless_stopping runs the request in the worker's own task: a stop cancels the request at
+    once (Stopped), and the worker itself is not left cancelled (it records, then ends)."""
+    from persobench.generation.retry import Stopped, unless_stopping
+
+    async def scenario():
+        stopping = asyncio.Event()
+        closed = []
+
+        async def hanging():
+            try:
+                await asyncio.sleep(60)
+            finally:
+                closed.append(True)  # the request's own clean-up ran (the SDK closes its connection)
+
+        async def worker():
+            try:
+                await unless_stopping(hanging(), stopping)
+            except Stopped:
+                await asyncio.sleep(0.01)  # still able to await: not cancelled
+                return "stopped"
+            return "finished"
+
+        async def quick():
+            return await unless_stopping(asyncio.sleep(0, result="reply"), stopping)
+
+        assert await quick() == "reply"
+        task = asyncio.ensure_future(worker())
+        await asyncio.sleep(0.05)
+        stopping.set()
+        outcome = await asyncio.wait_for(task, 5)
+        with pytest.raises(Stopped):  # once stopping, nothing more is sent
+            await unless_stopping(asyncio.sleep(0), stopping)
+        return outcome, closed
+
+    assert asyncio.run(scenario()) == ("stopped", [True])
