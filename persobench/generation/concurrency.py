@@ -18,14 +18,16 @@ pauses every worker (the retry loop's pause gate), so a refusal costs the whole 
   of what the server saw), and the limit drops to it: not lower, since that level has served (the
   Retry-After pause already holds every worker back). With the level of the refused request
   unknown, the limit halves. A slow start refused just above the highest level it has served has
-  found the edge: that counts as a refused probe (below). Refusals of requests sent before a decrease tell nothing about the
-  new limit, except that the lowest level refused in that burst is a better guess of the safe level;
+  found the edge: that counts as a refused probe (below). Refusals of requests sent before a
+  decrease tell nothing about the new limit, except that the lowest level refused in that burst is
+  a better guess of the safe level;
 - **probing**: back at the safe level, the first probe one above it waits :data:`FIRST_PROBE_ROUNDS`
   rounds, and each refusal around the same level multiplies that by :data:`PROBE_BACKOFF` (up to
   :data:`MAX_PROBE_ROUNDS`): a server with a hard cap is not asked again and again. The backoff is
-  remembered too, so the next run against a capped server does not pay for those refusals again. A
-  probe that serves a whole round raises the level; above the safe level the limit then grows by
-  one per round (capacity grew);
+  remembered too, so the next run against a capped server does not pay for those refusals again
+  (the rounds are counted within a run: a run shorter than that never probes a capped server, a
+  longer one finds a capacity that grew). A probe that serves a whole round raises the level;
+  above the safe level the limit then grows by one per round (capacity grew);
 - **a single refusal at or below the safe level** leaves the level and the limit in place (a server
   may count a request as in flight until its reply has left, so a level that has been serving is
   refused now and then); a second one before a whole round has been served there lowers the safe
