@@ -65,11 +65,14 @@ def write_refused(path: str | os.PathLike[str], exc: BaseException) -> StoreWrit
     return StoreWriteError(f"{path}: cannot write: {reason}")
 
 
-def _atomic_write(path: Path, fill: "Callable[[str], None]") -> None:
+def _atomic_write(path: Path, fill: "Callable[[str], None]", *, durable: bool = True) -> None:
     """Have ``fill`` write a temporary file beside ``path``, fsync it, rename it over ``path``.
 
     A refused write (full disk, file size limit) raises :class:`StoreWriteError` naming ``path``;
-    the previous file stays as it was and no temporary file is left behind."""
+    the previous file stays as it was and no temporary file is left behind. ``durable=False`` skips
+    the fsyncs: readers still see the old file or the new one (the rename is atomic, a killed
+    process leaves no half file), only a power cut may lose the new one; for files rewritten often
+    from an event loop (progress), where an fsync on a busy disk stalls every request in flight."""
     path = Path(path)
     tmp = None
     try:
@@ -77,8 +80,9 @@ def _atomic_write(path: Path, fill: "Callable[[str], None]") -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         fill(tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
+        if durable:
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         if tmp is not None:
@@ -86,20 +90,21 @@ def _atomic_write(path: Path, fill: "Callable[[str], None]") -> None:
         if isinstance(exc, OSError):  # pyarrow raises OSError subclasses for a refused write too
             raise StoreWriteError(f"{write_refused(path, exc)} (the previous file, if any, is unchanged)") from exc
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers see either the old file or the new one."""
-    _atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+    _atomic_write(path, lambda tmp: Path(tmp).write_bytes(data), durable=durable)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
-def atomic_write_json(path: Path, value: Any) -> None:
-    atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+def atomic_write_json(path: Path, value: Any, *, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n", durable=durable)
 
 
 def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:

@@ -53,3 +53,19 @@ def test_registered_secret_needs_eight_characters():
     assert redact("a tiny word") == "a tiny word"
     secrets.register_secret("registered-value-42")
     assert redact("echo registered-value-42") == "echo [redacted]"
+
+
+def test_every_piece_of_a_key_is_masked_at_every_offset():
+    """scrub checks a few blocks of each key before looking for its pieces (the usual reply holds
+    none): a piece of SECRET_RUN characters or more starting anywhere in the key is still masked."""
+    from persobench.secrets import SECRET_RUN, scrub
+
+    secret = "sk-proj-Zq8XmV2pL0aB7cD4eF6gH9iJ1kL3mN5oP7"
+    for start in range(len(secret) - SECRET_RUN + 1):
+        for length in (SECRET_RUN, SECRET_RUN + 3):
+            piece = secret[start:start + length]
+            if len(piece) < SECRET_RUN:
+                continue
+            masked = scrub(f"echo: {piece}.", [secret])
+            assert piece not in masked and "***" in masked, (start, length)
+    assert scrub("nothing of it here " * 50, [secret]) == "nothing of it here " * 50

@@ -57,8 +57,11 @@ class ProgressInfo:
 
 
 def write_progress(run_path: str | os.PathLike[str], info: ProgressInfo) -> None:
-    """Replace the run's ``progress.json`` atomically (a poller never reads half a file)."""
-    atomic_write_json(Path(run_path) / PROGRESS_FILE, {**dataclasses.asdict(info), "updated_at": utc_now()})
+    """Replace the run's ``progress.json`` atomically (a poller never reads half a file). Not fsynced:
+    it is rewritten twice a second and at every announced wait, from the event loop that sends the
+    requests, and after a power cut the run is interrupted whatever the file says."""
+    atomic_write_json(Path(run_path) / PROGRESS_FILE, {**dataclasses.asdict(info), "updated_at": utc_now()},
+                      durable=False)
 
 
 def read_progress(run_path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -27,7 +27,8 @@ from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
 from persobench.generation.recovery import keep_reply, restore_replies
-from persobench.generation.rows import TABLE, build_row, rows_frame
+from persobench.generation.rows import TABLE, RowTable, build_row, rows_frame
+from persobench.llm.concurrency import LevelMemory
 from persobench.llm.response_cache import ResponseCache
 from persobench.llm.retry import CallOutcome
 from persobench.llm.session import FailFast, LLMSession, run_coroutine
@@ -76,8 +77,10 @@ def run_generation(
     plan = plan_generation(config, store=store, samples=samples)
     if restore_replies(store.run_path(plan.run_id), plan.cache_dir, keys=plan.keys):  # kept by a run whose disk was full
         plan = plan_generation(config, store=store, samples=samples)
+    # auto starts where the last run against this server held (remembered per public base URL)
+    memory = LevelMemory(store.home, plan.spec.provider, plan.spec.base_url) if config.concurrency == "auto" else None
     session = LLMSession(plan.spec, policy=config.retry, concurrency=config.concurrency,
-                         max_concurrency=config.max_concurrency, api_key=api_key)
+                         max_concurrency=config.max_concurrency, api_key=api_key, memory=memory)
     if plan.n_requests:  # a fully cached run needs neither a key nor a server
         session.connect()
     run = store.create(plan.manifest)
@@ -124,7 +127,7 @@ class Runner:
         self.config = plan.config
         self.progress_callback = progress
         self.cancel_event = cancel
-        self.rows: dict[int, dict[str, Any]] = {}
+        self.rows = RowTable()  # counts failed and cached rows as they are set (progress reads them per reply)
         self.requests = 0
         self.new_done = 0
         self.started = time.monotonic()
@@ -303,8 +306,7 @@ class Runner:
 
     def snapshot(self, status: str = "running") -> ProgressInfo:
         done = len(self.rows)
-        failed = sum(1 for r in self.rows.values() if r["status"] != "ok")
-        cached = sum(1 for r in self.rows.values() if r["cached"])
+        failed, cached = self.rows.failed, self.rows.cached
         elapsed = time.monotonic() - self.started
         eta = None
         if status == "running" and self.new_done:

@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence, TypeV
 
 from persobench.errors import ErrorKind, ProviderError
 from persobench.files import write_refused
-from persobench.llm.concurrency import AdaptiveLimit
+from persobench.llm.concurrency import AdaptiveLimit, LevelMemory
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, Stopped, call_with_retries, unless_stopping
 from persobench.llm.spend import SpendLedger
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
@@ -137,7 +137,8 @@ class LLMSession:
     def __init__(self, spec: "ModelSpec", *, policy: RetryPolicy | None = None, concurrency: int | str = 8,
                  max_concurrency: int = 32, cache: "ResponseCache | None" = None, api_key: str | None = None,
                  ledger: SpendLedger | None = None, budget_tokens: int | None = None,
-                 provider: Provider | None = None, limit_start: int | None = None) -> None:
+                 provider: Provider | None = None, limit_start: int | None = None,
+                 memory: LevelMemory | None = None) -> None:
         self.spec = spec
         self.policy = policy or RetryPolicy()
         self.concurrency = concurrency
@@ -160,6 +161,8 @@ class LLMSession:
         self.limit: AdaptiveLimit | None = None
         """``--concurrency auto``'s limit, made by :meth:`workers` (read it after the run for its stats)."""
         self.limit_start = limit_start
+        self.memory = memory
+        """Where ``auto`` remembers the level that held for this server (``None``: nothing remembered)."""
         """Where ``auto`` starts (e.g. a level remembered for this server); ``None``: the limit's default."""
 
     # -- provider resolution --------------------------------------------------------------------
@@ -187,9 +190,9 @@ class LLMSession:
         allowed = getattr(self.provider, "max_concurrency", None) or ceiling
         if self.concurrency == "auto" and self.limit is None:
             if self.limit_start is None:
-                self.limit = AdaptiveLimit(min(ceiling, allowed))
+                self.limit = AdaptiveLimit(min(ceiling, allowed), memory=self.memory)
             else:
-                self.limit = AdaptiveLimit(min(ceiling, allowed), start=self.limit_start)
+                self.limit = AdaptiveLimit(min(ceiling, allowed), start=self.limit_start, memory=self.memory)
         return max(1, min(ceiling, allowed, todo))
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import email.utils
 import json
 import sys
@@ -362,8 +363,20 @@ class _ReplySizeCap:
 
 
 def _capped_stream(library: Any, inner: Any, max_bytes: int, declared: int | None) -> Any:
+    return _capped_stream_class(library)(inner, max_bytes, declared)
+
+
+@functools.cache
+def _capped_stream_class(library: Any) -> Any:
+    """The capped stream type for ``library`` (httpx or its fork), made once: a class statement per
+    reply cost more than the rest of the size check."""
+
     class CappedStream(library.AsyncByteStream):  # the client requires its own stream type
+        def __init__(self, inner: Any, max_bytes: int, declared: int | None) -> None:
+            self.inner, self.max_bytes, self.declared = inner, max_bytes, declared
+
         async def __aiter__(self) -> Any:
+            inner, max_bytes, declared = self.inner, self.max_bytes, self.declared
             received, head = 0, bytearray()
             async for chunk in inner:
                 received += len(chunk)
@@ -381,9 +394,9 @@ def _capped_stream(library: Any, inner: Any, max_bytes: int, declared: int | Non
                 yield chunk
 
         async def aclose(self) -> None:
-            await inner.aclose()
+            await self.inner.aclose()
 
-    return CappedStream()
+    return CappedStream
 
 
 async def within_deadline(coro: Any, seconds: float | None, *, flag: str = "--timeout") -> Any:
@@ -394,7 +407,9 @@ async def within_deadline(coro: Any, seconds: float | None, *, flag: str = "--ti
     if not seconds:
         return await coro
     try:
-        return await asyncio.wait_for(coro, seconds)
+        # In the task awaiting it (asyncio.wait_for would wrap it in a task of its own, per request).
+        async with asyncio.timeout(seconds):
+            return await coro
     except TimeoutError:
         raise ProviderError(ErrorKind.TIMEOUT, f"no complete reply within {seconds:g} s ({flag} is a deadline "
                             "for the whole request, reply included)") from None
