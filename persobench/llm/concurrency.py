@@ -52,6 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from persobench.errors import ErrorKind, PersoBenchError, ProviderError
+from persobench.secrets import public_url
+from persobench.files import atomic_write_json, utc_now
+from persobench.locks import hold_state_lock
 
 #: ``--concurrency auto`` starts with this many requests in flight.
 START = 2
@@ -117,7 +120,6 @@ class HeldLevel:
 def server_key(provider: str, base_url: str | None) -> str:
     """The name a server is remembered under: its base URL's public form (no user info, no secret
     query parameter, no trailing "/"), or the provider's default endpoint."""
-    from persobench.secrets import public_url
 
     if base_url:
         return public_url(base_url).rstrip("/")
@@ -165,8 +167,6 @@ class LevelMemory:
         (a reader sees the old file or the new one) but not fsynced: this runs on the event loop
         right after a refusal, where an fsync on a busy disk stalls every request in flight, and a
         file lost to a power cut costs one run its head start."""
-        from persobench.files import atomic_write_json, utc_now
-        from persobench.locks import hold_state_lock
 
         entry = {"level": held.level, "refused": held.refused, "probe_rounds": held.probe_rounds,
                  "updated_at": utc_now()}
