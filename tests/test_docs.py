@@ -131,3 +131,79 @@ def test_the_readme_python_api_example_runs(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split("rows")[-1]) > 0
     assert (tmp_path / "cache" / "runs").is_dir()
+
+
+# --- Names of the code in the docs: paths, modules and the package map -------------------------------------
+
+CODE_PATH = re.compile(r"(?<![\w/.])((?:persobench|pages|tests|benchmarks)/[\w/.\-]*\w)")
+DOTTED = re.compile(r"(?<![\w.])(persobench(?:\.\w+)+)")
+
+
+def _top_level_names(path: Path) -> set[str]:
+    """Names a module defines or imports at its top level (read with ``ast``, nothing imported)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    base = ROOT.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def dotted_name_problem(name: str) -> str:
+    """Why ``persobench.a.b.name`` names nothing in the source ("" when it does): the longest prefix
+    that is a module, then a name defined at its top level (``Class.attribute``: the class)."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = _module_file(parts[:cut])
+        if module is None:
+            continue
+        rest = parts[cut:]
+        if not rest or rest[0] in _top_level_names(module):
+            return ""
+        return f"{'.'.join(parts[:cut])} defines no {rest[0]!r}"
+    return "no such module"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_code_path_and_module_named_exists(page):
+    """A path (``persobench/llm/session.py``) or dotted name (``persobench.scoring.score_run``) in the
+    docs names a file, module or top-level name that exists, so a rename that forgets the docs fails."""
+    text = page.read_text(encoding="utf-8")
+    missing = sorted({p for p in CODE_PATH.findall(text) if "<" not in p and not (ROOT / p).exists()})
+    wrong = sorted({f"{n}: {why}" for n in DOTTED.findall(text) if (why := dotted_name_problem(n))})
+    assert not missing and not wrong, f"{page.name}: missing paths {missing}; wrong names {wrong}"
+
+
+def test_the_checks_catch_a_stale_name():
+    assert dotted_name_problem("persobench.scoring.score_run") == ""
+    assert dotted_name_problem("persobench.llm.spend.SpendLedger.for_invocation") == ""
+    assert dotted_name_problem("persobench.metrics.score_run") == "persobench.metrics defines no 'score_run'"
+    assert dotted_name_problem("persobench.cli.scoring") == "persobench.cli defines no 'scoring'"
+    assert not (ROOT / "persobench/generation/batch.py").exists()  # the path check's own example
+
+
+def test_the_development_tree_names_every_module():
+    """docs/development.md's package map names every module of the package (by file name, which is
+    unique), so the map stays the code's."""
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    tree = text[text.index("## Tree"):text.index("## Architecture")]
+    modules = sorted(p for p in (ROOT / "persobench").rglob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    unnamed = [str(p.relative_to(ROOT)) for p in modules if not re.search(rf"\b{re.escape(p.stem)}\b", tree)]
+    packages = [str(p.relative_to(ROOT)) for p in (ROOT / "persobench").iterdir()
+                if (p / "__init__.py").is_file() and f"{p.name}/" not in tree]
+    assert not unnamed and not packages, f"add to the Tree of docs/development.md: {unnamed + packages}"
