@@ -356,7 +356,7 @@ def test_lexical_score_plans_each_run_once_and_hashes_each_sample_once(tmp_path,
 
     from persobench import pipeline, records
     from persobench.datasets import load_dataset
-    from persobench.metrics import scoring
+    from persobench.scoring import score_pass, work_plan
     from persobench.store import RunManifest, RunStore
 
     samples = load_dataset("sample", limit=4)
@@ -369,8 +369,10 @@ def test_lexical_score_plans_each_run_once_and_hashes_each_sample_once(tmp_path,
         rows = [(s.id, "ok", f"{s.reference} and more {k}", 0.5) for s in samples]
         run.write_table("generations", pd.DataFrame(rows, columns=["sample_id", "status", "response", "latency"]))
     planned: list[str] = []
-    real_plan = scoring.plan_run
-    monkeypatch.setattr(scoring, "plan_run", lambda run, *a, **k: planned.append(run.run_id) or real_plan(run, *a, **k))
+    real_plan = work_plan.plan_run
+    counted = lambda run, *a, **k: planned.append(run.run_id) or real_plan(run, *a, **k)  # noqa: E731
+    for module in (work_plan, score_pass):  # every caller of the plan step, wherever it imported it
+        monkeypatch.setattr(module, "plan_run", counted)
     dumps: list[int] = []  # records.py serialises only the input hash
     real_json = records.json
     counting = type("CountingJson", (), {"dumps": staticmethod(lambda *a, **k: dumps.append(1) or real_json.dumps(*a, **k))})
