@@ -37,7 +37,7 @@ from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
 from persobench.metrics.encoder import EmbeddingRequest, TextEncoder
 from persobench.records import Sample
-from persobench.store import Run
+from persobench.store import Run, RunManifest
 from persobench.metrics.backends import BackendUnavailable
 from persobench.protocol import PAPER, protocol_of
 from persobench.datasets.paper_cells import paper_persona_text
@@ -272,10 +272,11 @@ PAPER_PERSONA_INPUT = "paper personas cell"
 SENTENCES_PERSONA_INPUT = "persona sentences"
 
 
-def _paper_persona_texts(run: "Run", samples: Sequence["Sample"]) -> dict[str, str] | None:
-    """Sample id -> the paper's persona text when ``run`` is under the paper protocol, else None."""
+def _paper_persona_texts(run: "Run | RunManifest", samples: Sequence["Sample"]) -> dict[str, str] | None:
+    """Sample id -> the paper's persona text when ``run`` (a run, or the manifest of one being
+    planned) is under the paper protocol, else None."""
 
-    if protocol_of(run.manifest).name != PAPER:
+    if protocol_of(run).name != PAPER:
         return None
 
     return {s.id: paper_persona_text(s) for s in samples}

@@ -132,15 +132,24 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
     NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
 
     work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, references=references)
-    steps = {step.family.name: step for step in family_plan(tuple(work.todo))}
-    if "nli" not in steps:
+    if not work.todo:
         return []
     ids = set().union(*work.todo.values())
     samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
     items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
                    _paper_persona_texts(run, samples))
+    return items_nli_pairs(items, tuple(work.todo), work.profile)
+
+
+def items_nli_pairs(items: Sequence[Item], metrics: Sequence[str], profile: "Profile") -> list[tuple[str, str]]:
+    """The (premise, hypothesis) pairs the NLI family labels for ``items`` when ``metrics`` are
+    scored under ``profile`` (its input layout already resolved for the run, :func:`plan_run`): the
+    one count behind ``score --judge --dry-run`` and the New run page's estimate."""
+    steps = {step.family.name: step for step in family_plan(tuple(metrics))}
+    if "nli" not in steps:
+        return []
     step = steps["nli"]
-    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, work.profile.input_layout)[0]
+    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, profile.input_layout)[0]
 
 
 def _embeds(family: MetricFamily) -> bool:

@@ -1,0 +1,54 @@
+"""The NLI/UniEval input layout outside the scorer itself: the New run page's judge estimate counts
+what scoring will send, ``score --nli-inputs`` chooses the layout, and a run scored against its
+default reference says which one and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from persobench.cli import main as cli_main
+from persobench.importer import import_persobench, samples_for_run
+from persobench.metrics.judge import make_judge
+from persobench.pipeline import estimate_new_runs
+from persobench.store import RunStore
+from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
+from tests.fakes.judge import judge_script
+from tests.test_importer import PROMPTS, _write_csv  # the importer's published folder, FoCus-like
+
+JUDGED = "c_score,p_consistency,ue_score,persona_coverage"
+
+
+def _published_run(root: Path, home: Path, model: str = "gpt-x"):
+    """An imported published run (the paper protocol; PROMPTS: FoCus-like rows, speaker-labelled
+    references) whose replies are the label-free references,
+    so the estimate's stand-in replies are exactly the replies the judge is sent."""
+    _write_csv(root / "Prompts" / "FoCus.csv", PROMPTS, ["personas", "context", "act_response"])
+    _write_csv(root / "Responses" / "FoCus" / f"{model}.csv",
+               [{"gen_response": row["act_response"].removeprefix("User2: "), "response_time": "1"} for row in PROMPTS],
+               ["gen_response", "response_time"])
+    store = RunStore(home)
+    report = import_persobench(store, root)
+    return store, store.get(report.runs[0].run_id)
+
+
+def _judge_args(home: Path, server, *extra: str) -> list[str]:
+    return ["--home", str(home), "score", "--metrics", JUDGED, "--no-progress", "--judge", "openai:judge-model",
+            "--judge-base-url", server.base_url, *extra]
+
+
+def test_the_new_run_estimate_counts_what_a_paper_protocol_judge_pass_sends(openai_server, tmp_path):
+    """Under the paper protocol ue_score sends a third input per reply (the notebook layout): the
+    estimate for a run not generated yet equals the requests the fake judge server then receives."""
+    store, run = _published_run(tmp_path / "published", tmp_path / "home")
+    samples = list(samples_for_run(run).values())
+    judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path / "estimate"))
+    estimate = estimate_new_runs(judge, samples, 1, template=run.manifest.template, mode=run.manifest.mode)
+    elsewhere = estimate_new_runs(judge, samples, 1, template="persobench", mode="vanilla")
+
+    openai_server.script = judge_script({}, default="entailment")
+    assert cli_main(_judge_args(tmp_path / "home", openai_server)) == 0
+    sent = len(openai_server.requests)
+    assert sent == estimate.requests == estimate.pairs
+    # one more input per reply with a persona and a reference than PersoBench's pairs layout sends
+    assert estimate.requests == elsewhere.requests + len(samples)
+    assert estimate_new_runs(judge, samples, 3, template=run.manifest.template).requests == 3 * sent
