@@ -4,12 +4,14 @@ default reference says which one and why."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from persobench.cli import main as cli_main
 from persobench.importer import import_persobench, samples_for_run
 from persobench.metrics.judge import make_judge
 from persobench.pipeline import estimate_new_runs
+from persobench.scoring import score_run
 from persobench.store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
@@ -52,3 +54,33 @@ def test_the_new_run_estimate_counts_what_a_paper_protocol_judge_pass_sends(open
     # one more input per reply with a persona and a reference than PersoBench's pairs layout sends
     assert estimate.requests == elsewhere.requests + len(samples)
     assert estimate_new_runs(judge, samples, 3, template=run.manifest.template).requests == 3 * sent
+
+
+def test_published_runs_record_which_reference_they_were_scored_against_and_why(reference_dir, tmp_path):
+    """Scored with no reference given (as ``score`` does), a published FoCus run's provenance names the
+    reference datasets/published_references.py recorded for it, not "given by the caller"."""
+    folder = tmp_path / "published"
+    (folder / "Prompts").mkdir(parents=True)
+    (folder / "Responses" / "FoCus").mkdir(parents=True)
+    shutil.copy(reference_dir / "Prompts" / "FoCus.csv", folder / "Prompts" / "FoCus.csv")
+    for model in ("gpt-3.5-turbo", "gpt-4o-mini"):  # vanilla: recorded raw, and stripped
+        shutil.copy(reference_dir / "Responses" / "FoCus" / f"{model}.csv", folder / "Responses" / "FoCus")
+    store = RunStore(tmp_path / "home")
+    import_persobench(store, folder)
+    assert cli_main(["--home", str(tmp_path / "home"), "score", "--metrics", "rouge1,dist1", "--no-progress"]) == 0
+    notes = {}
+    for run in store.runs():
+        metrics = run.manifest.details.profile_scores("offline").metrics
+        assert metrics["dist1"].reference is None  # reads no reference
+        notes[run.manifest.model["model"]] = metrics["rouge1"].reference
+    assert notes["gpt-3.5-turbo"].startswith("published run: the act_response cell as published, speaker label "
+                                             "('User2:') kept, per datasets/published_references.py (raw: ")
+    assert notes["gpt-4o-mini"].startswith("published run: stripped 'User2:' label, per "
+                                           "datasets/published_references.py (stripped: ")
+    assert all("given by the caller" not in note for note in notes.values())
+    # references a caller passes are still recorded as the caller's
+    run = next(r for r in store.runs() if r.manifest.model["model"] == "gpt-4o-mini")
+    samples = samples_for_run(run)
+    score_run(run, samples, metrics=["rouge2"], references={sid: "A reference." for sid in list(samples)[:2]})
+    note = store.get(run.run_id).manifest.details.profile_scores("offline").metrics["rouge2"].reference
+    assert note == "given by the caller for 2 sample(s)"
