@@ -7,14 +7,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from persobench.cli import main as cli_main
+from persobench.errors import ConfigurationError
 from persobench.importer import import_persobench, samples_for_run
 from persobench.metrics.judge import make_judge
 from persobench.pipeline import estimate_new_runs
 from persobench.scoring import score_run
 from persobench.store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
-from tests.fakes.judge import judge_script
+from tests.fakes.judge import judge_script, pair_of
 from tests.test_importer import PROMPTS, _write_csv  # the importer's published folder, FoCus-like
 
 JUDGED = "c_score,p_consistency,ue_score,persona_coverage"
@@ -84,3 +87,50 @@ def test_published_runs_record_which_reference_they_were_scored_against_and_why(
     score_run(run, samples, metrics=["rouge2"], references={sid: "A reference." for sid in list(samples)[:2]})
     note = store.get(run.run_id).manifest.details.profile_scores("offline").metrics["rouge2"].reference
     assert note == "given by the caller for 2 sample(s)"
+
+
+def test_score_nli_inputs_chooses_the_layout_and_boards_keep_the_layouts_apart(openai_server, tmp_path, capsys):
+    """``score --nli-inputs pairs`` on a paper-protocol run sends PersoBench's (persona, reply) pairs
+    and stores them under the plain judge key; the default (auto) sends the notebook's (reply, personas)
+    and stores them under ``+inputs=notebook``: two boards, each with its own numbers."""
+    from persobench import aggregate
+    from persobench.pipeline import ScoreConfig
+
+    home = tmp_path / "home"
+    store, run = _published_run(tmp_path / "published", home)
+    replies = {row["personas"]: row["act_response"].removeprefix("User2: ") for row in PROMPTS}
+    # PersoBench's pair (personas cell, reply) entails; the notebook's (reply, personas cell) contradicts
+    openai_server.script = judge_script({pair: "entailment" for pair in replies.items()}, default="contradiction")
+    args = ["--home", str(home), "score", "--metrics", "c_score", "--no-progress", "--judge", "openai:judge-model",
+            "--judge-base-url", openai_server.base_url]
+    assert cli_main([*args, "--nli-inputs", "pairs"]) == 0
+    assert {pair_of(r) for r in openai_server.requests} == set(replies.items())
+    openai_server.reset_records()
+    assert cli_main(args) == 0  # auto: the paper protocol's notebook layout
+    assert {pair_of(r) for r in openai_server.requests} == {(reply, cell) for cell, reply in replies.items()}
+    capsys.readouterr()
+
+    keys = aggregate.available_profiles(store)
+    assert len(keys) == 2
+    notebook = next(k for k in keys if "+inputs=notebook" in k)
+    pairs = next(k for k in keys if k != notebook)
+    assert notebook.startswith("offline+inputs=notebook+judge=") and pairs.startswith("offline+judge=")
+    means = {}
+    for key in (pairs, notebook):
+        board = aggregate.leaderboard(aggregate.load_results(store, profile=key), profile=key)
+        assert set(board["profile"]) == {key}
+        means[key] = board.loc[board["metric"] == "c_score", "mean"].tolist()
+        layout = store.get(run.run_id).manifest.details.profile_scores(key).metrics["c_score"].other["input_layout"]
+        assert layout == ("notebook" if key == notebook else "pairs")
+    assert means == {pairs: [1.0], notebook: [-1.0]}
+
+    # A job stores the choice; a bad one is one line, before anything is sent.
+    config = ScoreConfig(input_layout="pairs")
+    assert ScoreConfig.from_dict(config.to_dict(), home=home) == config and config.to_dict()["input_layout"] == "pairs"
+    assert config.resolve_profile().input_layout == "pairs" and ScoreConfig().resolve_profile().input_layout == "auto"
+    with pytest.raises(ConfigurationError, match="unknown NLI input layout 'sideways'"):
+        ScoreConfig.from_dict({"input_layout": "sideways"}, home=home)
+    openai_server.reset_records()
+    with pytest.raises(SystemExit) as stop:
+        cli_main([*args, "--nli-inputs", "sideways"])
+    assert stop.value.code == 2 and openai_server.requests == []

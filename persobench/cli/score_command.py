@@ -7,7 +7,7 @@ from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
 from persobench.cli import judge_flags
-from persobench.pipeline import SCORE_FLAGS, ScoreConfig
+from persobench.pipeline import INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig
 from persobench import pipeline
 from persobench.pipeline import public_address
 from persobench.pipeline import import_ray
@@ -41,6 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--ray-address", default=None, metavar="auto|ADDRESS",
                        help="with --executor ray: the cluster to join (auto: the one `ray start` runs on this "
                             "machine; default: $RAY_ADDRESS, else a new local Ray instance)")
+    score.add_argument("--nli-inputs", choices=INPUT_LAYOUTS, default="auto",
+                       help="what the NLI model (or --judge) and UniEval are given: auto (default: the paper "
+                            "notebooks' layout for runs under the paper protocol, PersoBench's pairs for the "
+                            "others), pairs or notebook for every run; notebook-layout values are stored under "
+                            "a profile key of their own (+inputs=notebook), so boards never mix the two")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     judge_flags.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
