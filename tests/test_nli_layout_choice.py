@@ -103,6 +103,12 @@ def test_score_nli_inputs_chooses_the_layout_and_boards_keep_the_layouts_apart(o
     openai_server.script = judge_script({pair: "entailment" for pair in replies.items()}, default="contradiction")
     args = ["--home", str(home), "score", "--metrics", "c_score", "--no-progress", "--judge", "openai:judge-model",
             "--judge-base-url", openai_server.base_url]
+    # The dry run counts in the chosen layout: ue_score's inputs are 2 per reply as pairs, 3 in the notebook's
+    for choice, per_reply in (("pairs", 2), ("auto", 3)):
+        dry = [*args[:4], "c_score,ue_score", *args[5:], "--nli-inputs", choice, "--dry-run"]
+        assert cli_main(dry) == 0
+        assert f"total: {per_reply * len(PROMPTS)} distinct pair(s)" in capsys.readouterr().out
+    assert openai_server.requests == []
     assert cli_main([*args, "--nli-inputs", "pairs"]) == 0
     assert {pair_of(r) for r in openai_server.requests} == set(replies.items())
     openai_server.reset_records()
