@@ -113,6 +113,8 @@ def test_score_nli_inputs_chooses_the_layout_and_boards_keep_the_layouts_apart(o
     assert {pair_of(r) for r in openai_server.requests} == set(replies.items())
     openai_server.reset_records()
     assert cli_main(args) == 0  # auto: the paper protocol's notebook layout
+    assert "NLI/UniEval inputs: auto (runs under the paper protocol: the notebooks' layout, stored under " \
+           "offline+inputs=notebook+judge=openai:judge-model@" in capsys.readouterr().out
     assert {pair_of(r) for r in openai_server.requests} == {(reply, cell) for cell, reply in replies.items()}
     capsys.readouterr()
 

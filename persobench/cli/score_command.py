@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
@@ -109,6 +110,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         else profile.device
     print(f"profile {profile.key} on {where}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
+    if profile.layout_matters and config.input_layout == "auto":
+        # The key above is the pairs layout's: say where paper-protocol runs' values go instead.
+        print(f"NLI/UniEval inputs: auto (runs under the paper protocol: the notebooks' layout, stored under "
+              f"{replace(profile, input_layout='notebook').key}; --nli-inputs to choose)")
     bars = _StageBars(args.no_progress)
     try:
         report = pipeline.score(runs, config, store=store, progress=bars,
