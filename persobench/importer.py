@@ -39,7 +39,7 @@ from persobench.datasets.tables import prompt_table_rows
 from persobench.postprocess import Status, parse_output
 from persobench.datasets.tables import tables_dir
 from persobench.datasets import load_all, samples_by_id
-from persobench.datasets.published_references import RAW, published_reference
+from persobench.datasets.published_references import RAW, PublishedReference, published_reference
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "GENERATION_COLUMNS", "ImportFolderError", "ImportReport", "ImportedRun", "IMPORTED_TEMPLATES",
-    "dataset_for_folder", "find_response_files", "import_persobench", "paper_references", "run_references",
+    "dataset_for_folder", "find_response_files", "import_persobench", "paper_references", "run_reference_note", "run_references",
     "samples_for_run",
 ]
 
@@ -423,11 +423,29 @@ def run_references(run: "Run", samples_by_id: Mapping[str, "Sample"] | None = No
     (of the samples in ``samples_by_id`` when given); None for every other run (the label-free
     reference)."""
 
+    recorded = _published_record(run)
+    if recorded is None or recorded.reference != RAW:
+        return None
+    cells = paper_references(run.manifest.details.imported.prompts_file, run.manifest.dataset)
+    return cells if samples_by_id is None else {sid: cells[sid] for sid in samples_by_id if sid in cells}
+
+
+def run_reference_note(run: "Run") -> str | None:
+    """What the reference-based metrics of ``run`` read, and why, for their provenance: for an
+    imported published run in :data:`~persobench.datasets.published_references.PUBLISHED_REFERENCES`,
+    the reference chosen there (stripped or raw) with its evidence; None for every other run (its
+    samples' own, label-free reference)."""
+    recorded = _published_record(run)
+    if recorded is None:
+        return None
+    what = ("the act_response cell as published, speaker label ('User2:') kept" if recorded.reference == RAW
+            else "stripped 'User2:' label")
+    return f"published run: {what}, per datasets/published_references.py ({recorded.why})"
+
+
+def _published_record(run: "Run") -> "PublishedReference | None":
+    """The recorded reference of ``run`` when it is an imported published run the table lists."""
     imported = run.manifest.details.imported
     if imported is None or not imported.prompts_file or run.manifest.model.get("provider") != "imported":
         return None
-    recorded = published_reference(run.manifest.dataset, run.manifest.mode, str(run.manifest.model.get("model")))
-    if recorded is None or recorded.reference != RAW:
-        return None
-    cells = paper_references(imported.prompts_file, run.manifest.dataset)
-    return cells if samples_by_id is None else {sid: cells[sid] for sid in samples_by_id if sid in cells}
+    return published_reference(run.manifest.dataset, run.manifest.mode, str(run.manifest.model.get("model")))

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.errors import ConfigurationError, StoreError
 from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
-from persobench.scoring.score_config import EXECUTORS, SCORE_FLAGS, ScoreConfig  # noqa: F401
+from persobench.scoring.score_config import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig  # noqa: F401
 from persobench.store import Run, RunStore
 
 # --- What the front ends use besides the calls below ---------------------------------------------------
@@ -206,7 +206,8 @@ def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" 
     resolved = profile if isinstance(profile, Profile) else None
     if resolved is not None:  # a resolved profile: its name, overrides, precision and judge make the config
         settings = {**settings, "profile": resolved.name, "judge": resolved.judge, "precision": resolved.precision,
-                    "overrides": {k: v for k, v in resolved.overrides.items() if k != "precision"}}
+                    "overrides": {k: v for k, v in resolved.overrides.items() if k != "precision"},
+                    "input_layout": resolved.input_layout}
     if config is not None and settings:
         raise ConfigurationError(f"score: give a config or settings, not both ({', '.join(settings)})")
     try:

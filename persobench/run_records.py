@@ -166,8 +166,10 @@ class MetricProvenance:
     """Persona metrics: what the reply was compared with ("paper personas cell" under the paper's
     protocol, else "persona sentences"); ``None`` for other metrics."""
     reference: str | None = None
-    """Reference metrics scored against references the caller gave instead of the samples' own
-    ("given by the caller for N sample(s)"); ``None`` otherwise."""
+    """Reference metrics not scored against the samples' own (label-free) reference, or an imported
+    published run's recorded choice: which reference and why ("given by the caller for N sample(s)",
+    "published run: stripped 'User2:' label, per datasets/published_references.py (...)");
+    ``None`` otherwise."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model, kept as read."""
 

@@ -32,12 +32,17 @@ def test_new_run_offers_the_judge_with_its_estimate_and_launches_it(tmp_path, mo
     at.number_input(key="new_limit").set_value(3).run()
     at.toggle(key="new_judge_on").set_value(True).run()
     at.text_input(key="new_judge_model").input("openai:gpt-4o-mini").run()
-    # By hand: per sample, the persona text, the reference and each persona sentence against the reply
-    # (the reference stands in for it), distinct pairs only.
+    # By hand: the page's default template for the baseline is the paper's, so the notebook layout
+    # (evaluation.ipynb): per sample, (reply, personas cell) for the C score, (personas cell, reply)
+    # and (reference, reply) for the UE score, and each persona sentence against the reply (the
+    # reference stands in for it), distinct pairs only.
+    from persobench.datasets.paper_cells import paper_persona_text
+
     expected = 0
     for s in load_dataset("sample", limit=3, seed=0):
         sentences = [x for p in s.personas for x in p.sentences]
-        expected += len({(" ".join(sentences), s.reference), (s.reference, s.reference),
+        cell = paper_persona_text(s)
+        expected += len({(s.reference, cell), (cell, s.reference), (s.reference, s.reference),
                          *((x, s.reference) for x in sentences)})
     caption = _judge_caption(at)
     assert caption.startswith(f"LLM judge: {expected} pair(s) to label, 0 in the response cache, {expected} request(s)")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
 from persobench.cli import judge_flags
-from persobench.pipeline import SCORE_FLAGS, ScoreConfig
+from persobench.pipeline import INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig
 from persobench import pipeline
 from persobench.pipeline import public_address
 from persobench.pipeline import import_ray
@@ -41,6 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--ray-address", default=None, metavar="auto|ADDRESS",
                        help="with --executor ray: the cluster to join (auto: the one `ray start` runs on this "
                             "machine; default: $RAY_ADDRESS, else a new local Ray instance)")
+    score.add_argument("--nli-inputs", choices=INPUT_LAYOUTS, default="auto",
+                       help="what the NLI model (or --judge) and UniEval are given: auto (default: the paper "
+                            "notebooks' layout for runs under the paper protocol, PersoBench's pairs for the "
+                            "others), pairs or notebook for every run; notebook-layout values are stored under "
+                            "a profile key of their own (+inputs=notebook), so boards never mix the two")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     judge_flags.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
@@ -104,6 +110,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         else profile.device
     print(f"profile {profile.key} on {where}" +
           (f" (overrides: {', '.join(f'{k}={v}' for k, v in profile.overrides.items())})" if profile.overrides else ""))
+    if profile.layout_matters and config.input_layout == "auto":
+        # The key above is the pairs layout's: say where paper-protocol runs' values go instead.
+        print(f"NLI/UniEval inputs: auto (runs under the paper protocol: the notebooks' layout, stored under "
+              f"{replace(profile, input_layout='notebook').key}; --nli-inputs to choose)")
     bars = _StageBars(args.no_progress)
     try:
         report = pipeline.score(runs, config, store=store, progress=bars,

@@ -49,9 +49,13 @@ def estimate_for_launch(home: str | os.PathLike[str], judge: "JudgeConfig",  # n
 
     try:
         total = None
-        for dataset in dict.fromkeys(p["dataset"] for p in plans):
-            runs = sum(1 for p in plans if p["dataset"] == dataset)
-            part = estimate_new_runs(judge, load_dataset(dataset, limit=limit, seed=seed), runs)
+        # The template and mode decide a run's protocol, and so what its judge is sent (the notebook
+        # layout under the paper's): runs are counted per (dataset, template, mode).
+        kinds = [(p["dataset"], p.get("template") or None, p.get("mode") or "vanilla") for p in plans]
+        for kind in dict.fromkeys(kinds):
+            dataset, template, mode = kind
+            part = estimate_new_runs(judge, load_dataset(dataset, limit=limit, seed=seed), kinds.count(kind),
+                                     template=template, mode=mode)
             total = part if total is None else _add(total, part)
         return total, "" if total is not None else "no run to judge"
     except (PersoBenchError, OSError, ValueError) as exc:

@@ -75,16 +75,18 @@ def check_layout(name: str) -> str:
 
 
 def layout_for_run(run: Any, requested: str = AUTO) -> str:
-    """The layout ``run`` is scored in: ``requested`` unless :data:`AUTO`, else the notebook layout
-    under the paper protocol and the pairs layout under every other."""
+    """The layout ``run`` (a stored run, or the manifest of one being planned) is scored in:
+    ``requested`` unless :data:`AUTO`, else the notebook layout under the paper protocol and the
+    pairs layout under every other."""
     if requested != AUTO:
         return check_layout(requested)
 
-    return NOTEBOOK if protocol_of(run.manifest).name == PAPER else PAIRS
+    return NOTEBOOK if protocol_of(run).name == PAPER else PAIRS
 
 
 def resolve_layout(profile: Any, run: Any) -> Any:
-    """``profile`` with its input layout resolved for ``run`` (:func:`layout_for_run`); the profile
+    """``profile`` with its input layout resolved for ``run`` (a run or a manifest,
+    :func:`layout_for_run`); the profile
     key then says which layout its values were computed in."""
 
     layout = layout_for_run(run, profile.input_layout)

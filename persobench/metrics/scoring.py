@@ -37,7 +37,7 @@ from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
 from persobench.metrics.encoder import EmbeddingRequest, TextEncoder
 from persobench.records import Sample
-from persobench.store import Run
+from persobench.store import Run, RunManifest
 from persobench.metrics.backends import BackendUnavailable
 from persobench.protocol import PAPER, protocol_of
 from persobench.datasets.paper_cells import paper_persona_text
@@ -238,6 +238,7 @@ def score_samples(
     references: Mapping[str, str] | None = None,
     persona_texts: Mapping[str, str] | None = None,
     encoder: "TextEncoder | None" = None,
+    reference_note: str | None = None,
 ) -> ScoreResult:
     """Score each sample's reply (``replies``: sample id -> text; missing or blank = invalid, unscored).
 
@@ -247,6 +248,9 @@ def score_samples(
     ``personas`` cell under its protocol); each persona metric's provenance says which
     (``persona_input``). ``progress(stage, done, total)`` is called as work advances. ``encoder``
     embeds texts for BERTScore and persona similarity (default: a new one, no disk cache).
+    ``reference_note``: which reference the reference metrics read and why, recorded as their
+    provenance's ``reference`` (default, when ``references`` are given: "given by the caller for N
+    sample(s)"; the scorer of a stored run passes where its default reference came from).
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     if isinstance(profile, Profile) and overrides:
@@ -259,11 +263,13 @@ def score_samples(
     for m in provenance:
         if metric_info(m).needs_persona:
             provenance[m]["persona_input"] = PAPER_PERSONA_INPUT if persona_texts else SENTENCES_PERSONA_INPUT
-    if references:
+    if references and reference_note is None:
         overridden = sum(1 for it in items if it.sid in references)
+        reference_note = f"given by the caller for {overridden} sample(s)"
+    if reference_note is not None:
         for m in provenance:
             if metric_info(m).needs_reference:
-                provenance[m]["reference"] = f"given by the caller for {overridden} sample(s)"
+                provenance[m]["reference"] = reference_note
     return ScoreResult(scores, details, provenance, prof.key)
 
 
@@ -272,10 +278,11 @@ PAPER_PERSONA_INPUT = "paper personas cell"
 SENTENCES_PERSONA_INPUT = "persona sentences"
 
 
-def _paper_persona_texts(run: "Run", samples: Sequence["Sample"]) -> dict[str, str] | None:
-    """Sample id -> the paper's persona text when ``run`` is under the paper protocol, else None."""
+def _paper_persona_texts(run: "Run | RunManifest", samples: Sequence["Sample"]) -> dict[str, str] | None:
+    """Sample id -> the paper's persona text when ``run`` (a run, or the manifest of one being
+    planned) is under the paper protocol, else None."""
 
-    if protocol_of(run.manifest).name != PAPER:
+    if protocol_of(run).name != PAPER:
         return None
 
     return {s.id: paper_persona_text(s) for s in samples}

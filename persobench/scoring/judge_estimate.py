@@ -9,11 +9,13 @@ from persobench.metrics.backends import Profile
 from persobench.metrics.judge import JudgeConfig, JudgeEstimate
 from persobench.records import Sample
 from persobench.metrics.judge import judge_labeller
-from persobench.scoring.work_plan import run_nli_pairs
+from persobench.scoring.work_plan import items_nli_pairs, run_nli_pairs
 from dataclasses import replace
-from persobench.metrics import metric_info
-from persobench.metrics.nli import nli_pairs
-from persobench.metrics.scoring import _items
+from persobench.metrics.backends import get_profile
+from persobench.metrics.metric_registry import validate_metric_names
+from persobench.metrics.nli_inputs import AUTO, resolve_layout
+from persobench.metrics.scoring import _items, _paper_persona_texts
+from persobench.store import RunManifest
 
 
 #: The metrics whose pairs a judge labels: the one list (the CLI's help, the app's form, a judge
@@ -43,20 +45,29 @@ def estimate_runs(profile: "Profile", runs: Iterable[Any], samples_for: Callable
 
 
 def estimate_new_runs(judge: "JudgeConfig", samples: Sequence["Sample"], runs: int,
-                      metrics: Sequence[str] = JUDGED_METRICS) -> "JudgeEstimate":
+                      metrics: Sequence[str] = JUDGED_METRICS, *, template: str | None = None,
+                      mode: str = "vanilla", input_layout: str = AUTO) -> "JudgeEstimate":
     """Roughly what the judge will cost on ``runs`` runs over ``samples`` once they are generated:
     the pairs the metrics need with each sample's reference standing in for its reply (replies
-    do not exist yet), times ``runs``. Nothing is cached yet: every pair counts as a request."""
+    do not exist yet), times ``runs``. Nothing is cached yet: every pair counts as a request.
 
+    ``template`` and ``mode``: the planned runs' prompt template and mode, which decide their
+    protocol; the inputs are counted as scoring will build them (:func:`items_nli_pairs`, with the
+    layout resolved for that protocol as :func:`~persobench.scoring.work_plan.plan_run` resolves it:
+    the notebook layout under the paper's, three inputs per reply for ``ue_score`` instead of two).
+    ``template`` None: a run outside the paper protocol. ``input_layout``: as ``score --nli-inputs``."""
 
+    planned = RunManifest(run_id="planned", dataset=samples[0].dataset if samples else "", sample_ids=(),
+                          model={}, mode=mode, template=template or "", template_hash="")
+    profile = resolve_layout(replace(get_profile("offline", judge=judge), input_layout=input_layout), planned)
     stand_in = {s.id: s.reference or "A reply." for s in samples}
-    items = _items(samples, stand_in, None)
-    nli = tuple(m for m in metrics if metric_info(m).family == "nli")
-    pairs = nli_pairs(items, nli, "persona_coverage" in metrics)[0]
+    items = _items(samples, stand_in, None, _paper_persona_texts(planned, samples))
+    pairs = items_nli_pairs(items, validate_metric_names(list(metrics)), profile)
     one = judge_labeller(judge).estimate(pairs)
     n = max(0, int(runs))
     cost = None if one.cost_usd is None else round(one.cost_usd * n, 6)
-    return replace(one, pairs=len(pairs) * n, cached=0, requests=len(pairs) * n,
-                   prompt_tokens=one.prompt_tokens * n, completion_tokens=len(pairs) * n * judge.template.max_tokens,
+    # Distinct pairs, as the judge sends them (a one-sentence persona's sentence pair is its
+    # ue_score persona pair in the notebook layout): one.pairs, not len(pairs).
+    return replace(one, pairs=one.pairs * n, cached=0, requests=one.pairs * n,
+                   prompt_tokens=one.prompt_tokens * n, completion_tokens=one.pairs * n * judge.template.max_tokens,
                    cost_usd=cost)
-

@@ -6,7 +6,7 @@ is for ``run``. :data:`SCORE_FLAGS` is the one mapping between its fields and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from persobench.errors import ConfigurationError
@@ -14,13 +14,17 @@ from persobench.metrics.backends import Profile
 from persobench.metrics.judge_config import JudgeConfig
 from persobench.metrics.backends import get_profile
 from persobench.metrics.metric_registry import validate_metric_names
+from persobench.metrics.nli_inputs import AUTO, LAYOUTS, check_layout
 
 
+#: ``--nli-inputs`` choices: :data:`~persobench.metrics.nli_inputs.AUTO` then the layouts.
+INPUT_LAYOUTS = (AUTO, *LAYOUTS)
 #: Where the values are computed: in this process, or on a Ray cluster.
 EXECUTORS = ("local", "ray")
 #: Field -> its ``score`` flag (the judge's own flags: :data:`persobench.metrics.judge_config.JUDGE_FLAGS`).
 SCORE_FLAGS = {"profile": "--profile", "metrics": "--metrics", "overrides": "--model", "precision": "--precision",
-               "judge": "--judge", "executor": "--executor", "ray_address": "--ray-address"}
+               "judge": "--judge", "executor": "--executor", "ray_address": "--ray-address",
+               "input_layout": "--nli-inputs"}
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,18 @@ class ScoreConfig:
     ray_address: str | None = None
     """With the ray executor: the cluster to join (``auto``, an address; ``None``: ``$RAY_ADDRESS``,
     else a new local instance)."""
+    input_layout: str = AUTO
+    """What the NLI classifier (or judge) and UniEval are given (:mod:`persobench.metrics.nli_inputs`):
+    ``auto`` (each run's protocol decides: the paper notebooks' layout under the paper protocol,
+    PersoBench's pairs otherwise), ``pairs`` or ``notebook`` for every run. Values computed in the
+    notebook layout are stored under a profile key of their own (``+inputs=notebook``)."""
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
             raise ConfigurationError(f"unknown executor {self.executor!r}; known: {', '.join(EXECUTORS)}")
         if self.ray_address and self.executor != "ray":
             raise ConfigurationError("a Ray address (--ray-address) needs the ray executor (--executor ray)")
+        check_layout(self.input_layout)
         if self.metrics is not None and not isinstance(self.metrics, tuple):
             object.__setattr__(self, "metrics", tuple(self.metrics))
         object.__setattr__(self, "overrides", dict(self.overrides or {}))
@@ -55,7 +65,8 @@ class ScoreConfig:
     def resolve_profile(self) -> "Profile":
         """The checked profile (one-line :class:`ConfigurationError` for an unknown one, slot or path)."""
 
-        return get_profile(self.profile, dict(self.overrides), precision=self.precision, judge=self.judge)
+        profile = get_profile(self.profile, dict(self.overrides), precision=self.precision, judge=self.judge)
+        return replace(profile, input_layout=self.input_layout)  # auto: resolved per run (plan_run)
 
     def checked_metrics(self) -> tuple[str, ...] | None:
         """:attr:`metrics`, each checked to be registered (one line naming an unknown one)."""
@@ -69,7 +80,7 @@ class ScoreConfig:
         return {"profile": self.profile, "metrics": list(self.metrics) if self.metrics is not None else None,
                 "overrides": dict(self.overrides), "precision": self.precision,
                 "judge": self.judge.to_dict() if self.judge is not None else None,
-                "executor": self.executor, "ray_address": self.ray_address}
+                "executor": self.executor, "ray_address": self.ray_address, "input_layout": self.input_layout}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, home: Any, ignore: Sequence[str] = ()) -> "ScoreConfig":
@@ -94,4 +105,5 @@ class ScoreConfig:
                    overrides={str(k): str(v) for k, v in dict(given.get("overrides") or {}).items()},
                    precision=str(given.get("precision") or "float32"),
                    judge=JudgeConfig.from_dict(judge, home=home) if judge else None,
-                   executor=str(given.get("executor") or "local"), ray_address=given.get("ray_address") or None)
+                   executor=str(given.get("executor") or "local"), ray_address=given.get("ray_address") or None,
+                   input_layout=str(given.get("input_layout") or AUTO))

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 
 from persobench.errors import PersoBenchError, ScoringError, StoreError
 from persobench.metrics.backends import Profile, get_profile
-from persobench.importer import run_references
+from persobench.importer import run_reference_note, run_references
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, validate_metric_names
 from persobench.metrics.nli_inputs import resolve_layout
@@ -38,8 +38,10 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     that ``samples_by_id`` does not have."""
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
+    reference_note = None  # references the caller gave: score_samples says so
     if references is None:  # an imported published run: the reference the paper scored it against
         references = run_references(run, samples_by_id)
+        reference_note = run_reference_note(run)
     prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
     generations = run.read_table("generations")
     if "status" not in generations.columns or "sample_id" not in generations.columns:
@@ -92,7 +94,7 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     reads_persona = any(metric_info(m).needs_persona for m in todo)
     return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
                    dict(references) if references else None,
-                   _paper_persona_texts(run, samples) if samples and reads_persona else None)
+                   _paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note)
 
 
 def work_items(work: RunWork) -> list[Item]:
@@ -132,15 +134,24 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
     NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
 
     work = plan_run(run, samples_by_id, profile=profile, metrics=metrics, references=references)
-    steps = {step.family.name: step for step in family_plan(tuple(work.todo))}
-    if "nli" not in steps:
+    if not work.todo:
         return []
     ids = set().union(*work.todo.values())
     samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
     items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
                    _paper_persona_texts(run, samples))
+    return items_nli_pairs(items, tuple(work.todo), work.profile)
+
+
+def items_nli_pairs(items: Sequence[Item], metrics: Sequence[str], profile: "Profile") -> list[tuple[str, str]]:
+    """The (premise, hypothesis) pairs the NLI family labels for ``items`` when ``metrics`` are
+    scored under ``profile`` (its input layout already resolved for the run, :func:`plan_run`): the
+    one count behind ``score --judge --dry-run`` and the New run page's estimate."""
+    steps = {step.family.name: step for step in family_plan(tuple(metrics))}
+    if "nli" not in steps:
+        return []
     step = steps["nli"]
-    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, work.profile.input_layout)[0]
+    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, profile.input_layout)[0]
 
 
 def _embeds(family: MetricFamily) -> bool:

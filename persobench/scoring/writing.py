@@ -74,6 +74,10 @@ class RunWork:
     """Sample id -> reference replacing ``sample.reference`` (None: the samples' own)."""
     persona_texts: Mapping[str, str] | None = None
     """Sample id -> the persona text persona metrics read (the paper protocol's cell), or None."""
+    reference_note: str | None = None
+    """Which reference the reference metrics read and why, for their provenance, when the plan chose
+    it (an imported published run: :func:`persobench.importer.run_reference_note`); None: the caller's
+    references ("given by the caller") or the samples' own."""
 
     @property
     def sample_ids(self) -> set[str]:
