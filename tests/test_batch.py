@@ -499,3 +499,40 @@ def test_sigterm_while_waiting_cancels_cleanly_and_the_batch_is_collected_later(
         assert result.returncode == 0, result.stderr[-800:]
         assert len(server.created) == 1 and len(server.requests) == 0
         assert _run(tmp_path).manifest.status == "completed"
+
+
+# --- what a run that used a batch cost ----------------------------------------------------------------
+
+
+def _priced(home: Path, server: FakeBatchServer, *extra: str) -> list[str]:
+    """``run --batch`` of a models-file model whose interactive and batch prices differ tenfold."""
+    models = home / "models.toml"
+    models.write_text(f'[models.priced]\nspec = "{MODELS[server.flavour]}"\nprice_input_per_mtok = 1000.0\n'
+                      'price_output_per_mtok = 1000.0\nprice_batch_input_per_mtok = 100.0\n'
+                      'price_batch_output_per_mtok = 100.0\n', encoding="utf-8")
+    argv = _argv(home, server, "--models", str(models), *extra)
+    argv[argv.index("--model") + 1] = "priced"
+    return argv
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_the_run_cost_prices_what_the_batch_answered_at_batch_prices(tmp_path, capsys, flavour):
+    with FakeBatchServer(flavour, fail=lambda custom_id, line: line % 2 == 0) as server:
+        assert main(_priced(tmp_path, server)) == 0
+        out = capsys.readouterr().out
+        run = _run(tmp_path)
+        frame = run.read_table("generations")
+        assert len(server.requests) == N // 2 and frame["cached"].sum() == N // 2  # the batch answered half
+        # By hand: USD per token is 1e-4 through the batch, 1e-3 for the half sent one by one.
+        by_batch, by_hand = frame[frame["cached"]], frame[~frame["cached"]]
+        expected = (1e-4 * (by_batch["prompt_tokens"].sum() + by_batch["completion_tokens"].sum())
+                    + 1e-3 * (by_hand["prompt_tokens"].sum() + by_hand["completion_tokens"].sum()))
+        assert run.manifest.details.cost_usd == pytest.approx(expected, abs=1e-6)
+        assert run.manifest.extra["batch"]["cost_usd"] == pytest.approx(
+            1e-4 * (by_batch["prompt_tokens"].sum() + by_batch["completion_tokens"].sum()), abs=1e-6)
+        assert f"est. cost: ${expected:.4f}" in out
+        assert f"at batch prices: ${run.manifest.extra['batch']['cost_usd']:.4f} (part of est. cost above)" in out
+        # the same command again: every reply is cached now, each still priced as it was answered
+        assert main(_priced(tmp_path, server)) == 0
+        assert len(server.requests) == N // 2 and len(server.created) == 1
+        assert _run(tmp_path).manifest.details.cost_usd == pytest.approx(expected, abs=1e-6)

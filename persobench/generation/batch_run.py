@@ -23,6 +23,7 @@ from persobench.secrets import known_secrets
 from persobench.errors import RunAborted
 from persobench.run_records import GenerationRecord, RunExtra
 from persobench.errors import ConfigurationError
+from persobench.models_registry import estimate_cost
 
 
 
@@ -118,3 +119,21 @@ def batch_record(state_path: Path, spec: Any) -> dict[str, Any]:
     return {"provider": state.provider, "batch_ids": [b.batch_id for b in state.batches if b.batch_id],
             "replies": replies, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "cost_usd": batch_cost(spec, prompt_tokens, completion_tokens) if replies else None}
+
+
+def answered_by_batch(run_path: str | os.PathLike[str]) -> frozenset[str]:
+    """The cache keys whose reply a batch of the run at ``run_path`` answered (none without one)."""
+    state = read_state(Path(run_path) / STATE_FILE)
+    return state.answered if state is not None else frozenset()
+
+
+def priced_cost(spec: Any, tokens: list[tuple[bool, int, int]]) -> float | None:
+    """USD of replies given as (answered by a batch, prompt tokens, completion tokens): each at the
+    price it was answered at (``None``: a price unknown)."""
+    interactive = [sum(t[1] for t in tokens if not t[0]), sum(t[2] for t in tokens if not t[0])]
+    batched = [sum(t[1] for t in tokens if t[0]), sum(t[2] for t in tokens if t[0])]
+    cost = estimate_cost(spec, *interactive)
+    if not any(t[0] for t in tokens):
+        return cost
+    by_batch = batch_cost(spec, *batched)
+    return None if cost is None or by_batch is None else round(cost + by_batch, 6)
