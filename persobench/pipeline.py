@@ -49,7 +49,7 @@ from persobench.generation import (  # noqa: F401
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
 from persobench.generation.demo import (  # noqa: F401
     DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
-from persobench.generation.batch_run import BatchPending  # noqa: F401
+from persobench.generation.batch_run import BatchPending, waiting_batch  # noqa: F401
 from persobench.generation.lock import interruption  # noqa: F401
 from persobench.generation.numbers import check_number  # noqa: F401
 from persobench.generation.plan import default_template_for, messages_for  # noqa: F401

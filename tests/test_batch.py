@@ -536,3 +536,35 @@ def test_the_run_cost_prices_what_the_batch_answered_at_batch_prices(tmp_path, c
         assert main(_priced(tmp_path, server)) == 0
         assert len(server.requests) == N // 2 and len(server.created) == 1
         assert _run(tmp_path).manifest.details.cost_usd == pytest.approx(expected, abs=1e-6)
+
+
+def test_runs_tells_how_to_collect_a_pending_batch(tmp_path, capsys):
+    data = tmp_path / "red\x1b[31m.jsonl"  # a control character reaches the command the hint prints
+    data.write_text("".join(json.dumps({"personas": f"[Responder persona]: i like tea number {i}",
+                                        "context": "User1: tea?", "act_response": "User2: yes please"}) + "\n"
+                            for i in range(N)), encoding="utf-8")
+    with FakeBatchServer("openai", finish_after=None) as server:
+        argv = _argv(tmp_path, server, "--batch-wait", "0")
+        argv[argv.index("--dataset") + 1] = str(data)
+        assert main(argv) == 0
+        run = _run(tmp_path)
+        assert run.manifest.status == "pending"
+        capsys.readouterr()
+        assert main(["--home", str(tmp_path), "runs"]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out
+        [hint] = [line for line in out.splitlines() if line.startswith("  ")]
+        assert hint.startswith(f"  batch pending: {N} request(s) waiting on the provider; run the same command "
+                               "again to collect it (nothing is submitted twice): python -m persobench")
+        assert " --batch" in hint and "--base-url " + server.base_url in hint and "red\\u001b[31m.jsonl" in hint
+        assert main(["--home", str(tmp_path), "runs", "--format", "json"]) == 0
+        [listed] = json.loads(capsys.readouterr().out)["runs"]
+        assert listed["status"] == "pending" and listed["batch_pending"] == N
+        assert listed["collect_command"].startswith("python -m persobench") and str(data) in listed["collect_command"]
+        # once collected, the hint is gone
+        server.release()
+        assert main(argv) == 0
+        capsys.readouterr()
+        assert main(["--home", str(tmp_path), "runs"]) == 0
+        out = capsys.readouterr().out
+        assert " completed " in out and "batch pending" not in out
