@@ -568,3 +568,73 @@ def test_runs_tells_how_to_collect_a_pending_batch(tmp_path, capsys):
         assert main(["--home", str(tmp_path), "runs"]) == 0
         out = capsys.readouterr().out
         assert " completed " in out and "batch pending" not in out
+
+
+# --- the judge's batch setting in the app and in job.json ---------------------------------------------
+
+
+def test_a_judges_batch_setting_survives_job_json_and_old_ones_still_load(tmp_path):
+    from persobench.llm.batch_driver import BatchSettings
+    from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, make_judge
+    from persobench.scoring.score_config import ScoreConfig
+
+    judge = make_judge("openai:gpt-4o-mini", home=tmp_path, batch=BatchSettings(wait=5.0, poll=2.0))
+    stored = json.loads(json.dumps(ScoreConfig(judge=judge).to_dict()))  # what job.json holds
+    assert stored["judge"]["batch"] is True and stored["judge"]["batch_wait"] == 5.0
+    assert set(stored["judge"]) <= set(JUDGE_FLAGS) | {"max_concurrency"}
+    assert JUDGE_FLAGS["batch"] == "--batch" and JUDGE_FLAGS["batch_wait"] == "--batch-wait"
+    back = ScoreConfig.from_dict(stored, home=tmp_path).judge
+    assert back.batch == BatchSettings(wait=5.0, poll=2.0) and back.to_dict() == judge.to_dict()
+    plain = JudgeConfig.from_dict(make_judge("openai:gpt-4o-mini", home=tmp_path).to_dict(), home=tmp_path)
+    assert plain.batch is None and plain.to_dict()["batch"] is False
+    # job.json files written before the setting (and before the typed judge) load without a batch
+    old = {"profile": "offline", "metrics": ["c_score"], "judge": {"model": "openai:gpt-4o-mini", "base_url": None,
+                                                                   "concurrency": 8, "max_cost": None}}
+    assert ScoreConfig.from_dict(old, home=tmp_path).judge.batch is None
+    with pytest.raises(Exception, match="batch"):
+        JudgeConfig.from_dict({"model": "openai:gpt-4o-mini", "batch": "yes"}, home=tmp_path)
+    with pytest.raises(Exception, match="batch API"):
+        JudgeConfig.from_dict({"model": "local:smollm2", "batch": True}, home=tmp_path)
+
+
+def test_metrics_page_judge_batch_checkbox_launches_the_judge_through_one_batch(tmp_path, monkeypatch):
+    """The judge form's *Batch API* checkbox (key ``metrics_judge_batch``) reaches the estimate, the
+    JudgeConfig and the job's stored score step; the job labels every pair through one batch."""
+    from persobench.jobs import JobManager
+    from tests.test_app import open_page, rendered_text, wait_for
+    from tests.test_judge import _sample_run
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    monkeypatch.delenv("PERSOBENCH_MODELS", raising=False)
+    store, samples = _sample_run(home)
+    with _judged_server() as server:
+        monkeypatch.setenv("PERSOBENCH_KEY_HOSTS", server.base_url)
+        at = open_page("pages/metrics.py")
+        at.toggle(key="metrics_judge_on").set_value(True).run()
+        at.text_input(key="metrics_judge_model").input("openai:judge-model").run()
+        at.text_input(key="metrics_judge_base_url").input(server.base_url).run()
+        at.toggle(key="metrics_judge_estimate").set_value(True).run()
+        assert "Batch API" not in " ".join(str(c.value) for c in at.caption)
+        at.checkbox(key="metrics_judge_batch").check().run()
+        assert not at.exception
+        caption = next(str(c.value) for c in at.caption if str(c.value).startswith("LLM judge:"))
+        assert "through the Batch API" in caption
+        at.button(key="metrics_judge_launch").click().run()
+        assert not at.exception
+        jobs = JobManager(home)
+        job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0], timeout=180)
+        assert job.state == "completed", job.message
+        assert job.steps[-1].config["judge"]["batch"] is True
+        assert len(server.created) == 1 and len(server.requests) == 0  # every pair through the one batch
+        scores = store.get("sample__judge_test__vanilla").read_table("scores")
+        judged = scores[scores["metric"] == "c_score"]
+        assert len(judged) == len(samples) and (judged["value"] == 1.0).all()
+        assert OPENAI_SECRET not in rendered_text(at)
+        # a judge whose provider has no batch API: one warning, nothing to launch
+        at.text_input(key="metrics_judge_model").input("local:smollm2").run()
+        assert any("batch API" in str(w.value) for w in at.warning) and not at.exception
+    # the New run page's scoring step has the same form, so the same checkbox
+    at = open_page("pages/new_run.py")
+    at.toggle(key="new_judge_on").set_value(True).run()
+    assert at.checkbox(key="new_judge_batch").label == "Batch API" and not at.exception
