@@ -114,7 +114,7 @@ if judge is not None:
         plan = st.session_state.get("metrics_judge_plan")
         if plan is None or plan[0] != (judge, sig):
             plan = st.session_state["metrics_judge_plan"] = ((judge, sig), *estimate_for_store(home, judge))
-        if show_estimate(plan[1], plan[2]):
+        if show_estimate(plan[1], plan[2], judge=judge):
             st.button("Launch the judge", type="primary", key="metrics_judge_launch",
                       disabled=plan[1].requests == 0, on_click=launch_judge, args=(judge,))
 

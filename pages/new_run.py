@@ -138,7 +138,7 @@ else:
         from persobench.jobs.judging import estimate_for_launch
 
         show_estimate(*estimate_for_launch(home, judge, ready, limit=int(limit) or None, seed=int(seed)),
-                      note="Replies are not written yet: each sample's reference stands in for its reply.")
+                      note="Replies are not written yet: each sample's reference stands in for its reply.", judge=judge)
     if "local:smollm2" in chosen_models:
         st.caption("local:smollm2 runs on this machine's CPU, 8 samples per forward pass: about 2.3x the "
                    "one-at-a-time speed of roughly 25 tokens per second on 2 cores, so a few seconds per reply.")

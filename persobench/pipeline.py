@@ -49,7 +49,7 @@ from persobench.generation import (  # noqa: F401
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
 from persobench.generation.demo import (  # noqa: F401
     DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
-from persobench.generation.batch_run import BatchPending  # noqa: F401
+from persobench.generation.batch_run import BatchPending, waiting_batch  # noqa: F401
 from persobench.generation.lock import interruption  # noqa: F401
 from persobench.generation.numbers import check_number  # noqa: F401
 from persobench.generation.plan import default_template_for, messages_for  # noqa: F401
@@ -63,7 +63,7 @@ from persobench.metrics.backends import get_profile  # noqa: F401
 from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, judge_labeller, make_judge  # noqa: F401
 from persobench.scoring.judge_estimate import (  # noqa: F401
     JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
-from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig  # noqa: F401
+from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of  # noqa: F401
 from persobench.metrics.judge_prompt import load_template  # noqa: F401
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
 from persobench.scoring.ray_executor import import_ray  # noqa: F401

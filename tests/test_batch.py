@@ -499,3 +499,142 @@ def test_sigterm_while_waiting_cancels_cleanly_and_the_batch_is_collected_later(
         assert result.returncode == 0, result.stderr[-800:]
         assert len(server.created) == 1 and len(server.requests) == 0
         assert _run(tmp_path).manifest.status == "completed"
+
+
+# --- what a run that used a batch cost ----------------------------------------------------------------
+
+
+def _priced(home: Path, server: FakeBatchServer, *extra: str) -> list[str]:
+    """``run --batch`` of a models-file model whose interactive and batch prices differ tenfold."""
+    models = home / "models.toml"
+    models.write_text(f'[models.priced]\nspec = "{MODELS[server.flavour]}"\nprice_input_per_mtok = 1000.0\n'
+                      'price_output_per_mtok = 1000.0\nprice_batch_input_per_mtok = 100.0\n'
+                      'price_batch_output_per_mtok = 100.0\n', encoding="utf-8")
+    argv = _argv(home, server, "--models", str(models), *extra)
+    argv[argv.index("--model") + 1] = "priced"
+    return argv
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_the_run_cost_prices_what_the_batch_answered_at_batch_prices(tmp_path, capsys, flavour):
+    with FakeBatchServer(flavour, fail=lambda custom_id, line: line % 2 == 0) as server:
+        assert main(_priced(tmp_path, server)) == 0
+        out = capsys.readouterr().out
+        run = _run(tmp_path)
+        frame = run.read_table("generations")
+        assert len(server.requests) == N // 2 and frame["cached"].sum() == N // 2  # the batch answered half
+        # By hand: USD per token is 1e-4 through the batch, 1e-3 for the half sent one by one.
+        by_batch, by_hand = frame[frame["cached"]], frame[~frame["cached"]]
+        expected = (1e-4 * (by_batch["prompt_tokens"].sum() + by_batch["completion_tokens"].sum())
+                    + 1e-3 * (by_hand["prompt_tokens"].sum() + by_hand["completion_tokens"].sum()))
+        assert run.manifest.details.cost_usd == pytest.approx(expected, abs=1e-6)
+        assert run.manifest.extra["batch"]["cost_usd"] == pytest.approx(
+            1e-4 * (by_batch["prompt_tokens"].sum() + by_batch["completion_tokens"].sum()), abs=1e-6)
+        assert f"est. cost: ${expected:.4f}" in out
+        assert f"at batch prices: ${run.manifest.extra['batch']['cost_usd']:.4f} (part of est. cost above)" in out
+        # the same command again: every reply is cached now, each still priced as it was answered
+        assert main(_priced(tmp_path, server)) == 0
+        assert len(server.requests) == N // 2 and len(server.created) == 1
+        assert _run(tmp_path).manifest.details.cost_usd == pytest.approx(expected, abs=1e-6)
+
+
+def test_runs_tells_how_to_collect_a_pending_batch(tmp_path, capsys):
+    data = tmp_path / "red\x1b[31m.jsonl"  # a control character reaches the command the hint prints
+    data.write_text("".join(json.dumps({"personas": f"[Responder persona]: i like tea number {i}",
+                                        "context": "User1: tea?", "act_response": "User2: yes please"}) + "\n"
+                            for i in range(N)), encoding="utf-8")
+    with FakeBatchServer("openai", finish_after=None) as server:
+        argv = _argv(tmp_path, server, "--batch-wait", "0")
+        argv[argv.index("--dataset") + 1] = str(data)
+        assert main(argv) == 0
+        run = _run(tmp_path)
+        assert run.manifest.status == "pending"
+        capsys.readouterr()
+        assert main(["--home", str(tmp_path), "runs"]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out
+        [hint] = [line for line in out.splitlines() if line.startswith("  ")]
+        assert hint.startswith(f"  batch pending: {N} request(s) waiting on the provider; run the same command "
+                               "again to collect it (nothing is submitted twice): python -m persobench")
+        assert " --batch" in hint and "--base-url " + server.base_url in hint and "red\\u001b[31m.jsonl" in hint
+        assert main(["--home", str(tmp_path), "runs", "--format", "json"]) == 0
+        [listed] = json.loads(capsys.readouterr().out)["runs"]
+        assert listed["status"] == "pending" and listed["batch_pending"] == N
+        assert listed["collect_command"].startswith("python -m persobench") and str(data) in listed["collect_command"]
+        # once collected, the hint is gone
+        server.release()
+        assert main(argv) == 0
+        capsys.readouterr()
+        assert main(["--home", str(tmp_path), "runs"]) == 0
+        out = capsys.readouterr().out
+        assert " completed " in out and "batch pending" not in out
+
+
+# --- the judge's batch setting in the app and in job.json ---------------------------------------------
+
+
+def test_a_judges_batch_setting_survives_job_json_and_old_ones_still_load(tmp_path):
+    from persobench.llm.batch_driver import BatchSettings
+    from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, make_judge
+    from persobench.scoring.score_config import ScoreConfig
+
+    judge = make_judge("openai:gpt-4o-mini", home=tmp_path, batch=BatchSettings(wait=5.0, poll=2.0))
+    stored = json.loads(json.dumps(ScoreConfig(judge=judge).to_dict()))  # what job.json holds
+    assert stored["judge"]["batch"] is True and stored["judge"]["batch_wait"] == 5.0
+    assert set(stored["judge"]) <= set(JUDGE_FLAGS) | {"max_concurrency"}
+    assert JUDGE_FLAGS["batch"] == "--batch" and JUDGE_FLAGS["batch_wait"] == "--batch-wait"
+    back = ScoreConfig.from_dict(stored, home=tmp_path).judge
+    assert back.batch == BatchSettings(wait=5.0, poll=2.0) and back.to_dict() == judge.to_dict()
+    plain = JudgeConfig.from_dict(make_judge("openai:gpt-4o-mini", home=tmp_path).to_dict(), home=tmp_path)
+    assert plain.batch is None and plain.to_dict()["batch"] is False
+    # job.json files written before the setting (and before the typed judge) load without a batch
+    old = {"profile": "offline", "metrics": ["c_score"], "judge": {"model": "openai:gpt-4o-mini", "base_url": None,
+                                                                   "concurrency": 8, "max_cost": None}}
+    assert ScoreConfig.from_dict(old, home=tmp_path).judge.batch is None
+    with pytest.raises(Exception, match="batch"):
+        JudgeConfig.from_dict({"model": "openai:gpt-4o-mini", "batch": "yes"}, home=tmp_path)
+    with pytest.raises(Exception, match="batch API"):
+        JudgeConfig.from_dict({"model": "local:smollm2", "batch": True}, home=tmp_path)
+
+
+def test_metrics_page_judge_batch_checkbox_launches_the_judge_through_one_batch(tmp_path, monkeypatch):
+    """The judge form's *Batch API* checkbox (key ``metrics_judge_batch``) reaches the estimate, the
+    JudgeConfig and the job's stored score step; the job labels every pair through one batch."""
+    from persobench.jobs import JobManager
+    from tests.test_app import open_page, rendered_text, wait_for
+    from tests.test_judge import _sample_run
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    monkeypatch.delenv("PERSOBENCH_MODELS", raising=False)
+    store, samples = _sample_run(home)
+    with _judged_server() as server:
+        monkeypatch.setenv("PERSOBENCH_KEY_HOSTS", server.base_url)
+        at = open_page("pages/metrics.py")
+        at.toggle(key="metrics_judge_on").set_value(True).run()
+        at.text_input(key="metrics_judge_model").input("openai:judge-model").run()
+        at.text_input(key="metrics_judge_base_url").input(server.base_url).run()
+        at.toggle(key="metrics_judge_estimate").set_value(True).run()
+        assert "Batch API" not in " ".join(str(c.value) for c in at.caption)
+        at.checkbox(key="metrics_judge_batch").check().run()
+        assert not at.exception
+        caption = next(str(c.value) for c in at.caption if str(c.value).startswith("LLM judge:"))
+        assert "through the Batch API" in caption
+        at.button(key="metrics_judge_launch").click().run()
+        assert not at.exception
+        jobs = JobManager(home)
+        job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0], timeout=180)
+        assert job.state == "completed", job.message
+        assert job.steps[-1].config["judge"]["batch"] is True
+        assert len(server.created) == 1 and len(server.requests) == 0  # every pair through the one batch
+        scores = store.get("sample__judge_test__vanilla").read_table("scores")
+        judged = scores[scores["metric"] == "c_score"]
+        assert len(judged) == len(samples) and (judged["value"] == 1.0).all()
+        assert OPENAI_SECRET not in rendered_text(at)
+        # a judge whose provider has no batch API: one warning, nothing to launch
+        at.text_input(key="metrics_judge_model").input("local:smollm2").run()
+        assert any("batch API" in str(w.value) for w in at.warning) and not at.exception
+    # the New run page's scoring step has the same form, so the same checkbox
+    at = open_page("pages/new_run.py")
+    at.toggle(key="new_judge_on").set_value(True).run()
+    assert at.checkbox(key="new_judge_batch").label == "Batch API" and not at.exception

@@ -13,7 +13,7 @@ from persobench.pipeline import load_dataset
 from persobench.pipeline import resolve_model
 from persobench.pipeline import default_template_for, messages_for
 from persobench.pipeline import DEFAULT_TEMPLATE, build_messages, get_template
-from persobench.pipeline import interruption
+from persobench.pipeline import interruption, waiting_batch
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,10 +113,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     runs, problems = store.scan()
     killed = {r.run_id: info for r in runs if (info := interruption(r)) is not None}
+    batches = {r.run_id: info for r in runs if (info := waiting_batch(r)) is not None}
     if args.format == "json":
         print(json.dumps({
             "runs": [r.manifest.to_dict() | {"path": str(r.path)} | _interrupted_fields(killed.get(r.run_id))
-                     for r in runs],
+                     | _batch_fields(batches.get(r.run_id)) for r in runs],
             "problems": [{"path": str(p.path), "reason": p.reason} for p in problems],
         }, indent=2, ensure_ascii=False))
         return 0
@@ -131,6 +132,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"{m.run_id}  {status:<9}  {m.dataset}  {m.model_label}  {m.mode}  n={len(m.sample_ids)}  {count_text}".rstrip())
         if m.run_id in killed:
             print(f"  {killed[m.run_id].describe()}")
+        if m.run_id in batches:  # its batch waits on the provider: the same command collects it
+            print(f"  {batches[m.run_id].describe()}")
     for problem in problems:
         print(f"unreadable: {problem.path}: {problem.reason}")
     return 0
@@ -142,3 +145,10 @@ def _interrupted_fields(info) -> dict:
         return {}
     return {"status": "interrupted", "cached_replies": info.cached, "resume_command": info.command,
             "resume_note": info.note}
+
+
+def _batch_fields(info) -> dict:
+    """JSON fields of a run whose batch waits on the provider (none for other runs)."""
+    if info is None:
+        return {}
+    return {"batch_pending": info.requests, "collect_command": info.command, "collect_note": info.note}

@@ -196,7 +196,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if isinstance(batch, dict) and batch.get("batch_ids"):
         batch_cost = batch.get("cost_usd")
         print(f"  batch: {batch.get('replies', 0)} replies from {', '.join(map(str, batch['batch_ids']))}"
-              + (f"  est. batch cost: ${batch_cost:.4f} (est. cost above is at interactive prices)"
+              + (f"  at batch prices: ${batch_cost:.4f} (part of est. cost above)"
                  if isinstance(batch_cost, (int, float)) else ""))
     print(f"  table: {run.table_path('generations')}")
     if manifest.status == "cancelled":

@@ -13,8 +13,8 @@ from typing import Any, Callable
 from persobench.cli import CLIError
 from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
 from persobench.cli.generate import _concurrency
-from persobench.pipeline import JUDGE_FLAGS
-from persobench.pipeline import JUDGE_TIMEOUT_FLAG, BatchSettings, RetryPolicy, default_cache_dir, make_judge
+from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
+from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
 from persobench.pipeline import judge_labeller
 from persobench.pipeline import batch_cost
 from persobench.pipeline import supports_batch
@@ -75,7 +75,7 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
 
     retry = None if args.judge_timeout is None else RetryPolicy(timeout=args.judge_timeout,
                                                                  timeout_flag=JUDGE_TIMEOUT_FLAG)
-    batch = BatchSettings(wait=args.batch_wait, poll=args.batch_poll) if args.batch else None
+    batch = batch_settings_of(values.pop("batch"), values.pop("batch_wait"), values.pop("batch_poll"))
     return make_judge(values.pop("model"), **values, cache_dir=str(default_cache_dir(home)), home=home,
                       retry=retry, batch=batch)
 

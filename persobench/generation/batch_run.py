@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -23,6 +24,8 @@ from persobench.secrets import known_secrets
 from persobench.errors import RunAborted
 from persobench.run_records import GenerationRecord, RunExtra
 from persobench.errors import ConfigurationError
+from persobench.generation.lock import stored_command
+from persobench.models_registry import estimate_cost
 
 
 
@@ -118,3 +121,50 @@ def batch_record(state_path: Path, spec: Any) -> dict[str, Any]:
     return {"provider": state.provider, "batch_ids": [b.batch_id for b in state.batches if b.batch_id],
             "replies": replies, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "cost_usd": batch_cost(spec, prompt_tokens, completion_tokens) if replies else None}
+
+
+def answered_by_batch(run_path: str | os.PathLike[str]) -> frozenset[str]:
+    """The cache keys whose reply a batch of the run at ``run_path`` answered (none without one)."""
+    state = read_state(Path(run_path) / STATE_FILE)
+    return state.answered if state is not None else frozenset()
+
+
+def priced_cost(spec: Any, tokens: list[tuple[bool, int, int]]) -> float | None:
+    """USD of replies given as (answered by a batch, prompt tokens, completion tokens): each at the
+    price it was answered at (``None``: a price unknown)."""
+    interactive = [sum(t[1] for t in tokens if not t[0]), sum(t[2] for t in tokens if not t[0])]
+    batched = [sum(t[1] for t in tokens if t[0]), sum(t[2] for t in tokens if t[0])]
+    cost = estimate_cost(spec, *interactive)
+    if not any(t[0] for t in tokens):
+        return cost
+    by_batch = batch_cost(spec, *batched)
+    return None if cost is None or by_batch is None else round(cost + by_batch, 6)
+
+
+@dataclass(frozen=True)
+class WaitingBatch:
+    """A run whose batch is still on the provider (status ``pending``, or cancelled while waiting)."""
+
+    requests: int
+    """Requests its uncollected batches ask for."""
+    command: str
+    """The command that collects it: the run's own (credentials left out)."""
+    note: str = ""
+    """What the command leaves out and must be given again (secret options), or ``""``."""
+
+    def describe(self) -> str:
+        text = (f"batch pending: {self.requests} request(s) waiting on the provider; run the same command again to "
+                f"collect it (nothing is submitted twice): {self.command}")
+        return f"{text} ({self.note})" if self.note else text
+
+
+def waiting_batch(run: Any) -> WaitingBatch | None:
+    """How to collect ``run``'s batch, or ``None`` when no batch of it waits on the provider."""
+    state = read_state(Path(run.path) / STATE_FILE)
+    active = state.active if state is not None else []
+    if not active:
+        return None
+    stored = stored_command(run)
+    if stored is None:
+        return WaitingBatch(sum(len(b.keys) for b in active), "`python -m persobench run ... --batch`")
+    return WaitingBatch(sum(len(b.keys) for b in active), stored.command, stored.note)

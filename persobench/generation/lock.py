@@ -123,22 +123,43 @@ class Interruption:
         return f"{text} ({self.note})" if self.note else text
 
 
+@dataclass(frozen=True)
+class StoredCommand:
+    """What a run's ``resume.json`` says about running it again."""
+
+    command: str
+    """The command that runs the run again (credentials left out)."""
+    note: str
+    """What the command leaves out and must be given again (:func:`resume_note`), or ``""``."""
+    cache_dir: Path
+    """The response-cache folder of the run's replies."""
+    keys: list[str]
+    """The cache key of every sample."""
+
+
+def stored_command(run: "Run") -> StoredCommand | None:
+    """The run's ``resume.json`` read back; ``None`` when it is missing or unreadable."""
+    try:
+        info = json.loads((run.path / RESUME_FILE).read_text(encoding="utf-8"))
+        config = GenerationConfig.from_dict(info["config"])
+        command = config_command(config, info.get("home") or run.path.parent.parent)[0]
+        return StoredCommand(command, resume_note([str(item) for item in info.get("left_out") or []]),
+                             Path(info["cache_dir"]), list(info["keys"]))
+    except (OSError, ValueError, KeyError, TypeError, ConfigurationError):
+        return None
+
+
 def interruption(run: "Run") -> Interruption | None:
     """How a killed run stands, or ``None`` when the run is not "running" or its process lives."""
     if run.manifest.status != "running" or lock_holder(run.path) is not None:
         return None
     total = len(run.manifest.sample_ids)
-    try:
-        info = json.loads((run.path / RESUME_FILE).read_text(encoding="utf-8"))
-        config = GenerationConfig.from_dict(info["config"])
-        command = config_command(config, info.get("home") or run.path.parent.parent)[0]
-        cache_dir, keys = Path(info["cache_dir"]), list(info["keys"])
-        note = resume_note([str(item) for item in info.get("left_out") or []])
-    except (OSError, ValueError, KeyError, TypeError, ConfigurationError):
+    stored = stored_command(run)
+    if stored is None:
         return Interruption(cached=0, total=total, command="run the same `python -m persobench run` command again")
     cached = 0
-    if cache_dir.is_dir():
+    if stored.cache_dir.is_dir():
 
-        with ResponseCache(cache_dir) as cache:
-            cached = sum(1 for key in keys if key in cache)
-    return Interruption(cached=cached, total=total, command=command, note=note)
+        with ResponseCache(stored.cache_dir) as cache:
+            cached = sum(1 for key in stored.keys if key in cache)
+    return Interruption(cached=cached, total=total, command=stored.command, note=stored.note)

@@ -37,9 +37,8 @@ from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra
 from persobench.secrets import scrub
 from persobench.store import Run, RunStore
 from persobench.records import Sample
-from persobench.models_registry import estimate_cost
 from persobench.postprocess import summarize
-from persobench.generation.batch_run import generate_by_batch
+from persobench.generation.batch_run import answered_by_batch, generate_by_batch, priced_cost
 
 
 __all__ = ["Runner", "RunAborted", "run_coroutine", "run_generation"]
@@ -331,6 +330,14 @@ class Runner:
             except StoreWriteError as exc:
                 self._refused(exc)
 
+    def _cost(self) -> float | None:
+        """The run's replies, each at the price it was answered at: the batch API's for those a batch
+        of this run answered (cached rows whose key its state file lists), the interactive price else."""
+        by_batch = answered_by_batch(self.run.path)
+        return priced_cost(self.plan.spec, [
+            (bool(row["cached"]) and self.plan.keys[i] in by_batch, int(row["prompt_tokens"] or 0),
+             int(row["completion_tokens"] or 0)) for i, row in self.rows.items()])
+
     def finish(self, status: str, *, reason: str | None = None) -> None:
         """Write the table, the manifest summary and the final progress."""
 
@@ -347,7 +354,7 @@ class Runner:
         )
         record = GenerationRecord(  # started_at stays as written when the run started
             failure_reason=scrub(reason, self.secrets) if reason else reason, finished_at=utc_now(), usage=usage,
-            cost_usd=estimate_cost(self.plan.spec, prompt_tokens, completion_tokens) if reported else None,
+            cost_usd=self._cost() if reported else None,
             baseline=self.plan.manifest.is_baseline,
         )
         concurrency = None

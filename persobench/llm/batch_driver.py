@@ -89,6 +89,9 @@ class BatchEntry:
     """Its results were read and cached."""
     usage: dict[str, int] = field(default_factory=dict)
     """Of the replies it cached: ``replies``, ``prompt_tokens``, ``completion_tokens``."""
+    answered: list[str] = field(default_factory=list)
+    """The cache keys of the replies it cached (priced at batch prices in the run's cost); empty in
+    state files written before this field."""
     updated_at: str = ""
     """When this entry last changed (UTC, ISO 8601)."""
 
@@ -105,6 +108,11 @@ class BatchState:
     @property
     def active(self) -> list[BatchEntry]:
         return [b for b in self.batches if not b.collected]
+
+    @property
+    def answered(self) -> frozenset[str]:
+        """The cache keys whose reply a batch of this state answered."""
+        return frozenset(k for b in self.batches for k in b.answered)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": 1, "provider": self.provider, "batches": [dataclasses.asdict(b) for b in self.batches]}
@@ -274,6 +282,7 @@ def _collect(backend: "BatchBackend", entry: BatchEntry, status: "BatchStatus", 
                 cache.set(key, _scrubbed(result, secrets), latency=latency)
             except (OSError, sqlite3.Error) as exc:
                 raise StoreWriteError(str(write_refused(Path(getattr(cache, "directory", ".")) / "cache.db", exc))) from None
+            entry.answered.append(key)
             got += 1
     return got, bad, unanswered
 

@@ -32,7 +32,8 @@ STRUCTURED_PROVIDERS = frozenset({"openai", "anthropic", "local"})
 #: The CLI reads the judge from these flags, the app's form offers the same fields, ``job.json``
 #: stores them; ``max_concurrency`` has no flag (the default), ``cache_dir`` is the store's.
 JUDGE_FLAGS = {"model": "--judge", "base_url": "--judge-base-url", "concurrency": "--judge-concurrency",
-               "max_cost": "--judge-max-cost", "prompt": "--judge-prompt", "plain": "--judge-plain"}
+               "max_cost": "--judge-max-cost", "prompt": "--judge-prompt", "plain": "--judge-plain",
+               "batch": "--batch", "batch_wait": "--batch-wait", "batch_poll": "--batch-poll"}
 #: Stored fields with no flag.
 _UNFLAGGED = ("max_concurrency",)
 
@@ -115,15 +116,19 @@ class JudgeConfig:
         """The stored form (``job.json``): the :data:`JUDGE_FLAGS` fields, the base URL in its public
         form (credentials come from the environment), never the key."""
 
+        batch = self.batch
         return {"model": self.model, "base_url": public_url(self.spec.base_url) if self.spec.base_url else None,
                 "concurrency": self.concurrency, "max_cost": self.max_cost, "prompt": self.prompt,
-                "plain": self.plain, "max_concurrency": self.max_concurrency}
+                "plain": self.plain, "max_concurrency": self.max_concurrency, "batch": batch is not None,
+                "batch_wait": batch.wait if batch is not None else None,
+                "batch_poll": batch.poll if batch is not None else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, home: Any) -> "JudgeConfig":
         """The checked judge of a stored form (the model resolved against ``home``'s models file, its
         responses cached in ``home``'s cache); one-line :class:`ConfigurationError` for a bad one.
-        Also reads the judge dict jobs stored before this type (``model, base_url, concurrency, max_cost``)."""
+        Also reads the judge dicts jobs stored before this type (``model, base_url, concurrency, max_cost``)
+        and before the batch setting (no ``batch``: ordinary requests)."""
 
         if not isinstance(data, Mapping) or not str(data.get("model") or "").strip():
             raise ConfigurationError(f"judge: expected an object with a model, got {data!r}")
@@ -134,7 +139,24 @@ class JudgeConfig:
         given = {k: v for k, v in data.items() if v is not None}
         given["base_url"] = url_with_credentials(given.get("base_url")) or None
         given["plain"] = bool(given.get("plain", False))
+        given["batch"] = batch_settings_of(given.pop("batch", None), given.pop("batch_wait", None),
+                                           given.pop("batch_poll", None))
         return make_judge(str(given.pop("model")), cache_dir=str(default_cache_dir(home)), home=home, **given)
+
+
+def batch_settings_of(batch: Any, wait: Any = None, poll: Any = None) -> "BatchSettings | None":
+    """The judge's :class:`BatchSettings` from its stored fields or flags (``batch``, ``batch_wait``,
+    ``batch_poll``); ``None`` when ``batch`` is off. One-line :class:`ConfigurationError` for a bad value."""
+    if batch is None or batch is False:
+        return None
+    if batch is not True:
+        raise ConfigurationError(f"judge: batch must be true or false, got {batch!r}")
+    try:
+        seconds = (None if wait is None else float(wait), 30.0 if poll is None else float(poll))
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"judge: batch_wait and batch_poll must be numbers of seconds, got {wait!r} and "
+                                 f"{poll!r}") from None
+    return BatchSettings(wait=seconds[0], poll=seconds[1])  # its own one line for a negative number
 
 
 def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = None,
