@@ -107,7 +107,7 @@ def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp))
+    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), tmp))
 
 
 def read_parquet(path: Path) -> "pd.DataFrame":

@@ -356,7 +356,7 @@ def test_lexical_score_plans_each_run_once_and_hashes_each_sample_once(tmp_path,
 
     from persobench import pipeline, records
     from persobench.datasets import load_dataset
-    from persobench.metrics import scoring
+    from persobench.scoring import score_pass as scoring  # where the pass plans each run
     from persobench.store import RunManifest, RunStore
 
     samples = load_dataset("sample", limit=4)

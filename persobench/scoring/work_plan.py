@@ -105,9 +105,15 @@ def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) 
     """The texts the compute step of ``work`` (of ``metrics`` only, when given) will embed."""
 
     todo = [m for m in work.todo if metrics is None or m in metrics]
-    if not todo:
+    if not todo or not embeds_texts(todo):  # e.g. lexical metrics: no item built for an empty request
         return EmbeddingRequest()
     return embedding_request(work_items(work), todo, work.profile)
+
+
+def embeds_texts(metrics: Sequence[str] | None) -> bool:
+    """Whether scoring ``metrics`` (None: every metric) may embed texts (a family of theirs does)."""
+    return any(_embeds(step.family) for step in family_plan(validate_metric_names(
+        list(metrics) if metrics is not None else None)))
 
 
 def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
@@ -115,8 +121,7 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
                           references: Mapping[str, str] | None = None) -> "EmbeddingRequest":
     """The texts :func:`score_run` would embed for ``run`` (only for the scores it lacks), so a
     caller scoring many runs can embed them all in one pass first (the ``score`` command)."""
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    if not any(_embeds(step.family) for step in family_plan(wanted)):
+    if not embeds_texts(metrics):
         # Nothing to embed (e.g. lexical metrics only): planning the run here would read its tables
         # and hash every reply's basis a second time, for an empty request.
 
