@@ -76,11 +76,17 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
             have.setdefault(metric, set()).add(sid)
 
     todo: dict[str, frozenset[str]] = {}
+    # Which samples a metric is defined for depends only on whether it reads a reference and a
+    # persona: worked out once per such pair, not once per metric (six lexical metrics share one).
+    defined: dict[tuple[bool, bool], list[str]] = {}
     for metric in wanted:
         stored = have.get(metric, set())
-        defined_for = metric_info(metric).defined_for
-        need = frozenset(sid for sid, (reference, has_persona) in present.items()
-                         if sid not in stored and defined_for(reference, has_persona))
+        info = metric_info(metric)
+        kind = (info.needs_reference, info.needs_persona)
+        if kind not in defined:
+            defined[kind] = [sid for sid, (reference, has_persona) in present.items()
+                             if info.defined_for(reference, has_persona)]
+        need = frozenset(sid for sid in defined[kind] if sid not in stored)
         summary.cached[metric] = len(stored)
         if need:
             todo[metric] = need
