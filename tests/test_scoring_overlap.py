@@ -48,17 +48,16 @@ def _store(home) -> RunStore:
 
 @pytest.fixture()
 def in_workers(monkeypatch):
-    """The worker pool started for these few replies, every batch sent to it; yields the batch sizes
-    the pass's pool (started without this process's share) scored."""
+    """The worker pool started for these few replies, every batch sent to it; returns the sizes of
+    the batches the pass's pool scored."""
     monkeypatch.setattr(lexical, "PARALLEL_MIN_REPLIES", 10)
     monkeypatch.setattr(lexical, "PARALLEL_MIN_BATCH", 2)
     batches: list[int] = []
     real = lexical._in_workers
 
-    def spy(pool, workers, share, references, replies, wanted):
-        if not share:
-            batches.append(len(replies))
-        return real(pool, workers, share, references, replies, wanted)
+    def spy(pool, workers, references, replies, wanted):
+        batches.append(len(replies))
+        return real(pool, workers, references, replies, wanted)
 
     monkeypatch.setattr(lexical, "_in_workers", spy)
     return batches
@@ -96,6 +95,7 @@ def _assert_same(ours: dict, expected: dict, skip: tuple[str, ...] = ()) -> None
 def test_overlapped_pass_equals_scoring_each_run_in_turn(tmp_path, in_workers):
     expected = _tables(_sequential(tmp_path / "one-by-one"))
     store = _store(tmp_path / "overlapped")
+    in_workers.clear()  # the sequential pass's batches
     said: list[str] = []
     report = pipeline.score(metrics=METRICS, store=store, on_run=lambda result: said.append(result.run_id))
 

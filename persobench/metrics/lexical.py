@@ -178,28 +178,29 @@ _ACTIVE_POOL: contextvars.ContextVar[Any] = contextvars.ContextVar("persobench_l
 
 
 @contextlib.contextmanager
-def worker_pool(expected_replies: int, *, workers: int | None = None, share: bool = True) -> Iterator[bool]:
+def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterator[bool]:
     """Score the lexical batches of a large job (``expected_replies`` in all, e.g. every run of a
-    ``score`` command) on ``workers`` processes (default: every CPU).
+    ``score`` command) on ``workers`` processes (default: every CPU), this one included: it starts
+    ``workers - 1`` worker processes once for the whole job, and this process scores its share of
+    each batch instead of waiting. Yields whether a pool was started: none below
+    :data:`PARALLEL_MIN_REPLIES` or on one CPU.
 
-    ``share``: this process is one of them: it starts ``workers - 1`` worker processes once for the
-    whole job and scores its share of each batch instead of waiting. Without (a scoring pass that
-    plans and writes other runs in this process meanwhile: :mod:`persobench.scoring.overlap`), it
-    starts ``workers`` worker processes and only waits for them, leaving its interpreter to that
-    work. Yields whether a pool was started: none below :data:`PARALLEL_MIN_REPLIES` or on one CPU."""
+    In a ``score`` pass this process also plans and writes other runs meanwhile
+    (:mod:`persobench.scoring.overlap`); its share shrinks by itself then, as the workers take every
+    chunk it has not started. Measured, that costs less CPU and wall time than one more worker
+    process taking the whole batch (a process's own reference analyses and start-up)."""
     workers = workers or os.cpu_count() or 1
     if workers < 2 or expected_replies < PARALLEL_MIN_REPLIES or _ACTIVE_POOL.get() is not None:
         yield False
         return
 
-    started = workers - 1 if share else workers
     # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
-    pool = concurrent.futures.ProcessPoolExecutor(started, mp_context=multiprocessing.get_context("spawn"))
+    pool = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))
     # Start the workers now, while this process plans the first run (a spawned interpreter takes
     # about half a second to start; the pool would otherwise start it at the first batch).
-    for _ in range(started):
+    for _ in range(workers - 1):
         pool.submit(ready)
-    token = _ACTIVE_POOL.set((pool, workers, share))
+    token = _ACTIVE_POOL.set((pool, workers))
     try:
         yield True
     finally:
@@ -236,7 +237,7 @@ def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: I
 CHUNKS_PER_PROCESS = 4
 
 
-def _in_workers(pool: Any, workers: int, share: bool, references: list[str], replies: list[str],
+def _in_workers(pool: Any, workers: int, references: list[str], replies: list[str],
                 wanted: tuple[str, ...]) -> dict[str, list[float | None]]:
     # Chunks cut from the replies sorted by reference keep a reference's analysis in one process's cache.
     order = sorted(range(len(replies)), key=references.__getitem__)
@@ -247,7 +248,7 @@ def _in_workers(pool: Any, workers: int, share: bool, references: list[str], rep
     parts: list[Any] = [None] * len(chunks)
     # This process scores chunks from the end while the workers take them from the start: a chunk
     # whose future can still be cancelled has not been sent to a worker.
-    for k in range(len(chunks) - 1 if share else -1, -1, -1):
+    for k in range(len(chunks) - 1, -1, -1):
         if not futures[k].cancel():
             break
         chunk = chunks[k]

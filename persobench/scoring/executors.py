@@ -90,8 +90,7 @@ class LocalExecutor:
     def __enter__(self) -> "LocalExecutor":
 
         self.encoder = TextEncoder(self.profile, store_cache_root(self.store.home))
-        # The pass plans and writes in this process while the workers score (score_pass._overlapped).
-        self._pool = lexical.worker_pool(self.lexical_replies, share=False)
+        self._pool = lexical.worker_pool(self.lexical_replies)
         self._pool.__enter__()
         return self
 
