@@ -41,7 +41,8 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     if references is None:  # an imported published run: the reference the paper scored it against
         references = run_references(run, samples_by_id)
     prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
-    generations = run.read_table("generations")
+    # Only the columns planning reads: the raw outputs and reasoning are most of the table's bytes.
+    generations = run.read_table("generations", columns=("sample_id", "status", "response"))
     if "status" not in generations.columns or "sample_id" not in generations.columns:
         raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
     is_ok = generations["status"] == "ok"
