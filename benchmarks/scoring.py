@@ -191,7 +191,7 @@ def notebook_lexical(pairs: list[tuple[str, str, str]]) -> dict[tuple[str, str],
 def bench_lexical(ref: Path) -> dict:
     import subprocess
 
-    from persobench.importer import samples_for_run
+    from persobench.importer import run_references, samples_for_run
     from persobench.store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,10 +203,13 @@ def bench_lexical(ref: Path) -> dict:
         for run in RunStore(home).runs():
             generations = run.read_table("generations")
             samples = samples_for_run(run)
+            # The reference the paper scored this run against (issue 26: some runs used the raw cell).
+            references = run_references(run, samples) or {}
             ok = generations[generations["status"] == "ok"]
             for sid, reply in zip(ok["sample_id"], ok["response"]):
-                if isinstance(reply, str) and reply.strip() and samples[sid].reference.strip():
-                    pairs.append((f"{run.run_id}/{sid}", samples[sid].reference, reply))
+                reference = references.get(sid, samples[sid].reference)
+                if isinstance(reply, str) and reply.strip() and str(reference or "").strip():
+                    pairs.append((f"{run.run_id}/{sid}", str(reference), reply))
 
         import resource
 

@@ -1,6 +1,8 @@
 import sys
 
-from persobench.cli import main
-
 if __name__ == "__main__":
+    # Imported here, not above: a spawned worker process (the lexical worker pool) re-imports this
+    # module under another name, and needs none of the command line.
+    from persobench.cli import main
+
     sys.exit(main())

@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.errors import StoreError, StoreWriteError
 
@@ -112,17 +112,25 @@ def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp))
+    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), tmp))
 
 
-def read_parquet(path: Path) -> "pd.DataFrame":
-    """Read a Parquet table, turning any failure into a :class:`StoreError` that names the file."""
+def read_parquet(path: Path, columns: "Sequence[str] | None" = None) -> "pd.DataFrame":
+    """Read a Parquet table, turning any failure into a :class:`StoreError` that names the file.
+
+    ``columns``: only those of them the table has (the caller checks for the ones it needs); a
+    generations table's raw outputs are most of its bytes, and scoring reads none of them."""
     import pandas as pd
 
     path = Path(path)
     if not path.exists():
         raise StoreError(f"{path}: table not found")
     try:
-        return pd.read_parquet(path)
+        if columns is not None:
+            import pyarrow.parquet as pq
+
+            present = set(pq.read_schema(path).names)
+            columns = [c for c in columns if c in present]
+        return pd.read_parquet(path, columns=columns)
     except Exception as exc:  # pyarrow raises several unrelated types for damaged files
         raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__}: {exc})") from exc

@@ -20,7 +20,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from persobench.errors import StoreError
 from persobench.files import atomic_write_json, atomic_write_parquet, canonical_json, read_parquet, sha256_hex, \
@@ -224,8 +224,9 @@ class Run:
             atomic_write_parquet(target, frame)
         return target
 
-    def read_table(self, name: str) -> "pd.DataFrame":
-        return read_parquet(self.table_path(name))
+    def read_table(self, name: str, columns: "Sequence[str] | None" = None) -> "pd.DataFrame":
+        """Table ``name`` (``columns``: only those of them it has)."""
+        return read_parquet(self.table_path(name), columns)
 
     @contextlib.contextmanager
     def locked(self, *, reload: bool = True) -> Iterator["Run"]:

@@ -10,13 +10,16 @@ the values it had not written.
 
 from __future__ import annotations
 
+import collections
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from persobench.errors import PersoBenchError
 from persobench.llm.spend import SpendLedger
 from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup
 from persobench.scoring.outcome import RunScore, ScoreReport, judge_sum
-from persobench.scoring.work_plan import by_dataset, plan_run, run_samples
+from persobench.scoring.overlap import Stop, ahead
+from persobench.scoring.work_plan import by_dataset, embeds_texts, plan_run, run_samples
 from persobench.scoring.writing import write_run
 from persobench.metrics.backends import Profile
 from persobench.records import Sample
@@ -88,15 +91,27 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
     # On Ray the judge's cost cap is one ledger file every actor reserves from before sending.
     ledger = (SpendLedger.for_invocation(store.home, prof.judge.max_cost)
               if config.executor == "ray" and prof.judge is not None and prof.judge.max_cost is not None else None)
+    # Runs the planner refused (their one-line reason), finished by this thread as it writes.
+    refused: collections.deque[RunScore] = collections.deque()
+
+    def finish_refused() -> None:
+        while refused:
+            finish(refused.popleft())
+
     try:
         if chosen:  # nothing to score: no models to load, no cluster to start
             with make_executor(config, prof, store, chosen, wanted, ledger) as executor:
                 device = executor.device
-                groups = _planned(chosen, prof, wanted, finish)
-                for done in executor.compute(groups, progress):
-                    if done.judge is not None:
-                        tallies.append(done.judge)
-                    finish(_written(by_id[done.work.run_id], done))
+                if config.executor == "ray":  # the actors compute every run at once: nothing to overlap
+                    groups = _planned(chosen, prof, wanted, refused.append)
+                    for done in executor.compute(groups, progress):
+                        finish_refused()
+                        if done.judge is not None:
+                            tallies.append(done.judge)
+                        finish(_written(by_id[done.work.run_id], done))
+                else:
+                    _overlapped(executor, chosen, prof, wanted, progress, by_id, refused, finish, tallies)
+            finish_refused()
     finally:
         if ledger is not None:
             ledger.remove()
@@ -106,23 +121,61 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
     return ScoreReport(prof.key, device, tuple(results), unavailable, degraded, judge)
 
 
+def _overlapped(executor: ScoreExecutor, runs: Sequence["Run"], profile: "Profile", wanted: Sequence[str] | None,
+                progress: ScoreProgress | None, by_id: dict[str, "Run"], refused: "collections.deque[RunScore]",
+                finish: Callable[[RunScore], None], tallies: list[Any]) -> None:
+    """The local pass as a bounded pipeline (:mod:`persobench.scoring.overlap`): run N+1 planned and
+    run N-1 written while run N is computed. This thread writes each run, in the order computed,
+    under its lock; ``progress`` and ``on_run`` are called under one lock, never at once."""
+    said = threading.Lock()
+    told = None
+    if progress is not None:
+        def told(stage: str, done: int, total: int) -> None:
+            with said:
+                progress(stage, done, total)
+
+    stop = Stop()
+    try:
+        planned = ahead(_planned(runs, profile, wanted, refused.append), stop, name="persobench-plan")
+        for done in ahead(executor.compute(planned, told), stop, name="persobench-compute"):
+            written = _written(by_id[done.work.run_id], done)
+            with said:
+                while refused:
+                    finish(refused.popleft())
+                if done.judge is not None:
+                    tallies.append(done.judge)
+                finish(written)
+    finally:
+        stop.set()  # the threads end at their next item; the executor's exit cancels queued chunks
+
+
 def _planned(runs: Sequence["Run"], profile: "Profile", wanted: Sequence[str] | None,
-             finish: Callable[[RunScore], None]) -> Iterator[WorkGroup]:
+             refuse: Callable[[RunScore], None]) -> Iterator[WorkGroup]:
     """Each dataset's runs planned (lazily: a dataset is planned when the executor asks for it); a
-    run that cannot be planned is finished with its one-line reason."""
+    run that cannot be planned is handed to ``refuse`` with its one-line reason.
+
+    When nothing requested is embedded (lexical metrics), each run is its own group: the executor
+    starts computing a run as soon as it is planned instead of waiting for its whole dataset."""
     datasets: dict[str, dict[str, Sample]] = {}
+    per_run = not embeds_texts(wanted)
     for group in by_dataset(runs):
         works = []
+        label = f"{group[0].manifest.dataset} ({len(group)} run{'s' if len(group) != 1 else ''})"
         for run in group:
             if not run.has_table("generations"):
-                finish(RunScore(run.run_id, error="no generations table"))
+                refuse(RunScore(run.run_id, error="no generations table"))
                 continue
             try:
-                works.append(plan_run(run, run_samples(run, datasets=datasets), profile=profile, metrics=wanted))
+                work = plan_run(run, run_samples(run, datasets=datasets), profile=profile, metrics=wanted)
             except PersoBenchError as exc:
-                finish(RunScore(run.run_id, error=str(exc)))
-        label = f"{group[0].manifest.dataset} ({len(group)} run{'s' if len(group) != 1 else ''})"
-        yield WorkGroup(label, tuple(works))
+                refuse(RunScore(run.run_id, error=str(exc)))
+                continue
+            if per_run:
+                yield WorkGroup(label, (work,))
+            else:
+                works.append(work)
+        if not per_run:
+            yield WorkGroup(label, tuple(works))
 
 
 def _written(run: "Run", done: Computed) -> RunScore:

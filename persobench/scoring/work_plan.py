@@ -43,7 +43,8 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
         references = run_references(run, samples_by_id)
         reference_note = run_reference_note(run)
     prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
-    generations = run.read_table("generations")
+    # Only the columns planning reads: the raw outputs and reasoning are most of the table's bytes.
+    generations = run.read_table("generations", columns=("sample_id", "status", "response"))
     if "status" not in generations.columns or "sample_id" not in generations.columns:
         raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
     is_ok = generations["status"] == "ok"
@@ -78,11 +79,17 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
             have.setdefault(metric, set()).add(sid)
 
     todo: dict[str, frozenset[str]] = {}
+    # Which samples a metric is defined for depends only on whether it reads a reference and a
+    # persona: worked out once per such pair, not once per metric (six lexical metrics share one).
+    defined: dict[tuple[bool, bool], list[str]] = {}
     for metric in wanted:
         stored = have.get(metric, set())
-        defined_for = metric_info(metric).defined_for
-        need = frozenset(sid for sid, (reference, has_persona) in present.items()
-                         if sid not in stored and defined_for(reference, has_persona))
+        info = metric_info(metric)
+        kind = (info.needs_reference, info.needs_persona)
+        if kind not in defined:
+            defined[kind] = [sid for sid, (reference, has_persona) in present.items()
+                             if info.defined_for(reference, has_persona)]
+        need = frozenset(sid for sid in defined[kind] if sid not in stored)
         summary.cached[metric] = len(stored)
         if need:
             todo[metric] = need
@@ -107,9 +114,15 @@ def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) 
     """The texts the compute step of ``work`` (of ``metrics`` only, when given) will embed."""
 
     todo = [m for m in work.todo if metrics is None or m in metrics]
-    if not todo:
+    if not todo or not embeds_texts(todo):  # e.g. lexical metrics: no item built for an empty request
         return EmbeddingRequest()
     return embedding_request(work_items(work), todo, work.profile)
+
+
+def embeds_texts(metrics: Sequence[str] | None) -> bool:
+    """Whether scoring ``metrics`` (None: every metric) may embed texts (a family of theirs does)."""
+    return any(_embeds(step.family) for step in family_plan(validate_metric_names(
+        list(metrics) if metrics is not None else None)))
 
 
 def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
@@ -117,8 +130,7 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
                           references: Mapping[str, str] | None = None) -> "EmbeddingRequest":
     """The texts :func:`score_run` would embed for ``run`` (only for the scores it lacks), so a
     caller scoring many runs can embed them all in one pass first (the ``score`` command)."""
-    wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    if not any(_embeds(step.family) for step in family_plan(wanted)):
+    if not embeds_texts(metrics):
         # Nothing to embed (e.g. lexical metrics only): planning the run here would read its tables
         # and hash every reply's basis a second time, for an empty request.
 
