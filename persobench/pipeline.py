@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -111,8 +112,15 @@ def __getattr__(name: str) -> Any:
     for module_name in _LAZY_MODULES:
         module = importlib.import_module(module_name)
         public = getattr(module, "__all__", None)
-        if (target in public) if public is not None else hasattr(module, target):
-            return getattr(module, target)
+        if public is not None:
+            if target in public:
+                return getattr(module, target)
+            continue
+        found = getattr(module, target, None)
+        # Only what the module itself defines: never its own imports (``pd``, ``Path``, a stage's helper).
+        if found is not None and not isinstance(found, types.ModuleType) \
+                and getattr(found, "__module__", module_name) == module_name:
+            return found
     raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
 
 

@@ -1,8 +1,8 @@
 """The metric registry: what each PersoBench metric means, and entry points that score replies.
 
-Importing this package is cheap (no torch, nltk or pandas): the registry below is plain data, and
-:func:`score_samples`, :func:`score_run` and :func:`get_profile` import the heavy scoring code on
-first call.
+Importing this package loads no torch, nltk or pandas: the registry is plain data, and the models
+load on first use. :func:`score_samples` and :func:`get_profile` score replies in memory; scoring a
+stored run is :func:`persobench.scoring.score_run`.
 
 Every metric is one :class:`MetricInfo` record (the only list of metric facts: range, direction,
 worst value, backend slot, whether it needs a reference or a persona, and its *family*). A family
@@ -65,7 +65,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# --- Lazy entry points -------------------------------------------------------------------------
+# --- Entry points ------------------------------------------------------------------------------
 
 def get_profile(name: str = "offline", overrides: Mapping[str, str] | None = None) -> "Profile":
     """The named backend profile (``offline`` or ``standard``) with per-slot model overrides."""
