@@ -71,15 +71,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="largest reply read, in bytes (default 1048576 = 1 MiB); a bigger one fails the sample as "
                           "too_large and keeps its start (same as --option max_reply_bytes=N)")
     run.add_argument("--checkpoint-every", type=int, default=50, help="rewrite the table every N replies (default 50)")
-    run.add_argument("--batch", action="store_true",
-                     help="send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message "
-                          "Batches): about half the price, answered within 24 h; the batch id is kept in the run "
-                          "folder, so running the same command again collects it instead of submitting twice")
-    run.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS",
-                     help="with --batch: stop waiting after SECONDS (0: submit and exit); the batch keeps running "
-                          "and the same command collects it later (default: wait until it ends)")
-    run.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
-                     help="with --batch: seconds between two status requests (default 30)")
+    add_batch_arguments(
+        run, "send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message Batches): "
+             "about half the price, answered within 24 h; the batch id is kept in the run folder, so running the "
+             "same command again collects it instead of submitting twice",
+        "with --batch: stop waiting after SECONDS (0: submit and exit); the batch keeps running and the same "
+        "command collects it later (default: wait until it ends)")
     run.add_argument("--dry-run", action="store_true",
                      help="print requests to send, cache hits and estimated prompt tokens; send nothing")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -115,6 +112,15 @@ def add_template_arguments(parser: argparse.ArgumentParser) -> None:
                              "always apply their own. A prompt wrapped unlike its template declares is another "
                              "protocol, never on the paper's board")
 
+
+
+def add_batch_arguments(parser: Any, batch_help: str, wait_help: str) -> None:
+    """``--batch``, ``--batch-wait`` and ``--batch-poll``, the same flags for ``run`` and ``score --judge``
+    (each says in its own words what the batch sends and what waiting means)."""
+    parser.add_argument("--batch", action="store_true", help=batch_help)
+    parser.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS", help=wait_help)
+    parser.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
+                        help="with --batch: seconds between two status requests (default 30)")
 
 def _concurrency(text: str) -> int | str:
     if text.strip().lower() == "auto":

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from persobench.cli import CLIError
 from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
-from persobench.cli.generate import _concurrency
+from persobench.cli.generate import _concurrency, add_batch_arguments
 from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
 from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
 from persobench.pipeline import judge_labeller
@@ -47,14 +47,11 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
     group.add_argument("--judge-plain", action="store_true",
                        help="ask the judge for a one-word label instead of structured output (for servers that "
                             "take no response_format)")
-    group.add_argument("--batch", action="store_true",
-                       help="send the judge's requests through the provider's batch API (OpenAI, Anthropic): about "
-                            "half the price, answered within 24 h; a later command collects a batch still running")
-    group.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS",
-                       help="with --batch: stop waiting after SECONDS (0: submit and go on); pairs still waiting get "
-                            "no value until a later command collects them (default: wait until the batch ends)")
-    group.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
-                       help="with --batch: seconds between two status requests (default 30)")
+    add_batch_arguments(
+        group, "send the judge's requests through the provider's batch API (OpenAI, Anthropic): about half the "
+               "price, answered within 24 h; a later command collects a batch still running",
+        "with --batch: stop waiting after SECONDS (0: submit and go on); pairs still waiting get no value until "
+        "a later command collects them (default: wait until the batch ends)")
     score.add_argument("--dry-run", action="store_true",
                        help="with --judge: show the prompt, the pairs to label, tokens and estimated cost; "
                             "send and write nothing")
