@@ -381,7 +381,7 @@ def test_auto_starts_where_the_last_run_against_the_same_server_held(openai_serv
 def test_a_stop_cancels_the_request_in_flight_and_the_worker_carries_on():
     """unless_stopping runs the request in the worker's own task: a stop cancels the request at
     once (Stopped), and the worker itself is not left cancelled (it records, then ends)."""
-    from persobench.llm.retry import Stopped, unless_stopping
+    from persobench.llm.session import Stopped, unless_stopping
 
     async def scenario():
         stopping = asyncio.Event()

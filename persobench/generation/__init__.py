@@ -9,7 +9,6 @@ The package, one concern per module:
 
 ``config``    :class:`GenerationConfig`, everything that defines a run
 ``plan``      :func:`plan_generation`: model, template, samples, cache hits and run id; sends nothing
-``retry``     :func:`call_with_retries`, THE retry loop every provider goes through, and its pause gate
 ``rows``      one row of ``generations.parquet`` per finished sample (post-processing happens here)
 ``progress``  ``progress.json`` and the ``cancel`` file, for pollers in other processes
 ``runner``    :func:`run_generation`: workers, cache writes, checkpoints, cancel, fail-fast, summary
@@ -47,7 +46,8 @@ from persobench.generation.progress import (
     read_progress,
     request_cancel,
 )
-from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, call_with_retries
+from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy
+from persobench.llm.session import call_with_retries
 from persobench.generation.rows import COLUMNS, TABLE, build_row
 from persobench.generation.runner import RunAborted, run_generation
 

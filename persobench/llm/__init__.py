@@ -4,7 +4,8 @@ One concern per module:
 
 ``session``         :class:`LLMSession`: provider resolution, the workers, and :meth:`~LLMSession.send`
                     (run-deleted check, spend reservation, retries, scrubbing, cache-first write, usage)
-``retry``           :func:`call_with_retries`, THE retry loop (Retry-After pause gate, backoff, deadline)
+                    and :func:`call_with_retries`, THE retry loop (Retry-After pause gate, backoff, deadline)
+``retry``           :class:`RetryPolicy`, :class:`CallOutcome`, the pause gate
 ``concurrency``     :class:`AdaptiveLimit`, ``--concurrency auto``
 ``response_cache``  :class:`ResponseCache` and :func:`cache_key`: every reply stored before it is parsed
 ``usage``           the one check of reported token counts, the prompt estimate, :class:`UsageTotals`
@@ -15,8 +16,8 @@ Importing this package is cheap: the providers, diskcache and the SDKs load when
 
 from __future__ import annotations
 
-from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, call_with_retries
-from persobench.llm.session import LLMSession, Sent, sending_for
+from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy
+from persobench.llm.session import LLMSession, Sent, call_with_retries, sending_for
 from persobench.llm.spend import SpendLedger, SpendTotals
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage
 

@@ -8,7 +8,7 @@ An :class:`LLMSession` resolves the provider (key, reachability), runs the worke
 1. stop before sending when the run it is for was deleted (:func:`sending_for`) or the session stops;
 2. reserve the request's upper-bound cost from the :class:`~persobench.llm.spend.SpendLedger` (not
    sent when it does not fit under the cap);
-3. :func:`~persobench.llm.retry.call_with_retries` (Retry-After pause gate, backoff, deadline, usage check);
+3. :func:`call_with_retries`, below (Retry-After pause gate, backoff, deadline, usage check);
 4. scrub every known credential from the reply, then write it to the response cache BEFORE the
    caller parses it (a crash after this loses nothing, and a reply that does not parse is counted
    by the caller, never a traceback of this layer);
@@ -28,14 +28,15 @@ import os
 import random
 import sqlite3
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from persobench.errors import ErrorKind, ProviderError
+from persobench.errors import ErrorKind, PersoBenchError, ProviderError
 from persobench.files import write_refused
 from persobench.llm.concurrency import AdaptiveLimit, LevelMemory
-from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, Stopped, call_with_retries, unless_stopping
+from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, sleep_or_stop, wait_note
 from persobench.llm.spend import SpendLedger
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
 from persobench.providers.base import BatchingProvider, Completion, Provider, Request
@@ -93,6 +94,157 @@ def run_coroutine(coro: Any) -> Any:
     if "error" in result:
         raise result["error"]
     return result.get("value")
+
+
+# --- The retry loop: every request of every provider, in the sender's own task -------------------
+
+
+class Stopped(PersoBenchError):
+    """The run stopped while a request was in flight; the request was cancelled. A signal inside
+    the retry loop, never shown to a user (a PersoBenchError only so the hierarchy has no exception)."""
+
+
+async def unless_stopping(coro: Awaitable[T], stopping: asyncio.Event) -> T:
+    """Await ``coro``, but cancel it at once (raising :class:`Stopped`) when ``stopping`` is set
+    first: a cancel or SIGTERM must not wait for the slowest request's timeout.
+
+    ``coro`` runs in the caller's own task, which :func:`_on_set` cancels when the event is set: a
+    task of its own per request put event-loop steps between a reply and the next request, and
+    every step left more of the HTTP pool's connections idle, each probed before every request
+    (half a millisecond of CPU per request at 64 in flight). A stop that comes in the very step the
+    reply does abandons the reply (the sample stays pending, resumable)."""
+    if stopping.is_set():
+        if asyncio.iscoroutine(coro):
+            coro.close()
+        raise Stopped()
+    task = asyncio.current_task()
+    assert task is not None
+    stopped: list[bool] = []
+
+    def stop() -> None:
+        stopped.append(True)
+        task.cancel()
+
+    callbacks = _on_set(stopping)
+    callbacks.add(stop)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if stopped:
+            task.uncancel()  # our own cancel, turned into Stopped; any other cancel goes on
+            raise Stopped() from None
+        raise
+    finally:
+        callbacks.discard(stop)
+
+
+#: Per event: the callbacks to run when it is set, and the one task per event waiting for it.
+_WATCHED: "weakref.WeakKeyDictionary[asyncio.Event, tuple[set[Callable[[], None]], asyncio.Future]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _on_set(event: asyncio.Event) -> set[Callable[[], None]]:
+    """The set of callbacks run (once) when ``event`` is set: one waiting task per event, not per request."""
+    entry = _WATCHED.get(event)
+    if entry is None or entry[1].done() or entry[1].get_loop() is not asyncio.get_running_loop():
+        callbacks: set[Callable[[], None]] = set()
+
+        async def watch() -> None:
+            await event.wait()
+            for callback in list(callbacks):
+                callback()
+
+        entry = _WATCHED[event] = (callbacks, asyncio.ensure_future(watch()))
+    return entry[0]
+
+
+async def call_with_retries(
+    provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
+    rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
+    limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda *_: None,
+) -> CallOutcome | None:
+    """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
+    stopping before the request could finish. ``on_attempt`` is called before each attempt (the
+    runner counts HTTP requests with it). A request in flight is cancelled at once when
+    ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish.
+    With ``limit`` (``--concurrency auto``) each attempt waits for a slot and reports back how it went.
+    ``on_wait(seconds, why)`` is told of a wait worth announcing (:func:`wait_note`) before it starts,
+    and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why."""
+    interrupt = stopping if interrupt is None else interrupt
+    attempt = 0
+    while True:
+        level: int | None = None
+        if limit is not None:
+            level = await limit.acquire()
+        error: ProviderError | None = None
+        started: float | None = None  # set once the attempt is sent
+        latency = 0.0
+        try:
+            await gate.wait(stopping)  # after the slot: a Retry-After may have come in meanwhile
+            if stopping.is_set():
+                return None
+            attempt += 1
+            on_attempt()
+            started = time.monotonic()
+            try:
+                # A deadline for the whole request (HTTP providers declare it): a reply dripping in
+                # byte by byte never lets one read time out.
+                deadline = getattr(provider, "request_deadline", None)
+                completion = await unless_stopping(
+                    within_deadline(provider.generate(request), deadline, flag=policy.timeout_flag), interrupt)
+                # Token counts are checked here, once for every provider: unusable ones refuse the reply.
+                completion = check_usage(completion)
+                latency = time.monotonic() - started
+                return CallOutcome(completion, None, latency, attempt)
+            except Stopped:  # cancelled in flight: the sample stays pending (resumable)
+                started = None  # tells the limit nothing
+                return None
+            except ProviderError as exc:
+                error = exc
+            except Exception as exc:  # noqa: BLE001 - an adapter bug must cost one sample, not the run
+                error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
+            latency = time.monotonic() - started
+        finally:
+            if limit is not None:
+                limit.release(started, error, latency, level)
+        assert error is not None
+        if not error.retryable or attempt >= policy.max_attempts:
+            return CallOutcome(None, error, latency, attempt)
+        if error.retry_after is not None and error.retry_after > policy.max_retry_after:
+            note = ProviderError(
+                error.kind, f"{error} (server asked to wait {error.retry_after:.0f}s, more than max_retry_after)",
+                status_code=error.status_code, retry_after=error.retry_after,
+            )
+            return CallOutcome(None, note, latency, attempt)
+        delay = policy.backoff(attempt, rng)
+        if error.retry_after is not None:
+            # Never before the server's Retry-After, and hold the other workers back too.
+            gate.push(time.monotonic() + error.retry_after)
+            delay = max(delay, error.retry_after)
+        note = wait_note(delay, error)
+        if note:
+            on_wait(delay, note)
+        await sleep_or_stop(delay, stopping)
+        if note:
+            on_wait(0.0, "")
+        if stopping.is_set():
+            return None
+
+
+async def within_deadline(coro: Any, seconds: float | None, *, flag: str = "--timeout") -> Any:
+    """Await ``coro``, failing it as a ``timeout`` when the whole of it (connecting, waiting, reading
+    every byte of the reply) takes more than ``seconds``: a server dripping one byte a second never
+    lets a single read time out. ``None``: no deadline (in-process models). ``flag``: the option that
+    sets the deadline, named in the error."""
+    if not seconds:
+        return await coro
+    try:
+        # In the task awaiting it (asyncio.wait_for would wrap it in a task of its own, per request).
+        async with asyncio.timeout(seconds):
+            return await coro
+    except TimeoutError:
+        raise ProviderError(ErrorKind.TIMEOUT, f"no complete reply within {seconds:g} s ({flag} is a deadline "
+                            "for the whole request, reply included)") from None
 
 
 class FailFast:

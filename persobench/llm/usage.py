@@ -5,7 +5,7 @@ A server's ``usage`` is untrusted input like its text. Token counts that are not
 negative count makes the spend go down), crash the table writer (a string in an integer column) or
 print nonsense, so :func:`check_usage` refuses such a reply as a provider error (one line, counted,
 not retried, never cached) and the spend counts the prompt's own estimate instead. Every reply goes
-through it, in :func:`~persobench.llm.retry.call_with_retries` and in the batch path; the response
+through it, in :func:`~persobench.llm.session.call_with_retries` and in the batch path; the response
 cache drops such counts from entries an older version stored (:func:`usable_usage`).
 """
 

@@ -1,13 +1,12 @@
 """The provider contract: one request in, one :class:`Completion` out, or a classified error.
 
 Providers only translate: a request into one SDK call and the SDK's answer (or exception) into the
-types below. Retries, concurrency, caching and post-processing live once in
-:mod:`persobench.generation`, so every provider gets the same behaviour for free.
+types below. Retries, deadlines, concurrency and caching live once in :mod:`persobench.llm`, and
+post-processing in :mod:`persobench.generation`, so every provider gets the same behaviour for free.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import email.utils
@@ -397,22 +396,6 @@ def _capped_stream_class(library: Any) -> Any:
             await self.inner.aclose()
 
     return CappedStream
-
-
-async def within_deadline(coro: Any, seconds: float | None, *, flag: str = "--timeout") -> Any:
-    """Await ``coro``, failing it as a ``timeout`` when the whole of it (connecting, waiting, reading
-    every byte of the reply) takes more than ``seconds``: a server dripping one byte a second never
-    lets a single read time out. ``None``: no deadline (in-process models). ``flag``: the option that
-    sets the deadline, named in the error."""
-    if not seconds:
-        return await coro
-    try:
-        # In the task awaiting it (asyncio.wait_for would wrap it in a task of its own, per request).
-        async with asyncio.timeout(seconds):
-            return await coro
-    except TimeoutError:
-        raise ProviderError(ErrorKind.TIMEOUT, f"no complete reply within {seconds:g} s ({flag} is a deadline "
-                            "for the whole request, reply included)") from None
 
 
 @contextlib.contextmanager
