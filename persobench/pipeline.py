@@ -26,7 +26,7 @@ import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from persobench.errors import ConfigurationError, StoreError
+from persobench.errors import ConfigurationError, StoreError  # noqa: F401 - the front door's errors
 from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
 from persobench.scoring.score_config import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig  # noqa: F401
 from persobench.store import Run, RunStore
@@ -87,7 +87,9 @@ from persobench.records import Sample
 from persobench.generation import plan_generation
 from persobench.generation import run_generation
 from persobench.scoring.work_plan import run_samples as _run_samples
-from persobench.scoring.score_pass import score_runs
+from persobench.scoring.score_pass import score, score_runs  # noqa: F401 - the front door's scoring
+from persobench.scoring.executors import ScoreProgress  # noqa: F401
+from persobench.run_lookup import open_store, resolve_run, resolve_runs  # noqa: F401
 from persobench.datasets.paper_archive import fetch_paper
 from persobench.importer import import_persobench
 
@@ -124,15 +126,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
 
 
-#: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
-ScoreProgress = Callable[[str, int, int], None]
-
-
-def open_store(home: str | os.PathLike[str] | None = None, store: RunStore | None = None) -> RunStore:
-    """``store`` itself, or the store at ``home`` (default ``$PERSOBENCH_HOME`` or ``./cache``)."""
-    return store if store is not None else RunStore(home)
-
-
 # --- Generation ------------------------------------------------------------------------------------
 
 
@@ -165,67 +158,6 @@ def run_samples(run: Run, *, datasets: dict[str, dict[str, "Sample"]] | None = N
     """Sample id -> the inputs ``run``'s replies answer (:func:`persobench.scoring.work_plan.run_samples`)."""
 
     return _run_samples(run, datasets=datasets)
-
-
-def resolve_runs(store: RunStore, names: Sequence[str] | None) -> list[Run]:
-    """Runs by id or unique id prefix; every readable run with generations when ``names`` is empty."""
-    if not names:
-        return [r for r in store.runs() if r.has_table("generations")]
-    return [resolve_run(store, name) for name in names]
-
-
-def resolve_run(store: RunStore, name: str) -> Run:
-    """A run by id or unique id prefix (:class:`ConfigurationError` naming the candidates otherwise)."""
-    try:
-        return store.get(name)
-    except StoreError:
-        if _run_folder_exists(store, name):  # the run is there but unreadable: say so, not "no run"
-            raise
-    matches = [r for r in store.runs() if r.run_id.startswith(name)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise ConfigurationError(f"no run {name!r} in {store.runs_dir}")
-    raise ConfigurationError(f"{name!r} matches {len(matches)} runs: {', '.join(r.run_id for r in matches[:5])}")
-
-
-def _run_folder_exists(store: RunStore, name: str) -> bool:
-    try:
-        return bool(store.run_path(name).is_dir())
-    except StoreError:  # not even a valid run id
-        return False
-
-
-def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" = None, *,
-          home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
-          progress: ScoreProgress | None = None, on_run: "Callable[[RunScore], None] | None" = None,
-          **settings: Any) -> ScoreReport:
-    """Score runs (ids, prefixes or handles; default every run with generations) as ``config`` says
-    (:class:`~persobench.scoring.score_config.ScoreConfig`: profile, metrics, judge, executor ...).
-
-    ``settings`` instead of ``config``: its fields by name (``profile="standard", metrics=[...],
-    executor="ray"``); ``profile`` may also be a resolved :class:`~persobench.metrics.backends.Profile`
-    (its judge included). Only values a run lacks are computed, and each run's values are merged
-    into what is stored under its lock (:func:`persobench.scoring.score_pass.score_runs`). ``on_run``
-    is called after each run (the CLI prints a line per run). The report carries the judge's counts,
-    summed over every process that computed."""
-
-    profile = settings.get("profile")
-    resolved = profile if isinstance(profile, Profile) else None
-    if resolved is not None:  # a resolved profile: its name, overrides, precision and judge make the config
-        settings = {**settings, "profile": resolved.name, "judge": resolved.judge, "precision": resolved.precision,
-                    "overrides": {k: v for k, v in resolved.overrides.items() if k != "precision"},
-                    "input_layout": resolved.input_layout}
-    if config is not None and settings:
-        raise ConfigurationError(f"score: give a config or settings, not both ({', '.join(settings)})")
-    try:
-        config = config if config is not None else ScoreConfig(**settings)
-    except TypeError as exc:
-        raise ConfigurationError(f"score: {exc}") from None
-    store = open_store(home, store)
-    chosen = (resolve_runs(store, None) if not runs
-              else [r if isinstance(r, Run) else resolve_run(store, r) for r in runs])
-    return score_runs(chosen, config, store=store, profile=resolved, progress=progress, on_run=on_run)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ STAGES: dict[str, tuple[str, ...]] = {
     "foundation": ("persobench", "persobench.errors", "persobench.records",
                    "persobench.registry", "persobench.secrets", "persobench.csv_io", "persobench.run_records",
                    "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store", "persobench.console", "persobench.locks",
-                   "persobench.ngram_kernels",
+                   "persobench.ngram_kernels", "persobench.run_lookup",
                    "persobench.files"),
     "datasets": ("persobench.datasets",),
     "prompts": ("persobench.prompts", "persobench.protocol"),
@@ -152,7 +152,7 @@ def test_jobs_and_their_runner_never_load_streamlit(tmp_path):
         print("loaded", sorted(m for m in ("streamlit", "plotly") if m in sys.modules))
     """)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "usage: python -m persobench.jobs job JOB_DIR" in done.stderr
+    assert "usage: python -m persobench.jobs.job_process job JOB_DIR" in done.stderr
     assert done.stdout.splitlines()[-2:] == ["exit 2", "loaded []"], done.stdout + done.stderr
 
 

@@ -4,7 +4,7 @@ process that writes to the run store. No Streamlit here: the app, the runner and
 * :mod:`~persobench.jobs.model`: what a job is (:class:`JobStep`, :class:`JobStatus`, its files).
 * :mod:`~persobench.jobs.planning`: estimates before launching and the steps of a job.
 * :mod:`~persobench.jobs.manager`: :class:`JobManager` launches, lists, cancels, resumes.
-* :mod:`~persobench.jobs.job_process`: the detached process, ``python -m persobench.jobs job DIR``, and
+* :mod:`~persobench.jobs.job_process`: the detached process, ``python -m persobench.jobs.job_process job DIR``, and
   its step children, each running a typed step through :mod:`persobench.pipeline`.
 
 A lock file makes a second click or a page rerun a no-op while the job is alive; progress is read

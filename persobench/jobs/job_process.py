@@ -1,7 +1,7 @@
 """The detached job process and its step children.
 
-``python -m persobench.jobs job DIR`` runs a job's steps in order, each in a child process
-``python -m persobench.jobs step DIR INDEX`` that reads the step's typed request from ``job.json``
+``python -m persobench.jobs.job_process job DIR`` runs a job's steps in order, each in a child process
+``python -m persobench.jobs.job_process step DIR INDEX`` that reads the step's typed request from ``job.json``
 and runs it through the library's front door (:mod:`persobench.pipeline`): no step is ever turned
 into command-line arguments. A child per step keeps a cancel (or a crash) of one step from taking
 the runner down with it.
@@ -36,7 +36,7 @@ from persobench.pipeline import ScoreConfig
 import traceback
 
 def run_job(folder: Path) -> int:
-    """Execute a job's steps in order; the body of ``python -m persobench.jobs job DIR``.
+    """Execute a job's steps in order; the body of ``python -m persobench.jobs.job_process job DIR``.
 
     A failing run step is recorded and the next step still runs (one unreachable model does not
     stop the others); a score step scores the runs whose generation succeeded. A ``cancel`` file in
@@ -102,7 +102,7 @@ def run_job(folder: Path) -> int:
 
 
 def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
-    """Run step ``index`` in ``python -m persobench.jobs step DIR INDEX``, forwarding a cancel request
+    """Run step ``index`` in ``python -m persobench.jobs.job_process step DIR INDEX``, forwarding a cancel request
     to the run it writes."""
 
     env = dict(os.environ)
@@ -130,7 +130,7 @@ def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
 
 
 def run_step(folder: Path, index: int) -> int:
-    """The body of ``python -m persobench.jobs step DIR INDEX``: one step through the pipeline.
+    """The body of ``python -m persobench.jobs.job_process step DIR INDEX``: one step through the pipeline.
     Exit 0 when it succeeded, 1 when it was cancelled or scored nothing, 2 with a one-line error."""
 
     spec = read_json(Path(folder) / "job.json")
@@ -231,3 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_step(Path(args[1]), int(args[2]))
     print(f"usage: python -m {RUNNER_MODULE} job JOB_DIR", file=sys.stderr)
     return 2
+
+
+if __name__ == "__main__":  # the job process and its step children run this file itself (RUNNER_MODULE)
+    sys.exit(main())

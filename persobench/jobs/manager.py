@@ -1,7 +1,7 @@
 """Launching, listing, cancelling and resuming background jobs (the app's side of a job).
 
-The job itself runs in a detached process (``python -m persobench.jobs job DIR``,
-:mod:`persobench.jobs.job_process`): reruns of a page, a closed tab or a second click neither stop it
+The job itself runs in a detached process (``python -m persobench.jobs.job_process job DIR``):
+reruns of a page, a closed tab or a second click neither stop it
 nor start it twice.
 """
 
@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import (
     LAUNCH_GRACE_S,
+    RUNNER_MARKER,
     RUNNER_MODULE,
     JobStatus,
     JobStep,
@@ -71,7 +72,7 @@ def lock_alive(lock: Path) -> bool:
         return False
     # Right after the launch the child may not have exec'd yet (its command line is still the
     # app's); later, the marker guards against a recycled pid.
-    return pid_alive(pid, marker=None if age < LAUNCH_GRACE_S else RUNNER_MODULE)
+    return pid_alive(pid, marker=None if age < LAUNCH_GRACE_S else RUNNER_MARKER)
 
 
 class JobManager:

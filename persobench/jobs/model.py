@@ -22,8 +22,12 @@ JOB_STATES = ("launching", "running", "completed", "failed", "cancelled", "inter
 LAUNCH_GRACE_S = 30.0
 #: After a cancel request, the runner waits this long for the child to stop on its own.
 CANCEL_GRACE_S = 20.0
-#: What the runner's command line contains (guards the lock against a recycled pid).
-RUNNER_MODULE = "persobench.jobs"
+#: The module the job process and its step children run (``python -m``): the runner's own file, so a
+#: job goes from the launcher to its steps through one module.
+RUNNER_MODULE = "persobench.jobs.job_process"
+#: What a runner's command line contains (guards the lock against a recycled pid); also matches a
+#: runner started as ``python -m persobench.jobs`` (that entry point still works).
+RUNNER_MARKER = "persobench.jobs"
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -196,6 +196,23 @@ class JudgeLabeller:
         self.policy = dataclasses.replace(config.retry or RetryPolicy(), timeout_flag=JUDGE_TIMEOUT_FLAG)
         self.ledger = ledger if ledger is not None else SpendLedger(config.max_cost)
         self.stats = JudgeStats()
+        # Inside remembering(): each key's outcome (label, UNPARSEABLE or UNANSWERED) this pass has had.
+        self._remembered: dict[str, str] | None = None
+
+    @contextlib.contextmanager
+    def remembering(self) -> Iterator["JudgeLabeller"]:
+        """Inside this block every answer is kept in memory and counted once: a scoring pass labels
+        its planned pairs first (:func:`persobench.scoring.score_pass.score_runs`), then the NLI
+        metric code asks again for the same pairs and gets them with nothing sent, read or counted.
+        A pair left unanswered stays so for the block (the next command asks again)."""
+        if self._remembered is not None:  # an enclosing pass already remembers
+            yield self
+            return
+        self._remembered = {}
+        try:
+            yield self
+        finally:
+            self._remembered = None
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -247,15 +264,25 @@ class JudgeLabeller:
 
         messages, positions = self._requests(pairs)
         labels: dict[str, str] = {}
-        with ResponseCache(self.cache_dir) as cache:
+        remembered = self._remembered
+        if remembered:
             for key in messages:
+                if key in remembered:
+                    labels[key] = remembered[key]
+                    if progress is not None:
+                        progress(len(positions[key]))
+        asked = [key for key in messages if key not in labels]
+        if not asked:
+            return self._predictions(pairs, positions, labels)
+        with ResponseCache(self.cache_dir) as cache:
+            for key in asked:
                 hit = cache.get(key)
                 if hit is not None:
                     labels[key] = self._label(hit[0])
                     self.stats.cached += 1
                     if progress is not None:
                         progress(len(positions[key]))
-            todo = [key for key in messages if key not in labels]
+            todo = [key for key in asked if key not in labels]
             if todo and self.config.batch is not None:  # the batch API first (persobench/metrics/judge_batch.py)
 
                 try:
@@ -264,12 +291,20 @@ class JudgeLabeller:
                     raise JudgeError(f"judge {self.config.model_name}: {exc}") from None
             if todo:
                 run_coroutine(self._send_all(todo, messages, positions, labels, cache, progress))
-        self.stats.pairs += len(messages)
+        self.stats.pairs += len(asked)
+        for key in asked:
+            if labels.get(key, UNANSWERED) == UNANSWERED:
+                self.stats.unanswered += 1
+            if remembered is not None:
+                remembered[key] = labels.get(key, UNANSWERED)
+        return self._predictions(pairs, positions, labels)
+
+    @staticmethod
+    def _predictions(pairs: Sequence[tuple[str, str]], positions: Mapping[str, list[int]],
+                     labels: Mapping[str, str]) -> list[NLIPrediction]:
         out = [NLIPrediction(UNANSWERED, {})] * len(pairs)
         for key, where in positions.items():
             label = labels.get(key, UNANSWERED)
-            if label == UNANSWERED:
-                self.stats.unanswered += 1
             for i in where:
                 out[i] = NLIPrediction(label, {label: 1.0} if label in LABELS else {})
         return out

@@ -11,20 +11,27 @@ the values it had not written.
 from __future__ import annotations
 
 import collections
+import contextlib
+import copy
+import os
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
-from persobench.errors import PersoBenchError
+from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.llm.spend import SpendLedger
-from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup
-from persobench.scoring.outcome import RunScore, ScoreReport, judge_sum
+from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup, staged
+from persobench.scoring.outcome import RunScore, ScoreReport, judge_delta, judge_sum
 from persobench.scoring.overlap import Stop, ahead
-from persobench.scoring.work_plan import by_dataset, embeds_texts, plan_run, run_samples
+from persobench.scoring.work_plan import by_dataset, embeds_texts, items_nli_pairs, plan_run, run_samples, work_items
 from persobench.scoring.writing import write_run
 from persobench.metrics.backends import Profile
+from persobench.metrics.family import Progress
+from persobench.metrics.judge import JudgeError, judge_labeller
+from persobench.llm.session import sending_for
 from persobench.records import Sample
 from persobench.scoring.score_config import ScoreConfig
 from persobench.store import Run, RunStore
+from persobench.run_lookup import open_store, resolve_run, resolve_runs
 from persobench.metrics import lexical
 from persobench.metrics.metric_registry import validate_metric_names
 from persobench.metrics.encoder import store_cache_root
@@ -54,6 +61,38 @@ def make_executor(config: "ScoreConfig", profile: "Profile", store: "RunStore", 
 
     lexical_wanted = wanted is None or any(m in wanted for m in (*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL))
     return LocalExecutor(profile, store, sum(_valid_replies(r) for r in runs) if lexical_wanted else 0)
+
+
+def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" = None, *,
+          home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
+          progress: ScoreProgress | None = None, on_run: "Callable[[RunScore], None] | None" = None,
+          **settings: Any) -> ScoreReport:
+    """Score runs (ids, prefixes or handles; default every run with generations) as ``config`` says
+    (:class:`~persobench.scoring.score_config.ScoreConfig`: profile, metrics, judge, executor ...).
+
+    ``settings`` instead of ``config``: its fields by name (``profile="standard", metrics=[...],
+    executor="ray"``); ``profile`` may also be a resolved :class:`~persobench.metrics.backends.Profile`
+    (its judge included). Only values a run lacks are computed, and each run's values are merged
+    into what is stored under its lock (:func:`persobench.scoring.score_pass.score_runs`). ``on_run``
+    is called after each run (the CLI prints a line per run). The report carries the judge's counts,
+    summed over every process that computed."""
+
+    profile = settings.get("profile")
+    resolved = profile if isinstance(profile, Profile) else None
+    if resolved is not None:  # a resolved profile: its name, overrides, precision and judge make the config
+        settings = {**settings, "profile": resolved.name, "judge": resolved.judge, "precision": resolved.precision,
+                    "overrides": {k: v for k, v in resolved.overrides.items() if k != "precision"},
+                    "input_layout": resolved.input_layout}
+    if config is not None and settings:
+        raise ConfigurationError(f"score: give a config or settings, not both ({', '.join(settings)})")
+    try:
+        config = config if config is not None else ScoreConfig(**settings)
+    except TypeError as exc:
+        raise ConfigurationError(f"score: {exc}") from None
+    store = open_store(home, store)
+    chosen = (resolve_runs(store, None) if not runs
+              else [r if isinstance(r, Run) else resolve_run(store, r) for r in runs])
+    return score_runs(chosen, config, store=store, profile=resolved, progress=progress, on_run=on_run)
 
 
 def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore", profile: "Profile | None" = None,
@@ -110,7 +149,12 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
                             tallies.append(done.judge)
                         finish(_written(by_id[done.work.run_id], done))
                 else:
-                    _overlapped(executor, chosen, prof, wanted, progress, by_id, refused, finish, tallies)
+                    with _remembering(prof):
+                        planned: Iterable[WorkGroup] = _planned(chosen, prof, wanted, refused.append)
+                        if prof.judge is not None:  # every run planned, then its pairs labelled, then computed
+                            planned = list(planned)
+                            tallies.append(_label_first(planned, prof, by_id, progress))
+                        _overlapped(executor, planned, progress, by_id, refused, finish, tallies)
             finish_refused()
     finally:
         if ledger is not None:
@@ -121,8 +165,41 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
     return ScoreReport(prof.key, device, tuple(results), unavailable, degraded, judge)
 
 
-def _overlapped(executor: ScoreExecutor, runs: Sequence["Run"], profile: "Profile", wanted: Sequence[str] | None,
-                progress: ScoreProgress | None, by_id: dict[str, "Run"], refused: "collections.deque[RunScore]",
+def _remembering(profile: "Profile") -> ContextManager[Any]:
+    """A local pass with a judge keeps its answers in memory (:meth:`JudgeLabeller.remembering`)."""
+    return judge_labeller(profile.judge).remembering() if profile.judge is not None else contextlib.nullcontext()
+
+
+def _label_first(groups: Sequence[WorkGroup], profile: "Profile", by_id: dict[str, "Run"],
+                 progress: ScoreProgress | None) -> Any:
+    """The judge labels the NLI pairs of every planned run before anything is computed, each run's
+    requests stopping once it is deleted (:func:`~persobench.llm.session.sending_for`); the NLI
+    metric code then finds every answer in the labeller's memory. What the judge did, as
+    :class:`~persobench.metrics.judge.JudgeStats`.
+
+    Labelling is the pass's one network step, so it is done here, in one place, rather than from
+    inside a metric family; a run whose labelling fails for another reason than the judge itself
+    is left to its compute step, which meets the same error and reports it for that run."""
+    labeller = judge_labeller(profile.judge)
+    before = copy.copy(labeller.stats)
+    for group in groups:
+        for work in group.works:
+            pairs = items_nli_pairs(work_items(work), tuple(work.todo), work.profile)
+            if not pairs:
+                continue
+            advance = Progress(staged(progress, work.run_id[:48])).stage("judge", len(pairs))
+            try:
+                with sending_for(by_id[work.run_id].path):
+                    labeller.predict(pairs, progress=advance)
+            except JudgeError:
+                raise  # no key, or a judge failing every request: one line for the pass
+            except PersoBenchError:
+                continue
+    return judge_delta(before, labeller.stats)
+
+
+def _overlapped(executor: ScoreExecutor, groups: Iterable[WorkGroup], progress: ScoreProgress | None,
+                by_id: dict[str, "Run"], refused: "collections.deque[RunScore]",
                 finish: Callable[[RunScore], None], tallies: list[Any]) -> None:
     """The local pass as a bounded pipeline (:mod:`persobench.scoring.overlap`): run N+1 planned and
     run N-1 written while run N is computed. This thread writes each run, in the order computed,
@@ -136,7 +213,7 @@ def _overlapped(executor: ScoreExecutor, runs: Sequence["Run"], profile: "Profil
 
     stop = Stop()
     try:
-        planned = ahead(_planned(runs, profile, wanted, refused.append), stop, name="persobench-plan")
+        planned = ahead(iter(groups), stop, name="persobench-plan")
         for done in ahead(executor.compute(planned, told), stop, name="persobench-compute"):
             written = _written(by_id[done.work.run_id], done)
             with said:
