@@ -183,48 +183,15 @@ def test_score_takes_a_judge_timeout_flag(tmp_path):
         parser.parse_args(["score", "--judge", "openai:gpt-4o-mini", "--judge-timeout", "0"])
 
 
-def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path):
-    from persobench.datasets import load_dataset
-    from persobench.scoring import score_run
-    from persobench.metrics.backends import get_profile
-    from persobench.store import RunStore
-
-    store = RunStore(tmp_path / "home")
-    openai_server.script = None
-    run = _generate(openai_server, store.home, limit=10)
-    openai_server.reset_records()
-    openai_server.latency = 0.2
-    openai_server.script = judge_script({})
-    judge = _priced_judge(openai_server, tmp_path, max_cost=None)
-    samples = {s.id: s for s in load_dataset("sample")}
-    profile = get_profile("offline", judge=judge)
-
-    def delete_soon() -> None:
-        while len(openai_server.requests) < 2:
-            time.sleep(0.02)
-        store.delete(run.run_id)
-
-    deleter = threading.Thread(target=delete_soon)
-    deleter.start()
-    from persobench.errors import PersoBenchError
-
-    try:
-        score_run(store.get(run.run_id), samples, profile=profile, metrics=["c_score"])
-    except PersoBenchError as exc:  # the run is gone: writing its scores fails in one line, never a traceback
-        assert "\n" not in str(exc)
-    deleter.join(timeout=30)
-    assert not deleter.is_alive() and not store.run_path(run.run_id).exists()
-    asked = len(openai_server.requests)
-    time.sleep(0.5)
-    assert len(openai_server.requests) == asked  # nothing more goes out after the deletion
-    assert 2 <= asked <= 4, json.dumps([r.prompt[:60] for r in openai_server.requests])
-
-
-def test_deleting_a_run_stops_its_queued_judge_requests_in_the_score_command_too(openai_server, tmp_path):
-    """The score command's pass (pipeline.score, what `score --judge` and the app's judge job run)
-    labels each run's pairs for that run: deleting it stops what is queued, as score_run does."""
+@pytest.mark.parametrize("through", ["score_run", "score command"])
+def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path, through):
+    """One run (score_run) and the score command's pass (pipeline.score, what `score --judge` and the
+    app's judge job run: it labels each run's pairs for that run; it sent all 10 before) alike."""
     from persobench import pipeline
+    from persobench.datasets import load_dataset
+    from persobench.errors import PersoBenchError
     from persobench.metrics.backends import get_profile
+    from persobench.scoring import score_run
     from persobench.store import RunStore
 
     store = RunStore(tmp_path / "home")
@@ -242,14 +209,23 @@ def test_deleting_a_run_stops_its_queued_judge_requests_in_the_score_command_too
 
     deleter = threading.Thread(target=delete_soon)
     deleter.start()
-    report = pipeline.score([run.run_id], store=store, profile=profile, metrics=["c_score"])
+    report = None
+    try:
+        if through == "score_run":
+            score_run(store.get(run.run_id), {s.id: s for s in load_dataset("sample")}, profile=profile,
+                      metrics=["c_score"])
+        else:
+            report = pipeline.score([run.run_id], store=store, profile=profile, metrics=["c_score"])
+    except PersoBenchError as exc:  # the run is gone: writing its scores fails in one line, never a traceback
+        assert through == "score_run" and "\n" not in str(exc)
     deleter.join(timeout=30)
     assert not deleter.is_alive() and not store.run_path(run.run_id).exists()
     asked = len(openai_server.requests)
     time.sleep(0.5)
     assert len(openai_server.requests) == asked  # nothing more goes out after the deletion
     assert 2 <= asked <= 4, json.dumps([r.prompt[:60] for r in openai_server.requests])
-    assert report.judge.run_deleted >= 1 and report.judge.unanswered == 10 - asked and not report.complete
+    if report is not None:
+        assert report.judge.run_deleted >= 1 and report.judge.unanswered == 10 - asked and not report.complete
 
 
 # --- per-invocation stats: a labeller of one's own, no process-wide counts ---------------------------------
