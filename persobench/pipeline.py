@@ -52,7 +52,7 @@ from persobench.generation.demo import (  # noqa: F401
     DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
 from persobench.generation.batch_run import BatchPending, waiting_batch  # noqa: F401
 from persobench.generation.lock import interruption  # noqa: F401
-from persobench.generation.numbers import check_number  # noqa: F401
+from persobench.generation.numbers import check_number, number_argument  # noqa: F401
 from persobench.generation.plan import default_template_for, messages_for  # noqa: F401
 from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded  # noqa: F401
 from persobench.llm.batch_driver import (  # noqa: F401

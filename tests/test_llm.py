@@ -170,8 +170,9 @@ def test_a_hung_judge_request_fails_at_its_deadline_naming_the_judge_flag(openai
     assert "--timeout is" not in labeller.stats.first_error
 
 
-def test_score_takes_a_judge_timeout_flag(tmp_path):
+def test_score_takes_a_judge_timeout_flag(tmp_path, capsys):
     from persobench.cli.judge_flags import add_arguments, judge_from_args
+    from persobench.generation.numbers import NUMBER_RULES
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -179,8 +180,12 @@ def test_score_takes_a_judge_timeout_flag(tmp_path):
     args = parser.parse_args(["score", "--judge", "openai:gpt-4o-mini", "--judge-timeout", "2.5"])
     judge = judge_from_args(args, tmp_path)
     assert judge.retry.timeout == 2.5 and judge.retry.timeout_flag == "--judge-timeout"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["score", "--judge", "openai:gpt-4o-mini", "--judge-timeout", "0"])
+    # Refused at parse time by the rule a run's --timeout has (generation/numbers.py), in its words.
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["score", "--judge", "openai:gpt-4o-mini", "--judge-timeout", bad])
+        said = capsys.readouterr().err
+        assert f"--judge-timeout: must be {NUMBER_RULES['timeout'].requirement()}, got {bad!r}" in said, said
 
 
 @pytest.mark.parametrize("through", ["score_run", "score command"])

@@ -15,6 +15,7 @@ from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
 from persobench.cli.generate import _concurrency, add_batch_arguments
 from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
 from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
+from persobench.pipeline import number_argument
 from persobench.pipeline import judge_labeller
 from persobench.pipeline import batch_cost
 from persobench.pipeline import supports_batch
@@ -37,7 +38,7 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
     group.add_argument("--judge-max-cost", type=float, default=None, metavar="USD",
                        help="stop sending judge requests once their estimated cost would pass this many US dollars "
                             "(pairs left unlabelled get no value; a later run with a higher cap finishes them)")
-    group.add_argument("--judge-timeout", type=_seconds, default=None, metavar="SECONDS",
+    group.add_argument("--judge-timeout", type=number_argument("judge_timeout"), default=None, metavar="SECONDS",
                        help="deadline in seconds for each judge request, the whole reply included (default 60); "
                             "a request past it is retried, then the pair is left unlabelled")
     # No default here: the parser stays light (the judge module loads numpy); make_judge picks it.
@@ -75,17 +76,6 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
     batch = batch_settings_of(values.pop("batch"), values.pop("batch_wait"), values.pop("batch_poll"))
     return make_judge(values.pop("model"), **values, cache_dir=str(default_cache_dir(home)), home=home,
                       retry=retry, batch=batch)
-
-
-def _seconds(text: str) -> float:
-    """``--judge-timeout``: a positive number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
 
 
 def _money(value: float | None) -> str:

@@ -9,9 +9,10 @@ values with the same one line naming the flag.
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from persobench.errors import ConfigurationError
 from persobench.generation.config import GenerationConfig
@@ -62,6 +63,8 @@ class NumberRule:
 #: Every checked number of a run, by its :class:`GenerationConfig` / :class:`RetryPolicy` field name.
 NUMBER_RULES: dict[str, NumberRule] = {
     "timeout": NumberRule("--timeout", 0, low_open=True, unit="seconds for the whole request"),
+    # The judge's deadline (score --judge), checked by the same rule as a run's --timeout.
+    "judge_timeout": NumberRule("--judge-timeout", 0, low_open=True, unit="seconds for the whole request"),
     "temperature": NumberRule("--temperature", 0, high=2),  # 2: the most any chat API takes
     "top_p": NumberRule("--top-p", 0, low_open=True, high=1),
     "max_tokens": NumberRule("--max-tokens", 1, whole=True),
@@ -86,6 +89,23 @@ def check_number(name: str, value: Any) -> None:
     rule = NUMBER_RULES[name]
     if not rule.allows(value):
         raise ConfigurationError(f"{name} must be {rule.requirement()}, got {_shown(value)} ({rule.flag})")
+
+
+def number_argument(name: str) -> Callable[[str], float]:
+    """An argparse ``type`` for the number ``name`` (a key of :data:`NUMBER_RULES`): the flag's
+    text as a float, refused at parse time with the rule's own words (whole-number rules as ints)."""
+    rule = NUMBER_RULES[name]
+
+    def parse(text: str) -> float:
+        try:
+            value: Any = int(text) if rule.whole else float(text)
+        except ValueError:
+            value = None
+        if not rule.allows(value):
+            raise argparse.ArgumentTypeError(f"must be {rule.requirement()}, got {text!r}")
+        return value
+
+    return parse
 
 
 def check_numbers(config: "GenerationConfig") -> None:
