@@ -146,6 +146,31 @@ def test_kernels_equal_the_libraries_on_published_replies(reference_dir):
     assert checked > 500
 
 
+def test_lcs_words_equal_the_packages_recon_lcs():
+    """The LCS kernel's shortcuts (rows of words the other sentence lacks skipped, left steps taken
+    at once, all shared words when each occurs once) pick the package's path, tie-breaks included."""
+    from rouge.rouge_score import _recon_lcs
+
+    from persobench.ngram_kernels import _lcs_words, _position_masks
+
+    rng = random.Random(7)
+    shortcut = backtracked = 0
+    for _ in range(3000):
+        vocabulary = "abcdefghij"[:rng.randint(2, 10)]
+        x = rng.choices(vocabulary, k=rng.randint(1, 14))
+        y = rng.choices("abcdefghijklmn"[:rng.randint(2, 14)], k=rng.randint(1, 14))
+        shared = set(x) & set(y)
+        if len(shared) < 2:
+            continue
+        got = _lcs_words(x, y, _position_masks(y, shared), frozenset(shared))
+        assert got == set(_recon_lcs(x, y)._ngrams), (x, y)
+        if got == shared and all(y.count(w) == 1 for w in shared):
+            shortcut += 1
+        else:
+            backtracked += 1
+    assert shortcut > 100 and backtracked > 1000  # both paths were exercised
+
+
 def test_batch_values_equal_single_calls_in_process_and_in_workers(monkeypatch):
     rng = random.Random(11)
     words = "we walk the dog . I love cats and the park every day".split()
