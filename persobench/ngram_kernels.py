@@ -79,11 +79,13 @@ class RougeText:
 
     __slots__ = ("sentences", "sentence_types", "unigrams", "bigrams", "has_words")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, sentence_types: bool = True) -> None:
         sentences = [part.split() or [""] for part in str(text).split(".") if part]
         words = sentences[0] if len(sentences) == 1 else list(chain.from_iterable(sentences))
         self.sentences = sentences
-        self.sentence_types = [frozenset(sentence) for sentence in sentences]
+        # Each sentence's words as a set: a reference's are read for every reply to it; a reply's
+        # only for its sentences sharing a word with the reference (:func:`rouge_of` makes those).
+        self.sentence_types = [frozenset(sentence) for sentence in sentences] if sentence_types else None
         self.unigrams = unigrams = frozenset(words)
         self.bigrams = frozenset(zip(words, words[1:]))
         # A word other than the empty one of a whitespace-only piece (split() never gives "").
@@ -211,8 +213,8 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     # An LCS only holds shared words, so the union is a subset of ``common``: sentences sharing
     # none are skipped, and once the union is ``common`` no pair can add to it.
     union: set[str] = set()
-    hyp = [(k, sentence, types) for k, (sentence, types) in enumerate(zip(reply.sentences, reply.sentence_types))
-           if not types.isdisjoint(common)]
+    hyp = [(k, sentence, frozenset(sentence)) for k, sentence in enumerate(reply.sentences)
+           if not common.isdisjoint(sentence)]
     masks: dict[int, dict[str, int]] = {}
     for ref_sentence, ref_types in zip(reference.sentences, reference.sentence_types):
         if len(union) == len(common):
@@ -251,7 +253,8 @@ def lexical_chunk(references: Sequence[str], replies: Sequence[str],
         if bleu_column is not None:
             bleu_column.append(bleu_of(reference_grams(reference), grams) if has_reference else None)
         if want_rouge:
-            scores = rouge_of(reference_rouge_text(reference), RougeText(reply)) if has_reference else no_rouge
+            scores = (rouge_of(reference_rouge_text(reference), RougeText(reply, sentence_types=False))
+                      if has_reference else no_rouge)
             for k, column in rouge_columns:
                 column.append(scores[k])
         if dist1 is not None:

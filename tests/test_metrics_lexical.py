@@ -191,6 +191,38 @@ def test_batch_values_equal_single_calls_in_process_and_in_workers(monkeypatch):
     assert lexical.lexical_values(references, replies, metrics, workers=2) == expected
 
 
+def test_values_sent_ahead_equal_values_computed_when_asked(monkeypatch):
+    """A batch sent to the workers when its run is planned (send_ahead) is taken from there when
+    asked for, whole or in part, in any order, and only for the metrics sent: same values."""
+    rng = random.Random(3)
+    words = "we walk the dog . I love cats and the park every day".split()
+    references = [" ".join(rng.choices(words, k=rng.randint(0, 12))) for _ in range(40)]
+    replies = [" ".join(rng.choices(words, k=rng.randint(1, 12))) + f" {i}" for i in range(40)]
+    metrics = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2")
+    expected = lexical.lexical_values(references, replies, metrics, workers=1)
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_REPLIES", 10)
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_BATCH", 2)
+    with lexical.worker_pool(100, workers=2) as started:
+        assert started
+        pool = lexical._ACTIVE_POOL.get()
+        lexical.send_ahead(references, replies, metrics)
+        assert len(pool.ahead) == 40
+        assert lexical.lexical_values(references, replies, metrics) == expected
+        assert not pool.ahead  # every pair was taken from what was sent
+
+        lexical.send_ahead(references[:20], replies[:20], metrics)
+        order = list(range(40))
+        rng.shuffle(order)  # half sent ahead, half not, in another order
+        got = lexical.lexical_values([references[i] for i in order], [replies[i] for i in order], metrics)
+        assert got == {m: [expected[m][i] for i in order] for m in metrics}
+        assert not pool.ahead
+
+        lexical.send_ahead(references, replies, ("dist1",))  # fewer metrics than asked for below
+        assert lexical.lexical_values(references, replies, ("bleu", "dist1")) == {
+            m: expected[m] for m in ("bleu", "dist1")}
+    lexical.send_ahead(references, replies, metrics)  # no pool: nothing to do, nothing kept
+
+
 def test_rouge_long_texts_need_no_recursion():
     reply = " ".join(f"w{i % 700}" for i in range(6000))
     r1, r2, rl = lexical.rouge(reply, reply)

@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Sequence
 from persobench.errors import PersoBenchError, ScoringError, StoreError
 from persobench.metrics.backends import Profile, get_profile
 from persobench.importer import run_reference_note, run_references
+from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, validate_metric_names
 from persobench.metrics.nli_inputs import resolve_layout
@@ -102,6 +103,9 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     # The paper's persona cells are read by persona metrics only (rebuilding them costs more than
     # scoring BLEU): a run lacking none of those does not need them.
     reads_persona = any(metric_info(m).needs_persona for m in todo)
+    # In a pass with a lexical worker pool, its workers start on this run now (the replies and
+    # references its lexical family will be given), while the run before it is still computed.
+    lexical.send_ahead([present[s.id][0] for s in samples], [replies[s.id] for s in samples], todo)
     return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
                    dict(references) if references else None,
                    _paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note)
