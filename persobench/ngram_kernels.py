@@ -236,32 +236,31 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     return r1, r2, rl
 
 
+_ALL = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2")
+
+
 def lexical_chunk(references: Sequence[str], replies: Sequence[str],
-                   metrics: tuple[str, ...]) -> dict[str, list[float | None]]:
+                  metrics: tuple[str, ...]) -> dict[str, list[float | None]]:
+    """metric -> one value per reply (None for a reference-based metric when the reference is blank)."""
+    if not set(metrics) <= set(_ALL):
+        raise ValueError(f"not lexical kernel metrics: {', '.join(sorted(set(metrics) - set(_ALL)))}")
     want_bleu = "bleu" in metrics
     want_rouge = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
-    values: dict[str, list[float | None]] = {m: [] for m in metrics}
-    want_grams = want_bleu or "dist1" in metrics or "dist2" in metrics
-    bleu_column, dist1, dist2 = values.get("bleu"), values.get("dist1"), values.get("dist2")
-    rouge_columns = [(k, values[name]) for k, name in enumerate(("rouge1", "rouge2", "rougeL")) if name in values]
     no_rouge = (None, None, None)
-    grams = None
+    rows = []  # one tuple per reply, in _ALL's order: columns are made at the end, in C
     for reference, reply in zip(references, replies):
-        if want_grams:
-            grams = ReplyGrams(reply)
+        grams = ReplyGrams(reply)
+        length = grams.length
         has_reference = bool(reference.strip())
-        if bleu_column is not None:
-            bleu_column.append(bleu_of(reference_grams(reference), grams) if has_reference else None)
-        if want_rouge:
-            scores = (rouge_of(reference_rouge_text(reference), RougeText(reply, sentence_types=False))
-                      if has_reference else no_rouge)
-            for k, column in rouge_columns:
-                column.append(scores[k])
-        if dist1 is not None:
-            dist1.append(grams.distinct(1))  # type: ignore[union-attr]
-        if dist2 is not None:
-            dist2.append(grams.distinct(2))  # type: ignore[union-attr]
-    return values
+        bleu = bleu_of(reference_grams(reference), grams) if want_bleu and has_reference else None
+        r1, r2, rl = (rouge_of(reference_rouge_text(reference), RougeText(reply, sentence_types=False))
+                      if want_rouge and has_reference else no_rouge)
+        # Distinct-n (ReplyGrams.distinct), inline: unique n-grams over n-grams, 0 without any.
+        dist1 = len(grams.counts[0]) / length if length > 0 else 0.0  # type: ignore[arg-type]
+        dist2 = len(grams.counts[1]) / (length - 1) if length > 1 else 0.0  # type: ignore[arg-type]
+        rows.append((bleu, r1, r2, rl, dist1, dist2))
+    columns = dict(zip(_ALL, map(list, zip(*rows)))) if rows else {m: [] for m in _ALL}
+    return {m: columns[m] for m in metrics}
 
 
 def ready() -> bool:
