@@ -295,6 +295,8 @@ def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: I
     replies = [str(r) for r in replies]
     if len(references) != len(replies):
         raise ValueError(f"{len(references)} references for {len(replies)} replies")
+    if not wanted:
+        return {}
     pool = _ACTIVE_POOL.get()
     if pool is not None and len(replies) >= PARALLEL_MIN_BATCH:
         return _in_workers(pool, references, replies, wanted)
@@ -331,15 +333,27 @@ def _in_workers(pool: _Pool, references: list[str], replies: list[str],
     for chunk, job in sent:
         part = job.result()
         for m in wanted:
-            column = values[m]
-            for i, value in zip(chunk, part[m]):
-                column[i] = value
-    parts = {id(job): job.result() for _, job, _ in found}
-    for m in wanted:
-        column = values[m]
-        for i, job, place in found:
-            column[i] = parts[id(job)][m][place]
+            _scatter(values[m], chunk, part[m])
+    taken: dict[int, tuple[_Chunk, list[int], list[int]]] = {}
+    for i, job, place in found:
+        entry = taken.setdefault(id(job), (job, [], []))
+        entry[1].append(i)
+        entry[2].append(place)
+    for job, positions, places in taken.values():
+        part = job.result()
+        whole = places == list(range(len(part[wanted[0]])))  # the batch holds the chunk, in order
+        for m in wanted:
+            _scatter(values[m], positions, part[m] if whole else [part[m][k] for k in places])
     return values
+
+
+def _scatter(column: list, positions: list[int], values: list) -> None:
+    """``column[positions[k]] = values[k]``; one slice assignment when the positions run in order."""
+    if positions and positions == list(range(positions[0], positions[0] + len(positions))):
+        column[positions[0]:positions[0] + len(positions)] = values
+        return
+    for i, value in zip(positions, values):
+        column[i] = value
 
 
 # --- The family --------------------------------------------------------------------------------
