@@ -158,9 +158,10 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
                 return pd.concat([old[keep], details], ignore_index=True).reset_index(drop=True)
 
             run.merge_table("persona_details", merge_details)
+        key = prof.key  # a property worked out on each read
         counted = (collections.Counter(metric for metric, profile in zip(merged["metric"].tolist(),
                                                                          merged["profile"].tolist())
-                                       if profile == prof.key) if merged is not None else collections.Counter())
+                                       if profile == key) if merged is not None else collections.Counter())
         entry = run.manifest.details.profile_scores(prof.key)
         stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
         for metric in wanted:
