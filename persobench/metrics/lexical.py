@@ -181,7 +181,7 @@ _ACTIVE_POOL: contextvars.ContextVar["_Pool | None"] = contextvars.ContextVar("p
 #: A batch is cut into this many chunks per worker process, so whichever process is free (a busy
 #: machine slows one more than another) takes the next one, and this process can take a chunk no
 #: worker has started when it would otherwise wait.
-CHUNKS_PER_PROCESS = 2
+CHUNKS_PER_PROCESS = 4
 
 
 class _Chunk:
@@ -322,11 +322,14 @@ def _in_workers(pool: _Pool, references: list[str], replies: list[str],
             else:
                 rest.append(i)
     sent = pool.send(references, replies, rest, wanted) if rest else []
-    # This process scores the chunks sent now that no worker has started rather than wait (the
-    # workers take them from the start, this process from the end). What was sent ahead it leaves
-    # to the workers: in a pass this process is busy planning and writing the other runs, and
-    # scoring here too cost more time than it saved (measured: the pass's CPU and wall time rose).
+    # This process scores the chunks no worker has started rather than wait (the workers take them
+    # from the start, this process from the end): the batch's chunks sent now, then those sent
+    # ahead. In a pass that happens only when the workers are behind (this process has planned and
+    # written the runs before): the work balances itself between the cores.
     for _, job in reversed(sent):
+        if not job.take_back():
+            break
+    for job in reversed(list({id(job): job for _, job, _ in found}.values())):
         if not job.take_back():
             break
     values: dict[str, list[float | None]] = {m: [None] * len(replies) for m in wanted}
