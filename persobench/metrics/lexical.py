@@ -187,10 +187,11 @@ CHUNKS_PER_PROCESS = 4
 class _Chunk:
     """Some replies of a batch, sent to a worker (or taken back and scored here)."""
 
-    __slots__ = ("references", "replies", "wanted", "future", "values")
+    __slots__ = ("references", "replies", "wanted", "covers", "future", "values")
 
     def __init__(self, references: list[str], replies: list[str], wanted: tuple[str, ...], future: Any) -> None:
         self.references, self.replies, self.wanted, self.future = references, replies, wanted, future
+        self.covers = frozenset(wanted)
         self.values: dict[str, list[float | None]] | None = None
 
     def take_back(self) -> bool:
@@ -256,11 +257,11 @@ def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterato
     none below :data:`PARALLEL_MIN_REPLIES` or on one CPU.
 
     The workers take the chunks of each batch; this process scores a chunk itself only when it
-    would otherwise wait for it (no worker has started it), unless the batch was sent ahead. In a
-    ``score`` pass this process plans
+    would otherwise wait for it (no worker has started it). In a ``score`` pass this process plans
     and writes the other runs meanwhile (:mod:`persobench.scoring.overlap`), and each run is sent
     to the workers as soon as it is planned (:func:`send_ahead`), so they go from one run to the
-    next without waiting for this process."""
+    next without waiting for this process, and this process takes a chunk back only when they are
+    behind."""
     workers = workers or os.cpu_count() or 1
     if workers < 2 or expected_replies < PARALLEL_MIN_REPLIES or _ACTIVE_POOL.get() is not None:
         yield False
@@ -317,7 +318,7 @@ def _in_workers(pool: _Pool, references: list[str], replies: list[str],
     with pool.lock:
         for i, pair in enumerate(zip(references, replies)):
             hit = pool.ahead.pop(pair, None)
-            if hit is not None and wanted_set <= set(hit[0].wanted):
+            if hit is not None and wanted_set <= hit[0].covers:
                 found.append((i, *hit))
             else:
                 rest.append(i)
