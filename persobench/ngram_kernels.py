@@ -11,7 +11,10 @@ starting than scoring a run.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from itertools import chain
+# Counter's counting loop (in C), filling a plain dict: collections re-exports it, with a pure
+# Python fallback where the C module is missing.
+from collections import _count_elements  # type: ignore[attr-defined]
 from functools import lru_cache
 from typing import Sequence
 
@@ -36,7 +39,9 @@ class ReplyGrams:
 
     Unigram and bigram counts are made at once (Distinct-1/2 read them); trigram and 4-gram counts
     only when BLEU asks (:meth:`grams`): it does not when no bigram is shared, since a shared n-gram
-    implies its shared prefix, and most replies share no bigram with their reference.
+    implies its shared prefix, and most replies share no bigram with their reference. The counts
+    are plain dicts filled by the C loop behind ``Counter`` (a ``Counter`` itself costs a few
+    Python calls more per text, a tenth of the kernel on 56,075 replies).
     """
 
     __slots__ = ("length", "counts", "tokens")
@@ -45,14 +50,19 @@ class ReplyGrams:
         tokens = str(text).split()  # == whitespace_tokens(text): "\n" is whitespace to split()
         self.tokens = tokens
         self.length = len(tokens)
-        self.counts: list[Counter | None] = [Counter(tokens), Counter(zip(tokens, tokens[1:])), None, None]
+        unigrams: dict = {}
+        _count_elements(unigrams, tokens)
+        bigrams: dict = {}
+        _count_elements(bigrams, zip(tokens, tokens[1:]))
+        self.counts: list[dict | None] = [unigrams, bigrams, None, None]
 
-    def grams(self, n: int) -> Counter:
+    def grams(self, n: int) -> dict:
         """Counts of the text's ``n + 1``-grams (``n`` from 0, as BLEU's orders are indexed)."""
         counts = self.counts[n]
         if counts is None:
             tokens = self.tokens
-            counts = self.counts[n] = Counter(zip(*(tokens[k:] for k in range(n + 1))))
+            counts = self.counts[n] = {}
+            _count_elements(counts, zip(*(tokens[k:] for k in range(n + 1))))
         return counts
 
     def distinct(self, n: int) -> float:
@@ -67,19 +77,19 @@ class RougeText:
     empty word), normalises whitespace and flattens the words of all sentences.
     """
 
-    __slots__ = ("sentences", "sentence_types", "unigrams", "bigrams")
+    __slots__ = ("sentences", "sentence_types", "unigrams", "bigrams", "has_words")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, sentence_types: bool = True) -> None:
         sentences = [part.split() or [""] for part in str(text).split(".") if part]
-        words = [w for sentence in sentences for w in sentence]
+        words = sentences[0] if len(sentences) == 1 else list(chain.from_iterable(sentences))
         self.sentences = sentences
-        self.sentence_types = [frozenset(sentence) for sentence in sentences]
-        self.unigrams = frozenset(words)
+        # Each sentence's words as a set: a reference's are read for every reply to it; a reply's
+        # only for its sentences sharing a word with the reference (:func:`rouge_of` makes those).
+        self.sentence_types = [frozenset(sentence) for sentence in sentences] if sentence_types else None
+        self.unigrams = unigrams = frozenset(words)
         self.bigrams = frozenset(zip(words, words[1:]))
-
-    @property
-    def has_words(self) -> bool:
-        return any(sentence != [""] for sentence in self.sentences)
+        # A word other than the empty one of a whitespace-only piece (split() never gives "").
+        self.has_words = len(unigrams) > ("" in unigrams)
 
 
 @lru_cache(maxsize=8192)
@@ -105,10 +115,9 @@ def bleu_of(reference: ReplyGrams, reply: ReplyGrams) -> float:
             ref_counts = reference.counts[n]
             if ref_counts is None:
                 ref_counts = reference.grams(n)
-            numerator = 0
-            for gram in hyp_counts.keys() & ref_counts.keys():
-                count, ref_count = hyp_counts[gram], ref_counts[gram]
-                numerator += count if count < ref_count else ref_count
+            shared = hyp_counts.keys() & ref_counts.keys()
+            # Clipped counts, summed in C (integers: the order of the sum does not matter).
+            numerator = sum(map(min, map(hyp_counts.__getitem__, shared), map(ref_counts.__getitem__, shared)))
             if n == 0 and numerator == 0:
                 return 0.0
         denominator = max(1, reply.length - n)
@@ -125,44 +134,71 @@ def _f_score(overlap: int, evaluated: int, reference: int) -> float:
     return 2.0 * ((precision * recall) / (precision + recall + 1e-8))
 
 
-def _position_masks(words: list[str]) -> dict[str, int]:
-    """word -> bit mask of the positions where it occurs in ``words`` (bit j = position j)."""
+def _position_masks(words: list[str], keep: "set[str] | frozenset[str]") -> dict[str, int]:
+    """word -> bit mask of the positions where it occurs in ``words`` (bit j = position j), for the
+    words in ``keep`` only (no other word can match)."""
     masks: dict[str, int] = {}
     for j, word in enumerate(words):
-        masks[word] = masks.get(word, 0) | (1 << j)
+        if word in keep:
+            masks[word] = masks.get(word, 0) | (1 << j)
     return masks
 
 
-def _lcs_words(x: list[str], y: list[str], y_masks: dict[str, int]) -> set[str]:
+def _lcs_words(x: list[str], y: list[str], y_masks: dict[str, int], shared: "set[str] | frozenset[str]") -> set[str]:
     """The words of the package's ``_recon_lcs(x, y)``: its table and its tie-breaking, no recursion.
+    ``y_masks``: :func:`_position_masks` of ``y`` (at least the words of ``shared``); ``shared``:
+    the words ``x`` and ``y`` have in common (the LCS is made of them).
 
     Rows of the LCS table are kept as bit vectors (Crochemore et al. 2001): a zero at bit j of
     row i means ``table[i][j + 1] = table[i][j] + 1``, so ``table[i][j]`` is ``j`` minus the ones
-    below bit j. One row costs a few integer operations instead of a loop over ``y``.
+    below bit j. One row costs a few integer operations instead of a loop over ``y``, and a word of
+    ``x`` that ``y`` lacks repeats the row below it, so only the rows of shared words are kept.
     """
     full = (1 << len(y)) - 1
+    kept = [word for word in x if word in shared]
+    # gap[k]: a word of x that y lacks comes right after kept[k - 1] (k = 0: none can matter).
+    gap = [False] * (len(kept) + 1)
+    k = 0
+    for word in x:
+        if word in shared:
+            k += 1
+        else:
+            gap[k] = True
     rows = [full]
     row = full
-    for word in x:
-        matches = row & y_masks.get(word, 0)
+    for word in kept:
+        matches = row & y_masks[word]
         row = ((row + matches) | (row - matches)) & full
         rows.append(row)
+    length = len(y) - row.bit_count()  # table[len(x)][len(y)]: the matches still to find
+    # An LCS as long as the shared words, in a ``y`` where each of them occurs once, matches each
+    # of them once: its words are all of them, whichever path the package takes.
+    if length == len(shared) and sum(y_masks[w].bit_count() for w in shared) == length:
+        return set(shared)
 
     words: set[str] = set()
-    i, j = len(x), len(y)
-    length = len(y) - rows[i].bit_count()  # table[len(x)][len(y)]: the matches still to find
+    i, j = len(kept), len(y)
+    # In a row of a word y lacks, the package goes left to the highest column below j whose row
+    # bit is clear (table[i][j - 1] < table[i][j]), then up; repeated rows do it once.
+    if gap[i]:
+        j = ((~rows[i]) & ((1 << j) - 1)).bit_length()
     while length:
-        if x[i - 1] == y[j - 1]:
-            words.add(x[i - 1])
-            i -= 1
-            j -= 1
+        word = kept[i - 1]
+        here = y_masks[word]
+        # From (i, j) the package goes left while y[j - 1] is not x[i - 1] and table[i][j - 1] ==
+        # table[i][j] (bit j - 1 of the row set): all such steps at once, to the highest column
+        # below j where y matches x[i - 1] (then it goes diagonally) or the row bit is clear (up).
+        # One exists while matches remain: table[i][0] is 0.
+        stop = ((here | ~rows[i]) & ((1 << j) - 1)).bit_length() - 1
+        i -= 1
+        if (here >> stop) & 1:
+            words.add(word)
+            j = stop
             length -= 1
-        elif (rows[i] >> (j - 1)) & 1:
-            # table[i][j - 1] == table[i][j] >= table[i - 1][j]: the package goes left.
-            j -= 1
         else:
-            # table[i][j - 1] < table[i][j] == max(table[i - 1][j], table[i][j - 1]): up.
-            i -= 1
+            j = stop + 1
+        if gap[i] and length:
+            j = ((~rows[i]) & ((1 << j) - 1)).bit_length()
     return words
 
 
@@ -177,8 +213,8 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     # An LCS only holds shared words, so the union is a subset of ``common``: sentences sharing
     # none are skipped, and once the union is ``common`` no pair can add to it.
     union: set[str] = set()
-    hyp = [(k, sentence, types) for k, (sentence, types) in enumerate(zip(reply.sentences, reply.sentence_types))
-           if not types.isdisjoint(common)]
+    hyp = [(k, sentence, frozenset(sentence)) for k, sentence in enumerate(reply.sentences)
+           if not common.isdisjoint(sentence)]
     masks: dict[int, dict[str, int]] = {}
     for ref_sentence, ref_types in zip(reference.sentences, reference.sentence_types):
         if len(union) == len(common):
@@ -191,8 +227,8 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
                 union |= shared
             elif shared and not shared <= union:
                 if k not in masks:
-                    masks[k] = _position_masks(hyp_sentence)
-                union |= _lcs_words(ref_sentence, hyp_sentence, masks[k])
+                    masks[k] = _position_masks(hyp_sentence, common)
+                union |= _lcs_words(ref_sentence, hyp_sentence, masks[k], shared)
     llcs = len(union)
     r_lcs = llcs / len(reference.unigrams)
     p_lcs = llcs / len(reply.unigrams)
@@ -200,31 +236,30 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     return r1, r2, rl
 
 
+_ALL = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2")
+
+
 def lexical_chunk(references: Sequence[str], replies: Sequence[str],
-                   metrics: tuple[str, ...]) -> dict[str, list[float | None]]:
+                  metrics: tuple[str, ...]) -> dict[str, list[float | None]]:
+    """metric -> one value per reply (None for a reference-based metric when the reference is blank);
+    ``metrics``: some of :data:`_ALL` (the callers pass only those)."""
     want_bleu = "bleu" in metrics
     want_rouge = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
-    values: dict[str, list[float | None]] = {m: [] for m in metrics}
-    want_grams = want_bleu or "dist1" in metrics or "dist2" in metrics
-    bleu_column, dist1, dist2 = values.get("bleu"), values.get("dist1"), values.get("dist2")
-    rouge_columns = [(k, values[name]) for k, name in enumerate(("rouge1", "rouge2", "rougeL")) if name in values]
     no_rouge = (None, None, None)
-    grams = None
+    rows = []  # one tuple per reply, in _ALL's order: columns are made at the end, in C
     for reference, reply in zip(references, replies):
-        if want_grams:
-            grams = ReplyGrams(reply)
+        grams = ReplyGrams(reply)
+        length = grams.length
         has_reference = bool(reference.strip())
-        if bleu_column is not None:
-            bleu_column.append(bleu_of(reference_grams(reference), grams) if has_reference else None)
-        if want_rouge:
-            scores = rouge_of(reference_rouge_text(reference), RougeText(reply)) if has_reference else no_rouge
-            for k, column in rouge_columns:
-                column.append(scores[k])
-        if dist1 is not None:
-            dist1.append(grams.distinct(1))  # type: ignore[union-attr]
-        if dist2 is not None:
-            dist2.append(grams.distinct(2))  # type: ignore[union-attr]
-    return values
+        bleu = bleu_of(reference_grams(reference), grams) if want_bleu and has_reference else None
+        r1, r2, rl = (rouge_of(reference_rouge_text(reference), RougeText(reply, sentence_types=False))
+                      if want_rouge and has_reference else no_rouge)
+        # Distinct-n (ReplyGrams.distinct), inline: unique n-grams over n-grams, 0 without any.
+        dist1 = len(grams.counts[0]) / length if length > 0 else 0.0  # type: ignore[arg-type]
+        dist2 = len(grams.counts[1]) / (length - 1) if length > 1 else 0.0  # type: ignore[arg-type]
+        rows.append((bleu, r1, r2, rl, dist1, dist2))
+    columns = dict(zip(_ALL, map(list, zip(*rows)))) if rows else {m: [] for m in _ALL}
+    return {m: columns[m] for m in metrics}
 
 
 def ready() -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Mapping
 import re
@@ -58,6 +58,23 @@ class Sample:
     """The gold next turn with any speaker label stripped."""
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """Provenance: source file or split, original row, and loader-specific notes."""
+
+    def __hash__(self) -> int:
+        """The hash of the compared fields, as the dataclass would compute it, once per object:
+        scoring looks a sample up in caches for every reply to it (58 runs share a dataset's
+        samples), and hashing its nested personas and context each time cost a tenth of a pass."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)
+                                if (f.compare if f.hash is None else f.hash)))
+            self.__dict__["_hash"] = cached  # frozen: as functools.cached_property stores its value
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A string's hash differs between processes: a copy sent to a worker computes its own.
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
 
     def persona_sentences(self, speaker: str | None = None) -> list[str]:
         """All persona sentences, or those of one speaker."""

@@ -120,7 +120,8 @@ class RunManifest:
         return structured_label(str(label), bool((self.parameters or {}).get("structured")))
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        # asdict deep-copies every field; the ids (a thousand strings) are listed below instead.
+        data = dataclasses.asdict(dataclasses.replace(self, sample_ids=()))
         data["sample_ids"] = list(self.sample_ids)
         data["model"] = strip_secrets(dict(self.model))
         return data

@@ -241,3 +241,25 @@ def test_user_jsonl_bad_lines(tmp_path: Path) -> None:
         load_user_file(path)
     assert "row 2: invalid JSON" in str(info.value)
     assert "row 3, column context: missing" in str(info.value)
+
+
+def test_sample_hash_is_the_dataclass_hash_computed_once_and_never_pickled() -> None:
+    """Scoring looks samples up by hash for every reply: the hash is cached on the object, equal
+    samples (metadata aside) hash alike, and a pickled copy (a worker process, where strings hash
+    differently) computes its own instead of carrying this process's."""
+    import dataclasses
+    import pickle
+
+    from persobench.records import PersonaSet, Turn
+
+    sample = Sample("d:1", "d", (PersonaSet("User1", ("I run.", "I cook.")),), (Turn("User1", "hi"),), "User2",
+                    "hello", {"row": 1})
+    twin = dataclasses.replace(sample, metadata={"row": 2})
+    other = dataclasses.replace(sample, reference="bye")
+    expected = hash(("d:1", "d", sample.personas, sample.context, "User2", "hello"))
+    assert hash(sample) == hash(twin) == expected and twin == sample
+    assert hash(other) != hash(sample) and other != sample
+    assert sample.__dict__["_hash"] == expected  # computed once, then read
+    copy = pickle.loads(pickle.dumps(sample))
+    assert "_hash" not in copy.__dict__ and copy == sample and hash(copy) == expected
+    assert len({sample: 1, twin: 2, other: 3}) == 2

@@ -146,6 +146,31 @@ def test_kernels_equal_the_libraries_on_published_replies(reference_dir):
     assert checked > 500
 
 
+def test_lcs_words_equal_the_packages_recon_lcs():
+    """The LCS kernel's shortcuts (rows of words the other sentence lacks skipped, left steps taken
+    at once, all shared words when each occurs once) pick the package's path, tie-breaks included."""
+    from rouge.rouge_score import _recon_lcs
+
+    from persobench.ngram_kernels import _lcs_words, _position_masks
+
+    rng = random.Random(7)
+    shortcut = backtracked = 0
+    for _ in range(3000):
+        vocabulary = "abcdefghij"[:rng.randint(2, 10)]
+        x = rng.choices(vocabulary, k=rng.randint(1, 14))
+        y = rng.choices("abcdefghijklmn"[:rng.randint(2, 14)], k=rng.randint(1, 14))
+        shared = set(x) & set(y)
+        if len(shared) < 2:
+            continue
+        got = _lcs_words(x, y, _position_masks(y, shared), frozenset(shared))
+        assert got == set(_recon_lcs(x, y)._ngrams), (x, y)
+        if got == shared and all(y.count(w) == 1 for w in shared):
+            shortcut += 1
+        else:
+            backtracked += 1
+    assert shortcut > 100 and backtracked > 1000  # both paths were exercised
+
+
 def test_batch_values_equal_single_calls_in_process_and_in_workers(monkeypatch):
     rng = random.Random(11)
     words = "we walk the dog . I love cats and the park every day".split()
@@ -164,6 +189,38 @@ def test_batch_values_equal_single_calls_in_process_and_in_workers(monkeypatch):
     assert lexical.lexical_values(references, replies, metrics, workers=1) == expected
     monkeypatch.setattr(lexical, "PARALLEL_MIN_REPLIES", 10)
     assert lexical.lexical_values(references, replies, metrics, workers=2) == expected
+
+
+def test_values_sent_ahead_equal_values_computed_when_asked(monkeypatch):
+    """A batch sent to the workers when its run is planned (send_ahead) is taken from there when
+    asked for, whole or in part, in any order, and only for the metrics sent: same values."""
+    rng = random.Random(3)
+    words = "we walk the dog . I love cats and the park every day".split()
+    references = [" ".join(rng.choices(words, k=rng.randint(0, 12))) for _ in range(40)]
+    replies = [" ".join(rng.choices(words, k=rng.randint(1, 12))) + f" {i}" for i in range(40)]
+    metrics = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2")
+    expected = lexical.lexical_values(references, replies, metrics, workers=1)
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_REPLIES", 10)
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_BATCH", 2)
+    with lexical.worker_pool(100, workers=2) as started:
+        assert started
+        pool = lexical._ACTIVE_POOL.get()
+        lexical.send_ahead(references, replies, metrics)
+        assert len(pool.ahead) == 40
+        assert lexical.lexical_values(references, replies, metrics) == expected
+        assert not pool.ahead  # every pair was taken from what was sent
+
+        lexical.send_ahead(references[:20], replies[:20], metrics)
+        order = list(range(40))
+        rng.shuffle(order)  # half sent ahead, half not, in another order
+        got = lexical.lexical_values([references[i] for i in order], [replies[i] for i in order], metrics)
+        assert got == {m: [expected[m][i] for i in order] for m in metrics}
+        assert not pool.ahead
+
+        lexical.send_ahead(references, replies, ("dist1",))  # fewer metrics than asked for below
+        assert lexical.lexical_values(references, replies, ("bleu", "dist1")) == {
+            m: expected[m] for m in ("bleu", "dist1")}
+    lexical.send_ahead(references, replies, metrics)  # no pool: nothing to do, nothing kept
 
 
 def test_rouge_long_texts_need_no_recursion():

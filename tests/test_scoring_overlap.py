@@ -46,18 +46,31 @@ def _store(home) -> RunStore:
     return store
 
 
+class _Batches(list):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ahead: list[int] = []
+
+    def clear(self) -> None:
+        super().clear()
+        self.ahead.clear()
+
+
 @pytest.fixture()
 def in_workers(monkeypatch):
     """The worker pool started for these few replies, every batch sent to it; returns the sizes of
-    the batches the pass's pool scored."""
+    the batches the pass's pool scored (``.ahead``: how many replies of each were sent ahead)."""
     monkeypatch.setattr(lexical, "PARALLEL_MIN_REPLIES", 10)
     monkeypatch.setattr(lexical, "PARALLEL_MIN_BATCH", 2)
-    batches: list[int] = []
+    batches = _Batches()
+    ahead = batches.ahead
     real = lexical._in_workers
 
-    def spy(pool, workers, references, replies, wanted):
+    def spy(pool, references, replies, wanted):
         batches.append(len(replies))
-        return real(pool, workers, references, replies, wanted)
+        with pool.lock:  # how many of the batch's replies were sent to the workers when it was planned
+            ahead.append(sum(pair in pool.ahead for pair in zip(references, replies)))
+        return real(pool, references, replies, wanted)
 
     monkeypatch.setattr(lexical, "_in_workers", spy)
     return batches
@@ -106,6 +119,8 @@ def test_overlapped_pass_equals_scoring_each_run_in_turn(tmp_path, in_workers):
     assert sum(len(scores) for scores, _ in ours.values()) > RUNS * 100
     assert not [t for t in threading.enumerate() if t.name.startswith("persobench-")]
     assert len(in_workers) == RUNS  # every run's batch went to the pass's worker processes
+    # ... as soon as the run was planned: each batch found all its replies already sent.
+    assert in_workers.ahead == list(in_workers) and all(in_workers)
 
 
 def test_a_failed_write_loses_no_other_runs_values(tmp_path, in_workers, monkeypatch):

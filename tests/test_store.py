@@ -67,6 +67,24 @@ def test_tables_round_trip_numbers_as_numbers(tmp_path: Path) -> None:
     assert not [p for p in run.path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_table_read_as_lists_equals_the_frame_and_fails_as_clearly(tmp_path: Path) -> None:
+    """files.read_parquet_lists (what planning reads): the frame's values as lists, only the columns
+    asked for that the table has, nulls as None; a damaged or missing file names itself."""
+    from persobench.files import read_parquet_lists
+
+    run = RunStore(tmp_path).create(_manifest())
+    frame = pd.DataFrame({"sample_id": ["sample:0", "sample:1"], "status": ["ok", "empty"],
+                          "response": ["hi", None], "latency": [0.25, 1.5]})
+    run.write_table("generations", frame)
+    got = read_parquet_lists(run.table_path("generations"), ("sample_id", "response", "reasoning"))
+    assert got == {"sample_id": ["sample:0", "sample:1"], "response": ["hi", None]}
+    with pytest.raises(StoreError, match="scores.parquet: table not found"):
+        read_parquet_lists(run.table_path("scores"), ("sample_id",))
+    run.table_path("scores").write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(StoreError, match="scores.parquet: unreadable or corrupt"):
+        read_parquet_lists(run.table_path("scores"), ("sample_id",))
+
+
 def test_corrupt_or_missing_tables_raise_clear_errors(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     run = store.create(_manifest())

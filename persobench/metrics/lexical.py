@@ -33,8 +33,10 @@ import math
 import os
 import re
 import string
+import threading
 from collections import Counter
 from functools import lru_cache
+from itertools import repeat
 from typing import Any, Iterable, Iterator, Sequence
 
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
@@ -174,38 +176,109 @@ PARALLEL_MIN_REPLIES = 20_000
 #: Inside a large job, a batch smaller than this is still scored in this process.
 PARALLEL_MIN_BATCH = 200
 
-_ACTIVE_POOL: contextvars.ContextVar[Any] = contextvars.ContextVar("persobench_lexical_pool", default=None)
+_ACTIVE_POOL: contextvars.ContextVar["_Pool | None"] = contextvars.ContextVar("persobench_lexical_pool", default=None)
+
+#: A batch is cut into this many chunks per worker process, so whichever process is free (a busy
+#: machine slows one more than another) takes the next one, and this process can take a chunk no
+#: worker has started when it would otherwise wait.
+CHUNKS_PER_PROCESS = 4
+
+
+class _Chunk:
+    """Some replies of a batch, sent to a worker (or taken back and scored here)."""
+
+    __slots__ = ("references", "replies", "wanted", "covers", "future", "values")
+
+    def __init__(self, references: list[str], replies: list[str], wanted: tuple[str, ...], future: Any) -> None:
+        self.references, self.replies, self.wanted, self.future = references, replies, wanted, future
+        self.covers = frozenset(wanted)
+        self.values: dict[str, list[float | None]] | None = None
+
+    def take_back(self) -> bool:
+        """Score the chunk in this process if no worker has started it; whether it did."""
+        if self.values is None and self.future.cancel():
+            self.values = lexical_chunk(self.references, self.replies, self.wanted)
+        return self.values is not None
+
+    def result(self) -> dict[str, list[float | None]]:
+        return self.values if self.values is not None else self.future.result()
+
+
+class _Pool:
+    """The worker processes of one job, and the replies sent to them ahead of their batch
+    (:func:`send_ahead`): (reference, reply) -> the chunk computing its values and its place there."""
+
+    def __init__(self, executor: Any, workers: int) -> None:
+        self.executor = executor
+        self.workers = workers
+        self.lock = threading.Lock()
+        self.ahead: dict[tuple[str, str], tuple[_Chunk, int]] = {}
+
+    def send(self, references: list[str], replies: list[str], indices: list[int],
+             wanted: tuple[str, ...]) -> list[tuple[list[int], _Chunk]]:
+        """Chunks of ``indices`` (positions in ``references``/``replies``), each sent to the workers."""
+        processes = self.workers - 1
+        # Chunks cut from the replies sorted by reference keep a reference's analysis in one
+        # process's cache.
+        order = sorted(indices, key=references.__getitem__) if processes > 1 else indices
+        size = -(-len(order) // (processes * CHUNKS_PER_PROCESS))
+        sent = []
+        for k in range(0, len(order), size):
+            chunk = order[k:k + size]
+            refs, reps = [references[i] for i in chunk], [replies[i] for i in chunk]
+            sent.append((chunk, _Chunk(refs, reps, wanted, self.executor.submit(lexical_chunk, refs, reps, wanted))))
+        return sent
+
+
+def send_ahead(references: Sequence[str], replies: Sequence[str], metrics: Iterable[str]) -> None:
+    """Start computing a batch that :func:`lexical_values` will be asked for later (a run just
+    planned, while the run before it is computed), when a worker pool is active; else nothing.
+
+    The workers then never wait for the step between two runs. Values are a function of (reference,
+    reply) alone, so a batch asked for later takes whichever of its pairs were sent ahead and
+    computes the rest as usual: nothing sent ahead can change a value."""
+    pool = _ACTIVE_POOL.get()
+    wanted = tuple(m for m in (*REFERENCE_LEXICAL, *REPLY_LEXICAL) if m in set(metrics))
+    if pool is None or not wanted or len(replies) < PARALLEL_MIN_BATCH:
+        return
+    references, replies = [str(r) for r in references], [str(r) for r in replies]
+    sent = pool.send(references, replies, list(range(len(replies))), wanted)
+    with pool.lock:
+        for chunk, job in sent:
+            for place, i in enumerate(chunk):
+                pool.ahead[references[i], replies[i]] = (job, place)
 
 
 @contextlib.contextmanager
 def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterator[bool]:
     """Score the lexical batches of a large job (``expected_replies`` in all, e.g. every run of a
     ``score`` command) on ``workers`` processes (default: every CPU), this one included: it starts
-    ``workers - 1`` worker processes once for the whole job, and this process scores its share of
-    each batch instead of waiting. Yields whether a pool was started: none below
-    :data:`PARALLEL_MIN_REPLIES` or on one CPU.
+    ``workers - 1`` worker processes once for the whole job. Yields whether a pool was started:
+    none below :data:`PARALLEL_MIN_REPLIES` or on one CPU.
 
-    In a ``score`` pass this process also plans and writes other runs meanwhile
-    (:mod:`persobench.scoring.overlap`); its share shrinks by itself then, as the workers take every
-    chunk it has not started. Measured, that costs less CPU and wall time than one more worker
-    process taking the whole batch (a process's own reference analyses and start-up)."""
+    The workers take the chunks of each batch; this process scores a chunk itself only when it
+    would otherwise wait for it (no worker has started it). In a ``score`` pass this process plans
+    and writes the other runs meanwhile (:mod:`persobench.scoring.overlap`), and each run is sent
+    to the workers as soon as it is planned (:func:`send_ahead`), so they go from one run to the
+    next without waiting for this process, and this process takes a chunk back only when they are
+    behind."""
     workers = workers or os.cpu_count() or 1
     if workers < 2 or expected_replies < PARALLEL_MIN_REPLIES or _ACTIVE_POOL.get() is not None:
         yield False
         return
 
     # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
-    pool = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))
+    executor = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))
     # Start the workers now, while this process plans the first run (a spawned interpreter takes
     # about half a second to start; the pool would otherwise start it at the first batch).
     for _ in range(workers - 1):
-        pool.submit(ready)
-    token = _ACTIVE_POOL.set((pool, workers))
+        executor.submit(ready)
+    token = _ACTIVE_POOL.set(_Pool(executor, workers))
     try:
         yield True
     finally:
         _ACTIVE_POOL.reset(token)
-        pool.shutdown(wait=True, cancel_futures=True)
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: Iterable[str],
@@ -213,54 +286,78 @@ def lexical_values(references: Sequence[str], replies: Sequence[str], metrics: I
     """BLEU, ROUGE-1/2/L and Distinct-1/2 of each ``replies[i]`` against ``references[i]``.
 
     Returns metric -> one value per reply (``None`` for a reference-based metric when the
-    reference is blank). Inside :func:`worker_pool` a batch is split over its processes and this
-    one; outside, a batch of at least :data:`PARALLEL_MIN_REPLIES` replies starts its own pool.
-    Each process is sent whole texts, so it counts n-grams once.
+    reference is blank). Inside :func:`worker_pool` a batch is split over its processes (what was
+    sent ahead, :func:`send_ahead`, is taken from there); outside, a batch of at least
+    :data:`PARALLEL_MIN_REPLIES` replies starts its own pool. Each process is sent whole texts,
+    so it counts n-grams once.
     """
     wanted = tuple(m for m in (*REFERENCE_LEXICAL, *REPLY_LEXICAL) if m in set(metrics))
     references = [str(r) for r in references]
     replies = [str(r) for r in replies]
     if len(references) != len(replies):
         raise ValueError(f"{len(references)} references for {len(replies)} replies")
-    active = _ACTIVE_POOL.get()
-    if active is not None and len(replies) >= PARALLEL_MIN_BATCH:
-        return _in_workers(*active, references, replies, wanted)
-    if active is None and len(replies) >= PARALLEL_MIN_REPLIES:
+    if not wanted:
+        return {}
+    pool = _ACTIVE_POOL.get()
+    if pool is not None and len(replies) >= PARALLEL_MIN_BATCH:
+        return _in_workers(pool, references, replies, wanted)
+    if pool is None and len(replies) >= PARALLEL_MIN_REPLIES:
         with worker_pool(len(replies), workers=workers) as started:
             if started:
-                return _in_workers(*_ACTIVE_POOL.get(), references, replies, wanted)
+                return _in_workers(_ACTIVE_POOL.get(), references, replies, wanted)  # type: ignore[arg-type]
     return lexical_chunk(references, replies, wanted)
 
 
-#: A batch is cut into this many chunks per process, so whichever process is free (a busy machine
-#: slows one more than another) takes the next one.
-CHUNKS_PER_PROCESS = 4
-
-
-def _in_workers(pool: Any, workers: int, references: list[str], replies: list[str],
+def _in_workers(pool: _Pool, references: list[str], replies: list[str],
                 wanted: tuple[str, ...]) -> dict[str, list[float | None]]:
-    # Chunks cut from the replies sorted by reference keep a reference's analysis in one process's cache.
-    order = sorted(range(len(replies)), key=references.__getitem__)
-    size = -(-len(order) // (workers * CHUNKS_PER_PROCESS))
-    chunks = [order[k:k + size] for k in range(0, len(order), size)]
-    futures = [pool.submit(lexical_chunk, [references[i] for i in chunk], [replies[i] for i in chunk], wanted)
-               for chunk in chunks]
-    parts: list[Any] = [None] * len(chunks)
-    # This process scores chunks from the end while the workers take them from the start: a chunk
-    # whose future can still be cancelled has not been sent to a worker.
-    for k in range(len(chunks) - 1, -1, -1):
-        if not futures[k].cancel():
+    # The replies sent ahead (a value is a function of its pair: any chunk computing the pair
+    # serves), then the rest, sent now.
+    found: list[tuple[int, _Chunk, int]] = []
+    rest: list[int] = []
+    wanted_set = set(wanted)
+    with pool.lock:
+        for i, pair in enumerate(zip(references, replies)):
+            hit = pool.ahead.pop(pair, None)
+            if hit is not None and wanted_set <= hit[0].covers:
+                found.append((i, *hit))
+            else:
+                rest.append(i)
+    sent = pool.send(references, replies, rest, wanted) if rest else []
+    # This process scores the chunks no worker has started rather than wait (the workers take them
+    # from the start, this process from the end): the batch's chunks sent now, then those sent
+    # ahead. In a pass that happens only when the workers are behind (this process has planned and
+    # written the runs before): the work balances itself between the cores.
+    for _, job in reversed(sent):
+        if not job.take_back():
             break
-        chunk = chunks[k]
-        parts[k] = lexical_chunk([references[i] for i in chunk], [replies[i] for i in chunk], wanted)
+    for job in reversed(list({id(job): job for _, job, _ in found}.values())):
+        if not job.take_back():
+            break
     values: dict[str, list[float | None]] = {m: [None] * len(replies) for m in wanted}
-    for k, chunk in enumerate(chunks):
-        part = parts[k] if parts[k] is not None else futures[k].result()
+    for chunk, job in sent:
+        part = job.result()
         for m in wanted:
-            column = values[m]
-            for i, value in zip(chunk, part[m]):
-                column[i] = value
+            _scatter(values[m], chunk, part[m])
+    taken: dict[int, tuple[_Chunk, list[int], list[int]]] = {}
+    for i, job, place in found:
+        entry = taken.setdefault(id(job), (job, [], []))
+        entry[1].append(i)
+        entry[2].append(place)
+    for job, positions, places in taken.values():
+        part = job.result()
+        whole = places == list(range(len(part[wanted[0]])))  # the batch holds the chunk, in order
+        for m in wanted:
+            _scatter(values[m], positions, part[m] if whole else [part[m][k] for k in places])
     return values
+
+
+def _scatter(column: list, positions: list[int], values: list) -> None:
+    """``column[positions[k]] = values[k]``; one slice assignment when the positions run in order."""
+    if positions and positions == list(range(positions[0], positions[0] + len(positions))):
+        column[positions[0]:positions[0] + len(positions)] = values
+        return
+    for i, value in zip(positions, values):
+        column[i] = value
 
 
 # --- The family --------------------------------------------------------------------------------
@@ -279,9 +376,12 @@ class LexicalMetrics(MetricFamily):
         values = lexical_values([it.reference for it in items], [it.reply for it in items], metrics)
         sids = [it.sample.id for it in items]
         for metric, column in values.items():
-            # Whole columns at once (the kernels return floats): one add() per value cost a third
-            # as much as computing the values.
-            rows = [(sid, metric, value) for sid, value in zip(sids, column) if value is not None]
+            # Whole columns at once (the kernels return floats), zipped in C where no value is
+            # missing: one add() per value cost a third as much as computing the values.
+            if None in column:
+                rows = [(sid, metric, value) for sid, value in zip(sids, column) if value is not None]
+            else:
+                rows = list(zip(sids, repeat(metric), column))
             result.rows.extend(rows)
             counts[metric] += len(rows)
         if "idf_overlap" in metrics:

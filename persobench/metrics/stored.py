@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from persobench.records import Sample
 from persobench.store import Run
+from persobench.files import read_parquet_lists
 import hashlib
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,12 +25,16 @@ def empty_scores() -> "pd.DataFrame":
 STORED_SCORE_COLUMNS = ("sample_id", "metric", "value", "profile", "basis")
 
 
-def stored_scores(run: "Run") -> "pd.DataFrame":
-    """The run's scores table (empty with the right columns when none is stored)."""
+def stored_keys(run: "Run", profile: str) -> list[tuple[str, str, "str | None"]]:
+    """(metric, sample id, basis) of every value the run stores under ``profile`` (basis None for
+    values stored before bases were), read as lists: planning only looks these up."""
     if not run.has_table("scores"):
-        return empty_scores()
-    frame = run.read_table("scores")
-    return frame if "basis" in frame.columns else frame.assign(basis=None)
+        return []
+    table = read_parquet_lists(run.table_path("scores"), ("sample_id", "metric", "profile", "basis"))
+    sids, metrics, profiles = table["sample_id"], table["metric"], table["profile"]
+    bases = table.get("basis") or [None] * len(sids)
+    return [(str(metric), str(sid), basis)
+            for sid, metric, prof, basis in zip(sids, metrics, profiles, bases) if prof == profile]
 
 
 def score_basis(sample: "Sample", reply: str, reference: str) -> str:

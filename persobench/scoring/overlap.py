@@ -5,10 +5,10 @@ Each step stays where the pass puts it: the driver (the thread that called
 :func:`~persobench.scoring.score_pass.score_runs`) still writes every run under the run's lock, one
 at a time; planning only reads the store; the compute step reads nothing. What moves is only *when*
 they run: planning and computing run in two threads of their own, each at most ``depth`` items ahead
-of the step that consumes them, so a pass never holds more than a few runs' work in memory. Most
-lexical kernels run in worker processes (:func:`persobench.metrics.lexical.worker_pool`; the compute
-thread scores only the chunks no worker took yet), and reading and writing Parquet and ``fsync``
-release the interpreter's lock, so the steps really overlap.
+of the step that consumes them, so a pass never holds more than a few runs' work in memory. The
+lexical kernels run in worker processes (:func:`persobench.metrics.lexical.worker_pool`), each run
+sent to them as soon as it is planned (:func:`persobench.metrics.lexical.send_ahead`), and reading
+and writing Parquet and ``fsync`` release the interpreter's lock, so the steps really overlap.
 
 A failure in a thread reaches the driver as the same exception, at the point where the failed item
 would have come; when the driver stops (an error, a signal), :class:`Stop` tells the threads to stop

@@ -12,18 +12,19 @@ from typing import Iterable, Mapping, Sequence
 from persobench.errors import PersoBenchError, ScoringError, StoreError
 from persobench.metrics.backends import Profile, get_profile
 from persobench.importer import run_reference_note, run_references
+from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, validate_metric_names
 from persobench.metrics.nli_inputs import resolve_layout
 from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
-from persobench.metrics.stored import score_basis, stored_scores
+from persobench.metrics.stored import score_basis, stored_keys
 from persobench.scoring.writing import RunScoreSummary, RunWork
 from persobench.metrics.encoder import EmbeddingRequest
 from persobench.records import Sample
 from persobench.store import Run
 from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
 from persobench.datasets import samples_by_id
-from persobench.files import sha256_file
+from persobench.files import read_parquet_lists, sha256_file
 from persobench.importer import samples_for_run
 
 
@@ -43,38 +44,41 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
         references = run_references(run, samples_by_id)
         reference_note = run_reference_note(run)
     prof = resolve_layout(prof, run)  # NLI/UniEval inputs: the notebooks' layout under the paper protocol
-    # Only the columns planning reads: the raw outputs and reasoning are most of the table's bytes.
-    generations = run.read_table("generations", columns=("sample_id", "status", "response"))
-    if "status" not in generations.columns or "sample_id" not in generations.columns:
-        raise ScoringError(f"{run.table_path('generations')}: needs sample_id and status columns")
-    is_ok = generations["status"] == "ok"
-    ok = generations[is_ok]
-    if "response" not in ok.columns:
-        raise ScoringError(f"{run.table_path('generations')}: no response column")
-    # .tolist(): iterating a pandas string column element by element is ten times slower.
-    replies = {str(sid): ("" if text is None or (isinstance(text, float) and text != text) else str(text))
-               for sid, text in zip(ok["sample_id"].tolist(), ok["response"].tolist())}
+    # Only the columns planning reads (the raw outputs and reasoning are most of the table's bytes),
+    # as lists: planning walks them in Python, and a DataFrame cost five times the read.
+    path = run.table_path("generations")
+    generations = read_parquet_lists(path, ("sample_id", "status", "response"))
+    if "status" not in generations or "sample_id" not in generations:
+        raise ScoringError(f"{path}: needs sample_id and status columns")
+    if "response" not in generations:
+        raise ScoringError(f"{path}: no response column")
+    replies: dict[str, str] = {}
+    invalid_ids: list[str] = []
+    for sid, status, text in zip(generations["sample_id"], generations["status"], generations["response"]):
+        if status == "ok":
+            replies[str(sid)] = "" if text is None or (isinstance(text, float) and text != text) else str(text)
+        else:
+            invalid_ids.append(str(sid))
     missing = [sid for sid in replies if sid not in samples_by_id]
     if missing:
         raise ScoringError(
             f"run {run.run_id}: {len(missing)} sample id(s) not in dataset {run.manifest.dataset!r} "
             f"(first: {', '.join(missing[:3])})")
 
-    existing = stored_scores(run)
-    mine = existing[existing["profile"] == prof.key]
-    summary = RunScoreSummary(run.run_id, prof.key, skipped_invalid=int(len(generations) - len(ok)))
+    summary = RunScoreSummary(run.run_id, prof.key, skipped_invalid=len(invalid_ids))
     # What each valid reply has, worked out once (not once per metric): (reference, persona) present.
+    # Whether a sample has persona sentences matters only to metrics that read them.
+    reads_persona_sentences = any(metric_info(m).needs_persona for m in wanted)
     present: dict[str, tuple[str, bool]] = {}
     bases: dict[str, str] = {}
     for sid, reply in replies.items():
         if reply.strip():
             sample = samples_by_id[sid]
             reference = str((references.get(sid, sample.reference) if references else sample.reference) or "")
-            present[sid] = (reference, bool(sample.persona_sentences()))
+            present[sid] = (reference, reads_persona_sentences and bool(sample.persona_sentences()))
             bases[sid] = score_basis(sample, reply, reference)
     have: dict[str, set[str]] = {}
-    for metric, sid, basis in zip(mine["metric"].astype(str).tolist(), mine["sample_id"].astype(str).tolist(),
-                                  mine["basis"].tolist()):
+    for metric, sid, basis in stored_keys(run, prof.key):
         if bases.get(sid) == basis:  # a value computed from another reply or other inputs is stale
             have.setdefault(metric, set()).add(sid)
 
@@ -89,16 +93,19 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
         if kind not in defined:
             defined[kind] = [sid for sid, (reference, has_persona) in present.items()
                              if info.defined_for(reference, has_persona)]
-        need = frozenset(sid for sid in defined[kind] if sid not in stored)
+        need = frozenset(sid for sid in defined[kind] if sid not in stored) if stored else frozenset(defined[kind])
         summary.cached[metric] = len(stored)
         if need:
             todo[metric] = need
-    invalid = frozenset(generations.loc[~is_ok, "sample_id"].astype(str))
+    invalid = frozenset(invalid_ids)
     ids = set().union(*todo.values()) if todo else set()
     samples = tuple(samples_by_id[sid] for sid in replies if sid in ids)
     # The paper's persona cells are read by persona metrics only (rebuilding them costs more than
     # scoring BLEU): a run lacking none of those does not need them.
     reads_persona = any(metric_info(m).needs_persona for m in todo)
+    # In a pass with a lexical worker pool, its workers start on this run now (the replies and
+    # references its lexical family will be given), while the run before it is still computed.
+    lexical.send_ahead([present[s.id][0] for s in samples], [replies[s.id] for s in samples], todo)
     return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
                    dict(references) if references else None,
                    _paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note)

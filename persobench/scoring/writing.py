@@ -10,6 +10,7 @@ one computed here are interchangeable, and a killed score resumes with only the 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field
@@ -140,8 +141,9 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
         new_rows = empty_scores()
     else:
         new_rows = _new_rows(work, result)
+        made = collections.Counter(new_rows["metric"].tolist())  # one pass, not one comparison per metric
         for metric in work.todo:
-            summary.computed[metric] = int((new_rows["metric"] == metric).sum())
+            summary.computed[metric] = made.get(metric, 0)
         if "persona_coverage" in work.todo and len(result.persona_details):
             details = result.persona_details.assign(profile=prof.key)
         new_prov = result.provenance
@@ -156,8 +158,10 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
                 return pd.concat([old[keep], details], ignore_index=True).reset_index(drop=True)
 
             run.merge_table("persona_details", merge_details)
-        counted = (merged[merged["profile"] == prof.key]["metric"].value_counts() if merged is not None
-                   else pd.Series(dtype="int64"))
+        key = prof.key  # a property worked out on each read
+        counted = (collections.Counter(metric for metric, profile in zip(merged["metric"].tolist(),
+                                                                         merged["profile"].tolist())
+                                       if profile == key) if merged is not None else collections.Counter())
         entry = run.manifest.details.profile_scores(prof.key)
         stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
         for metric in wanted:
