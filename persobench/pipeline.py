@@ -19,12 +19,13 @@ at once, never lose each other's values.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, StoreError
 from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
@@ -99,7 +100,8 @@ if TYPE_CHECKING:
 #: plotly), and the CLI's start-up must not. ``leaderboard`` is this module's own call, so the
 #: aggregate's table builder of that name is ``board_table`` here.
 _LAZY_MODULES = ("persobench.aggregate", "persobench.aggregate.disk_cache", "persobench.aggregate.exports",
-                 "persobench.aggregate.story", "persobench.aggregate.ranking", "persobench.report",
+                 "persobench.aggregate.story", "persobench.aggregate.ranking", "persobench.aggregate.landing",
+                 "persobench.report",
                  "persobench.report.charts")
 _LAZY_ALIASES = {"board_table": "leaderboard"}
 
@@ -297,6 +299,22 @@ def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore |
     table = aggregate.leaderboard(results, dataset=dataset, mode=mode, invalid=invalid, profile=profile,
                                   side_by_side=side_by_side, all_samples=all_samples)
     return Board(table, profile, invalid, tuple((str(p), str(r)) for p, r in results.skipped_runs))
+
+
+@contextlib.contextmanager
+def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Run the block; when it changed the store (a run written, scored, imported or deleted), build
+    the app's landing view for the new state into the store's disk cache
+    (:func:`persobench.aggregate.landing.warm_landing`), so the first app process opened on the store
+    reads it instead of building it. A block that raises leaves the cache alone (the app builds what
+    it needs); the check costs one ``stat`` per run file when nothing changed."""
+    store = RunStore(home) if home is not None else RunStore()
+    before = store.fingerprint()
+    yield
+    if store.fingerprint() != before:
+        from persobench.aggregate.landing import warm_landing
+
+        warm_landing(store)
 
 
 # --- The paper's published data --------------------------------------------------------------------
