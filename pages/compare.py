@@ -13,7 +13,7 @@ from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import run_replies, runs_table
 from persobench.app.text import md_escape, status_badge
-from persobench.pipeline import LABEL_SUFFIX, landing_dataset
+from persobench.pipeline import LABEL_SUFFIX, compared_metrics, landing_dataset
 
 page_setup()
 st.title("Compare two models")
@@ -27,7 +27,6 @@ if not profiles:
     st.info("No scored runs yet: score them with `python -m persobench score --profile offline`.")
     st.stop()
 
-from persobench.pipeline import METRICS  # noqa: E402
 
 f = st.columns([2, 1, 1])
 profile = f[1].selectbox("Profile", profiles, key="cmp_profile")
@@ -66,8 +65,7 @@ same_mode = [i for i in others if mine.set_index("run_id").loc[i, "mode"] == mod
 run_b = c2.selectbox("Model B", others, format_func=labels.get, key=f"cmp_b_{dataset}_{run_a}",
                      index=others.index(same_mode[0]) if same_mode else 0)
 
-present = set(results.loc[results["run_id"].isin([run_a, run_b]), "metric"])
-metrics = tuple(m for m in METRICS if m in present and m != "instructability") + ("failure_ratio",)
+metrics = compared_metrics(results, run_a, run_b)
 table, skipped = comparison_table(home, sig, profile, run_a, run_b, invalid, metrics, dataset)
 st.subheader("Paired differences (A − B)")
 if table.empty:

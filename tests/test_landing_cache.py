@@ -55,6 +55,7 @@ def refuse_building(monkeypatch) -> None:
 
     monkeypatch.setattr(landing, "leaderboard", refuse)
     monkeypatch.setattr(landing, "overall_with_ci", refuse)
+    monkeypatch.setattr(landing, "comparison_table", refuse)
 
 
 def landing_page(home, monkeypatch) -> AppTest:
@@ -74,6 +75,19 @@ def test_a_command_that_changes_the_store_prepares_the_landing_view(home, monkey
     at = landing_page(home, monkeypatch)  # reads the prepared files, builds nothing
     assert list(ranking(at)["model"]) == [REFERENCE]
     assert at.selectbox(key="lb_dataset").value == "sample" and at.selectbox(key="lb_profile").value == "offline"
+
+
+def test_the_compare_pages_first_comparison_is_prepared_too(home, monkeypatch):
+    cli(home, "run", "--dataset", "sample", "--model", ECHO, "--mode", "vanilla")
+    cli(home, "score", "--profile", "offline", "--metrics", "dist1,bleu")
+    prepared = landing_files(home)["comparison"]
+    assert set(prepared["metric"]) == {"bleu", "dist1", "failure_ratio", "response_time"}
+    refuse_building(monkeypatch)
+    at = landing_page(home, monkeypatch)
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception and not at.error, [e.message for e in at.exception] + [e.value for e in at.error]
+    shown = next(f.value for f in at.dataframe if "A - B" in f.value.columns)
+    assert sorted(shown["metric"]) == sorted(prepared["metric"])
 
 
 def test_a_command_that_changes_nothing_leaves_the_cache_as_it_is(home):

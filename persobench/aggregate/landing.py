@@ -1,4 +1,4 @@
-"""The landing page's first view, kept in the store's disk cache when a command changes the store.
+"""The app's first views, kept in the store's disk cache when a command changes the store.
 
 The app opens on the leaderboard of one dataset in one scoring profile (:func:`landing_view`:
 ``offline`` first, the built-in ``sample`` dataset or else the first by name, invalid replies
@@ -8,7 +8,8 @@ board and its overall scores reads every run of the dataset and bootstraps every
 page's whole budget once Python, pandas and Streamlit are loaded. So the command that changed the
 store (``import-paper``, ``run``, ``score``, ... through :func:`persobench.pipeline.landing_kept_current`)
 builds them into ``<home>/aggregate/`` before it exits, and the first app process reads two small
-files.
+files. The Compare page's first comparison (same dataset and profile, :func:`compare_pair`) is
+prepared with it: its paired tests import SciPy, a second on a busy machine.
 
 The tables are the disk cache's (:mod:`persobench.aggregate.disk_cache`): keyed by the store's
 fingerprint, written atomically and only when the store did not change while they were built.
@@ -28,9 +29,10 @@ import pandas as pd
 
 from persobench.aggregate.board import leaderboard
 from persobench.aggregate.disk_cache import cached_table
-from persobench.aggregate.ranking import overall_with_ci
+from persobench.aggregate.ranking import comparison_table, overall_with_ci
 from persobench.aggregate.results import Results, available_profiles, load_results
 from persobench.metrics import METRICS
+from persobench.secrets import redact
 from persobench.store import Run, RunStore
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,41 @@ def cached_overall(store: RunStore, results: Callable[[], Results], board: Calla
     return cached_table(store, "overall", arguments, build)[0]
 
 
+def compare_pair(results: pd.DataFrame) -> tuple[str, str] | None:
+    """(A, B) the Compare page opens on, of one dataset's results: the first run by model label and
+    mode, and the next one in that order of the same mode (else the next one); None for fewer than
+    two runs."""
+    runs = results.drop_duplicates("run_id")[["run_id", "mode", "model"]].sort_values(["model", "mode"])
+    ids, modes = [str(i) for i in runs["run_id"]], [str(m) for m in runs["mode"]]
+    if len(ids) < 2:
+        return None
+    same_mode = [i for i, mode in zip(ids[1:], modes[1:]) if mode == modes[0]]
+    return ids[0], (same_mode or ids[1:])[0]
+
+
+def compared_metrics(results: pd.DataFrame, run_a: str, run_b: str) -> tuple[str, ...]:
+    """The metrics the Compare page tests for two runs: those either has, in the registry's order
+    (instructability is a board's, not a run's), and the failure ratio."""
+    present = set(results.loc[results["run_id"].isin([run_a, run_b]), "metric"])
+    return tuple(m for m in METRICS if m in present and m != "instructability") + ("failure_ratio",)
+
+
+def cached_comparison(store: RunStore, results: Callable[[], pd.DataFrame], *, profile: str, run_a: str, run_b: str,
+                      invalid: str, metrics: tuple[str, ...]) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """:func:`persobench.aggregate.comparison_table` of two runs (paired tests per metric, [(metric,
+    why skipped)], reasons redacted) through the store's disk cache: the tests import SciPy, most
+    of a first visit's time."""
+
+    def build() -> tuple[pd.DataFrame, dict[str, Any]]:
+        table, skipped = comparison_table(results(), run_a, run_b, metrics, invalid=invalid)
+        return table, {"skipped": [(metric, redact(why)) for metric, why in skipped]}
+
+    arguments = {"profile": profile, "run_a": run_a, "run_b": run_b, "invalid": invalid, "compared": list(metrics),
+                 "metrics": metric_rules()}
+    table, notes = cached_table(store, "comparison", arguments, build)
+    return table, [(str(metric), str(why)) for metric, why in notes.get("skipped") or ()]
+
+
 def warm_landing(store: RunStore) -> bool:
     """Build the landing page's first view (:func:`landing_view`) into the store's disk cache, so the
     first app process reads it instead of building it. True when the store has a view to build.
@@ -111,6 +148,10 @@ def warm_landing(store: RunStore) -> bool:
                    "all_samples": False}
         board = cached_board(store, results, **options)
         cached_overall(store, results, lambda: board, **options)
+        pair = compare_pair(results().frame)  # the Compare page's first view: same dataset and profile
+        if pair is not None:
+            cached_comparison(store, lambda: results().frame, profile=profile, run_a=pair[0], run_b=pair[1],
+                              invalid=LANDING_INVALID, metrics=compared_metrics(results().frame, *pair))
         return True
     except Exception as exc:  # noqa: BLE001 - the command's own work is done: never fail it here
         log.info("%s: the landing page's tables were not prepared (%s: %s)", store.home, type(exc).__name__, exc)

@@ -17,12 +17,11 @@ from persobench.pipeline import load_results
 from persobench.pipeline import available_profiles as _available
 from persobench.app.loaders import store_scan
 from persobench.pipeline import cached_table
-from persobench.pipeline import cached_board, cached_overall, metric_rules
+from persobench.pipeline import cached_board, cached_comparison, cached_overall, metric_rules
 from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
 from persobench.pipeline import demo_story
 from persobench.pipeline import paper_protocol
 from persobench.pipeline import sample_values as values
-from persobench.pipeline import comparison_table as compare
 from persobench.pipeline import paired_values
 from persobench.app.text import cell_text
 from persobench.pipeline import get_profile
@@ -182,14 +181,8 @@ def comparison_table(home: str, signature: str, profile: str, run_a: str, run_b:
     """:func:`persobench.aggregate.comparison_table`: (paired tests per metric, [(metric, why skipped)]).
     ``dataset``: the two runs' (only its runs' results are loaded; the table is the same)."""
 
-    def build() -> "tuple[pd.DataFrame, dict[str, Any]]":
-        table, skipped = compare(results_frame(home, signature, profile, dataset), run_a, run_b, metrics,
-                                 invalid=invalid)
-        return table, {"skipped": [(metric, redact(why)) for metric, why in skipped]}
-
-    table, notes = _stored_with_notes(home, "comparison", build, profile=profile, run_a=run_a, run_b=run_b,
-                                      invalid=invalid, compared=list(metrics))
-    return table, [(str(metric), str(why)) for metric, why in notes.get("skipped") or ()]
+    return cached_comparison(RunStore(home), lambda: results_frame(home, signature, profile, dataset), profile=profile,
+                             run_a=run_a, run_b=run_b, invalid=invalid, metrics=metrics)
 
 
 @cache_data(show_spinner=False, max_entries=32)
