@@ -146,3 +146,20 @@ def test_the_prepared_view_is_the_one_the_landing_page_opens_on(tmp_path):
     assert landing.landing_dataset(["focus", "pec", "sample"]) == "sample"
     assert landing.landing_dataset(["pec", "blended-skill-talk"]) == "blended-skill-talk"
     assert landing.landing_view(RunStore(tmp_path / "empty")) is None
+
+
+def test_the_python_api_and_the_apps_jobs_prepare_it_too(tmp_path, monkeypatch):
+    """pipeline.generate and pipeline.score (what the app's background runs call) prepare the view
+    once the store changed; inside a CLI command only the command's end prepares (once)."""
+    from persobench import pipeline
+    from persobench.aggregate import landing as landing_module
+
+    home = tmp_path / "home"
+    pipeline.generate(pipeline.GenerationConfig(dataset="sample", model=REFERENCE, mode="vanilla"), home=home)
+    pipeline.score(None, pipeline.ScoreConfig(profile="offline", metrics=("dist1",)), home=home)
+    assert set(landing_files(home)) >= {"board", "overall"}
+
+    prepared: list[str] = []
+    monkeypatch.setattr(landing_module, "warm_landing", lambda store: prepared.append(str(store.home)))
+    cli(home, "run", "--dataset", "sample", "--model", ECHO, "--mode", "vanilla")  # calls pipeline.generate
+    assert prepared == [str(home)]
