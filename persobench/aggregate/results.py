@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from persobench.errors import ConfigurationError
-from persobench.store import Run, RunStore
+from persobench.store import Run, RunStore, StoreProblem
 from persobench.metrics import METRICS
 from persobench.protocol import protocol_of
 from persobench.store import StoreError
@@ -163,7 +163,8 @@ LABEL_COLUMNS = [c for c in RESULT_COLUMNS if c != "value"]
 
 
 def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False,
-                 cache: bool = True, dataset: str | None = None) -> Results:
+                 cache: bool = True, dataset: str | None = None,
+                 scanned: "tuple[Sequence[Run], Sequence[StoreProblem]] | None" = None) -> Results:
     """Every per-sample value of every completed run, for one scoring profile.
 
     Long format, columns :data:`RESULT_COLUMNS` (:data:`LABEL_COLUMNS` as categories, ``value``
@@ -178,14 +179,17 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
     from the store exactly as it is now, and written there otherwise
     (:mod:`persobench.aggregate.disk_cache`): a fresh process reads one file, not every run's tables.
     ``dataset`` keeps the runs of one dataset only (their rows are the same as in the whole table):
-    a board of one dataset reads only its runs' tables.
+    a board of one dataset reads only its runs' tables. ``scanned``: :meth:`RunStore.scan` of the
+    store as it is now, when the caller has it (the app reads every manifest once per state).
     """
     if not cache:
-        return _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset)
+        return _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset,
+                              scanned=scanned)
     from persobench.aggregate.disk_cache import cached_table
 
     def build() -> tuple[pd.DataFrame, dict[str, Any]]:
-        built = _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset)
+        built = _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset,
+                               scanned=scanned)
         return built.frame, {"metric_status": list(built.metric_status), "skipped_runs": list(built.skipped_runs)}
 
     arguments = {"profile": profile, "include_incomplete": include_incomplete, "metrics": _metric_order()}
@@ -196,15 +200,15 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
                    tuple(tuple(pair) for pair in notes.get("skipped_runs") or ()))
 
 
-def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool,
-                   dataset: str | None = None) -> Results:
+def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool, dataset: str | None = None,
+                   scanned: "tuple[Sequence[Run], Sequence[StoreProblem]] | None" = None) -> Results:
     """:func:`load_results` read from every run's tables (of ``dataset`` only, when given).
 
     Reads only the columns it uses (a generations table's replies and raw outputs are most of its
     bytes) and builds each run's rows as numpy arrays, one frame for all runs at the end: a store
     the app opens for the first time pays this on its landing page."""
 
-    readable, problems = store.scan()
+    readable, problems = store.scan() if scanned is None else scanned
     if dataset is not None:
         readable = [run for run in readable if run.manifest.dataset == dataset]
     runs = _completed_runs(store, include_incomplete, readable)

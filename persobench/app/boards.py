@@ -81,7 +81,7 @@ def loaded_results(home: str, signature: str, profile: str, dataset: str | None 
     """``aggregate.load_results`` for one profile (and one dataset, when given: a board of it reads
     only its runs' tables): shared, read-only (never modify the frame)."""
 
-    return load_results(RunStore(home), profile=profile, dataset=dataset)
+    return load_results(RunStore(home), profile=profile, dataset=dataset, scanned=store_scan(home, signature))
 
 
 def results_frame(home: str, signature: str, profile: str, dataset: str | None = None) -> "pd.DataFrame":
