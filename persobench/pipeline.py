@@ -326,7 +326,10 @@ def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator
     if depth == 0 and store.fingerprint() != before:
         from persobench.aggregate.landing import warm_landing
 
-        warm_landing(store)
+        try:
+            warm_landing(store)
+        except KeyboardInterrupt:  # the block's work is done: Ctrl-C only skips preparing the views
+            pass
 
 
 def _keeps_landing_current(call: Callable[..., Any]) -> Callable[..., Any]:
