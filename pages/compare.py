@@ -13,7 +13,7 @@ from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import run_replies, runs_table
 from persobench.app.text import md_escape, status_badge
-from persobench.pipeline import LABEL_SUFFIX
+from persobench.pipeline import LABEL_SUFFIX, compared_metrics, landing_dataset
 
 page_setup()
 st.title("Compare two models")
@@ -27,17 +27,17 @@ if not profiles:
     st.info("No scored runs yet: score them with `python -m persobench score --profile offline`.")
     st.stop()
 
-from persobench.pipeline import METRICS  # noqa: E402
 
 f = st.columns([2, 1, 1])
 profile = f[1].selectbox("Profile", profiles, key="cmp_profile")
 invalid = f[2].selectbox("Invalid replies", ["worst", "exclude"], key="cmp_invalid",
                          format_func={"worst": "scored worst (paper)", "exclude": "excluded"}.get)
-results = load_or_stop(results_frame, home, sig, profile)
+listed = runs_table(home, sig)
+datasets = sorted(listed.loc[listed["has_generations"] & (listed["status"] == "completed"), "dataset"].unique())
+dataset = f[0].selectbox("Dataset", datasets, index=datasets.index(landing_dataset(datasets)), key="cmp_dataset")
+# One dataset's results (the landing page's, for its dataset): never every run of the store.
+results = load_or_stop(results_frame, home, sig, profile, dataset)
 runs = results.drop_duplicates("run_id")[["run_id", "dataset", "mode", "model", "protocol"]]
-datasets = sorted(runs["dataset"].unique())
-dataset = f[0].selectbox("Dataset", datasets, index=datasets.index("sample") if "sample" in datasets else 0,
-                         key="cmp_dataset")
 mine = runs[runs["dataset"] == dataset].sort_values(["model", "mode"])
 labels = {r.run_id: f"{r.model} · {r.mode}" for r in mine.itertuples()}
 if len(labels) < 2:
@@ -65,9 +65,8 @@ same_mode = [i for i in others if mine.set_index("run_id").loc[i, "mode"] == mod
 run_b = c2.selectbox("Model B", others, format_func=labels.get, key=f"cmp_b_{dataset}_{run_a}",
                      index=others.index(same_mode[0]) if same_mode else 0)
 
-present = set(results.loc[results["run_id"].isin([run_a, run_b]), "metric"])
-metrics = tuple(m for m in METRICS if m in present and m != "instructability") + ("failure_ratio",)
-table, skipped = comparison_table(home, sig, profile, run_a, run_b, invalid, metrics)
+metrics = compared_metrics(results, run_a, run_b)
+table, skipped = comparison_table(home, sig, profile, run_a, run_b, invalid, metrics, dataset)
 st.subheader("Paired differences (A − B)")
 if table.empty:
     st.warning("These two runs share no sample with values; nothing to compare.")
@@ -89,7 +88,7 @@ st.plotly_chart(win_tie_loss_figure(table), width="stretch", key="cmp_wtl")
 
 st.subheader("Dialogues where they differ most")
 metric = st.selectbox("Metric", list(table["metric"]), key="cmp_metric")
-pairs = paired_sample_values(home, sig, profile, run_a, run_b, metric, invalid)
+pairs = paired_sample_values(home, sig, profile, run_a, run_b, metric, invalid, dataset)
 if pairs.empty:
     st.info("No per-sample values for this metric.")
     st.stop()

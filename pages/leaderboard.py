@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.pipeline import distribution_figure, modes_figure
+from persobench.pipeline import distribution_figure, landing_dataset, modes_figure
 from persobench.app.boards import (available_profiles, board_choices, board_for, demo_story_for, metric_cells,
                                    mode_differences, overall_with_ci, sample_values, unavailable_by_reason)
 from persobench.app.page_cache import current_state
@@ -40,8 +40,8 @@ from persobench.pipeline import METRICS  # noqa: E402
 scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
 datasets = sorted(scored["dataset"].unique())
 f = st.columns([2, 1, 1, 1])
-dataset = f[0].selectbox("Dataset", datasets, index=datasets.index("sample") if "sample" in datasets else 0,
-                         key="lb_dataset")
+# The dataset the command that last changed the store prepared (aggregate.landing.warm_landing)
+dataset = f[0].selectbox("Dataset", datasets, index=datasets.index(landing_dataset(datasets)), key="lb_dataset")
 modes = sorted(scored.loc[scored["dataset"] == dataset, "mode"].unique())
 modes = sorted(modes, key=lambda m: (m != "vanilla", m))
 mode = f[1].selectbox("Mode", modes, key="lb_mode")

@@ -19,12 +19,14 @@ at once, never lose each other's values.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import os
 import threading
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, StoreError  # noqa: F401 - the front door's errors
 from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
@@ -101,7 +103,8 @@ if TYPE_CHECKING:
 #: plotly), and the CLI's start-up must not. ``leaderboard`` is this module's own call, so the
 #: aggregate's table builder of that name is ``board_table`` here.
 _LAZY_MODULES = ("persobench.aggregate", "persobench.aggregate.disk_cache", "persobench.aggregate.exports",
-                 "persobench.aggregate.story", "persobench.aggregate.ranking", "persobench.report",
+                 "persobench.aggregate.story", "persobench.aggregate.ranking", "persobench.aggregate.landing",
+                 "persobench.report",
                  "persobench.report.charts")
 _LAZY_ALIASES = {"board_table": "leaderboard"}
 
@@ -231,6 +234,48 @@ def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore |
     return Board(table, profile, invalid, tuple((str(p), str(r)) for p, r in results.skipped_runs))
 
 
+#: How many :func:`landing_kept_current` blocks this thread is inside: only the outermost prepares
+#: (a CLI command around :func:`generate` prepares once, when the command is done).
+_KEEPING = threading.local()
+
+
+@contextlib.contextmanager
+def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Run the block; when it changed the store (a run written, scored, imported or deleted), build
+    the app's first views for the new state into the store's disk cache
+    (:func:`persobench.aggregate.landing.warm_landing`), so the first app process opened on the store
+    reads them instead of building them. A block that raises leaves the cache alone (the app builds
+    what it needs); the check costs one ``stat`` per run file when nothing changed. Used by the CLI
+    around every command and by :func:`generate`, :func:`score` and :func:`import_published`."""
+    store = RunStore(home) if home is not None else RunStore()
+    depth = getattr(_KEEPING, "depth", 0)
+    before = store.fingerprint() if depth == 0 else ""
+    _KEEPING.depth = depth + 1
+    try:
+        yield
+    finally:
+        _KEEPING.depth = depth
+    if depth == 0 and store.fingerprint() != before:
+        from persobench.aggregate.landing import warm_landing
+
+        try:
+            warm_landing(store)
+        except KeyboardInterrupt:  # the block's work is done: Ctrl-C only skips preparing the views
+            pass
+
+
+def _keeps_landing_current(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` (a front-door function taking ``home``/``store``) inside :func:`landing_kept_current`."""
+
+    @functools.wraps(call)
+    def keeping(*args: Any, **kwargs: Any) -> Any:
+        store = kwargs.get("store")
+        with landing_kept_current(store.home if store is not None else kwargs.get("home")):
+            return call(*args, **kwargs)
+
+    return keeping
+
+
 # --- The paper's published data --------------------------------------------------------------------
 
 
@@ -256,3 +301,10 @@ def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[
     and mode (idempotent); returns the :class:`~persobench.importer.ImportReport`."""
 
     return import_persobench(open_store(home, store), folder, datasets=datasets, models=models, modes=modes)
+
+
+# The app's background runs (jobs) and Python API users write the store through these: the app's first
+# views are prepared for what they wrote, as after a CLI command (landing_kept_current).
+generate = _keeps_landing_current(generate)
+score = _keeps_landing_current(score)
+import_published = _keeps_landing_current(import_published)

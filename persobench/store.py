@@ -160,7 +160,9 @@ def check_manifest_types(data: Mapping[str, Any]) -> None:
         if name in data and not isinstance(data[name], expected):
             raise ValueError(f"field {name!r} must be {_JSON_NAMES.get(expected, expected)}, "
                              f"got {type(data[name]).__name__} {str(data[name])[:40]!r}")
-    if not all(isinstance(i, str) for i in data.get("sample_ids", [])):
+    # the types of every id at C speed: a published run has a thousand ids, and the app's start-up
+    # reads every manifest (a per-id isinstance loop was a third of the store's scan)
+    if not all(issubclass(kind, str) for kind in set(map(type, data.get("sample_ids", [])))):
         raise ValueError("field 'sample_ids' must be a list of text")
     if data.get("status", "pending") not in RUN_STATUSES:
         raise ValueError(f"field 'status' must be one of {', '.join(RUN_STATUSES)}, got {data['status']!r}")

@@ -574,3 +574,30 @@ def test_sample_values_are_the_boards_samples_unless_all_samples(tmp_path):
                                    board=aggregate.SIDE_BY_SIDE, side_by_side=True)
     side_board = aggregate.leaderboard(results, dataset="focus", mode="vanilla", side_by_side=True)
     assert set(side["model"]) == set(side_board["model"]) and len(set(side["model"])) == 3
+
+
+def test_results_rows_take_the_last_of_a_repeated_score_and_ignore_other_profiles_and_unknown_samples(tmp_path):
+    """The results builder places each score by sample id and metric, never by row position: a
+    repeated (sample, metric) pair keeps its last value (as a merge appends), rows of another profile
+    and of a sample the run never answered are left out, a duplicated reply row keeps its last status,
+    and every label column is a category."""
+    store = RunStore(tmp_path / "home")
+    run = make_run(store, model="A", statuses=["ok", "ok", "empty"], latency=[1.0, 2.0, 3.0],
+                   scores={"dist1": [0.1, 0.2, None]})
+    run.write_table("generations", pd.DataFrame({  # focus:1 answered twice: the second reply failed
+        "sample_id": ["focus:0", "focus:1", "focus:2", "focus:1"], "status": ["ok", "ok", "empty", "refused"],
+        "response": ["r", "r", None, None], "latency": [1.0, 2.0, 3.0, 4.0]}))
+    run.write_table("scores", pd.DataFrame({
+        "sample_id": ["focus:2", "focus:0", "focus:0", "focus:9", "focus:0", "focus:1"],
+        "metric": ["dist1", "dist1", "dist1", "dist1", "dist1", "rougeL"],
+        "value": [0.9, 0.1, 0.7, 0.5, 0.3, 0.4],
+        "profile": ["offline", "offline", "offline", "offline", "standard", "offline"]}))
+    frame = aggregate.load_results(store, cache=False).frame
+    assert [str(frame[c].dtype) for c in aggregate.LABEL_COLUMNS] == ["category"] * len(aggregate.LABEL_COLUMNS)
+    values = {(r.sample_id, r.metric): (r.status, r.value) for r in frame.itertuples()}
+    assert values[("focus:0", "dist1")] == ("ok", 0.7)  # last offline row wins; the standard one is ignored
+    assert values[("focus:1", "response_time")] == ("refused", 4.0)
+    assert math.isnan(values[("focus:1", "rougeL")][1])  # its reply is invalid now: no value
+    assert math.isnan(values[("focus:2", "dist1")][1])  # an invalid reply's stored value is never used
+    assert "focus:9" not in set(frame["sample_id"])
+    assert list(frame["sample_id"][:3]) == ["focus:0", "focus:2", "focus:1"]  # run order, the last reply kept

@@ -5,7 +5,8 @@ Pure functions over DataFrames plus thin loaders from the run store, shared by t
 ``results`` (loading, the invalid-reply rule), ``board`` (the leaderboard), ``ranking`` (overall
 score, radar, ranks with ties, paired comparisons) and ``exports`` (table, CSV, Markdown, LaTeX, JSON);
 ``disk_cache`` keeps the aggregated tables on disk in the store, keyed by its modification state.
-``story`` (not re-exported) is the demo's story for the app's landing page.
+``story`` (not re-exported) is the demo's story for the app's landing page; ``landing`` (not
+re-exported) prepares the app's first views in the disk cache when a command changes the store.
 
 Pipeline::
 

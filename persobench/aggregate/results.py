@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from persobench.errors import ConfigurationError
-from persobench.store import Run, RunStore
+from persobench.store import Run, RunStore, StoreProblem
 from persobench.metrics import METRICS
 from persobench.protocol import protocol_of
 from persobench.store import StoreError
@@ -123,7 +123,7 @@ def available_profiles(store: "RunStore", *, include_incomplete: bool = False,
 
 def run_samples(run: "Run") -> pd.DataFrame:
     """``sample_id, status, latency`` of a run's generations, in run order."""
-    gens = run.read_table("generations")
+    gens = run.read_table("generations", ["sample_id", "status", "latency"])  # not the replies' text
     missing = {"sample_id", "status"} - set(gens.columns)
     if missing:
 
@@ -163,7 +163,8 @@ LABEL_COLUMNS = [c for c in RESULT_COLUMNS if c != "value"]
 
 
 def load_results(store: "RunStore", *, profile: str = "offline", include_incomplete: bool = False,
-                 cache: bool = True, dataset: str | None = None) -> Results:
+                 cache: bool = True, dataset: str | None = None,
+                 scanned: "tuple[Sequence[Run], Sequence[StoreProblem]] | None" = None) -> Results:
     """Every per-sample value of every completed run, for one scoring profile.
 
     Long format, columns :data:`RESULT_COLUMNS` (:data:`LABEL_COLUMNS` as categories, ``value``
@@ -178,14 +179,17 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
     from the store exactly as it is now, and written there otherwise
     (:mod:`persobench.aggregate.disk_cache`): a fresh process reads one file, not every run's tables.
     ``dataset`` keeps the runs of one dataset only (their rows are the same as in the whole table):
-    a board of one dataset reads only its runs' tables.
+    a board of one dataset reads only its runs' tables. ``scanned``: :meth:`RunStore.scan` of the
+    store as it is now, when the caller has it (the app reads every manifest once per state).
     """
     if not cache:
-        return _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset)
+        return _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset,
+                              scanned=scanned)
     from persobench.aggregate.disk_cache import cached_table
 
     def build() -> tuple[pd.DataFrame, dict[str, Any]]:
-        built = _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset)
+        built = _build_results(store, profile=profile, include_incomplete=include_incomplete, dataset=dataset,
+                               scanned=scanned)
         return built.frame, {"metric_status": list(built.metric_status), "skipped_runs": list(built.skipped_runs)}
 
     arguments = {"profile": profile, "include_incomplete": include_incomplete, "metrics": _metric_order()}
@@ -196,60 +200,95 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
                    tuple(tuple(pair) for pair in notes.get("skipped_runs") or ()))
 
 
-def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool,
-                   dataset: str | None = None) -> Results:
-    """:func:`load_results` read from every run's tables (of ``dataset`` only, when given)."""
+def _build_results(store: "RunStore", *, profile: str, include_incomplete: bool, dataset: str | None = None,
+                   scanned: "tuple[Sequence[Run], Sequence[StoreProblem]] | None" = None) -> Results:
+    """:func:`load_results` read from every run's tables (of ``dataset`` only, when given).
 
-    readable, problems = store.scan()
+    Reads only the columns it uses (a generations table's replies and raw outputs are most of its
+    bytes) and builds each run's rows as numpy arrays, one frame for all runs at the end: a store
+    the app opens for the first time pays this on its landing page."""
+
+    readable, problems = store.scan() if scanned is None else scanned
     if dataset is not None:
         readable = [run for run in readable if run.manifest.dataset == dataset]
     runs = _completed_runs(store, include_incomplete, readable)
     labels = _unique_labels(runs)
     order = {m: i for i, m in enumerate(_metric_order())}
-    frames = []
+    pieces: list[tuple[tuple[str, ...], np.ndarray, np.ndarray, list[str], np.ndarray]] = []
     status_rows = []
     skipped: list[tuple[str, str]] = [(str(p.path), p.reason) for p in problems]
     for run in runs:
         m = run.manifest
         try:
             samples = run_samples(run)
-            scores_table = run.read_table("scores") if run.has_table("scores") else None
+            scores = run.read_table("scores", SCORE_COLUMNS) if run.has_table("scores") else None
         except StoreError as exc:  # damaged beyond what the store's scan can see: skip, say so
             skipped.append((str(run.path), str(exc)))
             continue
-        ids = samples["sample_id"]
-        parts = [pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": "response_time",
-                               "value": samples["latency"].astype("float64")})]
         provenance = _provenance_rows(run, profile)
+        ids = samples["sample_id"].to_numpy(dtype=object)
+        status = samples["status"].to_numpy(dtype=object)
         # A metric the run was scored on but that has no value for any sample (every reply invalid)
         # still needs its rows, or the "worst" policy would have nothing to fill and show n/a.
         scored = {r["metric"] for r in provenance if r["status"] != "unavailable"}
-        wide = pd.DataFrame(index=pd.Index(ids, name="sample_id"))
-        if scores_table is not None:
-            scores = scores_table
-            if "profile" in scores.columns:
-                scores = scores[scores["profile"] == profile]
-            if len(scores):
-                scores = scores.drop_duplicates(["sample_id", "metric"], keep="last")
-                wide = scores.pivot(index="sample_id", columns="metric", values="value").reindex(ids)
-        for metric in sorted(set(wide.columns) | scored, key=lambda name: (order.get(name, len(order)), name)):
-            values = wide[metric].to_numpy(dtype="float64") if metric in wide.columns else np.full(len(ids), np.nan)
-            values = np.where(samples["status"].to_numpy() == OK, values, np.nan)
-            parts.append(pd.DataFrame({"sample_id": ids, "status": samples["status"], "metric": metric,
-                                       "value": values}))
-        frame = pd.concat(parts, ignore_index=True)
-        frame.insert(0, "run_id", run.run_id)
-        frame.insert(1, "dataset", m.dataset)
-        frame.insert(2, "mode", m.mode)
-        frame.insert(3, "model", labels[run.run_id])
-        frame.insert(4, "source", m.source)
-        frame.insert(5, "protocol", protocol_of(m).label)
-        frame["profile"] = profile
-        frames.append(frame)
+        wide = _scores_matrix(scores, profile, ids)
+        metrics = sorted(set(wide) | scored, key=lambda name: (order.get(name, len(order)), name))
+        valid = status == OK
+        values = [samples["latency"].to_numpy(dtype="float64")]
+        values += [np.where(valid, wide[metric], np.nan) if metric in wide else np.full(len(ids), np.nan)
+                   for metric in metrics]
+        labels_of_run = (run.run_id, m.dataset, m.mode, labels[run.run_id], m.source, protocol_of(m).label)
+        pieces.append((labels_of_run, ids, status, ["response_time", *metrics], np.concatenate(values)))
         status_rows.extend(provenance)
-    if frames:
-        results = pd.concat(frames, ignore_index=True)[RESULT_COLUMNS]
-    else:
-        results = pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in RESULT_COLUMNS})
-    results = results.astype({c: "category" for c in LABEL_COLUMNS})
-    return Results(results, tuple(status_rows), profile, tuple(skipped))
+    return Results(_results_frame(pieces, profile), tuple(status_rows), profile, tuple(skipped))
+
+
+#: The columns of a scores table the results read (long layout; ``profile`` when it has one).
+SCORE_COLUMNS = ["sample_id", "metric", "value", "profile"]
+
+
+def _scores_matrix(scores: "pd.DataFrame | None", profile: str, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """metric -> its values in the order of ``ids`` (NaN where a sample has none) from a run's long
+    scores table: the last row of a repeated (sample, metric) pair wins, rows of other profiles and
+    of samples not in ``ids`` are ignored, a metric with rows only for those still gets a column."""
+    if scores is None:
+        return {}
+    if "profile" in scores.columns:
+        scores = scores[scores["profile"] == profile]
+    if not len(scores):
+        return {}
+    scores = scores.drop_duplicates(["sample_id", "metric"], keep="last")
+    metric_codes, metric_names = pd.factorize(scores["metric"])
+    rows = pd.Index(ids).get_indexer(scores["sample_id"].to_numpy(dtype=object))
+    known = rows >= 0
+    matrix = np.full((len(ids), len(metric_names)), np.nan)
+    matrix[rows[known], metric_codes[known]] = scores["value"].to_numpy(dtype="float64")[known]
+    return {str(name): matrix[:, j] for j, name in enumerate(metric_names)}
+
+
+def _results_frame(pieces: Sequence[tuple[tuple[str, ...], np.ndarray, np.ndarray, list[str], np.ndarray]],
+                   profile: str) -> pd.DataFrame:
+    """The results table (columns :data:`RESULT_COLUMNS`, labels as categories) of each run's
+    ``(labels, sample ids, statuses, metrics, values metric by metric)``, built in one go."""
+    if not pieces:
+        empty = pd.DataFrame({c: pd.Series(dtype="float64" if c == "value" else object) for c in RESULT_COLUMNS})
+        return empty.astype({c: "category" for c in LABEL_COLUMNS})
+    sizes = np.array([len(ids) * len(metrics) for _, ids, _, metrics, _ in pieces])
+    columns: dict[str, Any] = {}
+    for position, name in enumerate(["run_id", "dataset", "mode", "model", "source", "protocol"]):
+        columns[name] = _repeated([labels[position] for labels, *_ in pieces], sizes)
+    columns["sample_id"] = pd.Categorical(np.concatenate([np.tile(ids, len(metrics))
+                                                          for _, ids, _, metrics, _ in pieces]))
+    columns["status"] = pd.Categorical(np.concatenate([np.tile(status, len(metrics))
+                                                       for _, _, status, metrics, _ in pieces]))
+    columns["metric"] = pd.Categorical(np.concatenate([np.repeat(np.array(metrics, dtype=object), len(ids))
+                                                       for _, ids, _, metrics, _ in pieces]))
+    columns["value"] = np.concatenate([values for *_, values in pieces])
+    columns["profile"] = _repeated([profile], np.array([sizes.sum()]))
+    return pd.DataFrame(columns)[RESULT_COLUMNS]
+
+
+def _repeated(values: Sequence[str], sizes: np.ndarray) -> pd.Categorical:
+    """A categorical column holding ``values[i]`` ``sizes[i]`` times in a row (codes, not strings)."""
+    categories, codes = np.unique(np.array(values, dtype=object), return_inverse=True)
+    return pd.Categorical.from_codes(np.repeat(codes, sizes), categories=pd.Index(categories, dtype="str"))

@@ -17,14 +17,11 @@ from persobench.pipeline import load_results
 from persobench.pipeline import available_profiles as _available
 from persobench.app.loaders import store_scan
 from persobench.pipeline import cached_table
-from persobench.pipeline import board_table as leaderboard
+from persobench.pipeline import cached_board, cached_comparison, cached_overall, metric_rules
 from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
 from persobench.pipeline import demo_story
-from persobench.pipeline import METRICS
 from persobench.pipeline import paper_protocol
-from persobench.pipeline import overall_with_ci as overall
 from persobench.pipeline import sample_values as values
-from persobench.pipeline import comparison_table as compare
 from persobench.pipeline import paired_values
 from persobench.app.text import cell_text
 from persobench.pipeline import get_profile
@@ -84,7 +81,7 @@ def loaded_results(home: str, signature: str, profile: str, dataset: str | None 
     """``aggregate.load_results`` for one profile (and one dataset, when given: a board of it reads
     only its runs' tables): shared, read-only (never modify the frame)."""
 
-    return load_results(RunStore(home), profile=profile, dataset=dataset)
+    return load_results(RunStore(home), profile=profile, dataset=dataset, scanned=store_scan(home, signature))
 
 
 def results_frame(home: str, signature: str, profile: str, dataset: str | None = None) -> "pd.DataFrame":
@@ -108,21 +105,19 @@ def _stored_with_notes(home: str, table: str, build: "Callable[[], tuple[pd.Data
                        **arguments: Any) -> "tuple[pd.DataFrame, dict[str, Any]]":
     """:func:`_stored` for a table that comes with JSON notes."""
 
-    return cached_table(RunStore(home), table, {**arguments, "metrics": _metric_rules()}, build)
+    return cached_table(RunStore(home), table, {**arguments, "metrics": metric_rules()}, build)
 
 
 @cache_data(show_spinner="Aggregating…", max_entries=48)
 def board_for(home: str, signature: str, profile: str, dataset: str, invalid: str, side_by_side: bool = False,
               all_samples: bool = False) -> "pd.DataFrame":
     """The leaderboards of one dataset (both modes, every protocol): one row per run and metric; the
-    ``board`` column tells the boards apart (see :func:`persobench.aggregate.leaderboard`)."""
+    ``board`` column tells the boards apart (see :func:`persobench.aggregate.leaderboard`). Read from
+    the store's disk cache, where the command that last changed the store left the landing page's
+    (:func:`persobench.aggregate.landing.warm_landing`)."""
 
-    def build() -> "pd.DataFrame":
-        return leaderboard(loaded_results(home, signature, profile, dataset), dataset=dataset, invalid=invalid,
-                           profile=profile, side_by_side=side_by_side, all_samples=all_samples)
-
-    return _stored(home, "board", build, profile=profile, dataset=dataset, invalid=invalid,
-                   side_by_side=side_by_side, all_samples=all_samples)
+    return cached_board(RunStore(home), lambda: loaded_results(home, signature, profile, dataset), profile=profile,
+                        dataset=dataset, invalid=invalid, side_by_side=side_by_side, all_samples=all_samples)
 
 
 @cache_data(show_spinner=False, max_entries=4)
@@ -144,12 +139,6 @@ def demo_story_for(home: str, signature: str) -> "DemoStory | None":
     return demo_story(loaded_results(home, signature, DEMO_PROFILE, DEMO_DATASET), runs, profile=DEMO_PROFILE)
 
 
-def _metric_rules() -> list[list[Any]]:
-    """What a board's numbers depend on in the metric registry: names in order, worst values, ranges."""
-
-    return [[name, info.worst_value, list(info.range), info.higher_is_better] for name, info in METRICS.items()]
-
-
 def board_choices(board: "pd.DataFrame", mode: str) -> list[str]:
     """The boards (protocol labels) of one mode, the paper protocol's first."""
 
@@ -164,13 +153,10 @@ def overall_with_ci(home: str, signature: str, profile: str, dataset: str, inval
     """:func:`persobench.aggregate.overall_with_ci` of one dataset (both modes), on the same boards and
     samples as :func:`board_for`."""
 
-    def build() -> "pd.DataFrame":
-        return overall(results_frame(home, signature, profile, dataset), dataset=dataset, invalid=invalid,
-                       profile=profile, side_by_side=side_by_side, all_samples=all_samples,
-                       board=board_for(home, signature, profile, dataset, invalid, side_by_side, all_samples))
-
-    return _stored(home, "overall", build, profile=profile, dataset=dataset, invalid=invalid,
-                   side_by_side=side_by_side, all_samples=all_samples)
+    return cached_overall(RunStore(home), lambda: loaded_results(home, signature, profile, dataset),
+                          lambda: board_for(home, signature, profile, dataset, invalid, side_by_side, all_samples),
+                          profile=profile, dataset=dataset, invalid=invalid, side_by_side=side_by_side,
+                          all_samples=all_samples)
 
 
 @cache_data(show_spinner=False, max_entries=32)
@@ -191,27 +177,25 @@ def sample_values(home: str, signature: str, profile: str, dataset: str, mode: s
 
 @cache_data(show_spinner="Comparing…", max_entries=32)
 def comparison_table(home: str, signature: str, profile: str, run_a: str, run_b: str, invalid: str,
-                     metrics: tuple[str, ...]) -> tuple["pd.DataFrame", list[tuple[str, str]]]:
-    """:func:`persobench.aggregate.comparison_table`: (paired tests per metric, [(metric, why skipped)])."""
+                     metrics: tuple[str, ...], dataset: str | None = None) -> tuple["pd.DataFrame", list[tuple[str, str]]]:
+    """:func:`persobench.aggregate.comparison_table`: (paired tests per metric, [(metric, why skipped)]).
+    ``dataset``: the two runs' (only its runs' results are loaded; the table is the same)."""
 
-    def build() -> "tuple[pd.DataFrame, dict[str, Any]]":
-        table, skipped = compare(results_frame(home, signature, profile), run_a, run_b, metrics, invalid=invalid)
-        return table, {"skipped": [(metric, redact(why)) for metric, why in skipped]}
-
-    table, notes = _stored_with_notes(home, "comparison", build, profile=profile, run_a=run_a, run_b=run_b,
-                                      invalid=invalid, compared=list(metrics))
-    return table, [(str(metric), str(why)) for metric, why in notes.get("skipped") or ()]
+    return cached_comparison(RunStore(home), lambda: results_frame(home, signature, profile, dataset), profile=profile,
+                             run_a=run_a, run_b=run_b, invalid=invalid, metrics=metrics)
 
 
 @cache_data(show_spinner=False, max_entries=32)
 def paired_sample_values(home: str, signature: str, profile: str, run_a: str, run_b: str, metric: str,
-                         invalid: str) -> "pd.DataFrame":
-    """:func:`persobench.aggregate.paired_values` (sample_id, A, B, difference); empty when not comparable."""
+                         invalid: str, dataset: str | None = None) -> "pd.DataFrame":
+    """:func:`persobench.aggregate.paired_values` (sample_id, A, B, difference); empty when not comparable.
+    ``dataset``: the two runs' (only its runs' results are loaded)."""
     import pandas as pd
 
 
     try:
-        return paired_values(results_frame(home, signature, profile), run_a, run_b, metric, invalid=invalid)
+        return paired_values(results_frame(home, signature, profile, dataset), run_a, run_b, metric,
+                             invalid=invalid)
     except ValueError:
         return pd.DataFrame(columns=["sample_id", "A", "B", "difference"])
 
