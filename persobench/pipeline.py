@@ -20,7 +20,6 @@ at once, never lose each other's values.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import os
 import threading
@@ -246,7 +245,15 @@ def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator
     (:func:`persobench.aggregate.landing.warm_landing`), so the first app process opened on the store
     reads them instead of building them. A block that raises leaves the cache alone (the app builds
     what it needs); the check costs one ``stat`` per run file when nothing changed. Used by the CLI
-    around every command and by :func:`generate`, :func:`score` and :func:`import_published`."""
+    around every command and by the job process around a job's steps; a Python API user writing a
+    store the app will open puts the calls inside it::
+
+        with pipeline.landing_kept_current(home):
+            pipeline.generate(config, home=home)
+            pipeline.score(None, profile="offline", home=home)
+
+    (:func:`score` itself is not wrapped: it is on the judge's path from the app to its requests,
+    which stays at 8 files, docs/development.md.)"""
     store = RunStore(home) if home is not None else RunStore()
     depth = getattr(_KEEPING, "depth", 0)
     before = store.fingerprint() if depth == 0 else ""
@@ -262,18 +269,6 @@ def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator
             warm_landing(store)
         except KeyboardInterrupt:  # the block's work is done: Ctrl-C only skips preparing the views
             pass
-
-
-def _keeps_landing_current(call: Callable[..., Any]) -> Callable[..., Any]:
-    """``call`` (a front-door function taking ``home``/``store``) inside :func:`landing_kept_current`."""
-
-    @functools.wraps(call)
-    def keeping(*args: Any, **kwargs: Any) -> Any:
-        store = kwargs.get("store")
-        with landing_kept_current(store.home if store is not None else kwargs.get("home")):
-            return call(*args, **kwargs)
-
-    return keeping
 
 
 # --- The paper's published data --------------------------------------------------------------------
@@ -301,10 +296,3 @@ def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[
     and mode (idempotent); returns the :class:`~persobench.importer.ImportReport`."""
 
     return import_persobench(open_store(home, store), folder, datasets=datasets, models=models, modes=modes)
-
-
-# The app's background runs (jobs) and Python API users write the store through these: the app's first
-# views are prepared for what they wrote, as after a CLI command (landing_kept_current).
-generate = _keeps_landing_current(generate)
-score = _keeps_landing_current(score)
-import_published = _keeps_landing_current(import_published)

@@ -149,15 +149,28 @@ def test_the_prepared_view_is_the_one_the_landing_page_opens_on(tmp_path):
 
 
 def test_the_python_api_and_the_apps_jobs_prepare_it_too(tmp_path, monkeypatch):
-    """pipeline.generate and pipeline.score (what the app's background runs call) prepare the view
-    once the store changed; inside a CLI command only the command's end prepares (once)."""
+    """Python API calls inside landing_kept_current and the app's background jobs (the job process
+    around its steps) prepare the view once the store changed; a CLI command prepares once."""
     from persobench import pipeline
     from persobench.aggregate import landing as landing_module
+    from persobench.jobs import JobManager
+    from persobench.jobs.planning import _score_steps, launch_steps
+    from tests.test_app import wait_for
 
     home = tmp_path / "home"
-    pipeline.generate(pipeline.GenerationConfig(dataset="sample", model=REFERENCE, mode="vanilla"), home=home)
-    pipeline.score(None, pipeline.ScoreConfig(profile="offline", metrics=("dist1",)), home=home)
+    with pipeline.landing_kept_current(home):
+        pipeline.generate(pipeline.GenerationConfig(dataset="sample", model=REFERENCE, mode="vanilla"), home=home)
+        pipeline.score(None, pipeline.ScoreConfig(profile="offline", metrics=("dist1",)), home=home)
     assert set(landing_files(home)) >= {"board", "overall"}
+
+    in_job = tmp_path / "job-home"
+    jobs = JobManager(in_job)
+    plans = [{"dataset": "sample", "model": REFERENCE, "mode": "vanilla"}]
+    jobs.launch("prepared by the job", [*launch_steps(plans, limit=None, profile=None), *_score_steps("lexical")])
+    job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0], timeout=240)
+    assert job.state == "completed", job.message
+    # The job is marked done first, then its process prepares the view before it exits.
+    assert wait_for(lambda: {"board", "overall"} <= set(landing_files(in_job)), timeout=120)
 
     prepared: list[str] = []
     monkeypatch.setattr(landing_module, "warm_landing", lambda store: prepared.append(str(store.home)))

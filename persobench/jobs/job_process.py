@@ -33,6 +33,7 @@ from persobench.pipeline import url_with_credentials
 from persobench.pipeline import no_sample_succeeded
 from persobench.pipeline import ProgressBar
 from persobench.pipeline import ScoreConfig
+from persobench.pipeline import landing_kept_current
 import traceback
 
 def run_job(folder: Path) -> int:
@@ -63,6 +64,14 @@ def run_job(folder: Path) -> int:
         (folder / "cancel").write_text(utc_now())
 
     signal.signal(signal.SIGTERM, on_term)
+    # The app's first views are prepared for what the job wrote, after it is marked done (as the
+    # CLI does after a command): the first page opened on the store then builds nothing.
+    with landing_kept_current(home):
+        return _run_steps(folder, steps, home, lock, state, save)
+
+
+def _run_steps(folder: Path, steps: list[JobStep], home: Path, lock: Path, state: dict[str, Any],
+               save: Any) -> int:
     save()
     outcome = "completed"
     try:
