@@ -7,6 +7,7 @@ on its own.
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any, Mapping
 
 from persobench.providers.base import Completion
@@ -25,6 +26,7 @@ COLUMNS = (
     "prompt_tokens", "completion_tokens", "error", "attempts", "cached", "prompt",
 )
 TABLE = "generations"
+_ROW_VALUES = operator.itemgetter(*COLUMNS)
 
 #: Provider stop reasons that mean the provider itself declined to answer.
 REFUSAL_REASONS = frozenset({"refusal", "content_filter"})
@@ -108,7 +110,12 @@ def rows_frame(rows: Mapping[int, Mapping[str, Any]]) -> "pd.DataFrame":
     import pandas as pd
 
     ordered = [rows[i] for i in sorted(rows)]
-    frame = pd.DataFrame({column: [row.get(column) for row in ordered] for column in COLUMNS}, columns=list(COLUMNS))
+    try:  # one C-level pass per row; a row lacking a column (none built here does) takes the slow path
+        values = list(zip(*map(_ROW_VALUES, ordered))) or [() for _ in COLUMNS]
+    except KeyError:
+        values = [[row.get(column) for row in ordered] for column in COLUMNS]
+    frame = pd.DataFrame({column: list(column_values) for column, column_values in zip(COLUMNS, values)},
+                         columns=list(COLUMNS))
     for column in ("prompt_tokens", "completion_tokens", "attempts"):
         frame[column] = frame[column].astype("Int64")
     frame["latency"] = frame["latency"].astype(float)
