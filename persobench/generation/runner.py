@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import os
 import sqlite3
@@ -29,7 +30,7 @@ from persobench.generation.progress import ProgressInfo, cancel_requested, clear
 from persobench.generation.recovery import keep_reply, restore_replies
 from persobench.generation.rows import TABLE, RowTable, build_row, rows_frame
 from persobench.llm.concurrency import LevelMemory
-from persobench.llm.response_cache import ResponseCache
+from persobench.llm.response_cache import GroupCommitCache
 from persobench.llm.retry import CallOutcome
 from persobench.llm.session import FailFast, LLMSession, run_coroutine
 from persobench.providers.base import Completion, Request
@@ -170,7 +171,10 @@ class Runner:
         if not plan.n_requests:
             return
         try:
-            self.session.cache = ResponseCache(plan.cache_dir)
+            # Replies are committed a loop step after they arrive, those of one step together, and a
+            # sample is recorded (parsed, counted, checkpointed) only after its reply's commit.
+            cache = self.session.cache = GroupCommitCache(plan.cache_dir, on_refused=self._keep,
+                                                          on_failure=self._crashed)
         except (OSError, sqlite3.Error) as exc:
             raise write_refused(plan.cache_dir, exc) from None
         watcher = asyncio.create_task(self._watch_cancel())
@@ -178,8 +182,18 @@ class Runner:
             await self.session.drive(todo, self._send, total=plan.n_requests)
         finally:
             watcher.cancel()
-            self.session.cache.close()
-            await self.session.aclose()
+            try:
+                cache.close()  # commits what the last step received and records those samples
+            finally:
+                await self.session.aclose()
+        if cache.failure is not None:  # a bug recording a sample (raised where the event loop would only log it)
+            raise cache.failure
+
+    def _crashed(self, _exc: BaseException) -> None:
+        """Recording a sample raised (a bug, or Ctrl-C in that step): stop at once, as an exception
+        in a worker does; :meth:`main` raises it once the workers are done."""
+        self.interrupt.set()
+        self.stopping.set()
 
     async def _watch_cancel(self) -> None:
         while not self.stopping.is_set():
@@ -213,7 +227,7 @@ class Runner:
             return
         if attempts_before:  # its first attempt was part of a batch
             outcome = dataclasses.replace(outcome, attempts=outcome.attempts + attempts_before)
-        self._record(i, outcome)
+        self._when_committed(i, outcome)
 
     async def _process_batch(self, indices: list[int]) -> None:
         """Samples ``indices`` in one call of a batching provider (an in-process model). A sample whose
@@ -224,6 +238,10 @@ class Runner:
                                                 on_attempt=self._count_request, on_store_error=self._keep)
         if results is None:
             return
+        if isinstance(self.session.cache, GroupCommitCache):
+            # A batch is one slow local call: nothing to gain by waiting for other replies, and its
+            # samples are recorded before the next batch starts, as progress and a cancel expect.
+            self.session.cache.commit()
         for i, sent in zip(indices, results):
             if sent.outcome is None:
                 await self._process(i, attempts_before=1)
@@ -246,6 +264,16 @@ class Runner:
             self.lost += 1
         else:
             self.kept_in.add(kept)
+
+    def _when_committed(self, i: int, outcome: CallOutcome) -> None:
+        """Record sample ``i`` once its reply (and every reply before it) is committed to the cache:
+        the worker sends its next request meanwhile. A failure waits behind the replies queued before
+        it, so samples are recorded (and fail-fast sees them) in the order they finished."""
+        cache = self.session.cache
+        if isinstance(cache, GroupCommitCache):
+            cache.after_commit(functools.partial(self._record, i, outcome))
+        else:
+            self._record(i, outcome)
 
     def _record(self, i: int, outcome: CallOutcome) -> None:
         """Record the outcome of sample ``i`` (its reply is cached already), then checkpoint and report."""
@@ -319,11 +347,14 @@ class Runner:
         )
 
     def _report(self, *, force: bool = False, status: str = "running") -> None:
+        now = time.monotonic()
+        due = force or now - self.last_progress_write >= 0.5
+        if self.progress_callback is None and not due:
+            return  # nobody to tell: no snapshot (this runs after every reply)
         info = self.snapshot(status)
         if self.progress_callback is not None:
             self.progress_callback(info)
-        now = time.monotonic()
-        if force or now - self.last_progress_write >= 0.5:
+        if due:
             self.last_progress_write = now
             try:
                 write_progress(self.run.path, info)
