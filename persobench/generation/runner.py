@@ -28,7 +28,7 @@ from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
 from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
 from persobench.generation.recovery import keep_reply, restore_replies
-from persobench.generation.rows import TABLE, RowTable, build_row, rows_frame
+from persobench.generation.rows import TABLE, CheckpointTable, RowTable, build_row, rows_frame
 from persobench.llm.concurrency import LevelMemory
 from persobench.llm.response_cache import GroupCommitCache
 from persobench.llm.retry import CallOutcome
@@ -128,6 +128,7 @@ class Runner:
         self.progress_callback = progress
         self.cancel_event = cancel
         self.rows = RowTable()  # counts failed and cached rows as they are set (progress reads them per reply)
+        self.checkpoint_table = CheckpointTable()
         self.requests = 0
         self.new_done = 0
         self.started = time.monotonic()
@@ -287,7 +288,7 @@ class Runner:
         self.since_checkpoint += 1
         if self.since_checkpoint >= max(1, self.config.checkpoint_every):
             self.since_checkpoint = 0
-            self._write_table()
+            self._write_table(checkpoint=True)
         self._report()
 
     def _refused(self, error: StoreWriteError) -> None:
@@ -325,9 +326,12 @@ class Runner:
 
     # -- files ------------------------------------------------------------------------------------
 
-    def _write_table(self) -> None:
+    def _write_table(self, *, checkpoint: bool = False) -> None:
+        """Replace the table on disk: at a checkpoint from the rows set since the last one
+        (:class:`CheckpointTable`), at the end from every row."""
         try:
-            self.run.write_table(TABLE, rows_frame(self.rows))
+            table = self.checkpoint_table.table(self.rows) if checkpoint else rows_frame(self.rows)
+            self.run.write_table(TABLE, table)
         except StoreWriteError as exc:  # the rows are rebuilt from the cache by the next run
             self._refused(exc)
 
