@@ -452,3 +452,21 @@ def test_every_sample_reported_done_has_its_reply_committed(openai_server, tmp_p
     result = run_generation(config, home=tmp_path, progress=progress)
     assert result.manifest.extra["counts"]["ok"] == len(SAMPLES)
     assert max(checked) >= len(SAMPLES) - 1 and len(checked) >= len(SAMPLES)  # a table after each reply was checked
+
+
+def test_the_heap_is_frozen_during_the_run_and_given_back_after(openai_server, tmp_path):
+    """The objects that exist before the requests (modules, plan) stay out of the collector's full
+    passes while they are sent, and go back to it after; a heap frozen by the caller stays frozen."""
+    import gc
+
+    during: list[int] = []
+    assert gc.get_freeze_count() == 0
+    run(openai_server, tmp_path, limit=3, progress=lambda info: during.append(gc.get_freeze_count()))
+    assert min(during[:-1]) > 0 and during[-1] == 0 == gc.get_freeze_count()  # the last: the summary, after
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        run(openai_server, tmp_path / "again", limit=3)
+        assert gc.get_freeze_count() > frozen // 2  # not given back (frozen objects freed meanwhile leave it)
+    finally:
+        gc.unfreeze()

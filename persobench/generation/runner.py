@@ -11,15 +11,17 @@ checkpoints, progress, the cancel file, fail-fast and the run's summary.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from persobench.errors import ProviderError, RunAborted, StoreWriteError
 from persobench.files import utc_now, write_refused
@@ -98,7 +100,8 @@ def run_generation(
             plan = generate_by_batch(plan, run, api_key=api_key, progress=progress, cancel=cancel)
         runner = Runner(plan, run, session, progress=progress, cancel=cancel)
         try:
-            run_coroutine(runner.main())
+            with frozen_heap():
+                run_coroutine(runner.main())
         except BaseException as exc:
             # Ctrl-C or a bug: keep what was received (it is cached anyway) and say what happened.
             status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -112,6 +115,26 @@ def run_generation(
             raise RunAborted(runner.abort_reason, run)
         runner.finish("cancelled" if runner.cancelled and runner.pending else "completed")
     return run
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep the objects that exist now (the modules, the plan) out of the garbage collector's full
+    passes while the block runs (:func:`gc.freeze`), and give them back after it.
+
+    Requests in flight and the rows kept make the collector run a full pass now and then during a
+    run, and a full pass walks every object of the process: the imported SDKs, pandas and Arrow
+    and the plan, none of which becomes garbage meanwhile. At 2,000 requests one such pass cost
+    0.1-0.15 ms per request, more than the run's own work on a reply. Objects made in the block are
+    collected as before. Nested or already frozen (someone else froze the heap): left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class Runner:
