@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -65,9 +66,10 @@ def _random_row(i: int, rng: random.Random) -> dict:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_checkpoint_tables_read_back_as_the_whole_rows_frame(tmp_path, seed):
-    """Each checkpoint merges only its new rows into the previous table; written to Parquet it reads
-    back exactly as rows_frame over every row did: values, order, dtypes, a column empty at first and
-    filled later, rows arriving out of order, a row set again."""
+    """Each checkpoint converts only its new rows (without pandas) and merges them into the previous
+    table; written to Parquet it reads back exactly as rows_frame over every row did: values, order,
+    dtypes, a column empty at first and filled later, rows arriving out of order, a row set again,
+    values pandas converts (an int latency; a numpy count, which takes pandas' own path)."""
 
     from persobench.files import atomic_write_parquet
     from persobench.generation.rows import CheckpointTable, RowTable, rows_frame
@@ -80,6 +82,8 @@ def test_checkpoint_tables_read_back_as_the_whole_rows_frame(tmp_path, seed):
     for n, i in enumerate(order, start=1):
         # the first rows leave "reasoning" and "error" empty, so their Arrow type starts as null
         row = _random_row(i, rng) if n > 8 else {**_random_row(i, rng), "reasoning": None, "error": None, "status": "ok"}
+        if seed >= 4 and n % 7 == 0:  # values rows_frame converts: a whole-number latency, a numpy count
+            row = {**row, "latency": 0, "prompt_tokens": np.int64(n) if seed == 5 else row["prompt_tokens"]}
         rows[i] = row
         if seed % 2 and rng.random() < 0.1:
             rows[rng.choice(list(rows))] = _random_row(i, rng)  # a row set again

@@ -7,6 +7,7 @@ on its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 from typing import TYPE_CHECKING, Any, Mapping
@@ -157,7 +158,10 @@ class CheckpointTable:
         if not fresh and self._table is not None:
             return self._table
         fresh.sort()
-        chunk = pa.Table.from_pandas(rows_frame({i: rows[i] for i in fresh}), preserve_index=False, nthreads=1)
+        part = [rows[i] for i in fresh]
+        chunk = _arrow_rows(part)
+        if chunk is None:  # a value of a type rows never hold: let pandas convert it as it would
+            chunk = pa.Table.from_pandas(rows_frame(dict(enumerate(part))), preserve_index=False, nthreads=1)
         positions = pa.array(fresh, type=pa.int64())
         if self._table is not None:
             chunk = _merged(self._table, chunk)
@@ -183,3 +187,57 @@ def _merged(old: Any, new: Any) -> Any:
         columns.append(meta["columns"][k])
     schema = pa.schema(fields, metadata={b"pandas": json.dumps({**old_meta, "columns": columns}).encode()})
     return pa.concat_tables([old.cast(schema), new.cast(schema)])
+
+
+#: How :func:`rows_frame` types each column: text (str or None), whole numbers (Int64), latency, cached.
+_KINDS = {**{c: str for c in COLUMNS}, "latency": float, "prompt_tokens": int, "completion_tokens": int,
+          "attempts": int, "cached": bool}
+
+
+@functools.cache
+def _column_forms() -> tuple[dict[tuple[str, bool], tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """(column, has a value) -> (Arrow field, pandas metadata entry) as ``from_pandas(rows_frame(...))``
+    gives them, and the rest of its pandas metadata: learned once, from a row with every column set
+    and one with none, so they follow the installed pandas and Arrow."""
+    import pyarrow as pa
+
+    filled = {c: {str: "x", int: 1, float: 0.5, bool: True}[kind] for c, kind in _KINDS.items()}
+    empty = {c: (None if kind in (str, int) else filled[c]) for c, kind in _KINDS.items()}
+    forms: dict[tuple[str, bool], tuple[Any, dict[str, Any]]] = {}
+    base: dict[str, Any] = {}
+    for has_value, row in ((True, filled), (False, empty)):
+        table = pa.Table.from_pandas(rows_frame({0: row}), preserve_index=False, nthreads=1)
+        meta = json.loads(table.schema.metadata[b"pandas"])
+        base = {k: v for k, v in meta.items() if k != "columns"}
+        for k, column in enumerate(COLUMNS):
+            forms[column, has_value] = (table.schema.field(k), meta["columns"][k])
+    return forms, base
+
+
+def _arrow_rows(part: list[dict[str, Any]]) -> Any:
+    """The Arrow table ``from_pandas(rows_frame(...))`` gives for the rows ``part`` (in this order),
+    built column by column without pandas (a DataFrame's fixed cost was most of a checkpoint);
+    ``None`` when a value is not of its column's type (then pandas converts it, as before)."""
+    import pyarrow as pa
+
+    try:
+        values = list(zip(*map(_ROW_VALUES, part)))
+    except KeyError:
+        return None
+    forms, base = _column_forms()
+    fields, metas, arrays = [], [], []
+    for column, column_values in zip(COLUMNS, values):
+        kind = _KINDS[column]
+        if kind is float:  # rows_frame casts latency to float: ints become floats there too
+            if not all(type(v) in (float, int) for v in column_values):
+                return None
+            column_values = tuple(float(v) for v in column_values)
+        elif not all(type(v) is kind or (v is None and kind is not bool) for v in column_values):
+            return None
+        has_value = kind is not str or any(v is not None for v in column_values)
+        field, meta = forms[column, has_value]
+        fields.append(field)
+        metas.append(meta)
+        arrays.append(pa.array(column_values, type=field.type))
+    schema = pa.schema(fields, metadata={b"pandas": json.dumps({**base, "columns": metas}).encode()})
+    return pa.Table.from_arrays(arrays, schema=schema)
