@@ -3,9 +3,13 @@
 The sending itself is the LLM layer's (:class:`~persobench.llm.session.LLMSession`, shared with the
 judge): ``K`` workers pull samples from one queue, so at most ``K`` requests are ever in flight;
 each request goes through the single retry loop; every reply is checked, scrubbed and written to
-the response cache the moment it arrives, which is what makes a run killed with SIGKILL resumable
-without paying twice. This module keeps what is generation's own: a row per sample, the table
-checkpoints, progress, the cancel file, fail-fast and the run's summary.
+the response cache as it arrives, which is what makes a run killed with SIGKILL resumable without
+paying twice. The replies one step of the event loop received are committed together at the start
+of the next step (:class:`~persobench.llm.response_cache.GroupCommitCache`), and a sample is parsed,
+counted and written to the table only after its reply's commit, so nothing reported done can be
+lost. This module keeps what is generation's own: a row per sample, the table checkpoints (built
+from the rows new since the last one, :class:`~persobench.generation.rows.CheckpointTable`),
+progress, the cancel file, fail-fast and the run's summary.
 """
 
 from __future__ import annotations
