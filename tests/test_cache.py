@@ -171,3 +171,28 @@ def test_group_commit_keeps_a_failing_callback_s_error_and_runs_the_others(tmp_p
     cache.close()
     with ResponseCache(tmp_path / "c") as reopened:
         assert len(reopened) == 2
+
+
+def test_group_commit_interrupted_keeps_its_replies_for_close(tmp_path):
+    """A commit interrupted before it stored anything (Ctrl-C, a database locked too long) keeps
+    its replies and their callbacks queued: close() stores them and reports them."""
+    from persobench.llm.response_cache import GroupCommitCache
+
+    cache = GroupCommitCache(tmp_path / "c", on_refused=lambda *a: None, on_failure=lambda exc: None)
+    cache._queued.append((BASE, Completion("kept"), 0.1, 0.0))  # queued, as set() does inside a loop
+    ran: list[bool] = []
+    cache.after_commit(lambda: ran.append(True))
+    real = cache.set_many
+
+    def interrupted(replies):
+        raise KeyboardInterrupt
+
+    cache.set_many = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        cache.commit()
+    assert cache.queued == 1 and ran == []
+    cache.set_many = real  # type: ignore[method-assign]
+    cache.close()
+    assert ran == [True]
+    with ResponseCache(tmp_path / "c") as reopened:
+        assert reopened.get(BASE)[0].text == "kept"  # type: ignore[index]

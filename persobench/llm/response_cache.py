@@ -201,6 +201,9 @@ class GroupCommitCache(ResponseCache):
             except (OSError, sqlite3.Error) as exc:
                 for key, completion, latency, _ in replies:
                     self.on_refused(key, completion, latency, exc)
+            except BaseException:  # Ctrl-C or a locked database: nothing stored, so keep them for close()
+                self._queued[:0], self._waiting[:0] = replies, waiting
+                raise
         error: BaseException | None = None
         for callback in waiting:
             try:
