@@ -129,7 +129,7 @@ def frozen_heap() -> Iterator[None]:
     Requests in flight and the rows kept make the collector run a full pass now and then during a
     run, and a full pass walks every object of the process: the imported SDKs, pandas and Arrow
     and the plan, none of which becomes garbage meanwhile. At 2,000 requests one such pass cost
-    0.1-0.15 ms per request, more than the run's own work on a reply. Objects made in the block are
+    0.08-0.17 ms per request, more than the run's own work on a reply. Objects made in the block are
     collected as before. Nested or already frozen (someone else froze the heap): left as it is."""
     if gc.get_freeze_count():
         yield
