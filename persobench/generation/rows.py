@@ -136,11 +136,12 @@ class CheckpointTable:
 
     Rebuilding the whole table from its rows at every checkpoint made a run quadratic in its size
     (at 2,000 rows every 100, the checkpoints cost as much CPU as the rest of a run's own work per
-    reply). Here each checkpoint converts only its new rows (through :func:`rows_frame`, so every
-    value and type is what it gives) and merges them into the Arrow table of the previous one: a
-    column that was all empty before (Arrow's null type) takes the type and pandas metadata of the
-    rows that fill it, as :func:`rows_frame` over all rows would give. A row set again (replaced)
-    rebuilds the table from every row."""
+    reply). Here each checkpoint converts only its new rows, straight to Arrow with the types and
+    pandas metadata :func:`rows_frame` gives (:func:`_arrow_rows`; through :func:`rows_frame` itself
+    for a value of another type), and merges them into the table of the previous one: a column that
+    was all empty before (Arrow's null type) takes the type and pandas metadata of the rows that
+    fill it, as :func:`rows_frame` over all rows would give. A row set again (replaced) rebuilds the
+    table from every row."""
 
     def __init__(self) -> None:
         self._table: Any = None
@@ -175,8 +176,8 @@ class CheckpointTable:
 
 
 def _merged(old: Any, new: Any) -> Any:
-    """``old`` then ``new`` (two ``from_pandas`` tables of the same columns) as one table, each
-    column of the type and pandas metadata of the part where it is not all empty."""
+    """``old`` then ``new`` (two tables of the same columns, as ``from_pandas`` makes them) as one
+    table, each column of the type and pandas metadata of the part where it is not all empty."""
     import pyarrow as pa
 
     old_meta, new_meta = json.loads(old.schema.metadata[b"pandas"]), json.loads(new.schema.metadata[b"pandas"])
