@@ -16,6 +16,7 @@ from persobench.errors import StoreError, StoreWriteError
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 #: The errors that mean the disk refused a write (full, over quota, file too large).
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
@@ -107,12 +108,13 @@ def atomic_write_json(path: Path, value: Any, *, durable: bool = True) -> None:
     atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n", durable=durable)
 
 
-def atomic_write_parquet(path: Path, frame: "pd.DataFrame") -> None:
-    """Write a DataFrame as Parquet atomically (temp file + fsync + rename)."""
+def atomic_write_parquet(path: Path, frame: "pd.DataFrame | pa.Table") -> None:
+    """Write a DataFrame (or an Arrow table made from one) as Parquet atomically (temp file + fsync + rename)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    _atomic_write(path, lambda tmp: pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), tmp))
+    table = frame if isinstance(frame, pa.Table) else pa.Table.from_pandas(frame, preserve_index=False, nthreads=1)
+    _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_parquet_lists(path: Path, columns: "Sequence[str]") -> dict[str, list]:

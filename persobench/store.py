@@ -35,6 +35,7 @@ import hashlib
 
 if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
     import pandas as pd
+    import pyarrow as pa
 
 
 MANIFEST = "manifest.json"
@@ -220,8 +221,9 @@ class Run:
     def has_table(self, name: str) -> bool:
         return self.table_path(name).exists()
 
-    def write_table(self, name: str, frame: "pd.DataFrame") -> Path:
-        """Replace a table the caller alone writes (generation's ``generations``, an import's tables)."""
+    def write_table(self, name: str, frame: "pd.DataFrame | pa.Table") -> Path:
+        """Replace a table the caller alone writes (generation's ``generations``, an import's tables);
+        ``frame`` may be an Arrow table made from a DataFrame (generation's checkpoints)."""
         target = self.table_path(name)
         with self.locked(reload=False):
             atomic_write_parquet(target, frame)

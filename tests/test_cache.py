@@ -110,3 +110,89 @@ def test_unreadable_entry_is_a_miss(tmp_path):
     with ResponseCache(tmp_path / "c") as cache:
         cache._cache.set(BASE, "{not json")
         assert cache.get(BASE) is None
+
+
+def test_group_commit_stores_a_step_s_replies_together_before_their_callbacks(tmp_path):
+    """Replies queued in one event-loop step are committed at the start of the next one, and each
+    callback waiting for them runs only then, in order: what it reports is on disk for any reader."""
+    import asyncio
+
+    from persobench.llm.response_cache import GroupCommitCache
+
+    keys = [key(model=f"m{i}") for i in range(3)]
+    seen: list[tuple[str, bool]] = []
+
+    async def main() -> GroupCommitCache:
+        cache = GroupCommitCache(tmp_path / "c", on_refused=lambda *a: pytest.fail(f"refused {a}"),
+                                 on_failure=lambda exc: pytest.fail(f"failed {exc!r}"))
+        for i, k in enumerate(keys):
+            cache.set(k, Completion(f"reply {i}"), latency=0.1)
+            cache.after_commit(lambda k=k: seen.append((k, k in reader)))
+        with ResponseCache(tmp_path / "c") as other:  # another connection sees only what is committed
+            assert cache.queued == 3 and len(other) == 0 and seen == []
+            await asyncio.sleep(0)  # the next step commits
+            assert cache.queued == 0 and len(other) == 3
+        ran = []
+        cache.after_commit(lambda: ran.append(True))  # nothing queued: at once
+        assert ran == [True]
+        return cache
+
+    with ResponseCache(tmp_path / "c") as reader:
+        cache = asyncio.run(main())
+        assert seen == [(k, True) for k in keys]
+        assert [cache.get(k)[0].text for k in keys] == ["reply 0", "reply 1", "reply 2"]  # type: ignore[index]
+        cache.close()
+
+
+def test_group_commit_keeps_a_failing_callback_s_error_and_runs_the_others(tmp_path):
+    import asyncio
+
+    from persobench.llm.response_cache import GroupCommitCache
+
+    failures: list[BaseException] = []
+    ran: list[int] = []
+
+    def boom() -> None:
+        raise ValueError("a bug recording a sample")
+
+    async def main() -> GroupCommitCache:
+        cache = GroupCommitCache(tmp_path / "c", on_refused=lambda *a: None, on_failure=failures.append)
+        cache.set(BASE, Completion("one"), latency=0.0)
+        cache.after_commit(boom)
+        cache.after_commit(lambda: ran.append(1))
+        await asyncio.sleep(0)
+        return cache
+
+    cache = asyncio.run(main())
+    assert ran == [1] and isinstance(cache.failure, ValueError) and failures == [cache.failure]
+    assert BASE in cache
+    # close() commits what is still queued (no event loop: set commits at once)
+    cache.set(key(model="late"), Completion("late"), latency=0.0)
+    cache.close()
+    with ResponseCache(tmp_path / "c") as reopened:
+        assert len(reopened) == 2
+
+
+def test_group_commit_interrupted_keeps_its_replies_for_close(tmp_path):
+    """A commit interrupted before it stored anything (Ctrl-C, a database locked too long) keeps
+    its replies and their callbacks queued: close() stores them and reports them."""
+    from persobench.llm.response_cache import GroupCommitCache
+
+    cache = GroupCommitCache(tmp_path / "c", on_refused=lambda *a: None, on_failure=lambda exc: None)
+    cache._queued.append((BASE, Completion("kept"), 0.1, 0.0))  # queued, as set() does inside a loop
+    ran: list[bool] = []
+    cache.after_commit(lambda: ran.append(True))
+    real = cache.set_many
+
+    def interrupted(replies):
+        raise KeyboardInterrupt
+
+    cache.set_many = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        cache.commit()
+    assert cache.queued == 1 and ran == []
+    cache.set_many = real  # type: ignore[method-assign]
+    cache.close()
+    assert ran == [True]
+    with ResponseCache(tmp_path / "c") as reopened:
+        assert reopened.get(BASE)[0].text == "kept"  # type: ignore[index]

@@ -426,3 +426,47 @@ def test_retry_loop_is_usable_on_its_own(openai_server):
     assert outcome.completion is not None and outcome.error is None and outcome.attempts == 2
     assert gate.not_before > 0 and attempts[1] - attempts[0] >= 0.4
     assert asyncio.run(go(stop_first=True))[0] is None and len(attempts) == 2
+
+
+def test_every_sample_reported_done_has_its_reply_committed(openai_server, tmp_path):
+    """Replies are committed a loop step after they arrive, several together; a sample is counted,
+    parsed and checkpointed only after that commit. Checked from outside, after every reply: each row
+    of the table on disk, and as many replies as progress counts done, are in the cache for another reader."""
+    from persobench.generation import GenerationConfig, plan_generation
+
+    config = GenerationConfig(dataset="sample", model="openai:fake", base_url=openai_server.base_url,
+                              concurrency=8, checkpoint_every=1, retry=FAST)
+    plan = plan_generation(config, store=RunStore(tmp_path))
+    key_of = {sample.id: key for sample, key in zip(plan.samples, plan.keys)}
+    checked: list[int] = []
+
+    def progress(info) -> None:
+        with ResponseCache(plan.cache_dir) as reader:  # its own connection: committed entries only
+            assert len(reader) >= info.done
+            path = tmp_path / "runs" / info.run_id / "generations.parquet"
+            if path.exists():
+                ids = pd.read_parquet(path, columns=["sample_id"])["sample_id"]
+                assert all(key_of[sid] in reader for sid in ids)
+                checked.append(len(ids))
+
+    result = run_generation(config, home=tmp_path, progress=progress)
+    assert result.manifest.extra["counts"]["ok"] == len(SAMPLES)
+    assert max(checked) >= len(SAMPLES) - 1 and len(checked) >= len(SAMPLES)  # a table after each reply was checked
+
+
+def test_the_heap_is_frozen_during_the_run_and_given_back_after(openai_server, tmp_path):
+    """The objects that exist before the requests (modules, plan) stay out of the collector's full
+    passes while they are sent, and go back to it after; a heap frozen by the caller stays frozen."""
+    import gc
+
+    during: list[int] = []
+    assert gc.get_freeze_count() == 0
+    run(openai_server, tmp_path, limit=3, progress=lambda info: during.append(gc.get_freeze_count()))
+    assert min(during[:-1]) > 0 and during[-1] == 0 == gc.get_freeze_count()  # the last: the summary, after
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        run(openai_server, tmp_path / "again", limit=3)
+        assert gc.get_freeze_count() > frozen // 2  # not given back (frozen objects freed meanwhile leave it)
+    finally:
+        gc.unfreeze()

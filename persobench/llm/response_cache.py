@@ -14,16 +14,21 @@ The key is the sha256 of canonical JSON of exactly what determines the reply:
 
 Timeouts, retry settings, concurrency, headers and the API key are not in the key: changing them
 must not cost a new request, and a key must never reach the disk. Errors are never stored.
+
+:class:`GroupCommitCache` is the same store for many replies arriving at once (generation at
+concurrency K): the replies one step of the event loop received are committed together, one
+transaction instead of one per reply, and the caller counts a reply as done only once it is committed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from persobench.errors import StoreError
 from persobench.llm.usage import usable_usage
@@ -95,10 +100,17 @@ class ResponseCache:
 
     def set(self, key: str, completion: Completion, *, latency: float) -> None:
         """Store a reply; committed to disk when this returns (survives SIGKILL of the process)."""
-        value = json.dumps(
-            {"completion": completion.to_dict(), "latency": latency, "stored_at": time.time()}, ensure_ascii=False
-        )
-        self._cache.set(key, value)
+        self._cache.set(key, _entry(completion, latency, time.time()))
+
+    def set_many(self, replies: Sequence[tuple[str, Completion, float, float]]) -> None:
+        """Store ``(key, completion, latency, stored_at)`` replies in ONE transaction: all of them are
+        committed when this returns, or none is (an error rolls the transaction back). SQLite's cost
+        of storing a small reply is mostly its commit (a write-ahead-log append of every page the
+        insert touched); one commit for several replies pays it once."""
+        entries = [(key, _entry(completion, latency, stored_at)) for key, completion, latency, stored_at in replies]
+        with self._cache.transact():
+            for key, value in entries:
+                self._cache.set(key, value)
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -119,6 +131,102 @@ class ResponseCache:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _entry(completion: Completion, latency: float, stored_at: float) -> str:
+    """The stored form of one reply (JSON text, readable with sqlite3)."""
+    return json.dumps({"completion": completion.to_dict(), "latency": latency, "stored_at": stored_at},
+                      ensure_ascii=False)
+
+
+#: What a commit the disk refused calls for each of its replies: (key, completion, latency, error).
+RefusedReply = Callable[[str, Completion, float, BaseException], None]
+
+
+class GroupCommitCache(ResponseCache):
+    """A response cache for the replies of one event loop: :meth:`set` queues the reply, and every
+    reply queued during one step of the loop is committed in one transaction at the start of the
+    next step (:meth:`commit`); then the callbacks given to :meth:`after_commit` run, in the order
+    given. A caller that counts, parses or writes a reply only in such a callback keeps the
+    guarantee that a crash loses no reply reported done; a SIGKILL in the step between a reply's
+    arrival and its commit loses that reply (paid, not yet reported: the next run asks for it again).
+
+    ``on_refused(key, completion, latency, error)`` is called for each reply of a commit the disk
+    refused (full disk: the transaction rolled back, none of its replies is stored), before the
+    callbacks run. A scheduled commit whose callbacks raise keeps the first exception in
+    :attr:`failure` and calls ``on_failure`` (the event loop would only log it)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, on_refused: RefusedReply,
+                 on_failure: Callable[[BaseException], None]) -> None:
+        super().__init__(directory)
+        self.on_refused = on_refused
+        self.on_failure = on_failure
+        self.failure: BaseException | None = None
+        """The first exception a scheduled commit or one of its callbacks raised."""
+        self._queued: list[tuple[str, Completion, float, float]] = []
+        self._waiting: list[Callable[[], None]] = []
+        self._scheduled = False
+
+    @property
+    def queued(self) -> int:
+        """Replies received and not committed yet."""
+        return len(self._queued)
+
+    def set(self, key: str, completion: Completion, *, latency: float) -> None:
+        """Queue a reply for the commit at the start of the loop's next step (see the class)."""
+        self._queued.append((key, completion, latency, time.time()))
+        if not self._scheduled:
+            self._scheduled = True
+            try:
+                asyncio.get_running_loop().call_soon(self._scheduled_commit)
+            except RuntimeError:  # no event loop: nothing to wait for, commit now
+                self.commit()
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once every reply queued so far is committed: at once when none is queued."""
+        if self._queued:
+            self._waiting.append(callback)
+        else:
+            callback()
+
+    def commit(self) -> None:
+        """Commit the queued replies in one transaction, then run the callbacks waiting for them
+        (all of them; the first exception one raised is raised after the last)."""
+        self._scheduled = False
+        replies, self._queued = self._queued, []
+        waiting, self._waiting = self._waiting, []
+        if replies:
+            try:
+                self.set_many(replies)
+            except (OSError, sqlite3.Error) as exc:
+                for key, completion, latency, _ in replies:
+                    self.on_refused(key, completion, latency, exc)
+            except BaseException:  # Ctrl-C or a locked database: nothing stored, so keep them for close()
+                self._queued[:0], self._waiting[:0] = replies, waiting
+                raise
+        error: BaseException | None = None
+        for callback in waiting:
+            try:
+                callback()
+            except BaseException as exc:  # noqa: BLE001 - raised below, after the other replies are recorded
+                error = error or exc
+        if error is not None:
+            raise error
+
+    def _scheduled_commit(self) -> None:
+        try:
+            self.commit()
+        except BaseException as exc:  # noqa: BLE001 - handed to the owner: a loop callback's error is only logged
+            if self.failure is None:
+                self.failure = exc
+            self.on_failure(exc)
+
+    def close(self) -> None:
+        """Commit what is queued (and run its callbacks), then close the store."""
+        try:
+            self.commit()
+        finally:
+            super().close()
 
 
 def damaged_cache_error(directory: str | os.PathLike[str], exc: Exception) -> StoreError:
