@@ -10,8 +10,12 @@ An :class:`LLMSession` resolves the provider (key, reachability), runs the worke
    sent when it does not fit under the cap);
 3. :func:`call_with_retries`, below (Retry-After pause gate, backoff, deadline, usage check);
 4. scrub every known credential from the reply, then write it to the response cache BEFORE the
-   caller parses it (a crash after this loses nothing, and a reply that does not parse is counted
-   by the caller, never a traceback of this layer);
+   caller parses it (a reply that does not parse is counted by the caller, never a traceback of this
+   layer). With a plain :class:`~persobench.llm.response_cache.ResponseCache` the write is committed
+   here, so a crash after it loses nothing; generation's
+   :class:`~persobench.llm.response_cache.GroupCommitCache` commits the replies of one event-loop
+   step together and the runner reports a sample only after its commit (a SIGKILL inside that step
+   loses replies never reported done, which the next run requests again);
 5. settle the reservation with the real cost and add the usage to :attr:`LLMSession.usage`.
 
 Callers keep only what is theirs: generation its rows, checkpoints and progress, the judge its labels.
