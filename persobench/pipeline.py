@@ -233,11 +233,6 @@ def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore |
     return Board(table, profile, invalid, tuple((str(p), str(r)) for p, r in results.skipped_runs))
 
 
-#: How many :func:`landing_kept_current` blocks this thread is inside: only the outermost prepares
-#: (a CLI command around :func:`generate` prepares once, when the command is done).
-_KEEPING = threading.local()
-
-
 @contextlib.contextmanager
 def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator[None]:
     """Run the block; when it changed the store (a run written, scored, imported or deleted), build
@@ -255,14 +250,9 @@ def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator
     (:func:`score` itself is not wrapped: it is on the judge's path from the app to its requests,
     which stays at 8 files, docs/development.md.)"""
     store = RunStore(home) if home is not None else RunStore()
-    depth = getattr(_KEEPING, "depth", 0)
-    before = store.fingerprint() if depth == 0 else ""
-    _KEEPING.depth = depth + 1
-    try:
-        yield
-    finally:
-        _KEEPING.depth = depth
-    if depth == 0 and store.fingerprint() != before:
+    before = store.fingerprint()
+    yield
+    if store.fingerprint() != before:
         from persobench.aggregate.landing import warm_landing
 
         try:

@@ -67,47 +67,42 @@ def run_job(folder: Path) -> int:
     # The app's first views are prepared for what the job wrote, after it is marked done (as the
     # CLI does after a command): the first page opened on the store then builds nothing.
     with landing_kept_current(home):
-        return _run_steps(folder, steps, home, lock, state, save)
+        save()
+        outcome = "completed"
+        try:
+            for index, step in enumerate(steps):
+                if (folder / "cancel").exists():
+                    outcome = "cancelled"
+                    break
+                if step.kind == "score" and step.config.get("runs", "job") == "job" and not state["run_ids"]:
+                    continue  # no run of this job completed: nothing to score
+                save(step=index, message=f"running {step.label}")
+                print(public_text(f"\n=== {step.label}"), flush=True)
+                returncode = _run_child(folder, index, home, step)
+                if step.kind == "run":
+                    run_dir = step.run_dir(home)
+                    if returncode == 0 and run_dir is not None and run_dir.name not in state["run_ids"]:
+                        state["run_ids"].append(run_dir.name)
+                if (folder / "cancel").exists():
+                    outcome = "cancelled"
+                    break
+                if returncode != 0:
+                    state["failures"].append(f"{step.label} exited with status {returncode}" + (
+                        " (no sample succeeded)" if step.kind == "run" and returncode == EXIT_NO_SAMPLE_SUCCEEDED else ""))
+                save()
+        except Exception as exc:  # noqa: BLE001 - recorded for the page; the traceback goes to the log
 
-
-def _run_steps(folder: Path, steps: list[JobStep], home: Path, lock: Path, state: dict[str, Any],
-               save: Any) -> int:
-    save()
-    outcome = "completed"
-    try:
-        for index, step in enumerate(steps):
-            if (folder / "cancel").exists():
-                outcome = "cancelled"
-                break
-            if step.kind == "score" and step.config.get("runs", "job") == "job" and not state["run_ids"]:
-                continue  # no run of this job completed: nothing to score
-            save(step=index, message=f"running {step.label}")
-            print(public_text(f"\n=== {step.label}"), flush=True)
-            returncode = _run_child(folder, index, home, step)
-            if step.kind == "run":
-                run_dir = step.run_dir(home)
-                if returncode == 0 and run_dir is not None and run_dir.name not in state["run_ids"]:
-                    state["run_ids"].append(run_dir.name)
-            if (folder / "cancel").exists():
-                outcome = "cancelled"
-                break
-            if returncode != 0:
-                state["failures"].append(f"{step.label} exited with status {returncode}" + (
-                    " (no sample succeeded)" if step.kind == "run" and returncode == EXIT_NO_SAMPLE_SUCCEEDED else ""))
-            save()
-    except Exception as exc:  # noqa: BLE001 - recorded for the page; the traceback goes to the log
-
-        traceback.print_exc()
-        state["failures"].append(f"{type(exc).__name__}: {exc}")
-    finally:
-        if outcome == "completed" and state["failures"]:
-            outcome = "failed"
-        message = "; ".join(state["failures"]) if state["failures"] else ""
-        if outcome == "cancelled":
-            message = "cancelled by request" + (f"; {message}" if message else "")
-        save(state=outcome, message=public_text(redact(message)), finished_at=utc_now())
-        lock.unlink(missing_ok=True)
-    return 0 if outcome == "completed" else 1
+            traceback.print_exc()
+            state["failures"].append(f"{type(exc).__name__}: {exc}")
+        finally:
+            if outcome == "completed" and state["failures"]:
+                outcome = "failed"
+            message = "; ".join(state["failures"]) if state["failures"] else ""
+            if outcome == "cancelled":
+                message = "cancelled by request" + (f"; {message}" if message else "")
+            save(state=outcome, message=public_text(redact(message)), finished_at=utc_now())
+            lock.unlink(missing_ok=True)
+        return 0 if outcome == "completed" else 1
 
 
 def _run_child(folder: Path, index: int, home: Path, step: JobStep) -> int:
