@@ -7,6 +7,11 @@
 - :func:`wilson_interval`: confidence interval of a proportion (failure ratio).
 - :func:`paired_comparison`: two models on the same samples: paired t-test, Wilcoxon signed-rank
   test, paired bootstrap CI of the mean difference, win/tie/loss counts.
+
+The two tests give SciPy's values, to 1e-8 relative (``scipy.stats.ttest_rel``; ``scipy.stats.wilcoxon``
+with its defaults), but are computed here: importing ``scipy.stats`` took 0.5 s, half of preparing the app's
+first views after a ``score``. SciPy is still used for the one case it settles by permutation
+(at most 13 pairs with tied or zero differences).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from statistics import NormalDist
 
 __all__ = [
     "DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "PairedComparison", "bootstrap_ci", "bootstrap_mean_cis",
-    "describe", "paired_comparison", "resample_counts", "wilson_interval",
+    "describe", "paired_comparison", "resample_counts", "student_t_two_sided", "wilson_interval",
 ]
 
 DEFAULT_LEVEL = 0.95
@@ -155,8 +160,6 @@ def paired_comparison(
     Pairs where either value is NaN are dropped. Raises ``ValueError`` when the lengths differ or no
     pair is left.
     """
-    from scipy import stats as sps
-
     x = np.asarray(a, dtype="float64").ravel()
     y = np.asarray(b, dtype="float64").ravel()
     if x.shape != y.shape:
@@ -168,13 +171,12 @@ def paired_comparison(
         raise ValueError("no sample has a value in both runs")
     diff = x - y
     if n >= 2 and np.any(diff != diff[0]):
-        t = sps.ttest_rel(x, y)
-        t_stat, t_p = float(t.statistic), float(t.pvalue)
+        t_stat = float(diff.mean() / math.sqrt(diff.var(ddof=1) / n))
+        t_p = student_t_two_sided(t_stat, n - 1)
     else:  # constant differences: the t statistic is undefined (zero variance)
         t_stat, t_p = math.nan, (1.0 if n >= 2 and diff[0] == 0 else math.nan)
     if np.any(diff != 0):
-        w = sps.wilcoxon(x, y, zero_method="wilcox", alternative="two-sided")
-        w_stat, w_p = float(w.statistic), float(w.pvalue)
+        w_stat, w_p = _wilcoxon(diff)
     else:
         w_stat, w_p = 0.0, 1.0
     if n >= 2:
@@ -193,3 +195,114 @@ def paired_comparison(
         wins=int(better.sum()), ties=int((diff == 0).sum()), losses=int(worse.sum()), level=level,
         n_resamples=n_resamples, higher_is_better=higher_is_better,
     )
+
+
+# --- The tests' distributions, without scipy.stats ---------------------------------------------------
+
+def student_t_two_sided(t: float, df: float) -> float:
+    """Two-sided p-value of Student's t statistic ``t`` with ``df`` degrees of freedom:
+    ``P(|T| >= |t|) = I_x(df/2, 1/2)`` with ``x = df / (df + t**2)`` (the regularized incomplete beta)."""
+    if math.isnan(t) or df <= 0:
+        return math.nan
+    if math.isinf(t):
+        return 0.0
+    x = df / (df + t * t)
+    return min(1.0, _regularized_beta(x, df / 2.0, 0.5))
+
+
+def _regularized_beta(x: float, a: float, b: float) -> float:
+    """``I_x(a, b)`` by its continued fraction (modified Lentz), on the side where it converges fast."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_fraction(x, a, b) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(1.0 - x, b, a) / b
+
+
+def _beta_fraction(x: float, a: float, b: float) -> float:
+    tiny, eps = 1e-300, 1e-16
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 100_000):
+        m2 = 2 * m
+        for numerator in (m * (b - m) * x / ((a + m2 - 1.0) * (a + m2)),
+                          -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def _normal_two_sided(z: float) -> float:
+    return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+
+
+def _wilcoxon(diff: np.ndarray) -> tuple[float, float]:
+    """(statistic, two-sided p) of the Wilcoxon signed-rank test of paired differences, as
+    ``scipy.stats.wilcoxon`` computes them by default (zero differences dropped, no continuity
+    correction): the exact null distribution for at most 50 pairs without ties or zeros, the
+    normal approximation with tie correction otherwise."""
+    nonzero = diff[diff != 0]
+    count = int(nonzero.size)
+    ranks, tie_sizes = _average_ranks(np.abs(nonzero))
+    r_plus = float(ranks[nonzero > 0].sum())
+    r_minus = float(ranks[nonzero < 0].sum())
+    statistic = min(r_plus, r_minus)
+    has_ties, has_zeros = bool((tie_sizes > 1).any()), count < diff.size
+    if diff.size <= 50 and not (has_ties or has_zeros):
+        counts = _signed_rank_counts(count)
+        total = float(2 ** count)
+        low, high = math.floor(r_plus), math.ceil(r_plus)
+        mean = count * (count + 1) / 4.0
+        # SciPy's WilcoxonDistribution: the smaller tail summed directly, the larger as 1 - the other.
+        sf = _counts_tail(counts, low, total, upper=True) if low <= mean else 1.0 - _counts_tail(counts, low - 1, total)
+        cdf = _counts_tail(counts, high, total) if high <= mean else 1.0 - _counts_tail(counts, high + 1, total, upper=True)
+        return statistic, float(min(1.0, max(0.0, 2.0 * min(sf, cdf))))
+    if diff.size <= 13:  # ties or zeros in a tiny sample: SciPy settles it by exact permutation
+        from scipy import stats as sps
+
+        result = sps.wilcoxon(diff, zero_method="wilcox", alternative="two-sided")
+        return float(result.statistic), float(result.pvalue)
+    mean = count * (count + 1.0) * 0.25
+    variance = count * (count + 1.0) * (2.0 * count + 1.0)
+    se = math.sqrt((variance - float((tie_sizes ** 3 - tie_sizes).sum()) / 2.0) / 24.0)
+    return statistic, _normal_two_sided((r_plus - mean) / se)
+
+
+def _counts_tail(counts: list[int], k: int, total: float, *, upper: bool = False) -> float:
+    """Probability of a signed-rank sum ``<= k`` (``>= k`` when ``upper``) from its null counts."""
+    if upper:
+        return sum(counts[max(k, 0):]) / total
+    return sum(counts[:k + 1]) / total if k >= 0 else 0.0
+
+
+@lru_cache(maxsize=64)
+def _signed_rank_counts(n: int) -> list[int]:
+    """How many of the ``2**n`` sign patterns of ranks 1..n give each positive-rank sum 0..n(n+1)/2."""
+    counts = [1]
+    for rank in range(1, n + 1):
+        grown = counts + [0] * rank
+        for total, ways in enumerate(counts):
+            grown[total + rank] += ways
+        counts = grown
+    return counts
+
+
+def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks 1..n of ``values`` (ties get their average rank) and each value's tie-group size."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[starts, ordered.size])
+    group_ranks = starts + (sizes + 1) / 2.0
+    ranks = np.empty(values.size, dtype="float64")
+    ranks[order] = np.repeat(group_ranks, sizes)
+    return ranks, sizes
