@@ -314,3 +314,23 @@ def test_a_run_with_no_valid_reply_still_records_what_the_profile_covers(tmp_pat
     assert dist1["mean"] == 0.0 and dist1["n"] == 2
     c_rows = board[board["metric"] == "c_score"]
     assert c_rows.empty or c_rows["mean"].isna().all()
+
+
+def test_a_lexical_pass_reads_personas_only_for_idf_overlap():
+    """Items are built without persona sentences when no family of the pass reads them; IDF
+    overlap (the lexical family's persona metric) still sees them."""
+    from persobench.metrics.lexical import idf_overlap
+    from persobench.metrics.metric_registry import get_family
+
+    lexical = get_family("lexical")
+    assert lexical.reads_personas(["bleu", "rouge1", "dist2"]) is False
+    assert lexical.reads_personas(["bleu", "idf_overlap"]) is True
+    assert get_family(metrics.metric_info("c_score").family).reads_personas(["c_score"]) is True
+    sample = Sample("s1", "t", (PersonaSet("User2", ("I love hiking in the alps.",)),),
+                    (Turn("User1", "Any plans?"),), "User2", "I will go hiking.")
+    reply = "Hiking in the alps, as always."
+    both = scoring.score_samples([sample], {"s1": reply}, metrics=["bleu", "idf_overlap"]).scores
+    alone = scoring.score_samples([sample], {"s1": reply}, metrics=["bleu"]).scores
+    value = dict(zip(both["metric"], both["value"]))
+    assert value["idf_overlap"] == pytest.approx(idf_overlap("I love hiking in the alps.", reply)) and value["idf_overlap"] > 0
+    assert value["bleu"] == float(alone["value"].iloc[0])

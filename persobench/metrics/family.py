@@ -179,6 +179,11 @@ class MetricFamily:
     def score(self, batch: FamilyBatch) -> FamilyResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def reads_personas(self, metrics: Sequence[str]) -> bool:  # noqa: ARG002 - overridden
+        """Whether computing ``metrics`` (or this family's outputs) reads the items' persona sentences;
+        when no family of a pass does, the items are built without them."""
+        return True
+
     def embedding_request(self, batch: FamilyBatch) -> Any:  # noqa: ARG002 - overridden
         """The texts :meth:`score` will embed (a :class:`persobench.metrics.encoder.EmbeddingRequest`),
         or None: the scorer embeds the requests of all families, and of many runs, in one pass."""

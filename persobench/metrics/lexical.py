@@ -367,6 +367,9 @@ class LexicalMetrics(MetricFamily):
 
     name = "lexical"
 
+    def reads_personas(self, metrics: Sequence[str]) -> bool:
+        return any(metric_info(m).needs_persona for m in metrics)
+
     def score(self, batch: FamilyBatch) -> FamilyResult:
         metrics = batch.metrics
         result = FamilyResult()

@@ -200,16 +200,18 @@ def _persona_pairs(sample: "Sample") -> tuple[tuple[str, str], ...]:
 
 
 def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
-           references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None) -> list[Item]:
+           references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None,
+           *, personas: bool = True) -> list[Item]:
+    """The valid replies as items; without their persona sentences when not ``personas`` (no family
+    of the pass reads them: collecting them was a third of a lexical pass's bookkeeping)."""
     items: list[Item] = []
     for sample in samples:
         reply = replies.get(sample.id)
         if reply is None or not isinstance(reply, str) or not reply.strip():
             continue
         reference = references.get(sample.id, sample.reference) if references else sample.reference
-        personas = _persona_pairs(sample)
         given = persona_texts.get(sample.id) if persona_texts else None
-        items.append(Item(sample, reply, str(reference or ""), personas, given))
+        items.append(Item(sample, reply, str(reference or ""), _persona_pairs(sample) if personas else (), given))
     return items
 
 
@@ -256,7 +258,10 @@ def score_samples(
     if isinstance(profile, Profile) and overrides:
         prof = get_profile(profile.name, {**profile.overrides, **overrides}, judge=profile.judge)
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
-    items = _items(samples, replies, references, persona_texts)
+    # A registered family need not derive from MetricFamily: one without the method reads them.
+    personas = any(getattr(step.family, "reads_personas", lambda _metrics: True)(step.metrics)
+                   for step in family_plan(wanted))
+    items = _items(samples, replies, references, persona_texts, personas=personas)
     scored = _run_families(items, wanted, prof, Progress(progress), encoder)
     scores, details = _frames(scored.rows, scored.details)
     provenance = {m: scored.provenance[m] for m in wanted if m in scored.provenance}
