@@ -334,3 +334,21 @@ def test_a_lexical_pass_reads_personas_only_for_idf_overlap():
     value = dict(zip(both["metric"], both["value"]))
     assert value["idf_overlap"] == pytest.approx(idf_overlap("I love hiking in the alps.", reply)) and value["idf_overlap"] > 0
     assert value["bleu"] == float(alone["value"].iloc[0])
+
+
+def test_score_rows_of_any_family_become_the_same_frame_as_before():
+    """The scores frame is built as Arrow columns: ids, metric names and values of any Python or
+    numpy type a registered family may give come out as pandas made them (str, str, float64)."""
+    import numpy as np
+
+    rows = [("a", "bleu", 0.5), ("b", "bleu", None), (3, "x", float("nan")), ("c", "y", 1),
+            ("d", "z", np.float32(0.25)), ("e", "z", np.bool_(True)), ("f", "z", np.int64(2))]
+    frame = scoring._score_frame(rows)
+    expected = pd.DataFrame(rows, columns=["sample_id", "metric", "value"])
+    expected["value"] = expected["value"].astype("float64")
+    expected["sample_id"] = expected["sample_id"].astype(str)
+    expected["metric"] = expected["metric"].astype(str)
+    pd.testing.assert_frame_equal(frame, expected)
+    empty = scoring._score_frame([])
+    assert list(empty.columns) == ["sample_id", "metric", "value"] and empty.empty
+    assert empty.dtypes.to_dict() == expected.dtypes.to_dict()
