@@ -92,6 +92,19 @@ def test_every_page_renders_without_exception_or_secret(env, page):
     assert "Traceback" not in text
 
 
+def test_first_render_skips_streamlits_stack_inspection(env, monkeypatch):
+    """Streamlit's "not run with streamlit run?" check reads the source of every frame on the stack
+    (inspect.stack(), 0.1 s of a cold landing page); the app marks it done before drawing."""
+    import streamlit.delta_generator as delta_generator
+    import streamlit.env_util as env_util
+
+    monkeypatch.setattr(delta_generator, "_use_warning_has_been_displayed", False)  # a new process
+    asked: list[str] = []
+    monkeypatch.setattr(env_util, "is_repl", lambda: asked.append("is_repl") or False)
+    at = open_page(PAGES[0])
+    assert at.title and asked == []
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_empty_store_pages_explain_what_to_do(tmp_path, monkeypatch, page):
     monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "empty"))
