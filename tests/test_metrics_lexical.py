@@ -223,6 +223,28 @@ def test_values_sent_ahead_equal_values_computed_when_asked(monkeypatch):
     lexical.send_ahead(references, replies, metrics)  # no pool: nothing to do, nothing kept
 
 
+def test_leaving_the_pool_leaves_no_worker_behind(monkeypatch):
+    """The pool's exit does not wait for its workers' interpreters to shut down, but they do exit:
+    none is left once the executor has finished with them, and a new pool starts fresh ones."""
+    import time
+
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_REPLIES", 10)
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_BATCH", 2)
+    references, replies = ["the dog walks"] * 30, [f"a dog walks {i}" for i in range(30)]
+    with lexical.worker_pool(100, workers=2) as started:
+        assert started
+        executor = lexical._ACTIVE_POOL.get().executor
+        lexical.lexical_values(references, replies, ("bleu",))
+        processes = list(executor._processes.values())
+    assert lexical._ACTIVE_POOL.get() is None and processes
+    deadline = time.monotonic() + 30
+    while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(p.is_alive() for p in processes)
+    with lexical.worker_pool(100, workers=2):
+        assert lexical.lexical_values(references, replies, ("dist1",))["dist1"] == [1.0] * 30
+
+
 def test_rouge_long_texts_need_no_recursion():
     reply = " ".join(f"w{i % 700}" for i in range(6000))
     r1, r2, rl = lexical.rouge(reply, reply)
