@@ -244,3 +244,22 @@ def test_the_cost_cap_holds_over_every_ray_actor(openai_server, tmp_path, monkey
     assert on_ray.judge.cost_usd <= cap + 1e-9 and ray_requests <= local_requests
     assert on_ray.judge.unanswered > 0 and not on_ray.complete
     assert not list((ray_home / "spend").glob("*.json"))  # the invocation's ledger is removed
+
+
+def test_judge_counter_gives_what_the_judge_did_since_it_started():
+    """The labelling step and each compute step count their own judge work this way: counts
+    added since, an unknown cost staying unknown, the first new error; nothing without a judge."""
+    from persobench.metrics.judge import JudgeStats
+    from persobench.scoring.outcome import judge_counter
+
+    assert judge_counter(None)() is None
+    stats = JudgeStats(pairs=5, sent=3, cost_usd=0.5)
+    counted = judge_counter(stats)
+    stats.pairs += 4
+    stats.sent += 2
+    stats.cost_usd += 0.25
+    stats.first_error = "timeout"
+    since = counted()
+    assert (since.pairs, since.sent, since.cost_usd, since.first_error) == (4, 2, 0.25, "timeout")
+    stats.cost_usd = None
+    assert counted().cost_usd is None

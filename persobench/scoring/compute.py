@@ -5,7 +5,6 @@ LLM judge did while it ran is measured here and returned with the values (:func:
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Mapping, Sequence
 
 from persobench.llm.session import sending_for
@@ -13,7 +12,7 @@ from persobench.metrics.backends import Profile
 from persobench.metrics.family import ProgressFn
 import persobench.metrics.scoring as family_scoring  # by module: a test spies on score_samples
 from persobench.metrics.scoring import ScoreResult
-from persobench.scoring.outcome import judge_delta
+from persobench.scoring.outcome import judge_counter
 from persobench.scoring.work_plan import plan_run
 from persobench.scoring.writing import RunScoreSummary, RunWork, write_run
 from persobench.metrics.encoder import TextEncoder
@@ -71,14 +70,14 @@ def compute_counted(work: RunWork, *, metrics: Sequence[str] | None = None, prog
     :class:`~persobench.metrics.judge.JudgeStats` of this step only; None without a judge). When the
     compute fails, the exception carries those counts as ``judge_tally``."""
     stats = judge_stats(work.profile)
-    before = copy.copy(stats)
+    counted = judge_counter(stats)
     try:
         result = compute_run(work, metrics=metrics, progress=progress, encoder=encoder)
     except Exception as exc:
         if stats is not None:
-            exc.judge_tally = judge_delta(before, stats)  # type: ignore[attr-defined]
+            exc.judge_tally = counted()  # type: ignore[attr-defined]
         raise
-    return result, (judge_delta(before, stats) if stats is not None else None)
+    return result, counted()
 
 
 def score_run(

@@ -10,9 +10,10 @@ counts as a local score; nothing reads a process-wide counter after the fact.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from persobench.metrics.judge import JudgeStats
 from persobench.scoring.writing import RunScoreSummary
 
@@ -22,6 +23,15 @@ def judge_delta(before: "JudgeStats", after: "JudgeStats") -> "JudgeStats":
     """What a judge's running counts (:class:`~persobench.metrics.judge.JudgeStats`) gained from
     ``before`` (a copy taken earlier) to ``after``: the judge's work in between."""
     return _combined(after, before, -1)
+
+
+def judge_counter(stats: "JudgeStats | None") -> "Callable[[], JudgeStats | None]":
+    """Start counting what a judge does from now on: the returned call gives its work since (a
+    :func:`judge_delta` of ``stats``, the judge's running counts); None without a judge."""
+    if stats is None:
+        return lambda: None
+    before = copy.copy(stats)
+    return lambda: judge_delta(before, stats)
 
 
 def judge_sum(parts: "Iterable[JudgeStats]") -> "JudgeStats":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import os
 import threading
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
@@ -20,7 +19,7 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.llm.spend import SpendLedger
 from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup, staged
-from persobench.scoring.outcome import RunScore, ScoreReport, judge_delta, judge_sum
+from persobench.scoring.outcome import RunScore, ScoreReport, judge_counter, judge_sum
 from persobench.scoring.overlap import Stop, ahead
 from persobench.scoring.work_plan import by_dataset, embeds_texts, items_nli_pairs, plan_run, run_samples, work_items
 from persobench.scoring.writing import write_run
@@ -181,7 +180,7 @@ def _label_first(groups: Sequence[WorkGroup], profile: "Profile", by_id: dict[st
     inside a metric family; a run whose labelling fails for another reason than the judge itself
     is left to its compute step, which meets the same error and reports it for that run."""
     labeller = judge_labeller(profile.judge)
-    before = copy.copy(labeller.stats)
+    counted = judge_counter(labeller.stats)
     for group in groups:
         for work in group.works:
             pairs = items_nli_pairs(work_items(work), tuple(work.todo), work.profile)
@@ -195,7 +194,7 @@ def _label_first(groups: Sequence[WorkGroup], profile: "Profile", by_id: dict[st
                 raise  # no key, or a judge failing every request: one line for the pass
             except PersoBenchError:
                 continue
-    return judge_delta(before, labeller.stats)
+    return counted()
 
 
 def _overlapped(executor: ScoreExecutor, groups: Iterable[WorkGroup], progress: ScoreProgress | None,
