@@ -45,7 +45,7 @@ test: $(STAMP) bytecode browser
 
 bench: $(STAMP) bytecode
 	$(PY) benchmarks/generation.py
-	$(PY) benchmarks/scoring.py
+	$(PY) benchmarks/scoring.py --repeats 3
 	$(PY) benchmarks/app.py
 
 clean-cache:
