@@ -297,7 +297,8 @@ def _signed_rank_counts(n: int) -> list[int]:
 
 
 def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ranks 1..n of ``values`` (ties get their average rank) and each value's tie-group size."""
+    """Ranks 1..n of ``values`` (ties get their average rank) and the size of each group of equal
+    values, one per distinct value (what the tie correction sums over)."""
     order = np.argsort(values, kind="mergesort")
     ordered = values[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
