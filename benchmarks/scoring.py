@@ -255,6 +255,7 @@ BFLOAT16_TOLERANCE = 5e-3
 #: Metrics that count texts above a threshold: in bfloat16 a sample's value may step (not bounded).
 STEP_METRICS = ("persona_coverage",)
 OFFLINE_MEMORY_MB = 2048.0
+FLOOR_TARGET = 1.2  # issue 27 item 3: the full offline profile at most this times the encoder floor
 
 
 def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
@@ -316,7 +317,8 @@ def warm_models() -> None:
     meteor("a cat", "a dog", resolve_wordnet(profile.spec("wordnet"))[0])
 
 
-def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, precision: str = "float32") -> dict:
+def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, precision: str = "float32",
+                  floor: bool = False) -> dict:
     import resource
     import shutil
     import subprocess
@@ -364,6 +366,8 @@ def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, prec
         old_s, old_cpu = time.perf_counter() - start, time.process_time() - cpu
         scores = focus.read_table("scores")
         stored = {(str(s), str(m)): float(v) for s, m, v in zip(scores["sample_id"], scores["metric"], scores["value"])}
+        # The floor of the same texts, in the same process (issue 27 item 3 compares the two).
+        floors = floor_of_texts(distinct_offline_texts(home)[0]) if floor else None
     diffs: dict[str, float] = {}
     changed: dict[str, list[int]] = {}  # metric -> [values that differ, values compared]
     for (sid, metric), value in old_values.items():
@@ -378,7 +382,7 @@ def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, prec
     return {"runs": len(runs), "replies": replies_total, "new_s": new_s, "new_cpu": new_cpu, "peak_mb": peak_mb,
             "cache_mb": cache_mb, "old_run": focus.run_id, "old_replies": old_replies, "old_s": old_s,
             "old_cpu": old_cpu, "old_scaled_s": old_s * scale, "old_scaled_cpu": old_cpu * scale,
-            "diffs": diffs, "changed": changed, "missing": missing, "load": (load, load_end)}
+            "diffs": diffs, "changed": changed, "missing": missing, "load": (load, load_end), "floor": floors}
 
 
 def distinct_offline_texts(home: Path) -> tuple[list[str], int]:
@@ -403,19 +407,29 @@ def distinct_offline_texts(home: Path) -> tuple[list[str], int]:
 def bench_floor(ref: Path) -> dict:
     import subprocess
 
-    import torch
-
-    from persobench.metrics.backends import get_profile
-    from persobench.metrics.encoder import BATCH_ROWS, fixed_batches, padded_length
-    from persobench.metrics.embedding_models import load_embedding
-
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         repo = Path(__file__).resolve().parents[1]
         subprocess.run([sys.executable, "-m", "persobench", "--home", str(home), "import-persobench", str(ref)],
                        check=True, cwd=repo, capture_output=True)
         texts, n_replies = distinct_offline_texts(home)
+    return {**floor_of_texts(texts), "replies": n_replies}
+
+
+def floor_of_texts(texts: list[str]) -> dict:
+    """The sentence model's forward passes alone over ``texts`` in the encoder's fixed-shape batches,
+    each shape timed on the warm model two ways: one pass at a time with torch's threads
+    (``floor_s``), and as the encoder runs them, in :func:`~persobench.metrics.encoder.forward_streams`
+    single-threaded streams (``streams_floor_s``)."""
+    import torch
+
+    from persobench.metrics.backends import get_profile
+    from persobench.metrics.encoder import BATCH_ROWS, fixed_batches, padded_length
+    from persobench.metrics.encoder_streams import forward_streams, run_in_streams
+    from persobench.metrics.embedding_models import load_embedding
+
     model = load_embedding(get_profile("offline").spec("embedding"), "cpu")
+    streams = forward_streams("cpu")
     lengths: dict[int, int] = {}
     for start in range(0, len(texts), 512):
         mask = model.tokenize(texts[start:start + 512])["attention_mask"]
@@ -424,7 +438,8 @@ def bench_floor(ref: Path) -> dict:
     batches: dict[int, int] = {}
     for length, _members in fixed_batches(lengths):
         batches[length] = batches.get(length, 0) + 1
-    seconds_per_batch: dict[int, float] = {}
+    one_at_a_time: dict[int, float] = {}
+    streamed: dict[int, float] = {}
     for length in sorted(batches):
         features = {"input_ids": torch.randint(1000, 20000, (BATCH_ROWS, length)),
                     "attention_mask": torch.ones((BATCH_ROWS, length), dtype=torch.long),
@@ -435,12 +450,24 @@ def bench_floor(ref: Path) -> dict:
             while reps < 3 or (time.perf_counter() - start < 1.0 and reps < min(batches[length], 40)):
                 model(dict(features))
                 reps += 1
-        seconds_per_batch[length] = (time.perf_counter() - start) / reps
-    floor_s = sum(batches[n] * seconds_per_batch[n] for n in batches)
+            one_at_a_time[length] = (time.perf_counter() - start) / reps
+
+            def run(inputs: dict) -> object:
+                with torch.inference_mode():
+                    return model(inputs)
+
+            reps = max(reps, 4 * streams)  # every stream busy, the first and last passes a small share
+            start = time.perf_counter()
+            for _ in run_in_streams(((length, []) for _ in range(reps)),
+                                    lambda _n, _c, shape=features: dict(shape), run, streams):
+                pass
+            streamed[length] = (time.perf_counter() - start) / reps
     tokens = sum(lengths.values())
     padded = sum(n * BATCH_ROWS * count for n, count in batches.items())
-    return {"texts": len(texts), "replies": n_replies, "tokens": tokens, "padded": padded,
-            "batches": sum(batches.values()), "floor_s": floor_s, "threads": torch.get_num_threads(),
+    return {"texts": len(texts), "tokens": tokens, "padded": padded, "batches": sum(batches.values()),
+            "floor_s": sum(batches[n] * one_at_a_time[n] for n in batches),
+            "streams_floor_s": sum(batches[n] * streamed[n] for n in batches),
+            "threads": torch.get_num_threads(), "streams": streams,
             "longest": max(padded_length(n) for n in lengths.values())}
 
 
@@ -452,18 +479,25 @@ def bench_floor_report(ref: Path | None) -> bool:
     print(f"Distinct texts the offline profile embeds for the 58 published runs: {b['texts']} ({b['replies']} "
           f"replies), {b['tokens']} tokens, {b['padded']} in {b['batches']} fixed-shape batches "
           f"({b['padded'] / b['tokens']:.2f}x padding, longest {b['longest']})")
-    print(f"  the sentence model's forward passes alone ({b['threads']} torch threads, float32): "
-          f"{b['floor_s']:.0f} s ({b['floor_s'] / 60:.1f} min), {b['tokens'] / b['floor_s']:.0f} tokens/s; "
-          f"that is {b['floor_s'] / OFFLINE_TARGET_S:.2f}x the {OFFLINE_TARGET_S / 60:.0f}-minute target")
+    print_floor(b)
+    print(f"  that is {b['floor_s'] / OFFLINE_TARGET_S:.2f}x the {OFFLINE_TARGET_S / 60:.0f}-minute target")
     return True
 
 
+def print_floor(b: dict) -> None:
+    print(f"  the sentence model's forward passes alone, float32, one at a time ({b['threads']} torch threads): "
+          f"{b['floor_s']:.0f} s ({b['floor_s'] / 60:.1f} min), {b['tokens'] / b['floor_s']:.0f} tokens/s")
+    print(f"  the same in {b['streams']} single-threaded streams, as the encoder runs them: "
+          f"{b['streams_floor_s']:.0f} s, {b['tokens'] / b['streams_floor_s']:.0f} tokens/s "
+          f"({b['floor_s'] / b['streams_floor_s']:.2f}x the passes one at a time)")
+
+
 def bench_offline_report(ref: Path | None, limit: int | None, dataset: str | None = None,
-                         precision: str = "float32") -> bool:
+                         precision: str = "float32", floor: bool = False) -> bool:
     if ref is None:
         print("Offline-profile benchmark skipped: no $PERSOBENCH_REFERENCE folder")
         return True
-    b = bench_offline(ref, limit, dataset, precision)
+    b = bench_offline(ref, limit, dataset, precision, floor)
     print(f"Offline profile ({precision}) on {b['runs']} published runs ({b['replies']} replies), `score` command in a fresh "
           f"store: {b['new_s']:.0f} s wall ({b['new_s'] / 60:.1f} min), {b['new_cpu']:.0f} s CPU, peak RSS "
           f"{b['peak_mb']:.0f} MB; embedding cache written {b['cache_mb']:.0f} MB "
@@ -472,6 +506,12 @@ def bench_offline_report(ref: Path | None, limit: int | None, dataset: str | Non
           f"{b['old_s']:.0f} s wall, {b['old_cpu']:.0f} s CPU; scaled to {b['replies']} replies "
           f"{b['old_scaled_s']:.0f} s wall, {b['old_scaled_cpu']:.0f} s CPU")
     print(f"  speed-up {b['old_scaled_s'] / b['new_s']:.1f}x wall, {b['old_scaled_cpu'] / b['new_cpu']:.1f}x CPU")
+    if b["floor"] is not None:
+        f = b["floor"]
+        print(f"  floor, same process, the {f['texts']} distinct texts of these runs:")
+        print_floor(f)
+        print(f"  the profile: {b['new_s'] / f['floor_s']:.2f}x the floor of passes one at a time, "
+              f"{b['new_s'] / f['streams_floor_s']:.2f}x the floor of streamed passes (target <= {FLOOR_TARGET}x)")
     print("  max |diff| against the old path: " + ", ".join(f"{m} {d:.1e}" for m, d in sorted(b["diffs"].items())))
     # A threshold count (coverage: persona sentences with cosine >= 0.5) moves by a whole sentence's
     # share when a cosine crosses the threshold: reported as how many samples changed, not bounded.
@@ -508,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics", default=None, help="ray: only these metrics (default: all of the offline profile)")
     parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                         help="offline profile: `score --precision` (the baseline stays float32)")
+    parser.add_argument("--floor", action="store_true",
+                        help="offline profile: also time its floor (forward passes alone) on the same texts "
+                             "in the same process, and print the profile's ratio to it")
     args = parser.parse_args(argv)
     import warnings
 
@@ -523,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     compileall.compile_dir(Path(__file__).resolve().parents[1] / "persobench", quiet=2)
     print(f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     if args.only == "offline":
-        return 0 if bench_offline_report(ref, args.runs, args.dataset, args.precision) else 1
+        return 0 if bench_offline_report(ref, args.runs, args.dataset, args.precision, args.floor) else 1
     if args.only == "floor":
         return 0 if bench_floor_report(ref) else 1
     if args.only == "ray":  # benchmarks/scoring_ray.py

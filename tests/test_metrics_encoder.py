@@ -245,3 +245,71 @@ def test_score_command_precision_flag_stores_bfloat16_scores_under_their_own_key
         main([*command, "--precision", "float16"])
     assert stopped.value.code == 2
     assert "invalid choice: 'float16'" in capsys.readouterr().err
+
+
+def test_streamed_forward_passes_give_the_same_bits_as_one_pass_at_a_time(published, monkeypatch):
+    """Two single-threaded streams (the CPU default on this 2-core machine) against the passes one
+    after another: same values bit for bit, also for shared passes, whose BERTScore layer is read by
+    a hook that must give each stream its own batch's output."""
+    import threading
+
+    import torch
+
+    _, _, ids = published
+    threads_before = torch.get_num_threads()
+    monkeypatch.setenv("PERSOBENCH_ENCODER_STREAMS", "1")
+    serial = TextEncoder(get_profile("offline"))
+    serial_wide, serial_sims = _score(published, ids, serial)
+    monkeypatch.setenv("PERSOBENCH_ENCODER_STREAMS", "2")
+    streamed = TextEncoder(get_profile("offline"))
+    streamed_wide, streamed_sims = _score(published, ids, streamed)
+    assert streamed.stats.shared_passes == serial.stats.shared_passes > 0
+    assert streamed.stats.forward_batches == serial.stats.forward_batches >= 4
+    pd.testing.assert_frame_equal(streamed_wide, serial_wide, check_exact=True)
+    pd.testing.assert_series_equal(streamed_sims, serial_sims, check_exact=True)
+    assert torch.get_num_threads() == threads_before  # restored once the passes end
+    assert not [t for t in threading.enumerate() if t.name.startswith("persobench-encoder")]
+
+
+def test_forward_streams_default_override_and_a_bad_value(monkeypatch):
+    import torch
+
+    from persobench.metrics.backends import BackendUnavailable
+    from persobench.metrics.encoder_streams import forward_streams
+
+    monkeypatch.delenv("PERSOBENCH_ENCODER_STREAMS", raising=False)
+    assert forward_streams("cpu") == max(1, torch.get_num_threads())
+    assert forward_streams("cuda:0") == 1  # one device: its passes one after another
+    monkeypatch.setenv("PERSOBENCH_ENCODER_STREAMS", "3")
+    assert forward_streams("cpu") == 3
+    monkeypatch.setenv("PERSOBENCH_ENCODER_STREAMS", "two")
+    with pytest.raises(BackendUnavailable, match="PERSOBENCH_ENCODER_STREAMS='two'"):
+        forward_streams("cpu")
+
+
+def test_a_failing_pass_stops_the_streams_and_restores_torchs_threads():
+    import threading
+
+    import torch
+
+    from persobench.metrics.encoder_streams import run_in_streams
+
+    threads_before = torch.get_num_threads()
+    started: list[int] = []
+
+    def run(batch: int) -> int:
+        started.append(batch)
+        if batch == 3:
+            raise RuntimeError("pass 3 failed")
+        return batch * 10
+
+    batches = ((8, [k]) for k in range(50))
+    seen = []
+    with pytest.raises(RuntimeError, match="pass 3 failed"):
+        for _length, _chunk, out in run_in_streams(batches, lambda _n, chunk: chunk[0], run, streams=2):
+            assert torch.get_num_threads() == 1  # each stream single-threaded while they work
+            seen.append(out)
+    assert seen == [0, 10, 20]  # in order, up to the failed one
+    assert len(started) <= 8  # bounded look-ahead: the rest never started
+    assert torch.get_num_threads() == threads_before
+    assert not [t for t in threading.enumerate() if t.name.startswith("persobench-encoder")]

@@ -44,6 +44,7 @@ from persobench.metrics.embedding_shelf import EmbeddingShelf, backend_key, text
 import contextlib
 from persobench.metrics.embedding_models import load_bertscorer
 from persobench.metrics.embedding_models import load_embedding
+from persobench.metrics.encoder_streams import forward_streams, run_in_streams
 
 BATCH_ROWS = 32
 LENGTH_STEP = 8
@@ -130,7 +131,6 @@ class TextEncoder:
         self._memory: dict[str, dict[bytes, tuple[np.ndarray, np.ndarray]]] = {"tokens": {}, "sentence": {}}
         self._pairs: dict[tuple[bytes, bytes], tuple[float, float, float]] = {}
         self._share: bool | None = None
-        self._hook_output: list[Any] = []
 
     # -- models ---------------------------------------------------------------------------------
     def bert_model(self) -> Any:
@@ -209,42 +209,63 @@ class TextEncoder:
         encoder = getattr(auto, "encoder", None)
         return getattr(encoder, "layer", None)
 
-    def _shared_forward(self, model: Any, texts: list[str], length: int) -> tuple[Any, Any]:
-        """One pass of the sentence model: (token states at BERTScore's layer, sentence embeddings)."""
+    def _sentence_inputs(self, model: Any, texts: list[str], length: int) -> dict[str, Any]:
+        return self._sentence_features(model, texts, length)
+
+    def _shared_run(self, model: Any, features: dict[str, Any]) -> tuple[Any, Any]:
+        """One pass of the sentence model: (token states at BERTScore's layer, sentence embeddings).
+        The layer's output is read by a hook into a list of this thread's own, so that passes
+        running at once in several streams (:func:`forward_streams`) each get their own."""
         import torch
 
         layers = self._bert_layers(model)
         captured: list[Any] = []
 
         def hook(_module: Any, _inputs: Any, output: Any) -> None:
-            captured.append(output[0] if isinstance(output, tuple) else output)
+            if threading.get_ident() == caller:
+                captured.append(output[0] if isinstance(output, tuple) else output)
 
+        caller = threading.get_ident()
         handle = layers[self.bert_model().num_layers - 1].register_forward_hook(hook)
         try:
             with torch.inference_mode(), precision_context(self.profile):
-                out = model(self._sentence_features(model, texts, length))
+                out = model(features)
         finally:
             handle.remove()
         return captured[-1].float(), out["sentence_embedding"].float()
 
-    def _sentence_forward(self, model: Any, texts: list[str], length: int) -> Any:
+    def _shared_forward(self, model: Any, texts: list[str], length: int) -> tuple[Any, Any]:
+        return self._shared_run(model, self._sentence_inputs(model, texts, length))
+
+    def _sentence_run(self, model: Any, features: dict[str, Any]) -> Any:
         import torch
 
         with torch.inference_mode(), precision_context(self.profile):
-            return model(self._sentence_features(model, texts, length))["sentence_embedding"].float()
+            return model(features)["sentence_embedding"].float()
 
-    def _token_forward(self, ids: list[list[int]], length: int) -> Any:
+    def _sentence_forward(self, model: Any, texts: list[str], length: int) -> Any:
+        return self._sentence_run(model, self._sentence_inputs(model, texts, length))
+
+    def _token_inputs(self, ids: list[list[int]], length: int) -> tuple[Any, Any]:
         import torch
 
-        loaded = self.bert_model()
-        pad_id = loaded.scorer._tokenizer.pad_token_id or 0
+        pad_id = self.bert_model().scorer._tokenizer.pad_token_id or 0
         x = torch.full((BATCH_ROWS, length), pad_id, dtype=torch.long)
         mask = torch.zeros((BATCH_ROWS, length), dtype=torch.long)
         for row, seq in enumerate(ids):
             x[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
             mask[row, :len(seq)] = 1
+        return x, mask
+
+    def _token_run(self, inputs: tuple[Any, Any]) -> Any:
+        import torch
+
+        x, mask = inputs
         with torch.inference_mode(), precision_context(self.profile):
-            return loaded.scorer._model(x, attention_mask=mask)[0].float()
+            return self.bert_model().scorer._model(x, attention_mask=mask)[0].float()
+
+    def _token_forward(self, ids: list[list[int]], length: int) -> Any:
+        return self._token_run(self._token_inputs(ids, length))
 
     def _token_entry(self, states: Any, row: int, seq: list[int]) -> tuple[np.ndarray, np.ndarray]:
         tokenizer = self.bert_model().scorer._tokenizer
@@ -384,8 +405,10 @@ class TextEncoder:
 
         if shared_ids:
             model = self.sentence_model()
-            for length, chunk in fixed_batches({t: len(v) for t, v in shared_ids.items()}):
-                states, sentences = self._shared_forward(model, chunk, length)
+            passes = self._passes(fixed_batches({t: len(v) for t, v in shared_ids.items()}),
+                                  lambda length, chunk: self._sentence_inputs(model, chunk, length),
+                                  lambda features: self._shared_run(model, features))
+            for _length, chunk, (states, sentences) in passes:
                 self.stats.forward_batches += 1
                 for row, text in enumerate(chunk):
                     keep_tokens(text, self._token_entry(states, row, shared_ids[text]))
@@ -393,13 +416,27 @@ class TextEncoder:
                 self.stats.shared_passes += len(chunk)
                 advance(len(chunk))
         alone = [t for t in texts if t not in shared_ids]
-        for length, chunk in fixed_batches({t: len(token_ids[t]) for t in alone}):
-            states = self._token_forward([token_ids[t] for t in chunk], length)
+        passes = self._passes(fixed_batches({t: len(token_ids[t]) for t in alone}),
+                              lambda length, chunk: self._token_inputs([token_ids[t] for t in chunk], length),
+                              self._token_run)
+        for _length, chunk, states in passes:
             self.stats.forward_batches += 1
             for row, text in enumerate(chunk):
                 keep_tokens(text, self._token_entry(states, row, token_ids[text]))
             advance(len(chunk))
         self._embed_sentences([t for t in sentence_too if t not in shared_ids], advance, count=False)
+
+    def _passes(self, batches: Iterable[tuple[int, list[Any]]], inputs: Callable[[int, list[Any]], Any],
+                run: Callable[[Any], Any]) -> Iterator[tuple[int, list[Any], Any]]:
+        """``(length, chunk, run(inputs(length, chunk)))`` for each batch, in order, with up to
+        :func:`forward_streams` passes running at once; ``inputs`` runs in this thread (a tokenizer
+        is not safe to share between threads), ``run`` in the streams."""
+        streams = forward_streams(self.profile.device)
+        if streams == 1:
+            for length, chunk in batches:
+                yield length, chunk, run(inputs(length, chunk))
+            return
+        yield from run_in_streams(batches, inputs, run, streams)
 
     def _keep_sentence(self, text: str, vector: Any) -> None:
         key = text_key(text)
@@ -414,8 +451,10 @@ class TextEncoder:
             return
         model = self.sentence_model()
         ids = self._sentence_lengths(model, texts)
-        for length, chunk in fixed_batches({t: len(ids[t]) for t in texts}):
-            vectors = self._sentence_forward(model, chunk, length)
+        passes = self._passes(fixed_batches({t: len(ids[t]) for t in texts}),
+                              lambda length, chunk: self._sentence_inputs(model, chunk, length),
+                              lambda features: self._sentence_run(model, features))
+        for _length, chunk, vectors in passes:
             self.stats.forward_batches += 1
             for row, text in enumerate(chunk):
                 self._keep_sentence(text, vectors[row])
