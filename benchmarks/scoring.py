@@ -346,6 +346,7 @@ def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, prec
             usage = resource.getrusage(resource.RUSAGE_CHILDREN)
             return usage.ru_utime + usage.ru_stime
 
+        texts = distinct_offline_texts(home)[0] if floor else None  # what the score below embeds
         load = os.getloadavg()[0]
         start, cpu = time.perf_counter(), children_cpu()
         done = subprocess.run([*command, "score", "--no-progress", "--precision", precision], cwd=repo,
@@ -367,7 +368,7 @@ def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, prec
         scores = focus.read_table("scores")
         stored = {(str(s), str(m)): float(v) for s, m, v in zip(scores["sample_id"], scores["metric"], scores["value"])}
         # The floor of the same texts, in the same process (issue 27 item 3 compares the two).
-        floors = floor_of_texts(distinct_offline_texts(home)[0]) if floor else None
+        floors = floor_of_texts(texts) if texts is not None else None
     diffs: dict[str, float] = {}
     changed: dict[str, list[int]] = {}  # metric -> [values that differ, values compared]
     for (sid, metric), value in old_values.items():
