@@ -16,9 +16,9 @@ from persobench.datasets import load_dataset
 from persobench.errors import StoreWriteError
 from persobench.metrics import lexical
 from persobench.scoring import score_pass
-from persobench.scoring.compute import score_run
+from persobench.scoring.compute import compute_run, score_run
 from persobench.scoring.overlap import Stop, ahead
-from persobench.scoring.work_plan import run_samples
+from persobench.scoring.work_plan import plan_run, run_samples
 from persobench.store import RunManifest, RunStore
 
 METRICS = ["bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2"]
@@ -221,3 +221,98 @@ def test_a_stopped_pipeline_ends_its_thread():
     stop.set()
     stop.join(timeout=5)
     assert not any(t.is_alive() for t in stop.threads)
+
+
+EMBEDDED = ["bertscore_f1", "persona_coverage", "meteor", "bleu"]
+
+
+def _datasets_store(home, datasets: int = 3, runs_each: int = 2) -> RunStore:
+    """``datasets`` datasets (by name) of ``runs_each`` runs each, all on the same 8 samples: the
+    datasets share references and persona sentences, as the paper's persona-chat datasets do."""
+    samples = load_dataset("sample")[:8]
+    store = RunStore(home)
+    for d in range(datasets):
+        for k in range(runs_each):
+            run = store.create(RunManifest(run_id=f"set{d}__m{k}__vanilla__0", dataset=f"set{d}",
+                                           sample_ids=tuple(s.id for s in samples), model={"label": f"m{k}"},
+                                           mode="vanilla", template="t", template_hash="h"))
+            run.record_samples(samples)
+            rows = [(s.id, "ok", " ".join(s.reference.split()[(d + k) % 3::2]) + f" set {d} model {k}.", 0.5)
+                    for s in samples]
+            run.write_table("generations", pd.DataFrame(rows, columns=["sample_id", "status", "response", "latency"]))
+    return store
+
+
+def test_the_next_datasets_texts_are_embedded_while_this_datasets_runs_are_computed(tmp_path):
+    """The consumer holds the first run of set0; set1's texts are embedded meanwhile (the old
+    executor embedded a dataset only when the consumer asked for its first run). Values equal those
+    of scoring each run in turn with one encoder, and no text is embedded twice across the two
+    encoders (the third dataset's encoder reads the shards the second one wrote)."""
+    from persobench.metrics.backends import get_profile
+    from persobench.metrics.encoder import TextEncoder
+    from persobench.scoring.executors import LocalExecutor
+
+    one = _datasets_store(tmp_path / "in-turn")
+    alone = TextEncoder(get_profile("offline"), tmp_path / "in-turn-embeddings")
+    expected = {}
+    for run in one.runs():
+        work = plan_run(run, run_samples(run), profile="offline", metrics=EMBEDDED)
+        expected[run.run_id] = compute_run(work, encoder=alone).scores
+        if run.run_id.endswith("m1__vanilla__0"):
+            alone.release()
+
+    store = _datasets_store(tmp_path / "overlapped")
+    profile = get_profile("offline")
+    runs = sorted(store.runs(), key=lambda run: run.run_id)
+    groups = list(score_pass._planned(runs, profile, EMBEDDED, lambda refused: None))
+    assert [len(g.works) for g in groups] == [2, 2, 2]
+    events: list[tuple[str, int, int]] = []
+    lock = threading.Lock()
+
+    def progress(stage: str, done: int, total: int) -> None:
+        with lock:
+            events.append((stage, done, total))
+
+    def set1_embedded() -> bool:
+        with lock:
+            return any(s.startswith("set1") and s.endswith("embeddings") and d == t > 0 for s, d, t in events)
+
+    computed = {}
+    with LocalExecutor(profile, store, embeds=True) as executor:
+        results = executor.compute(iter(groups), progress)
+        first = next(results)
+        assert first.work.run_id.startswith("set0")
+        deadline = time.monotonic() + 120
+        while not set1_embedded() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set1_embedded(), "set1 was not embedded while the consumer held set0's first run"
+        computed[first.work.run_id] = first.result.scores
+        for done in results:
+            assert not done.error
+            computed[done.work.run_id] = done.result.scores
+        encoders = executor._encoders
+    assert sorted(computed) == sorted(expected)
+    for run_id, scores in expected.items():
+        pd.testing.assert_frame_equal(computed[run_id].reset_index(drop=True), scores.reset_index(drop=True),
+                                      check_exact=True)
+    for kind in ("tokens", "sentence"):
+        assert sum(e.stats.embedded[kind] for e in encoders) == alone.stats.embedded[kind] > 0
+    assert not [t for t in threading.enumerate() if t.name.startswith(("persobench-embed", "persobench-encoder"))]
+
+
+def test_a_pass_stopped_while_the_next_dataset_is_embedded_ends_its_threads(tmp_path):
+    """The consumer stops after set0's first run: the embedding thread stops at its next batch and
+    is waited for (torch still running in a thread at exit aborts the interpreter)."""
+    from persobench.metrics.backends import get_profile
+    from persobench.scoring.executors import LocalExecutor
+
+    store = _datasets_store(tmp_path / "store", datasets=3)
+    profile = get_profile("offline")
+    runs = sorted(store.runs(), key=lambda run: run.run_id)
+    groups = score_pass._planned(runs, profile, EMBEDDED, lambda refused: None)
+    with LocalExecutor(profile, store, embeds=True) as executor:
+        results = executor.compute(groups, None)
+        assert next(results).work.run_id.startswith("set0")
+        results.close()
+        assert executor._stops == []
+    assert not [t for t in threading.enumerate() if t.name.startswith(("persobench-embed", "persobench-encoder"))]

@@ -332,6 +332,8 @@ class TextEncoder:
 
     def _prepare(self, pairs: Sequence[tuple[str, str]], sentences: Sequence[str],
                  progress: Callable[[int, int], None] | None) -> None:
+        for shelf in self._shelves.values():  # shards another encoder wrote since (the next dataset's)
+            shelf.refresh()
         pairs = [(c, r) for c, r in dict.fromkeys(pairs) if (text_key(c), text_key(r)) not in self._pairs]
         references = list(dict.fromkeys(r for _, r in pairs))
         candidates = list(dict.fromkeys(c for c, _ in pairs))

@@ -11,6 +11,7 @@ and while they run the calling thread tokenizes the next batches and matches the
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
@@ -45,8 +46,7 @@ def run_in_streams(batches: Iterable[tuple[int, list[Any]]], inputs: Callable[[i
     per stream are in flight. torch's thread count is restored when the passes end or stop."""
     import torch
 
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    _single_threaded_enter(torch)
     pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix="persobench-encoder")
     pending: deque = deque()
     try:
@@ -62,4 +62,25 @@ def run_in_streams(batches: Iterable[tuple[int, list[Any]]], inputs: Callable[[i
         for _length, _chunk, future in pending:
             future.cancel()
         pool.shutdown(wait=True)
-        torch.set_num_threads(threads_before)
+        _single_threaded_exit(torch)
+
+
+# torch's thread count is one setting for the process; passes of two encoders may run at once (the
+# next dataset embedded while this one's runs are computed): the first sets it, the last restores it.
+_THREADS_LOCK = threading.Lock()
+_threads_state = {"users": 0, "before": 1}
+
+
+def _single_threaded_enter(torch: Any) -> None:
+    with _THREADS_LOCK:
+        if _threads_state["users"] == 0:
+            _threads_state["before"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads_state["users"] += 1
+
+
+def _single_threaded_exit(torch: Any) -> None:
+    with _THREADS_LOCK:
+        _threads_state["users"] -= 1
+        if _threads_state["users"] == 0:
+            torch.set_num_threads(_threads_state["before"])

@@ -59,7 +59,8 @@ def make_executor(config: "ScoreConfig", profile: "Profile", store: "RunStore", 
                            ledger=ledger)
 
     lexical_wanted = wanted is None or any(m in wanted for m in (*lexical.REFERENCE_LEXICAL, *lexical.REPLY_LEXICAL))
-    return LocalExecutor(profile, store, sum(_valid_replies(r) for r in runs) if lexical_wanted else 0)
+    return LocalExecutor(profile, store, sum(_valid_replies(r) for r in runs) if lexical_wanted else 0,
+                         embeds=embeds_texts(wanted))
 
 
 def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" = None, *,
