@@ -314,5 +314,15 @@ def test_a_pass_stopped_while_the_next_dataset_is_embedded_ends_its_threads(tmp_
         results = executor.compute(groups, None)
         assert next(results).work.run_id.startswith("set0")
         results.close()
-        assert executor._stops == []
+        assert executor._running == []
     assert not [t for t in threading.enumerate() if t.name.startswith(("persobench-embed", "persobench-encoder"))]
+
+
+def test_split_by_embedding_keeps_a_family_with_the_families_it_requires():
+    from persobench.scoring.work_plan import split_by_embedding
+
+    free, rest = split_by_embedding(["bleu", "meteor", "bertscore_f1", "persona_coverage", "c_score", "dist1"])
+    assert set(free) == {"bleu", "dist1", "meteor"}
+    # persona_coverage embeds; c_score's NLI family is one group with it (coverage requires NLI outputs).
+    assert set(rest) == {"bertscore_f1", "persona_coverage", "c_score"}
+    assert split_by_embedding(["bleu", "rougeL"]) == (("bleu", "rougeL"), ())

@@ -6,12 +6,13 @@ two executors: this process (:class:`LocalExecutor`) and Ray actors
 
 from __future__ import annotations
 
-import queue
+import collections
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from persobench.errors import PersoBenchError
-from persobench.scoring.work_plan import work_embedding_request
+from persobench.scoring.work_plan import split_by_embedding, work_embedding_request
 from persobench.scoring.writing import RunWork
 from persobench.metrics.backends import Profile
 from persobench.metrics.scoring import ScoreResult
@@ -22,8 +23,9 @@ from persobench.metrics.encoder import EmbeddingRequest
 from persobench.metrics.family import Progress
 from persobench.metrics.judge import JudgeError
 from persobench.metrics.scoring import prepare_embeddings
-from persobench.scoring.compute import compute_counted
-from persobench.scoring.overlap import Stop, ahead
+from persobench.scoring.compute import combine_results, compute_counted
+from persobench.scoring.outcome import judge_sum
+from persobench.scoring.overlap import Stop
 
 
 #: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
@@ -80,10 +82,13 @@ class LocalExecutor:
     """Computes in this process: each dataset's texts embedded in one pass, cached in the store (the
     memory given back after the dataset), and both cores for the lexical metrics of a large pass.
 
-    When the pass embeds texts, the next dataset's texts are embedded while this dataset's runs are
-    computed (METEOR, matching, lexical metrics: mostly Python on one core, while the encoder's
-    streams use the others); each of the two datasets in flight has an encoder of its own, handed
-    back when its runs are computed, so at most two datasets' embeddings are in memory."""
+    When the pass embeds texts, the encoder works in a thread of its own and never waits for the
+    rest: while it embeds a dataset, this thread computes what needs no embedding (METEOR, the
+    lexical metrics: :func:`~persobench.scoring.work_plan.split_by_embedding`) for that dataset's
+    runs, then the rest once the dataset is embedded, while the encoder goes on to the next one.
+    Each of the two datasets in flight has an encoder of its own, handed back when its runs are
+    computed, so at most two datasets' embeddings are in memory. Values are the same as computing
+    each run at once (a family sees the same replies either way)."""
 
     def __init__(self, profile: "Profile", store: "RunStore", lexical_replies: int = 0, *,
                  embeds: bool = True) -> None:
@@ -95,7 +100,7 @@ class LocalExecutor:
         self._pool: Any = None
         self.encoder: Any = None
         self._encoders: list[Any] = []
-        self._stops: list[Stop] = []  # of the passes computing now: stopped on exit
+        self._running: list[tuple[Stop, ThreadPoolExecutor]] = []  # passes computing now: stopped on exit
 
     def __enter__(self) -> "LocalExecutor":
 
@@ -108,8 +113,8 @@ class LocalExecutor:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for stop in list(self._stops):  # a pass left unfinished: its embedding thread ends first
-            _stopped(stop)
+        for stop, embedding in list(self._running):  # a pass left unfinished: its embedding ends first
+            _stopped(stop, embedding)
         if self._pool is not None:
             self._pool.__exit__(*exc)
             self._pool = None
@@ -117,50 +122,78 @@ class LocalExecutor:
     def compute(self, groups: Iterable[WorkGroup], progress: ScoreProgress | None) -> Iterator[Computed]:
         if len(self._encoders) < 2:
             for group in groups:
-                yield from self._computed(group, self.encoder, progress)
-            return
-        free: "queue.Queue[Any]" = queue.Queue()
-        for encoder in self._encoders:
-            free.put(encoder)
-        stop = Stop()
-        self._stops.append(stop)
-
-        def embedded() -> Iterator[tuple[WorkGroup, Any]]:
-            for group in groups:
-                encoder = _take(free, stop)
-                if encoder is None:
-                    return
-                _embed_group(encoder, group, progress, stop)
-                yield group, encoder
-
-        try:
-            for group, encoder in ahead(embedded(), stop, depth=1, name="persobench-embed"):
+                _embed_group(self.encoder, group, progress)
                 try:
-                    yield from self._computed(group, encoder, progress)
+                    for work in group.works:
+                        yield _computed(work, work.todo, self.encoder, progress)
                 finally:
-                    free.put(encoder)
-        finally:
-            _stopped(stop)
-            self._stops.remove(stop)
+                    self.encoder.release()
+            return
+        planned = iter(groups)
+        free = list(self._encoders)
+        stop = Stop()
+        embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="persobench-embed")
+        queued: "collections.deque[tuple[WorkGroup, Any, Future[None]]]" = collections.deque()
 
-    def _computed(self, group: WorkGroup, encoder: Any, progress: ScoreProgress | None) -> Iterator[Computed]:
-        """The runs of ``group`` computed with ``encoder`` (its texts embedded by
-        :func:`_embed_group` unless they already are); the encoder's memory is given back after."""
+        def queue_next() -> None:
+            group = next(planned, None)
+            if group is not None:
+                encoder = free.pop()
+                queued.append((group, encoder, embedding.submit(_embed_group, encoder, group, progress, stop)))
+
+        self._running.append((stop, embedding))
         try:
-            if len(self._encoders) < 2:
-                _embed_group(encoder, group, progress)
-            for work in group.works:
+            queue_next()
+            queue_next()
+            while queued:
+                group, encoder, embedded = queued.popleft()
                 try:
-                    result, tally = compute_counted(work, progress=staged(progress, work.run_id[:48]),
-                                                    encoder=encoder)
-                except JudgeError:
-                    raise  # no key, or a judge failing every request: one line, not one per run
-                except PersoBenchError as exc:
-                    yield Computed(work, None, str(exc), getattr(exc, "judge_tally", None))
-                    continue
-                yield Computed(work, result, "", tally)
+                    yield from _computed_group(group, encoder, embedded, progress)
+                finally:
+                    encoder.release()
+                    free.append(encoder)
+                queue_next()
         finally:
-            encoder.release()
+            _stopped(stop, embedding)
+            self._running.remove((stop, embedding))
+
+
+def _computed(work: RunWork, metrics: Sequence[str], encoder: Any, progress: ScoreProgress | None) -> Computed:
+    """``work``'s values of ``metrics``, or its one-line error (a judge error is raised: it is one
+    line for the pass, not one per run)."""
+    try:
+        result, tally = compute_counted(work, metrics=metrics, progress=staged(progress, work.run_id[:48]),
+                                        encoder=encoder)
+    except JudgeError:
+        raise
+    except PersoBenchError as exc:
+        return Computed(work, None, str(exc), getattr(exc, "judge_tally", None))
+    return Computed(work, result, "", tally)
+
+
+def _computed_group(group: WorkGroup, encoder: Any, embedded: "Future[None]",
+                    progress: ScoreProgress | None) -> Iterator[Computed]:
+    """The runs of ``group``: what needs no embedding while ``embedded`` (the group's texts) is
+    still running, the rest once it is done; one :class:`Computed` per run, both parts combined."""
+    split = {work.run_id: split_by_embedding(work.todo) for work in group.works}
+    first = {work.run_id: _computed(work, split[work.run_id][0], encoder, progress)
+             for work in group.works if split[work.run_id][0]}
+    embedded.result()  # an error of the embedding pass ends the pass, as it did before
+    for work in group.works:
+        parts = [first[work.run_id]] if work.run_id in first else []
+        if split[work.run_id][1]:
+            parts.append(_computed(work, split[work.run_id][1], encoder, progress))
+        yield _combined(work, parts)
+
+
+def _combined(work: RunWork, parts: Sequence[Computed]) -> Computed:
+    """One run's parts as one :class:`Computed`: values of every part that came back, errors joined."""
+    if len(parts) == 1:
+        return parts[0]
+    results = [part.result for part in parts if part.result is not None]
+    tallies = [part.judge for part in parts if part.judge is not None]
+    return Computed(work, combine_results(results), "; ".join(part.error for part in parts if part.error),
+                    judge_sum(tallies) if tallies else None)
 
 
 class _PassStopped(Exception):
@@ -187,18 +220,8 @@ def _embed_group(encoder: Any, group: WorkGroup, progress: ScoreProgress | None,
     prepare_embeddings(encoder, EmbeddingRequest(tuple(pairs), tuple(sentences)), Progress(checked))
 
 
-def _stopped(stop: Stop) -> None:
-    """Stop a pass's embedding thread and wait for it: torch must not be running in a thread
-    when the interpreter exits (it aborts the process)."""
+def _stopped(stop: Stop, embedding: ThreadPoolExecutor) -> None:
+    """Stop a pass's embedding thread at its next batch and wait for it: torch must not be running
+    in a thread when the interpreter exits (it aborts the process)."""
     stop.set()
-    stop.join(timeout=120.0)
-
-
-def _take(free: "queue.Queue[Any]", stop: Stop) -> Any:
-    """The next encoder handed back, or None once the pass stopped."""
-    while not stop.event.is_set():
-        try:
-            return free.get(timeout=0.1)
-        except queue.Empty:
-            continue
-    return None
+    embedding.shutdown(wait=True, cancel_futures=True)

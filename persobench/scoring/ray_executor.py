@@ -38,8 +38,6 @@ from persobench.scoring.executors import Computed, ScoreProgress, WorkGroup
 from persobench.metrics.judge import JudgeStats
 from persobench.scoring.writing import RunWork
 from persobench.metrics.scoring import ScoreResult
-from persobench.metrics.metric_registry import metric_info, metric_names
-from persobench.metrics.scoring import family_plan
 import os
 import socket
 from urllib.parse import urlsplit
@@ -54,7 +52,7 @@ from persobench.metrics.judge import JudgeError, JudgeLabeller, labelling_with
 from persobench.llm.spend import SpendLedger
 import logging
 import persobench
-from persobench.scoring.work_plan import work_embedding_request
+from persobench.scoring.work_plan import GPU_SLOTS, FamilyGroup, family_groups, work_embedding_request  # noqa: F401 - re-exported
 from persobench.scoring.compute import combine_results
 from persobench.scoring.outcome import judge_from_dict, judge_sum
 from persobench.secrets import public_text
@@ -62,8 +60,6 @@ from persobench.secrets import public_text
 
 #: What to install for ``--executor ray``.
 RAY_EXTRA = "pip install 'persobench[ray]'"
-#: Backend slots whose models are torch networks (worth a GPU); the others run on CPUs.
-GPU_SLOTS = frozenset({"bertscore", "embedding", "nli", "unieval"})
 
 
 def import_ray() -> Any:
@@ -76,40 +72,6 @@ def import_ray() -> Any:
 
 
 # --- Splitting the work ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FamilyGroup:
-    """Metric families scored together by one actor: a family and the families it requires."""
-
-    families: tuple[str, ...]
-    """Family names, in plan order."""
-    metrics: tuple[str, ...]
-    """The requested metrics these families compute."""
-    gpu: bool
-    """Whether one of its families runs a torch model (it then asks for a GPU when there is one)."""
-
-
-def family_groups(wanted: Sequence[str]) -> list[FamilyGroup]:
-    """The families of ``wanted`` (and those they require), grouped so that a family and the families
-    it requires are in one group (their outputs stay in one process); groups in plan order."""
-
-    steps = family_plan(tuple(wanted))
-    group_of = {step.family.name: i for i, step in enumerate(steps)}
-    for step in steps:  # union: a family joins the groups of the families it requires
-        for req in step.family.requires:
-            old, new = group_of[step.family.name], group_of[req.family]
-            group_of = {name: (new if g == old else g) for name, g in group_of.items()}
-    groups: dict[int, list[Any]] = {}
-    for step in steps:
-        groups.setdefault(group_of[step.family.name], []).append(step)
-    result = []
-    for members in groups.values():
-        names = tuple(step.family.name for step in members)
-        metrics = tuple(m for step in members for m in step.metrics)
-        slots = {metric_info(m).needs for name in names for m in metric_names(family=name)}
-        result.append(FamilyGroup(names, metrics, bool(slots & GPU_SLOTS)))
-    return result
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,15 @@ then needs nothing but the work, so it can run in this process or on a Ray actor
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 from persobench.errors import PersoBenchError, ScoringError, StoreError
 from persobench.metrics.backends import Profile, get_profile
 from persobench.importer import run_reference_note, run_references
 from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
-from persobench.metrics.metric_registry import metric_info, validate_metric_names
+from persobench.metrics.metric_registry import metric_info, metric_names, validate_metric_names
 from persobench.metrics.nli_inputs import resolve_layout
 from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
 from persobench.metrics.stored import score_basis, stored_keys
@@ -178,6 +179,56 @@ def _embeds(family: MetricFamily) -> bool:
     return type(family).embedding_request is not MetricFamily.embedding_request
 
 
+
+
+#: Backend slots whose models are torch networks (worth a GPU); the others run on CPUs.
+GPU_SLOTS = frozenset({"bertscore", "embedding", "nli", "unieval"})
+
+
+@dataclass(frozen=True)
+class FamilyGroup:
+    """Metric families scored together by one actor: a family and the families it requires."""
+
+    families: tuple[str, ...]
+    """Family names, in plan order."""
+    metrics: tuple[str, ...]
+    """The requested metrics these families compute."""
+    gpu: bool
+    """Whether one of its families runs a torch model (it then asks for a GPU when there is one)."""
+
+
+def family_groups(wanted: Sequence[str]) -> list[FamilyGroup]:
+    """The families of ``wanted`` (and those they require), grouped so that a family and the families
+    it requires are in one group (their outputs stay in one process); groups in plan order."""
+
+    steps = family_plan(tuple(wanted))
+    group_of = {step.family.name: i for i, step in enumerate(steps)}
+    for step in steps:  # union: a family joins the groups of the families it requires
+        for req in step.family.requires:
+            old, new = group_of[step.family.name], group_of[req.family]
+            group_of = {name: (new if g == old else g) for name, g in group_of.items()}
+    groups: dict[int, list[Any]] = {}
+    for step in steps:
+        groups.setdefault(group_of[step.family.name], []).append(step)
+    result = []
+    for members in groups.values():
+        names = tuple(step.family.name for step in members)
+        metrics = tuple(m for step in members for m in step.metrics)
+        slots = {metric_info(m).needs for name in names for m in metric_names(family=name)}
+        result.append(FamilyGroup(names, metrics, bool(slots & GPU_SLOTS)))
+    return result
+
+
+def split_by_embedding(wanted: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``wanted`` as (metrics whose family groups embed no text, the others): the first need nothing
+    from the text encoder, so they can be computed while it embeds (:class:`~persobench.scoring.executors.LocalExecutor`)."""
+    free: list[str] = []
+    rest: list[str] = []
+    steps = {step.family.name: step for step in family_plan(tuple(wanted))}
+    for group in family_groups(wanted):
+        embeds = any(_embeds(steps[name].family) for name in group.families)
+        (rest if embeds else free).extend(group.metrics)
+    return tuple(free), tuple(rest)
 
 
 def by_dataset(runs: Iterable["Run"]) -> list[list["Run"]]:
