@@ -196,8 +196,9 @@ def _combined(work: RunWork, parts: Sequence[Computed]) -> Computed:
                     judge_sum(tallies) if tallies else None)
 
 
-class _PassStopped(Exception):
-    """Raised in the embedding thread at its next batch once the pass stopped."""
+class _PassStopped(PersoBenchError):
+    """Raised in the embedding thread at its next batch once the pass stopped (no one reads it: the
+    pass is ending)."""
 
 
 def _embed_group(encoder: Any, group: WorkGroup, progress: ScoreProgress | None, stop: Stop | None = None) -> None:
