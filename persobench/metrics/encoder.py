@@ -209,9 +209,6 @@ class TextEncoder:
         encoder = getattr(auto, "encoder", None)
         return getattr(encoder, "layer", None)
 
-    def _sentence_inputs(self, model: Any, texts: list[str], length: int) -> dict[str, Any]:
-        return self._sentence_features(model, texts, length)
-
     def _shared_run(self, model: Any, features: dict[str, Any]) -> tuple[Any, Any]:
         """One pass of the sentence model: (token states at BERTScore's layer, sentence embeddings).
         The layer's output is read by a hook into a list of this thread's own, so that passes
@@ -235,7 +232,7 @@ class TextEncoder:
         return captured[-1].float(), out["sentence_embedding"].float()
 
     def _shared_forward(self, model: Any, texts: list[str], length: int) -> tuple[Any, Any]:
-        return self._shared_run(model, self._sentence_inputs(model, texts, length))
+        return self._shared_run(model, self._sentence_features(model, texts, length))
 
     def _sentence_run(self, model: Any, features: dict[str, Any]) -> Any:
         import torch
@@ -244,7 +241,7 @@ class TextEncoder:
             return model(features)["sentence_embedding"].float()
 
     def _sentence_forward(self, model: Any, texts: list[str], length: int) -> Any:
-        return self._sentence_run(model, self._sentence_inputs(model, texts, length))
+        return self._sentence_run(model, self._sentence_features(model, texts, length))
 
     def _token_inputs(self, ids: list[list[int]], length: int) -> tuple[Any, Any]:
         import torch
@@ -408,7 +405,7 @@ class TextEncoder:
         if shared_ids:
             model = self.sentence_model()
             passes = self._passes(fixed_batches({t: len(v) for t, v in shared_ids.items()}),
-                                  lambda length, chunk: self._sentence_inputs(model, chunk, length),
+                                  lambda length, chunk: self._sentence_features(model, chunk, length),
                                   lambda features: self._shared_run(model, features))
             for _length, chunk, (states, sentences) in passes:
                 self.stats.forward_batches += 1
@@ -454,7 +451,7 @@ class TextEncoder:
         model = self.sentence_model()
         ids = self._sentence_lengths(model, texts)
         passes = self._passes(fixed_batches({t: len(ids[t]) for t in texts}),
-                              lambda length, chunk: self._sentence_inputs(model, chunk, length),
+                              lambda length, chunk: self._sentence_features(model, chunk, length),
                               lambda features: self._sentence_run(model, features))
         for _length, chunk, vectors in passes:
             self.stats.forward_batches += 1
