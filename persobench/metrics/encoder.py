@@ -502,6 +502,17 @@ class EmbeddingRequest:
     """Texts that need a sentence embedding."""
 
 
+def merged_request(requests: Iterable["EmbeddingRequest | None"]) -> EmbeddingRequest:
+    """Several requests as one (None entries skipped), each pair and text once, in first-seen order."""
+    pairs: dict[tuple[str, str], None] = {}
+    sentences: dict[str, None] = {}
+    for request in requests:
+        if request is not None:
+            pairs.update(dict.fromkeys(request.pairs))
+            sentences.update(dict.fromkeys(request.sentences))
+    return EmbeddingRequest(tuple(pairs), tuple(sentences))
+
+
 def store_cache_root(home: Path) -> Path:
     """Where a run store keeps embeddings: ``<home>/embeddings``."""
     return Path(home) / "embeddings"

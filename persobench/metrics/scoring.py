@@ -35,7 +35,7 @@ from persobench.metrics.metric_registry import (
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
-from persobench.metrics.encoder import EmbeddingRequest, TextEncoder
+from persobench.metrics.encoder import EmbeddingRequest, TextEncoder, merged_request
 from persobench.records import Sample
 from persobench.store import Run, RunManifest
 from persobench.metrics.backends import BackendUnavailable
@@ -139,15 +139,9 @@ def family_plan(wanted: Sequence[str]) -> list[FamilyStep]:
 def embedding_request(items: Sequence[Item], wanted: Sequence[str], profile: Profile) -> "EmbeddingRequest":
     """Every text the families of ``wanted`` will embed for ``items``, in one request."""
 
-    pairs: dict[tuple[str, str], None] = {}
-    sentences: dict[str, None] = {}
-    for step in family_plan(tuple(wanted)):
-        request = step.family.embedding_request(
-            FamilyBatch(items, step.metrics, profile, Progress(None), {}, step.outputs_wanted))
-        if request is not None:
-            pairs.update(dict.fromkeys(request.pairs))
-            sentences.update(dict.fromkeys(request.sentences))
-    return EmbeddingRequest(tuple(pairs), tuple(sentences))
+    return merged_request(step.family.embedding_request(
+        FamilyBatch(items, step.metrics, profile, Progress(None), {}, step.outputs_wanted))
+        for step in family_plan(tuple(wanted)))
 
 
 def prepare_embeddings(encoder: "TextEncoder", request: "EmbeddingRequest", progress: Progress) -> None:

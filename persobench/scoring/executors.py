@@ -19,7 +19,7 @@ from persobench.metrics.scoring import ScoreResult
 from persobench.store import RunStore
 from persobench.metrics import lexical
 from persobench.metrics.encoder import TextEncoder, store_cache_root
-from persobench.metrics.encoder import EmbeddingRequest
+from persobench.metrics.encoder import merged_request
 from persobench.metrics.family import Progress
 from persobench.metrics.judge import JudgeError
 from persobench.metrics.scoring import prepare_embeddings
@@ -204,12 +204,6 @@ class _PassStopped(PersoBenchError):
 def _embed_group(encoder: Any, group: WorkGroup, progress: ScoreProgress | None, stop: Stop | None = None) -> None:
     """Embed the texts of every run of ``group`` in one pass; with ``stop``, the pass ends at the
     next batch once it is set (the batches in flight finish: a forward pass cannot be cut)."""
-    pairs: dict[tuple[str, str], None] = {}
-    sentences: dict[str, None] = {}
-    for work in group.works:
-        request = work_embedding_request(work)
-        pairs.update(dict.fromkeys(request.pairs))
-        sentences.update(dict.fromkeys(request.sentences))
     told = staged(progress, group.label[:48])
 
     def checked(stage: str, done: int, total: int) -> None:
@@ -218,7 +212,8 @@ def _embed_group(encoder: Any, group: WorkGroup, progress: ScoreProgress | None,
         if told is not None:
             told(stage, done, total)
 
-    prepare_embeddings(encoder, EmbeddingRequest(tuple(pairs), tuple(sentences)), Progress(checked))
+    prepare_embeddings(encoder, merged_request(work_embedding_request(work) for work in group.works),
+                       Progress(checked))
 
 
 def _stopped(stop: Stop, embedding: ThreadPoolExecutor) -> None:

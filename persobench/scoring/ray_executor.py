@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.metrics.backends import Profile
-from persobench.metrics.encoder import EmbeddingRequest
+from persobench.metrics.encoder import EmbeddingRequest, merged_request
 from persobench.scoring.executors import Computed, ScoreProgress, WorkGroup
 from persobench.metrics.judge import JudgeStats
 from persobench.scoring.writing import RunWork
@@ -293,14 +293,9 @@ class RayScoring:
                 self._next[g] = turn + 1
                 shards.setdefault(pool[turn % len(pool)], []).append((work, g))
         for k, mine in shards.items():
-            pairs: dict[tuple[str, str], None] = {}
-            sentences: dict[str, None] = {}
-            for work, g in mine:
-                request = work_embedding_request(work, self.groups[g].metrics)
-                pairs.update(dict.fromkeys(request.pairs))
-                sentences.update(dict.fromkeys(request.sentences))
-            if pairs or sentences:
-                self.actors[k].prepare.remote(EmbeddingRequest(tuple(pairs), tuple(sentences)))
+            request = merged_request(work_embedding_request(work, self.groups[g].metrics) for work, g in mine)
+            if request.pairs or request.sentences:
+                self.actors[k].prepare.remote(request)
             for work, g in mine:
                 self._pending[self.actors[k].score_counted.remote(work, self.groups[g].metrics)] = (work.run_id, g)
             self.actors[k].release.remote()
