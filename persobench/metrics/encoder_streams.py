@@ -65,8 +65,9 @@ def run_in_streams(batches: Iterable[tuple[int, list[Any]]], inputs: Callable[[i
         _single_threaded_exit(torch)
 
 
-# torch's thread count is one setting for the process; passes of two encoders may run at once (the
-# next dataset embedded while this one's runs are computed): the first sets it, the last restores it.
+# torch's thread count is one setting for the process, and two encoders' passes may overlap (the
+# scoring thread may embed a leftover text while the encoder thread embeds the next dataset): the
+# first to start sets it, the last to finish restores it.
 _THREADS_LOCK = threading.Lock()
 _threads_state = {"users": 0, "before": 1}
 

@@ -195,6 +195,8 @@ class FamilyGroup:
     """The requested metrics these families compute."""
     gpu: bool
     """Whether one of its families runs a torch model (it then asks for a GPU when there is one)."""
+    embeds: bool = False
+    """Whether one of its families may ask for texts to be embedded (the text encoder's work)."""
 
 
 def family_groups(wanted: Sequence[str]) -> list[FamilyGroup]:
@@ -215,20 +217,16 @@ def family_groups(wanted: Sequence[str]) -> list[FamilyGroup]:
         names = tuple(step.family.name for step in members)
         metrics = tuple(m for step in members for m in step.metrics)
         slots = {metric_info(m).needs for name in names for m in metric_names(family=name)}
-        result.append(FamilyGroup(names, metrics, bool(slots & GPU_SLOTS)))
+        result.append(FamilyGroup(names, metrics, bool(slots & GPU_SLOTS), any(_embeds(s.family) for s in members)))
     return result
 
 
 def split_by_embedding(wanted: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``wanted`` as (metrics whose family groups embed no text, the others): the first need nothing
     from the text encoder, so they can be computed while it embeds (:class:`~persobench.scoring.executors.LocalExecutor`)."""
-    free: list[str] = []
-    rest: list[str] = []
-    steps = {step.family.name: step for step in family_plan(tuple(wanted))}
-    for group in family_groups(wanted):
-        embeds = any(_embeds(steps[name].family) for name in group.families)
-        (rest if embeds else free).extend(group.metrics)
-    return tuple(free), tuple(rest)
+    groups = family_groups(wanted)
+    return (tuple(m for g in groups if not g.embeds for m in g.metrics),
+            tuple(m for g in groups if g.embeds for m in g.metrics))
 
 
 def by_dataset(runs: Iterable["Run"]) -> list[list["Run"]]:
