@@ -413,7 +413,19 @@ def paper_references(prompts_file: str | os.PathLike[str], dataset: str) -> dict
     reproduction pass those references to the scorer (``score_run(..., references=...)``).
     """
 
-    return {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(prompt_table_rows(Path(prompts_file)))}
+    path = Path(prompts_file)
+    stat = path.stat()
+    # Each FoCus run of a store asks for the same table's cells: read once per version of the file.
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, dataset)
+    cells = _REFERENCE_CELLS.get(key)
+    if cells is None:
+        cells = {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(prompt_table_rows(path))}
+        _REFERENCE_CELLS.clear()  # one table's cells at a time: a pass walks the runs dataset by dataset
+        _REFERENCE_CELLS[key] = cells
+    return dict(cells)
+
+
+_REFERENCE_CELLS: dict[tuple[str, int, int, str], dict[str, str]] = {}
 
 
 def run_references(run: "Run", samples_by_id: Mapping[str, "Sample"] | None = None) -> dict[str, str] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import json
 from pathlib import Path
 
@@ -182,6 +183,26 @@ def test_sample_ids_join_the_prompt_rows(folder, store):
     assert samples["focus:1"].reference == "Pasta, mostly: it is quick."
     refs = paper_references(run.manifest.extra["import"]["prompts_file"], "focus")
     assert refs["focus:1"] == "User2: Pasta, mostly: it is quick."  # as published, label kept
+
+
+def test_paper_references_read_the_table_once_per_version_of_the_file(folder, store, monkeypatch):
+    import persobench.importer as importer
+
+    report = import_persobench(store, folder)
+    prompts = Path(store.get(report.runs[0].run_id).manifest.extra["import"]["prompts_file"])
+    reads = []
+    real = importer.prompt_table_rows
+    monkeypatch.setattr(importer, "prompt_table_rows", lambda path: reads.append(path) or real(path))
+    importer._REFERENCE_CELLS.clear()
+    first = paper_references(prompts, "focus")
+    first["focus:1"] = "changed by the caller"
+    second = paper_references(prompts, "focus")
+    assert len(reads) == 1 and second["focus:1"] == "User2: Pasta, mostly: it is quick."  # a copy each time
+    text = prompts.read_text(encoding="utf-8").replace("Pasta, mostly", "Rice, mostly")
+    prompts.write_text(text, encoding="utf-8")
+    os.utime(prompts, ns=(prompts.stat().st_atime_ns, prompts.stat().st_mtime_ns + 10**9))
+    assert paper_references(prompts, "focus")["focus:1"] == "User2: Rice, mostly: it is quick."
+    assert len(reads) == 2
 
 
 def test_cli_import(folder, tmp_path, capsys):
