@@ -21,7 +21,7 @@ STAGES: dict[str, tuple[str, ...]] = {
     "foundation": ("persobench", "persobench.errors", "persobench.records",
                    "persobench.registry", "persobench.secrets", "persobench.csv_io", "persobench.run_records",
                    "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store", "persobench.console", "persobench.locks",
-                   "persobench.ngram_kernels", "persobench.run_lookup",
+                   "persobench.ngram_kernels", "persobench.gc_pace", "persobench.run_lookup",
                    "persobench.files"),
     "datasets": ("persobench.datasets",),
     "prompts": ("persobench.prompts", "persobench.protocol"),

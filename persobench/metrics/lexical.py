@@ -43,6 +43,7 @@ from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.ngram_kernels import (ReplyGrams, RougeText, bleu_of, lexical_chunk, ready, reference_grams,
                                       reference_rouge_text, rouge_of)
 from persobench.metrics.stopwords import ENGLISH
+from persobench.gc_pace import pace_this_process
 from persobench.metrics.metric_registry import metric_info, metric_names
 import concurrent.futures
 import multiprocessing
@@ -268,7 +269,8 @@ def worker_pool(expected_replies: int, *, workers: int | None = None) -> Iterato
         return
 
     # spawn, not fork: the app and the job runner have threads, which fork does not copy safely.
-    executor = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))
+    executor = concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"),
+                                                      initializer=pace_this_process)
     # Start the workers now, while this process plans the first run (a spawned interpreter takes
     # about half a second to start; the pool would otherwise start it at the first batch).
     for _ in range(workers - 1):

@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
+from persobench.gc_pace import fewer_collections
 from persobench.llm.spend import SpendLedger
 from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup, staged
 from persobench.scoring.outcome import RunScore, ScoreReport, judge_counter, judge_sum
@@ -149,7 +150,7 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
                             tallies.append(done.judge)
                         finish(_written(by_id[done.work.run_id], done))
                 else:
-                    with _remembering(prof):
+                    with _remembering(prof), fewer_collections():
                         planned: Iterable[WorkGroup] = _planned(chosen, prof, wanted, refused.append)
                         if prof.judge is not None:  # every run planned, then its pairs labelled, then computed
                             planned = list(planned)

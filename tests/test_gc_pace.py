@@ -1,0 +1,115 @@
+"""A scoring pass runs with fewer garbage-collector passes (issue 27 item 1), and leaves the
+process's pace as it found it: after the pass, after a failing pass, and when passes overlap."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pandas as pd
+import pytest
+
+from persobench import pipeline
+from persobench.gc_pace import PASS_THRESHOLD, fewer_collections
+from persobench.metrics import MetricInfo, lexical, register_family, unregister_family
+from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
+from persobench.store import RunManifest, RunStore
+
+
+@pytest.fixture()
+def default_pace():
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    yield
+    gc.set_threshold(*before)
+
+
+def test_the_block_collects_less_often_and_the_pace_comes_back_even_on_an_error(default_pace):
+    with fewer_collections():
+        assert gc.get_threshold() == (PASS_THRESHOLD, 10, 10)
+    assert gc.get_threshold() == (700, 10, 10)
+    with pytest.raises(RuntimeError), fewer_collections():
+        raise RuntimeError("boom")
+    assert gc.get_threshold() == (700, 10, 10)
+    gc.set_threshold(90_000, 10, 10)  # a process already slower than the pass's pace keeps its own
+    with fewer_collections():
+        assert gc.get_threshold()[0] == 90_000
+    assert gc.get_threshold()[0] == 90_000
+
+
+def test_overlapping_blocks_restore_the_pace_when_the_last_one_ends(default_pace):
+    entered, release = threading.Event(), threading.Event()
+
+    def other_pass() -> None:
+        with fewer_collections():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_pass)
+    thread.start()
+    assert entered.wait(10)
+    with fewer_collections():
+        pass
+    assert gc.get_threshold()[0] == PASS_THRESHOLD  # the other pass still runs
+    release.set()
+    thread.join(10)
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+class PaceSeen(MetricFamily):
+    """Records the collector's pace while it scores; fails when asked to."""
+
+    name = "toy_pace"
+    seen: list[int] = []
+    fail = False
+
+    def score(self, batch: FamilyBatch) -> FamilyResult:
+        PaceSeen.seen.append(gc.get_threshold()[0])
+        if PaceSeen.fail:
+            raise RuntimeError("toy family failed")
+        result = FamilyResult()
+        for it in batch.items:
+            result.add(it.sid, "toy_pace", 1.0)
+        result.record("toy_pace", "ok", version="toy_pace/1", backend="python", n=len(batch.items))
+        return result
+
+
+@pytest.fixture()
+def pace_family():
+    register_family(PaceSeen(), [MetricInfo("toy_pace", "diversity", "test metric", (0.0, None), True, 0.0, "none",
+                                            family="toy_pace")])
+    PaceSeen.seen, PaceSeen.fail = [], False
+    yield
+    unregister_family("toy_pace")
+
+
+def _store(home) -> RunStore:
+    store = RunStore(home)
+    samples = pipeline.load_dataset("sample")
+    run = store.create(RunManifest(run_id="sample__pace__vanilla__0", dataset="sample",
+                                   sample_ids=tuple(s.id for s in samples), model={"label": "pace"},
+                                   mode="vanilla", template="t", template_hash="h"))
+    run.record_samples(samples)
+    run.write_table("generations", pd.DataFrame([(s.id, "ok", f"reply {i}", 0.5) for i, s in enumerate(samples)],
+                                                 columns=["sample_id", "status", "response", "latency"]))
+    return store
+
+
+def test_a_local_pass_scores_at_the_pass_pace_and_gives_the_pace_back(tmp_path, pace_family, default_pace):
+    store = _store(tmp_path)
+    report = pipeline.score(None, store=store, metrics=["toy_pace"])
+    assert PaceSeen.seen == [PASS_THRESHOLD] and report.failures == 0 and report.new_values > 0
+    assert gc.get_threshold() == (700, 10, 10)
+
+    PaceSeen.fail = True  # a family failing with an error of its own ends the pass
+    with pytest.raises(RuntimeError, match="toy family failed"):
+        pipeline.score(None, store=_store(tmp_path / "failing"), metrics=["toy_pace"])
+    assert PaceSeen.seen[-1] == PASS_THRESHOLD
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_the_lexical_worker_processes_score_at_the_pass_pace():
+    with lexical.worker_pool(lexical.PARALLEL_MIN_REPLIES, workers=2) as started:
+        assert started
+        pool = lexical._ACTIVE_POOL.get()
+        assert pool.executor.submit(gc.get_threshold).result(timeout=60)[0] >= PASS_THRESHOLD
