@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from persobench.errors import DatasetError, StoreError
+from persobench.errors import DatasetError, PersoBenchError, StoreError
 from persobench.run_records import ImportRecord, RunExtra
 from persobench.store import RunManifest, RunStore, make_run_id
 from persobench.files import sha256_file
@@ -36,9 +36,10 @@ from persobench.records import Sample
 from persobench.store import Run
 from persobench.datasets import PAPER_TABLES
 from persobench.datasets.tables import prompt_table_rows
+from persobench.datasets.parsed_tables import table_samples, tables_dir_of_store
 from persobench.postprocess import Status, parse_output
 from persobench.datasets.tables import tables_dir
-from persobench.datasets import load_all, samples_by_id
+from persobench.datasets import samples_by_id
 from persobench.datasets.published_references import RAW, PublishedReference, published_reference
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -319,6 +320,7 @@ def import_persobench(
                 )
             prompt_sha = _readable_file_sha(prompt_path)
             prompt_info[stem] = (prompt_path, _count_prompt_rows(prompt_path), prompt_sha)
+            _keep_parsed(store, dataset, prompt_path)
             if _loader_prompts_sha(stem) != prompt_sha:
                 report.prompts_differ.append(dataset)
         prompt_path, n_rows, prompt_sha = prompt_info[stem]
@@ -394,13 +396,24 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
     return ImportedRun(run_id, dataset, model_name, mode, n_rows, invalid, provenance.source, str(path), action)
 
 
+def _keep_parsed(store: RunStore, dataset: str, prompt_path: Path) -> None:
+    """Parse the table now and keep its samples in the store (:mod:`persobench.datasets.parsed_tables`),
+    so scoring the runs imported from it does not parse it again. A table that does not parse is
+    left to the command that reads its samples, which says why."""
+    try:
+        table_samples(dataset, prompt_path, tables_dir_of_store(store.home))
+    except (PersoBenchError, OSError, ValueError, KeyError):
+        pass
+
+
 def samples_for_run(run: "Run") -> dict[str, "Sample"]:
     """The samples of ``run`` by id; an imported run reads the prompt table it was imported with."""
 
     imported = run.manifest.details.imported
     prompts_file = imported.prompts_file if imported is not None else None
     if prompts_file and Path(prompts_file).exists():
-        everything = {s.id: s for s in load_all(run.manifest.dataset, source=prompts_file)}
+        parsed = tables_dir_of_store(run.path.parent.parent)
+        everything = {s.id: s for s in table_samples(run.manifest.dataset, prompts_file, parsed)}
         return {i: everything[i] for i in run.manifest.sample_ids}
     return samples_by_id(run.manifest.dataset, list(run.manifest.sample_ids))
 

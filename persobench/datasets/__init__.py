@@ -138,19 +138,24 @@ def load_all(name: str, **options: Any) -> list[Sample]:
     """Every sample of a dataset, in source order (parsed once per process)."""
     key = (name, tuple(sorted(options.items())))
     if key not in _CACHE:
-        if is_file_dataset(name):
-
-            samples = load_user_file(name, **options)
-        else:
-            info = get_dataset_info(name)
-
-            loader: Callable[..., list[Sample]] = load_object(info.loader)
-            samples = loader(dataset=name, **{**info.options, **options})
-        ids = [s.id for s in samples]
-        if len(set(ids)) != len(ids):
-            raise DatasetError(f"dataset {name!r}: duplicate sample ids")
-        _CACHE[key] = samples
+        _CACHE[key] = parse_all(name, **options)
     return list(_CACHE[key])
+
+
+def parse_all(name: str, **options: Any) -> list[Sample]:
+    """Every sample of a dataset, in source order, parsed now (:func:`load_all` keeps them)."""
+    if is_file_dataset(name):
+
+        samples = load_user_file(name, **options)
+    else:
+        info = get_dataset_info(name)
+
+        loader: Callable[..., list[Sample]] = load_object(info.loader)
+        samples = loader(dataset=name, **{**info.options, **options})
+    ids = [s.id for s in samples]
+    if len(set(ids)) != len(ids):
+        raise DatasetError(f"dataset {name!r}: duplicate sample ids")
+    return samples
 
 
 def select_samples(samples: list[Sample], *, limit: int | None = None, seed: int = 0) -> list[Sample]:

@@ -1,0 +1,147 @@
+"""Prompt tables parsed once per version of the file and kept in the store, so that scoring the
+runs imported from a table does not parse it again (:func:`table_samples`).
+
+Parsing a prompt table (the strict CSV read, then the speaker annotation of every row) cost more
+than the lexical metrics of its runs: the four tables of the 58 published runs took 0.26 s of CPU,
+plus 0.05 s for the samples' input hashes, in a lexical ``score`` pass of about 4 s. The import
+(:func:`persobench.importer.import_persobench`) keeps each table's samples, input hashes included,
+as JSON in ``<home>/samples/<key>.json``; a pass reads them in a third of the time.
+
+The key is the SHA-256 of the table's bytes, the dataset's name and the source of the modules that
+parse it, so an edited table or a changed parser is parsed anew, never read from an old file. The
+file is a cache: one that is missing, damaged or unwritable is parsed again (and written when it
+can be), and the command goes on; samples that would not come back from JSON exactly as parsed are
+not kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from persobench.datasets import parse_all
+from persobench.errors import PersoBenchError
+from persobench.files import atomic_write_text
+from persobench.records import Sample
+
+__all__ = ["SAMPLES_DIR", "table_samples", "tables_dir_of_store"]
+
+log = logging.getLogger(__name__)
+
+#: The store's folder of parsed prompt tables (``<home>/samples``).
+SAMPLES_DIR = "samples"
+
+#: Modules whose code decides what a table parses to (their source is part of every key).
+_PARSER_SOURCES = ("records.py", "csv_io.py", "datasets/__init__.py", "datasets/tables.py",
+                   "datasets/prompt_tables.py", "datasets/paper_cells.py")
+
+_LOADED: dict[str, list[Sample]] = {}
+_KEYS: dict[tuple[str, int, int, str], str] = {}
+_LOCK = threading.Lock()
+
+
+def tables_dir_of_store(home: str | Path) -> Path:
+    """Where the store at ``home`` keeps its parsed prompt tables."""
+    return Path(home) / SAMPLES_DIR
+
+
+def table_samples(dataset: str, prompts_file: str | Path, cache_dir: Path | None) -> list[Sample]:
+    """The samples of ``dataset`` in ``prompts_file`` (those of ``load_all(dataset, source=...)``),
+    read from ``cache_dir`` when this version of the table was parsed before, else parsed and kept
+    there (``cache_dir`` None: parsed, nothing kept). The same objects for every call of a process
+    on the same table (the runs of a dataset share them, and the scorer's caches key on them)."""
+    path = Path(prompts_file)
+    key = _key(path, dataset)
+    with _LOCK:
+        if key in _LOADED:
+            return list(_LOADED[key])
+    samples = _read(cache_dir / f"{key}.json", dataset) if cache_dir is not None else None
+    if samples is None:
+        samples = parse_all(dataset, source=str(path))
+        if cache_dir is not None:
+            _write(cache_dir / f"{key}.json", dataset, samples)
+    with _LOCK:
+        _LOADED[key] = samples
+    return list(samples)
+
+
+@lru_cache(maxsize=1)
+def _parser_digest() -> str:
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for name in _PARSER_SOURCES:
+        digest.update(name.encode())
+        digest.update((root / name).read_bytes())
+    return digest.hexdigest()
+
+
+def _key(path: Path, dataset: str) -> str:
+    """The table's key: of its bytes, hashed once per process for each version (size, mtime) of the file."""
+    stat = path.stat()
+    seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, dataset)
+    with _LOCK:
+        key = _KEYS.get(seen)
+    if key is None:
+        key = _content_key(path, dataset)
+        with _LOCK:
+            _KEYS[seen] = key
+    return key
+
+
+def _content_key(path: Path, dataset: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    digest.update(b"\0" + dataset.encode("utf-8", "surrogatepass") + b"\0" + _parser_digest().encode())
+    return digest.hexdigest()[:40]
+
+
+def _read(file: Path, dataset: str) -> list[Sample] | None:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.info("%s: parsed prompt table not read, parsing again (%s: %s)", file, type(exc).__name__, exc)
+        return None
+    samples = _decode(text, dataset)
+    if samples is None:
+        log.info("%s: parsed prompt table damaged or of another dataset, parsing again", file)
+    return samples
+
+
+def _decode(text: str, dataset: str) -> list[Sample] | None:
+    """The samples of a kept table (input hashes set as their cached property keeps them), or None
+    when ``text`` is not one of ``dataset``."""
+    try:
+        stored = json.loads(text)
+        if stored["dataset"] != dataset:
+            return None
+        samples = []
+        for entry in stored["samples"]:
+            sample = Sample.from_dict(entry["sample"])
+            sample.__dict__["input_hash"] = str(entry["input_hash"])
+            samples.append(sample)
+        return samples
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _write(file: Path, dataset: str, samples: list[Sample]) -> None:
+    entries: list[dict[str, Any]] = [{"input_hash": s.input_hash, "sample": s.to_dict()} for s in samples]
+    # ASCII (non-ASCII characters escaped): read back four times faster than UTF-8 text.
+    text = json.dumps({"dataset": dataset, "samples": entries}, ensure_ascii=True)
+    back = _decode(text, dataset)
+    if back != samples or any(a.metadata != b.metadata for a, b in zip(back, samples)):
+        log.info("%s: samples of %s do not come back from JSON as parsed; not kept", file, dataset)
+        return
+    try:
+        atomic_write_text(file, text, durable=False)  # a cache: losing it to a power cut costs one parse
+    except PersoBenchError as exc:
+        log.info("%s: parsed prompt table not kept (%s)", file, exc)

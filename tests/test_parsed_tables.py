@@ -1,0 +1,98 @@
+"""Prompt tables parsed once per version of the file (issue 27 item 1): the import keeps them in the
+store, scoring reads them back equal to a fresh parse, and an edited table, a changed parser, a
+damaged file or a store that cannot be written never gives other samples than the table's."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from persobench.datasets import load_all, parsed_tables
+from persobench.datasets.parsed_tables import table_samples, tables_dir_of_store
+from persobench.importer import import_persobench, samples_for_run
+from persobench.store import RunStore
+from tests.test_importer import make_paper_folder
+
+
+@pytest.fixture()
+def parses(monkeypatch):
+    """Every parse of a table, counted; nothing a previous test loaded in this process."""
+    calls: list[str] = []
+    real = parsed_tables.parse_all
+    monkeypatch.setattr(parsed_tables, "parse_all", lambda name, **options: calls.append(name) or real(name, **options))
+    monkeypatch.setattr(parsed_tables, "_LOADED", {})
+    monkeypatch.setattr(parsed_tables, "_KEYS", {})
+    return calls
+
+
+def _forget(monkeypatch) -> None:
+    """As a new process: nothing loaded in memory."""
+    monkeypatch.setattr(parsed_tables, "_LOADED", {})
+    monkeypatch.setattr(parsed_tables, "_KEYS", {})
+
+
+def _touch_later(path: Path) -> None:
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+
+
+def test_the_import_keeps_the_table_and_scoring_reads_it_equal_to_a_parse(tmp_path, parses, monkeypatch):
+    store = RunStore(tmp_path / "home")
+    report = import_persobench(store, make_paper_folder(tmp_path / "paper"))
+    assert parses == ["focus"]
+    kept = list(tables_dir_of_store(store.home).glob("*.json"))
+    assert len(kept) == 1
+
+    _forget(monkeypatch)
+    run = store.get(report.runs[0].run_id)
+    samples = samples_for_run(run)
+    assert parses == ["focus"]  # read from the store, not parsed again
+    parsed = {s.id: s for s in load_all("focus", source=run.manifest.extra["import"]["prompts_file"])}
+    assert samples == parsed
+    for sid, sample in samples.items():
+        assert sample.metadata == parsed[sid].metadata
+        assert sample.input_hash == parsed[sid].input_hash
+    # Every run of the table gets the same objects (the scorer's caches key on them).
+    other = samples_for_run(store.get(report.runs[1].run_id))
+    assert all(other[sid] is samples[sid] for sid in other)
+
+
+def test_an_edited_table_or_a_changed_parser_is_parsed_again(tmp_path, parses, monkeypatch):
+    folder = make_paper_folder(tmp_path / "paper")
+    table = folder / "Prompts" / "FoCus.csv"
+    cache = tmp_path / "samples"
+    first = table_samples("focus", table, cache)
+    table.write_text(table.read_text(encoding="utf-8").replace("Pasta, mostly", "Rice, mostly"), encoding="utf-8")
+    _touch_later(table)
+    edited = table_samples("focus", table, cache)
+    assert parses == ["focus", "focus"]
+    assert first[1].reference == "Pasta, mostly: it is quick." and edited[1].reference == "Rice, mostly: it is quick."
+    assert len(list(cache.glob("*.json"))) == 2
+
+    _forget(monkeypatch)
+    monkeypatch.setattr(parsed_tables, "_parser_digest", lambda: "another parser")
+    assert table_samples("focus", table, cache) == edited
+    assert parses == ["focus", "focus", "focus"]
+
+
+def test_a_damaged_kept_table_is_parsed_again_and_replaced(tmp_path, parses, monkeypatch):
+    folder = make_paper_folder(tmp_path / "paper")
+    table, cache = folder / "Prompts" / "FoCus.csv", tmp_path / "samples"
+    parsed = table_samples("focus", table, cache)
+    (kept,) = cache.glob("*.json")
+    for damage in ("{not json", '{"dataset": "pec", "samples": []}', '{"dataset": "focus", "samples": [{"x": 1}]}'):
+        kept.write_text(damage, encoding="utf-8")
+        _forget(monkeypatch)
+        assert table_samples("focus", table, cache) == parsed
+    assert len(parses) == 4
+    _forget(monkeypatch)
+    assert table_samples("focus", table, cache) == parsed and len(parses) == 4  # the last parse was kept
+
+
+def test_a_store_that_cannot_keep_the_table_still_gets_its_samples(tmp_path, parses):
+    folder = make_paper_folder(tmp_path / "paper")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the folder would be", encoding="utf-8")
+    samples = table_samples("focus", folder / "Prompts" / "FoCus.csv", blocked / "samples")
+    assert [s.id for s in samples] == ["focus:0", "focus:1", "focus:2"] and parses == ["focus"]
