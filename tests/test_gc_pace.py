@@ -113,3 +113,18 @@ def test_the_lexical_worker_processes_score_at_the_pass_pace():
         assert started
         pool = lexical._ACTIVE_POOL.get()
         assert pool.executor.submit(gc.get_threshold).result(timeout=60)[0] >= PASS_THRESHOLD
+
+
+def test_the_command_line_exits_with_its_code_and_its_objects_frozen(tmp_path, capsys):
+    from persobench import cli
+
+    try:
+        with pytest.raises(SystemExit) as listed:
+            cli.run(["--home", str(tmp_path), "runs"])
+        assert listed.value.code == 0 and gc.get_freeze_count() > 0  # shutdown only frees them
+        gc.unfreeze()
+        with pytest.raises(SystemExit) as refused:
+            cli.run(["--home", str(tmp_path), "show", "no-such-dataset"])
+        assert refused.value.code == 2 and "unknown dataset 'no-such-dataset'" in capsys.readouterr().err
+    finally:
+        gc.unfreeze()
