@@ -343,7 +343,7 @@ def test_score_rows_of_any_family_become_the_same_frame_as_before():
 
     rows = [("a", "bleu", 0.5), ("b", "bleu", None), (3, "x", float("nan")), ("c", "y", 1),
             ("d", "z", np.float32(0.25)), ("e", "z", np.bool_(True)), ("f", "z", np.int64(2))]
-    frame = scoring._score_frame(rows)
+    frame = scoring._score_frame([scoring._row_columns(rows)])
     expected = pd.DataFrame(rows, columns=["sample_id", "metric", "value"])
     expected["value"] = expected["value"].astype("float64")
     expected["sample_id"] = expected["sample_id"].astype(str)
@@ -352,3 +352,22 @@ def test_score_rows_of_any_family_become_the_same_frame_as_before():
     empty = scoring._score_frame([])
     assert list(empty.columns) == ["sample_id", "metric", "value"] and empty.empty
     assert empty.dtypes.to_dict() == expected.dtypes.to_dict()
+
+    # Whole columns (a family's add_column), sharing their ids, before and after rows: same frame,
+    # in the order given.
+    ids = ["a", "b", "c"]
+    mixed = scoring._score_frame([(ids, "bleu", [0.1, 0.2, 0.3]), scoring._row_columns(rows[:2]),
+                                  (ids, "dist1", [1, np.float32(0.5), None])])
+    expected = pd.DataFrame([("a", "bleu", 0.1), ("b", "bleu", 0.2), ("c", "bleu", 0.3), *rows[:2],
+                             ("a", "dist1", 1.0), ("b", "dist1", 0.5), ("c", "dist1", None)],
+                            columns=["sample_id", "metric", "value"]).astype({"value": "float64",
+                                                                               "sample_id": str, "metric": str})
+    pd.testing.assert_frame_equal(mixed, expected)
+
+
+def test_a_family_column_must_give_one_value_per_sample():
+    from persobench.metrics.family import FamilyResult
+
+    result = FamilyResult()
+    with pytest.raises(ValueError, match="bleu: 2 values for 3 samples"):
+        result.add_column(["a", "b", "c"], "bleu", [0.1, 0.2])

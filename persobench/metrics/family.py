@@ -139,6 +139,10 @@ class FamilyResult:
 
     rows: list[tuple[str, str, float]] = field(default_factory=list)
     """``(sample_id, metric, value)`` per computed value."""
+    columns: list[tuple[Sequence[str], str, Sequence[float]]] = field(default_factory=list)
+    """Values computed a column at a time, ``(sample ids, metric, values)``, one value per id: stored
+    as :attr:`rows` are (the family's columns first), without a tuple per value (a lexical pass
+    makes 336,000)."""
     provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per requested metric: see :func:`provenance`."""
     details: list[tuple] = field(default_factory=list)
@@ -148,6 +152,12 @@ class FamilyResult:
 
     def add(self, sid: str, metric: str, value: float) -> None:
         self.rows.append((sid, metric, float(value)))
+
+    def add_column(self, sids: Sequence[str], metric: str, values: Sequence[float]) -> None:
+        """One value of ``metric`` per sample of ``sids`` (floats; the lists are kept, not copied)."""
+        if len(sids) != len(values):
+            raise ValueError(f"{metric}: {len(values)} values for {len(sids)} samples")
+        self.columns.append((sids, metric, values))
 
     def record(self, metric: str, status: str, **facts: Any) -> None:
         """Provenance of ``metric``; ``facts`` are the keyword arguments of :func:`provenance`."""

@@ -36,7 +36,6 @@ import string
 import threading
 from collections import Counter
 from functools import lru_cache
-from itertools import repeat
 from typing import Any, Iterable, Iterator, Sequence
 
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
@@ -384,14 +383,14 @@ class LexicalMetrics(MetricFamily):
         values = lexical_values([it.reference for it in items], [it.reply for it in items], metrics)
         sids = [it.sample.id for it in items]
         for metric, column in values.items():
-            # Whole columns at once (the kernels return floats), zipped in C where no value is
-            # missing: one add() per value cost a third as much as computing the values.
+            # Whole columns (the kernels return floats): one add() per value cost a third as much
+            # as computing the values. A blank reference leaves a reference metric's value missing.
             if None in column:
-                rows = [(sid, metric, value) for sid, value in zip(sids, column) if value is not None]
+                kept = [(sid, value) for sid, value in zip(sids, column) if value is not None]
+                result.add_column([sid for sid, _ in kept], metric, [value for _, value in kept])
             else:
-                rows = list(zip(sids, repeat(metric), column))
-            result.rows.extend(rows)
-            counts[metric] += len(rows)
+                result.add_column(sids, metric, column)
+            counts[metric] += len(result.columns[-1][0])
         if "idf_overlap" in metrics:
             for it in items:
                 if it.persona_sentences:

@@ -181,7 +181,9 @@ def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
         if missing:
             raise MetricRegistryError(f"metric family {family.name!r} did not deliver {', '.join(missing)}")
         delivered.update(((family.name, k), v) for k, v in result.outputs.items())
-        total.rows.extend(result.rows)
+        total.columns.extend(result.columns)
+        if result.rows:  # kept in the family's order: its columns, then its rows
+            total.columns.append(_row_columns(result.rows))
         total.details.extend(result.details)
         total.provenance.update(result.provenance)
     return total
@@ -210,21 +212,36 @@ def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
     return items
 
 
-def _score_frame(rows: list) -> "pd.DataFrame":
-    """(sample id, metric, value) rows as the scores frame (str, str, float64).
+def _row_columns(rows: list) -> tuple[list, list, list]:
+    """A family's ``(sample id, metric, value)`` rows as three columns (one metric per value)."""
+    # One pass per column: zip(*rows) passes every row as an argument, ten times slower here.
+    return [row[0] for row in rows], [row[1] for row in rows], [row[2] for row in rows]
+
+
+def _score_frame(columns: Sequence[tuple[Sequence[str], "str | Sequence[str]", Sequence[float]]]) -> "pd.DataFrame":
+    """The families' columns (:attr:`FamilyResult.columns`; a metric's name, or one per value) as
+    the scores frame (str, str, float64), in their order.
 
     Built as Arrow columns and converted once: pandas's own conversion of Python strings to its
     Arrow-backed strings cost twice as much on a lexical pass's 336,000 rows."""
     import pandas as pd
     import pyarrow as pa
 
-    if not rows:
+    if not columns:
         frame = pd.DataFrame({column: pd.Series(dtype=str) for column in SCORE_COLUMNS[:2]})
         return frame.assign(value=pd.Series(dtype="float64"))
-    # One pass per column: zip(*rows) passes every row as an argument, ten times slower here.
-    sids, metrics, values = ([row[k] for row in rows] for k in range(3))
-    return pa.table({"sample_id": _arrow_column(sids, pa.string(), str), "metric": _arrow_column(metrics, pa.string(), str),
-                     "value": _arrow_column(values, pa.float64(), float)}).to_pandas()
+    # The metrics of a family often share one list of sample ids: converted once.
+    ids: dict[int, "pa.Array"] = {}
+    sid_parts, metric_parts, value_parts = [], [], []
+    for sids, metric, values in columns:
+        if id(sids) not in ids:
+            ids[id(sids)] = _arrow_column(list(sids), pa.string(), str)
+        sid_parts.append(ids[id(sids)])
+        metric_parts.append(pa.repeat(pa.scalar(metric, pa.string()), len(values)) if isinstance(metric, str)
+                            else _arrow_column(list(metric), pa.string(), str))
+        value_parts.append(_arrow_column(list(values), pa.float64(), float))
+    return pa.table({"sample_id": pa.concat_arrays(sid_parts), "metric": pa.concat_arrays(metric_parts),
+                     "value": pa.concat_arrays(value_parts)}).to_pandas()
 
 
 def _arrow_column(values: list, kind: "pa.DataType", python_type: type) -> "pa.Array":
@@ -242,10 +259,10 @@ def _arrow_column(values: list, kind: "pa.DataType", python_type: type) -> "pa.A
         return pa.array(np.asarray(values, dtype="float64"), kind)
 
 
-def _frames(rows: list, details: list) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+def _frames(columns: list, details: list) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     import pandas as pd
 
-    scores = _score_frame(rows)
+    scores = _score_frame(columns)
     detail = pd.DataFrame(details, columns=list(DETAIL_COLUMNS))
     detail["persona_index"] = detail["persona_index"].astype("int64")
     detail["similarity"] = detail["similarity"].astype("float64")
@@ -287,7 +304,7 @@ def score_samples(
                    for step in family_plan(wanted))
     items = _items(samples, replies, references, persona_texts, personas=personas)
     scored = _run_families(items, wanted, prof, Progress(progress), encoder)
-    scores, details = _frames(scored.rows, scored.details)
+    scores, details = _frames(scored.columns, scored.details)
     provenance = {m: scored.provenance[m] for m in wanted if m in scored.provenance}
     for m in provenance:
         if metric_info(m).needs_persona:

@@ -10,7 +10,6 @@ one computed here are interchangeable, and a killed score resumes with only the 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field
@@ -141,7 +140,7 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
         new_rows = empty_scores()
     else:
         new_rows = _new_rows(work, result)
-        made = collections.Counter(new_rows["metric"].tolist())  # one pass, not one comparison per metric
+        made = new_rows["metric"].value_counts().to_dict()  # one pass, not one comparison per metric
         for metric in work.todo:
             summary.computed[metric] = made.get(metric, 0)
         if "persona_coverage" in work.todo and len(result.persona_details):
@@ -159,9 +158,8 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
 
             run.merge_table("persona_details", merge_details)
         key = prof.key  # a property worked out on each read
-        counted = (collections.Counter(metric for metric, profile in zip(merged["metric"].tolist(),
-                                                                         merged["profile"].tolist())
-                                       if profile == key) if merged is not None else collections.Counter())
+        counted = (merged.loc[merged["profile"] == key, "metric"].value_counts().to_dict()
+                   if merged is not None else {})
         entry = run.manifest.details.profile_scores(prof.key)
         stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
         for metric in wanted:
