@@ -4,13 +4,14 @@ process's pace as it found it: after the pass, after a failing pass, and when pa
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import pandas as pd
 import pytest
 
 from persobench import pipeline
-from persobench.gc_pace import PASS_THRESHOLD, fewer_collections
+from persobench.gc_pace import PASS_THRESHOLD, fewer_collections, give_back_memory
 from persobench.metrics import MetricInfo, lexical, register_family, unregister_family
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.store import RunManifest, RunStore
@@ -128,3 +129,28 @@ def test_the_command_line_exits_with_its_code_and_its_objects_frozen(tmp_path, c
         assert refused.value.code == 2 and "unknown dataset 'no-such-dataset'" in capsys.readouterr().err
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc/self/status")
+def test_memory_freed_between_datasets_goes_back_to_the_system():
+    def resident_mb() -> float:
+        status = open("/proc/self/status", encoding="utf-8").read()
+        return int(status.split("RssAnon:")[1].split()[0]) / 1024
+
+    blocks = [bytearray(64 * 1024) for _ in range(3_000)]  # 190 MB below glibc's mmap threshold
+    kept = blocks[::50]  # what survives keeps the heap from shrinking by itself
+    del blocks
+    before = resident_mb()
+    give_back_memory()
+    assert before - resident_mb() > 100
+    assert len(kept) == 60
+
+
+def test_an_encoder_released_between_datasets_gives_memory_back(monkeypatch):
+    from persobench.metrics import encoder as encoder_module
+    from persobench.metrics.backends import get_profile
+
+    calls = []
+    monkeypatch.setattr(encoder_module, "give_back_memory", lambda: calls.append(1))
+    encoder_module.TextEncoder(get_profile("offline")).release()
+    assert calls == [1]

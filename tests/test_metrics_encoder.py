@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -126,6 +128,47 @@ def test_a_damaged_shard_is_ignored_and_a_shard_is_written_whole(tmp_path):
     vectors, weights = fresh.get(text_key("a"))
     assert vectors.tolist() == [[1.0, 1.0, 1.0]] and weights.tolist() == [1.0]
     assert fresh.get(text_key("b")) is None
+
+
+def _resident_kb(path) -> int:
+    """Resident kB of this process's mappings of ``path`` (Linux /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps", encoding="utf-8"):
+        if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+def test_the_shard_pages_a_pass_read_are_given_back_and_read_again_equal(tmp_path):
+    writer = EmbeddingShelf(tmp_path, {"kind": "sentence"})
+    rows = np.random.default_rng(0).random((4_000, 384)).astype(np.float32)  # a 6 MB shard
+    for i in range(0, len(rows), 40):
+        writer.put(text_key(str(i)), rows[i:i + 40], np.ones(40, np.float32))
+    writer.flush()
+    vectors = next(tmp_path.glob("shard-*")) / "vectors.npy"
+
+    reader = EmbeddingShelf(tmp_path, {"kind": "sentence"})
+    first = [reader.get(text_key(str(i)))[0] for i in range(0, len(rows), 40)]
+    assert _resident_kb(vectors) > 4_000  # every page read is resident
+    reader.drop_resident()
+    assert _resident_kb(vectors) < 100
+    again = [reader.get(text_key(str(i)))[0] for i in range(0, len(rows), 40)]
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert np.array_equal(np.concatenate(again), rows)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+def test_an_encoder_gives_back_the_shard_pages_its_pass_read(tmp_path):
+    sentences = [f"I have {n} cats and {n % 7} dogs at home." for n in range(400)]
+    TextEncoder(get_profile("offline"), tmp_path).prepare((), sentences)  # embedded, written to the shelf
+    (vectors,) = tmp_path.rglob("shard-*/vectors.npy")
+    reader = TextEncoder(get_profile("offline"), tmp_path)
+    reader.prepare((), sentences)  # read back from disk
+    assert reader.stats.from_disk["sentence"] == len(sentences)
+    assert vectors.stat().st_size > 500_000 and _resident_kb(vectors) < 100
 
 
 def test_memoized_meteor_equals_nltk_on_published_replies(published):

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from persobench.gc_pace import give_back_memory
 from persobench.metrics.backends import BackendUnavailable, Profile, model_identity, package_version
 from persobench.metrics.embedding_shelf import EmbeddingShelf, backend_key, text_key
 import contextlib
@@ -367,6 +368,7 @@ class TextEncoder:
                     self._match(c, r)
         for shelf in self._shelves.values():
             shelf.flush()
+            shelf.drop_resident()  # what this pass read from disk is in memory now, as copies
 
     def _match(self, candidate: str, reference: str) -> None:
         ck, rk = text_key(candidate), text_key(reference)
@@ -490,6 +492,7 @@ class TextEncoder:
                 shelf.flush()
             self._memory = {"tokens": {}, "sentence": {}}
             self._pairs.clear()
+        give_back_memory()  # a pass releases an encoder between datasets: their peaks do not stack
 
 
 @dataclass(frozen=True)
