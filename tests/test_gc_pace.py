@@ -152,5 +152,9 @@ def test_an_encoder_released_between_datasets_gives_memory_back(monkeypatch):
 
     calls = []
     monkeypatch.setattr(encoder_module, "give_back_memory", lambda: calls.append(1))
-    encoder_module.TextEncoder(get_profile("offline")).release()
+    encoder = encoder_module.TextEncoder(get_profile("offline"))
+    encoder.release()
+    assert calls == []  # held nothing (a lexical pass releases its unused encoder after every run)
+    encoder.prepare((), ["I have two cats."])
+    encoder.release()
     assert calls == [1]

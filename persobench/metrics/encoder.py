@@ -490,9 +490,13 @@ class TextEncoder:
         with self._lock:
             for shelf in self._shelves.values():
                 shelf.flush()
+            held = any(self._memory.values()) or bool(self._pairs)
             self._memory = {"tokens": {}, "sentence": {}}
             self._pairs.clear()
-        give_back_memory()  # a pass releases an encoder between datasets: their peaks do not stack
+        # A pass releases an encoder between datasets: their peaks do not stack. Only when it held
+        # embeddings: a full collection per run of a lexical pass cost more than its kernels.
+        if held:
+            give_back_memory()
 
 
 @dataclass(frozen=True)
