@@ -369,5 +369,7 @@ def test_a_family_column_must_give_one_value_per_sample():
     from persobench.metrics.family import FamilyResult
 
     result = FamilyResult()
-    with pytest.raises(ValueError, match="bleu: 2 values for 3 samples"):
+    from persobench.metrics import MetricRegistryError
+
+    with pytest.raises(MetricRegistryError, match="'bleu': 2 values for 3 samples"):
         result.add_column(["a", "b", "c"], "bleu", [0.1, 0.2])

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from persobench.metrics.backends import SlotModel, Profile
 from persobench.records import Sample
 from persobench.metrics.encoder import TextEncoder
-from persobench.metrics.metric_registry import metric_info
+from persobench.metrics.metric_registry import MetricRegistryError, metric_info
 from persobench.metrics.backends import BackendUnavailable
 
 
@@ -156,7 +156,7 @@ class FamilyResult:
     def add_column(self, sids: Sequence[str], metric: str, values: Sequence[float]) -> None:
         """One value of ``metric`` per sample of ``sids`` (floats; the lists are kept, not copied)."""
         if len(sids) != len(values):
-            raise ValueError(f"{metric}: {len(values)} values for {len(sids)} samples")
+            raise MetricRegistryError(f"metric family column {metric!r}: {len(values)} values for {len(sids)} samples")
         self.columns.append((sids, metric, values))
 
     def record(self, metric: str, status: str, **facts: Any) -> None:
