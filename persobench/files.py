@@ -35,6 +35,14 @@ def sha256_hex(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
+def file_version(path: str | os.PathLike[str]) -> tuple[str, int, int]:
+    """(resolved path, size, modification time in ns): what changes when a file is replaced or
+    edited, for a per-process cache of something read from it."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return str(resolved), stat.st_size, stat.st_mtime_ns
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()

@@ -2,7 +2,7 @@
 back to the system between the datasets of a pass (:func:`give_back_memory`).
 
 A pass builds millions of short-lived containers (a lexical pass over the 58 published runs: an
-item, a value tuple and a row per reply, the n-gram tables of 56,075 replies), and at Python's
+item and a value tuple per reply, the n-gram tables of 56,075 replies), and at Python's
 default pace (a young-generation collection every 700 allocations) the collector walked every live
 object of the process again and again: a quarter of the ``score`` process's CPU, and 8% of a
 kernel worker's. None of those objects form reference cycles, so collecting them less often frees

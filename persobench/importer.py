@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from persobench.errors import DatasetError, PersoBenchError, StoreError
 from persobench.run_records import ImportRecord, RunExtra
 from persobench.store import RunManifest, RunStore, make_run_id
-from persobench.files import sha256_file
+from persobench.files import file_version, sha256_file
 from persobench.records import Sample
 from persobench.store import Run
 from persobench.datasets import PAPER_TABLES
@@ -426,13 +426,11 @@ def paper_references(prompts_file: str | os.PathLike[str], dataset: str) -> dict
     reproduction pass those references to the scorer (``score_run(..., references=...)``).
     """
 
-    path = Path(prompts_file)
-    stat = path.stat()
     # Each FoCus run of a store asks for the same table's cells: read once per version of the file.
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, dataset)
+    key = (*file_version(prompts_file), dataset)
     cells = _REFERENCE_CELLS.get(key)
     if cells is None:
-        cells = {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(prompt_table_rows(path))}
+        cells = {f"{dataset}:{i}": row["act_response"] for i, row in enumerate(prompt_table_rows(Path(prompts_file)))}
         _REFERENCE_CELLS.clear()  # one table's cells at a time: a pass walks the runs dataset by dataset
         _REFERENCE_CELLS[key] = cells
     return dict(cells)

@@ -26,7 +26,7 @@ from typing import Any
 
 from persobench.datasets import parse_all
 from persobench.errors import PersoBenchError
-from persobench.files import atomic_write_text
+from persobench.files import atomic_write_text, file_version, sha256_file
 from persobench.records import Sample
 
 __all__ = ["SAMPLES_DIR", "table_samples", "tables_dir_of_store"]
@@ -81,25 +81,16 @@ def _parser_digest() -> str:
 
 
 def _key(path: Path, dataset: str) -> str:
-    """The table's key: of its bytes, hashed once per process for each version (size, mtime) of the file."""
-    stat = path.stat()
-    seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, dataset)
+    """The table's key: of its bytes, hashed once per process for each version of the file."""
+    seen = (*file_version(path), dataset)
     with _LOCK:
         key = _KEYS.get(seen)
     if key is None:
-        key = _content_key(path, dataset)
+        parts = (sha256_file(path), dataset, _parser_digest())
+        key = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40]
         with _LOCK:
             _KEYS[seen] = key
     return key
-
-
-def _content_key(path: Path, dataset: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    digest.update(b"\0" + dataset.encode("utf-8", "surrogatepass") + b"\0" + _parser_digest().encode())
-    return digest.hexdigest()[:40]
 
 
 def _read(file: Path, dataset: str) -> list[Sample] | None:

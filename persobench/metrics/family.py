@@ -139,10 +139,11 @@ class FamilyResult:
 
     rows: list[tuple[str, str, float]] = field(default_factory=list)
     """``(sample_id, metric, value)`` per computed value."""
-    columns: list[tuple[Sequence[str], str, Sequence[float]]] = field(default_factory=list)
+    columns: list[tuple[Sequence[str], "str | Sequence[str]", Sequence[float]]] = field(default_factory=list)
     """Values computed a column at a time, ``(sample ids, metric, values)``, one value per id: stored
     as :attr:`rows` are (the family's columns first), without a tuple per value (a lexical pass
-    makes 336,000)."""
+    makes 336,000). In the result of a whole pass, a family's rows become one more column whose
+    metric is a list, one name per value."""
     provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per requested metric: see :func:`provenance`."""
     details: list[tuple] = field(default_factory=list)

@@ -387,10 +387,11 @@ class LexicalMetrics(MetricFamily):
             # as computing the values. A blank reference leaves a reference metric's value missing.
             if None in column:
                 kept = [(sid, value) for sid, value in zip(sids, column) if value is not None]
-                result.add_column([sid for sid, _ in kept], metric, [value for _, value in kept])
+                ids, column = [sid for sid, _ in kept], [value for _, value in kept]
             else:
-                result.add_column(sids, metric, column)
-            counts[metric] += len(result.columns[-1][0])
+                ids = sids
+            result.add_column(ids, metric, column)
+            counts[metric] += len(ids)
         if "idf_overlap" in metrics:
             for it in items:
                 if it.persona_sentences:
