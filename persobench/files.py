@@ -133,6 +133,14 @@ def read_parquet_lists(path: Path, columns: "Sequence[str]") -> dict[str, list]:
     which costs five times the read on a run's generations table. One file, read as such: a
     ``pq.read_table`` goes through pyarrow's dataset layer, whose import pulls in pandas (a quarter
     of a second before a ``score`` pass could start computing)."""
+    table = read_arrow(path, columns)
+    return {name: table.column(name).to_pylist() for name in table.column_names}
+
+
+def read_arrow(path: Path, columns: "Sequence[str]") -> "pa.Table":
+    """Columns of a Parquet table as an Arrow table, those of ``columns`` the table has; a failure
+    is a :class:`StoreError` naming the file, as for :func:`read_parquet`. For a caller that works
+    on whole columns in Arrow or numpy: no DataFrame, no Python string per value."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -141,8 +149,7 @@ def read_parquet_lists(path: Path, columns: "Sequence[str]") -> dict[str, list]:
     try:
         with pq.ParquetFile(path) as handle:
             present = set(handle.schema_arrow.names)
-            table = handle.read(columns=[c for c in columns if c in present], use_threads=False)
-        return {name: table.column(name).to_pylist() for name in table.column_names}
+            return handle.read(columns=[c for c in columns if c in present], use_threads=False)
     except Exception as exc:  # pyarrow raises several unrelated types for damaged files
         raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__}: {exc})") from exc
 

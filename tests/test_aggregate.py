@@ -601,3 +601,24 @@ def test_results_rows_take_the_last_of_a_repeated_score_and_ignore_other_profile
     assert math.isnan(values[("focus:2", "dist1")][1])  # an invalid reply's stored value is never used
     assert "focus:9" not in set(frame["sample_id"])
     assert list(frame["sample_id"][:3]) == ["focus:0", "focus:2", "focus:1"]  # run order, the last reply kept
+    # Categories sorted as pd.Categorical sorts them (a sort by sample id is by name), whatever the run order.
+    assert list(frame["sample_id"].cat.categories) == sorted(set(frame["sample_id"]))
+
+
+@pytest.mark.parametrize("table, why", [
+    (pd.DataFrame({"sample_id": ["focus:0"], "metric": ["dist1"], "profile": ["offline"]}), "missing column(s) value"),
+    (pd.DataFrame({"sample_id": ["focus:0"], "metric": ["dist1"], "value": ["high"], "profile": ["offline"]}),
+     "column value holds non-numbers"),
+])
+def test_a_scores_table_without_usable_values_skips_its_run_and_says_which_file(tmp_path, table, why):
+    """A hand-edited scores table that lost its value column, or holds words in it, leaves its run out
+    of the results with the file and the column named; the other runs load (it used to stop the
+    whole table with a KeyError or a ValueError)."""
+    store = RunStore(tmp_path / "home")
+    broken = make_run(store, model="A", statuses=["ok"], latency=[1.0], scores={"dist1": [0.5]})
+    make_run(store, model="B", statuses=["ok"], latency=[1.0], scores={"dist1": [0.25]})
+    broken.write_table("scores", table)
+    results = aggregate.load_results(store, cache=False)
+    assert set(results.frame["model"]) == {"B"}
+    [(folder, reason)] = results.skipped_runs
+    assert folder == str(broken.path) and str(broken.table_path("scores")) in reason and why in reason
