@@ -59,6 +59,18 @@ def test_bootstrap_ci_coverage_is_close_to_nominal():
     assert 0.86 <= covered / trials <= 0.99
 
 
+@pytest.mark.parametrize("n, n_resamples, seed", [(2, 1000, 0), (980, 1000, 0), (1234, 999, 5), (5000, 1000, 0),
+                                                   (131_073, 3, 0), (17, 10_000, 3), (1, 5, 0)])
+def test_resample_counts_are_the_draws_of_one_call_whatever_the_blocks(n, n_resamples, seed):
+    """The counts are drawn a block of resamples at a time; they are those of the one
+    ``integers(0, n, size=(n_resamples, n))`` call every published CI was computed with."""
+    draws = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    offsets = (np.arange(n_resamples, dtype=np.int64) * n)[:, None]
+    expected = np.bincount((offsets + draws).ravel(), minlength=n_resamples * n).reshape(n_resamples, n)
+    stats._resample_counts.cache_clear()
+    assert np.array_equal(stats.resample_counts(n, n_resamples, seed), expected)
+
+
 def test_resample_counts_rows_sum_to_n():
     counts = stats.resample_counts(50, 20, 0)
     assert counts.shape == (20, 50)
