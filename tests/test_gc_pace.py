@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gc
 import os
+from pathlib import Path
+import sys
+import subprocess
 import threading
 
 import pandas as pd
@@ -116,9 +119,10 @@ def test_the_lexical_worker_processes_score_at_the_pass_pace():
         assert pool.executor.submit(gc.get_threshold).result(timeout=60)[0] >= PASS_THRESHOLD
 
 
-def test_the_command_line_exits_with_its_code_and_its_objects_frozen(tmp_path, capsys):
+def test_the_command_line_exits_with_its_code_and_its_objects_frozen(tmp_path, capsys, monkeypatch):
     from persobench import cli
 
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)  # run() sets it for its process
     try:
         with pytest.raises(SystemExit) as listed:
             cli.run(["--home", str(tmp_path), "runs"])
@@ -158,3 +162,20 @@ def test_an_encoder_released_between_datasets_gives_memory_back(monkeypatch):
     encoder.prepare((), ["I have two cats."])
     encoder.release()
     assert calls == [1]
+
+
+@pytest.mark.parametrize("chosen, expected", [(None, "system"), ("mimalloc", "mimalloc")])
+def test_a_command_keeps_arrow_tables_in_the_process_heap_unless_the_user_chose_a_pool(tmp_path, chosen, expected):
+    """``python -m persobench`` gives Arrow the system allocator (mimalloc mapped 50 MB of its own in
+    a lexical score); a pool named in ARROW_DEFAULT_MEMORY_POOL is the user's and is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if chosen:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print('pool', __import__('pyarrow').default_memory_pool().backend_name))\n"
+             "sys.argv = ['persobench', '--home', sys.argv[1], 'runs']\n"
+             "import runpy; runpy.run_module('persobench', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1], env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == f"pool {expected}"

@@ -78,6 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: Sequence[str] | None = None) -> NoReturn:
     """The command line's entry point (``python -m persobench``, the ``persobench`` script): :func:`main`,
     then the process exits with its code."""
+    # Arrow's default pool (mimalloc) maps memory of its own for a command's small, short-lived
+    # tables: 50 MB more at the peak of a lexical ``score`` and twice its page faults. In the
+    # process's heap, Python and numpy reuse those pages (docs/performance.md). Read when Arrow
+    # starts, which no command has done yet; a pool the user chose is kept.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     code = main(argv)
     # The process ends here. At shutdown the collector walked every object still alive (a scoring
     # pass's samples, tables and caches) several times: a quarter of a second of a 4 s lexical
