@@ -62,7 +62,7 @@ def bootstrap_ci(
 def resample_counts(n: int, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> np.ndarray:
     """How often each of ``n`` samples is drawn in each of ``n_resamples`` bootstrap resamples
     (``n_resamples x n`` float64, rows sum to ``n``); deterministic for ``seed``."""
-    return _resample_counts(n, n_resamples, seed).astype("float64")
+    return _resample_weights(n, n_resamples, seed).copy()
 
 
 @lru_cache(maxsize=2)

@@ -123,17 +123,10 @@ def available_profiles(store: "RunStore", *, include_incomplete: bool = False,
 
 
 def run_samples(run: "Run") -> pd.DataFrame:
-    """``sample_id, status, latency`` of a run's generations, in run order."""
-    gens = run.read_table("generations", ["sample_id", "status", "latency"])  # not the replies' text
-    missing = {"sample_id", "status"} - set(gens.columns)
-    if missing:
-
-        raise StoreError(f"{run.table_path('generations')}: missing column(s) {', '.join(sorted(missing))}")
-    if "latency" not in gens.columns:
-        gens["latency"] = np.nan
-    if not gens["sample_id"].is_unique:  # a resumed run may have written a sample twice: the last wins
-        gens = gens.drop_duplicates("sample_id", keep="last")
-    return gens[["sample_id", "status", "latency"]].reset_index(drop=True)
+    """``sample_id, status, latency`` of a run's generations, in run order (a sample written twice:
+    its last row)."""
+    ids, status, latency = _generation_columns(run)
+    return pd.DataFrame({"sample_id": ids, "status": status, "latency": latency})
 
 
 @dataclass(frozen=True)
@@ -247,9 +240,9 @@ SCORE_COLUMNS = ["sample_id", "metric", "value", "profile"]
 
 
 def _generation_columns(run: "Run") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(sample ids, statuses, latencies) of a run's generations in run order, as :func:`run_samples`
-    has them (a sample written twice: its last row), read as Arrow columns: the results of a
-    published dataset's 16 runs spent a third of their time building and converting DataFrames."""
+    """(sample ids, statuses, latencies) of a run's generations in run order (a sample written twice:
+    its last row), read as Arrow columns: the results of a published dataset's 16 runs spent a
+    third of their time building and converting DataFrames."""
     table = read_arrow(run.table_path("generations"), ["sample_id", "status", "latency"])
     missing = {"sample_id", "status"} - set(table.column_names)
     if missing:
@@ -336,7 +329,7 @@ def _tiled(arrays: Sequence[np.ndarray], times: Sequence[int]) -> pd.Categorical
     sorted as ``pd.Categorical`` sorts them. Each run's ids are encoded once, then their codes are
     tiled: building the categorical from the tiled strings converted every row to a string array
     first (a fifth of a second for a published dataset's 16 runs)."""
-    codes, categories = pd.factorize(np.concatenate(arrays) if arrays else np.array([], dtype=object), sort=True)
+    codes, categories = pd.factorize(np.concatenate(arrays), sort=True)
     bounds = np.cumsum([0, *(len(a) for a in arrays)])
     tiled = np.concatenate([np.tile(codes[start:stop], n) for start, stop, n in zip(bounds, bounds[1:], times)])
     return pd.Categorical.from_codes(tiled, categories=pd.Index(categories, dtype="str"))
