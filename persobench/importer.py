@@ -461,8 +461,12 @@ def run_reference_note(run: "Run") -> str | None:
     recorded = _published_record(run)
     if recorded is None:
         return None
-    what = ("the act_response cell as published, speaker label ('User2:') kept" if recorded.reference == RAW
-            else "stripped 'User2:' label")
+    labelled = recorded.dataset != "blended-skill-talk"  # its cells carry no speaker label
+    if recorded.reference == RAW:
+        what = ("the act_response cell as published, speaker label ('User2:') kept" if labelled
+                else "the act_response cell as published, surrounding white space kept")
+    else:
+        what = "stripped 'User2:' label" if labelled else "stripped surrounding white space"
     return f"published run: {what}, per datasets/published_references.py ({recorded.why})"
 
 
