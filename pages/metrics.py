@@ -76,13 +76,14 @@ st.markdown(
     "The paper ranks the models on FoCus by the mean of coherence (UE score), persona coverage (persona "
     "distance), groundedness (UniEval), persona consistency (C score), all x100, and instructability "
     "(0-1, from the failure ratios). `plots_and_ranking.ipynb` types those inputs by hand, and some differ "
-    "from the published table's cells: most failure ratios are typed x10 (0.435 as 4.35) but Gemini 1.5 Pro's "
-    "and CoT Gemma 7B's are not, and the CoT coherence of the three GPT models differs. Recomputed from the "
-    "cells, the CoT order changes at ranks 2-4. The *differs* column lists each typed input next to its cell."
+    "from the published table's cells: most failure ratios are typed x10 (0.435 as 4.35, harmless) but Gemini "
+    "1.5 Pro's and CoT Gemma 7B's are not (their instructability is inflated), and the CoT coherence of the three "
+    "GPT models differs. Recomputed from the cells, the CoT order changes at ranks 2-4. The *differs* column "
+    "lists each typed input next to its cell and what differs; *changes rank* those that move a rank on their own."
 )
 ranking_mode = st.segmented_control("Mode", ["vanilla", "cot"], default="cot", key="metrics_ranking_mode") or "cot"
 try:
-    from persobench.pipeline import paper_ranking
+    from persobench.pipeline import paper_figure_slips, paper_ranking
     from persobench.pipeline import reference_dir
 
     ranking = paper_ranking(str(reference_dir()), ranking_mode)
@@ -93,6 +94,8 @@ else:
     st.caption(f"{len(moved)} of {len(ranking)} models change rank when ranked from the cells ({ranking_mode}).")
     st.dataframe(ranking, hide_index=True, width="stretch",
                  column_config={"differs": st.column_config.TextColumn(width="large")})
+    st.caption("The pinned figures' slips (values drawn that are not the published cells):")
+    st.dataframe(paper_figure_slips(), hide_index=True, width="stretch", key="metrics_figure_slips")
 
 st.subheader("Score the stored runs with an LLM judge")
 

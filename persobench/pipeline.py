@@ -102,7 +102,8 @@ if TYPE_CHECKING:
 #: plotly), and the CLI's start-up must not. ``leaderboard`` is this module's own call, so the
 #: aggregate's table builder of that name is ``board_table`` here.
 _LAZY_MODULES = ("persobench.aggregate", "persobench.aggregate.disk_cache", "persobench.aggregate.exports",
-                 "persobench.aggregate.story", "persobench.aggregate.ranking", "persobench.aggregate.landing",
+                 "persobench.aggregate.story", "persobench.aggregate.ranking",
+                 "persobench.aggregate.published_ranking", "persobench.aggregate.landing",
                  "persobench.report",
                  "persobench.report.charts")
 _LAZY_ALIASES = {"board_table": "leaderboard"}

@@ -583,12 +583,19 @@ def test_metrics_page_shows_the_papers_ranking_published_and_recomputed(env, ref
         2, 3, 4]
     assert by_model.loc["gpt-4o-mini", "published score"] == 43.4  # the notebook's printed table
     assert "coherence 45 (cell 37)" in by_model.loc["gpt-4o-mini", "differs"]
-    assert by_model.loc["Gemma-7B-Instruct", "differs"] == ""  # typed as the cells say
+    # the one typed input that moves ranks on its own, and the unscaled failure ratio that does not
+    assert by_model.loc["gpt-4o-mini", "changes rank"].startswith("coherence: ")
+    assert "instructability 0.94 instead of 0.45" in by_model.loc["Gemma-7B-Instruct", "differs"]
+    assert by_model.loc["Gemma-7B-Instruct", "changes rank"] == ""
     assert any("3 of 8 models change rank" in c.value for c in at.caption)
+    slips = frame_by_columns(at, "figure", "drawn", "cell")
+    assert {"engagingness", "coherence"} <= set(slips["quantity"])
     at.segmented_control(key="metrics_ranking_mode").set_value("vanilla").run()
     vanilla = frame_by_columns(at, "published rank", "recomputed rank")
     assert (vanilla["published rank"] == vanilla["recomputed rank"]).all()
-    assert "failure ratio 4.35 (cell 0.435)" in set(vanilla.set_index("model")["differs"])
+    differs = vanilla.set_index("model")["differs"]
+    assert differs["Mistral-7B-Instruct"] == "failure ratio 4.35 (cell 0.435, typed x10, as the other failure ratios: harmless)"
+    assert "instructability 0.95 instead of 0.51" in differs["gemini-1.5-pro"]
     monkeypatch.setenv("PERSOBENCH_REFERENCE", str(reference_dir.parent / "nowhere"))
     at = open_page("pages/metrics.py")
     assert not at.exception and any("fetch them on the Data page" in i.value for i in at.info)

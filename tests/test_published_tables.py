@@ -86,7 +86,7 @@ PRINTED_RANKING = {
 
 @pytest.mark.parametrize("mode", ["vanilla", "cot"])
 def test_the_papers_ranking_is_reproduced_from_its_typed_inputs_and_recomputed_from_the_cells(reference_dir, mode):
-    from persobench.aggregate.ranking import paper_ranking
+    from persobench.aggregate.published_ranking import paper_ranking
 
     ranking = paper_ranking(str(reference_dir), mode)
     assert list(zip(ranking["notebook name"], ranking["published score"])) == PRINTED_RANKING[mode]
@@ -98,5 +98,52 @@ def test_the_papers_ranking_is_reproduced_from_its_typed_inputs_and_recomputed_f
         assert recomputed[1:4] == ["GPT-3.5 Turbo", "Mistral 7B", "GPT-4.0 Mini"]
         assert recomputed[:1] + recomputed[4:] == ["Llama-3.1 8B", "Gemma 7B", "GPT-4 Turbo", "Qwen2 7B", "Gemini 1.5 Pro"]
     differs = dict(zip(ranking["notebook name"], ranking["differs"]))
-    # x10 for most models, not for Gemini (and CoT Gemma): its instructability is inflated
-    assert "failure ratio" in differs["Mistral 7B"] and "failure ratio 0.248" not in differs["Gemini 1.5 Pro"]
+    # x10 for most models (harmless), not for Gemini (and CoT Gemma): its instructability is inflated
+    assert "harmless" in differs["Mistral 7B"] and "typed unscaled" in differs["Gemini 1.5 Pro"]
+
+
+@pytest.mark.parametrize("mode", ["vanilla", "cot"])
+def test_every_typed_input_that_is_not_its_cell_is_flagged_with_whether_it_moves_a_rank(reference_dir, mode):
+    """Every input plots_and_ranking.ipynb typed that is not its cell: the x10 failure ratios flagged
+    harmless, the unscaled ones (vanilla Gemini, CoT Gemma and Gemini) with the instructability they
+    inflate, the CoT aspects with their cells; only CoT GPT-4o-mini's coherence moves ranks on its own."""
+    from persobench.aggregate.published_ranking import paper_ranking_inputs
+
+    inputs = paper_ranking_inputs(str(reference_dir), mode)
+    failures = inputs[inputs["input"] == "failure ratio"].set_index("notebook name")
+    unscaled = {"vanilla": {"Gemini 1.5 Pro": "instructability 0.95 instead of 0.51"},
+                "cot": {"Gemma 7B": "instructability 0.94 instead of 0.45",
+                        "Gemini 1.5 Pro": "instructability 0.94 instead of 0.36"}}[mode]
+    for name, how in unscaled.items():
+        assert failures.loc[name, "how"].startswith("typed unscaled") and failures.loc[name, "how"].endswith(how)
+    harmless = failures[failures["how"].str.endswith("harmless")]
+    assert set(harmless.index) | set(unscaled) == set(failures.index)
+    assert (harmless["typed"] - harmless["cell"] * 10).abs().max() < 0.05  # 0.435 as 4.35, 0.003 as 0
+    aspects = inputs[inputs["input"] != "failure ratio"]
+    if mode == "vanilla":
+        assert aspects.empty and not inputs["changes rank"].any()
+    else:
+        assert sorted(zip(aspects["notebook name"], aspects["input"], aspects["typed"], aspects["cell"].round())) == [
+            ("GPT-3.5 Turbo", "coherence", 41, 45), ("GPT-3.5 Turbo", "persona coverage", 48, 52),
+            ("GPT-4 Turbo", "coherence", 48, 45), ("GPT-4.0 Mini", "coherence", 45, 37)]
+        moving = inputs[inputs["changes rank"]]
+        assert list(zip(moving["notebook name"], moving["input"])) == [("GPT-4.0 Mini", "coherence")]
+        assert moving["rank moves"].iloc[0] == "Mistral 7B 4 -> 3, GPT-3.5 Turbo 3 -> 2, GPT-4.0 Mini 2 -> 4"
+
+
+def test_the_pinned_figures_slips_are_named(reference_dir):
+    """The CoT engagingness bars draw GPT-4o-mini's and GPT-4 Turbo's values swapped (2.54 vs 3.0,
+    the cells the other way round); the CoT radar draws the typed coherence and persona coverage."""
+    from persobench.aggregate.published_ranking import paper_figure_slips
+    from persobench.datasets.published import published_table
+
+    slips = paper_figure_slips()
+    cot = published_table(reference_dir, "FoCus", "cot")
+    column = {"engagingness": ("UniEval Engagingness", 1), "coherence": ("UE Score", 100),
+              "persona coverage": ("Persona Distance", 100)}
+    for slip in slips.itertuples():
+        name, scale = column[slip.quantity]
+        assert slip.cell == pytest.approx(cot[slip.model][name].mean * scale) and slip.drawn != slip.cell
+    bars = slips[slips["quantity"] == "engagingness"].set_index("model")
+    assert bars.loc["gpt-4o-mini", "drawn"] == bars.loc["gpt-4-turbo", "cell"] == 2.54
+    assert bars.loc["gpt-4-turbo", "drawn"] == bars.loc["gpt-4o-mini", "cell"] == 3.0

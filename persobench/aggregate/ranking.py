@@ -1,5 +1,6 @@
 """Numbers built on a board: the overall score with its CI, the radar's aspects, ranks with ties,
-and paired comparisons between two runs. Part of :mod:`persobench.aggregate`."""
+and paired comparisons between two runs. Part of :mod:`persobench.aggregate`; the paper's own
+published ranking and its typed inputs are :mod:`persobench.aggregate.published_ranking`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from persobench.aggregate.results import (INVALID_POLICIES, OK, Results, _info, 
 from persobench.errors import ConfigurationError
 from persobench.protocol import Protocol
 from persobench.structured import LABEL_SUFFIX
-from persobench.datasets.published import published_table
 
 OVERALL_COMPONENTS = ("ue_score", "persona_distance", "unieval_groundedness", "c_score", "instructability")
 #: The paper's radar chart: aspect -> metric.
@@ -383,90 +383,3 @@ def structured_pairs(runs: pd.DataFrame) -> list[tuple[str, str]]:
             if key in plain:
                 pairs.append((plain[key], r["run_id"]))
     return pairs
-
-
-# --- the paper's published ranking, and the same ranking recomputed from its published cells ----
-
-#: ``plots_and_ranking.ipynb``'s model names -> the names of the published tables' rows.
-PAPER_RANKING_MODELS = {
-    "Mistral 7B": "Mistral-7B-Instruct", "Qwen2 7B": "Qwen2-7B-Instruct", "Gemma 7B": "Gemma-7B-Instruct",
-    "Llama-3.1 8B": "Llama3-1-8B-Instruct", "GPT-3.5 Turbo": "gpt-3.5-turbo", "GPT-4.0 Mini": "gpt-4o-mini",
-    "GPT-4 Turbo": "gpt-4-turbo", "Gemini 1.5 Pro": "gemini-1.5-pro",
-}
-#: The ranking's inputs -> the FoCus table column each one is typed from (x100; failure ratio as is).
-PAPER_RANKING_INPUTS = {"coherence": "UE Score", "persona coverage": "Persona Distance",
-                        "groundedness": "UniEval Groundedness", "persona consistency": "C Score",
-                        "failure ratio": "Failure Ratio"}
-#: The inputs as ``plots_and_ranking.ipynb`` types them, in :data:`PAPER_RANKING_MODELS` order, per
-#: mode: the four aspects (x100) of its ``data_vanilla``/``data_cot`` and its ``failure_ratio_*``
-#: lists (Fluency and Diversity, which the ranking drops, left out).
-PAPER_RANKING_TYPED = {
-    "vanilla": {"coherence": [21, 17, 22, 17, 37, 35, 39, 26], "persona coverage": [30, 29, 39, 33, 51, 54, 51, 45],
-                "groundedness": [45, 43, 55, 42, 72, 72, 66, 65], "persona consistency": [-23, -31, -13, -22, 26, 16, 14, 4],
-                "failure ratio": [4.35, 5.1, 4.25, 4.5, 0.9, 0.86, 0.35, 0.248]},
-    "cot": {"coherence": [33, 36, 26, 33, 41, 45, 48, 32], "persona coverage": [53, 43, 53, 59, 48, 57, 52, 48],
-            "groundedness": [82, 70, 81, 89, 81, 84, 70, 70], "persona consistency": [41, 21, 42, 54, 40, 30, 21, 15],
-            "failure ratio": [1.0, 2.7, 0.15, 0.5, 0.7, 0, 0.1, 0.17]},
-}
-
-
-def _paper_scores(inputs: dict[str, list[float]]) -> list[float]:
-    """The notebook's score: mean of the four aspects (x100) and instructability (0-1, unscaled:
-    ``(max failure - failure) / max failure`` rounded to 2), rounded to 2."""
-    failures = inputs["failure ratio"]
-    worst = max(failures)
-    instructability = [round((worst - f) / worst, 2) if worst else 1.0 for f in failures]
-    aspects = [k for k in PAPER_RANKING_INPUTS if k != "failure ratio"]
-    return [round(float(np.mean([inputs[k][i] for k in aspects] + [instructability[i]])), 2)
-            for i in range(len(failures))]
-
-
-def _ranks(scores: list[float]) -> list[int]:
-    """1 = best; equal scores keep the notebook's order (a stable sort, as pandas' sort_values)."""
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    ranks = [0] * len(scores)
-    for rank, i in enumerate(order, start=1):
-        ranks[i] = rank
-    return ranks
-
-
-def paper_ranking(folder: str, mode: str) -> pd.DataFrame:
-    """The paper's model ranking on FoCus in ``mode`` (``vanilla``/``cot``) as published, beside the
-    same computation on the published table's cells (``Evaluations/FoCus[-COT]-results``, read from
-    ``folder``), and why the two differ.
-
-    ``plots_and_ranking.ipynb`` types its inputs by hand. They differ from the cells in two ways: the
-    failure ratios are typed x10 for most models (0.435 -> 4.35) but as they are for Gemini 1.5 Pro
-    (both modes) and CoT Gemma 7B, which inflates those models' instructability; and the CoT coherence
-    (UE score) of the three GPT models is typed 41/45/48 where the cells say 45/37/45 (and CoT
-    GPT-3.5's persona coverage 48 where the cell says 52). Ranked from the cells, the CoT order
-    changes at ranks 2-4 (GPT-3.5 Turbo, Mistral 7B, GPT-4o-mini instead of GPT-4o-mini, GPT-3.5
-    Turbo, Mistral 7B); the vanilla order does not.
-
-    Columns: model (the table's name), notebook name, published score and rank, recomputed score and
-    rank, ``differs`` (the typed inputs that are not the cell's value: ``"failure ratio 4.35 (cell 0.435)"``)."""
-
-    if mode not in PAPER_RANKING_TYPED:
-        raise ConfigurationError(f"unknown mode {mode!r}; the paper ranked {', '.join(PAPER_RANKING_TYPED)}")
-    typed = PAPER_RANKING_TYPED[mode]
-    table = published_table(folder, "FoCus", mode)
-    cells: dict[str, list[float]] = {}
-    for name, column in PAPER_RANKING_INPUTS.items():
-        scale = 1 if name == "failure ratio" else 100
-        cells[name] = [table[model][column].mean * scale for model in PAPER_RANKING_MODELS.values()]
-    published, recomputed = _paper_scores(typed), _paper_scores(
-        {k: [v if k == "failure ratio" else round(v) for v in values] for k, values in cells.items()})
-    rows = []
-    for i, (short, model) in enumerate(PAPER_RANKING_MODELS.items()):
-        differs = [f"{name} {_plain(typed[name][i])} (cell {_plain(cells[name][i])})" for name in PAPER_RANKING_INPUTS
-                   if abs(typed[name][i] - (cells[name][i] if name == "failure ratio" else round(cells[name][i]))) > 1e-9]
-        rows.append({"model": model, "notebook name": short, "published score": published[i],
-                     "recomputed score": recomputed[i], "differs": "; ".join(differs)})
-    frame = pd.DataFrame(rows)
-    frame.insert(2, "published rank", _ranks(published))
-    frame.insert(4, "recomputed rank", _ranks(recomputed))
-    return frame.sort_values("published rank", kind="stable").reset_index(drop=True)
-
-
-def _plain(number: float) -> str:
-    return f"{round(number, 3):g}"
