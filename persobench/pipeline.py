@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from persobench.errors import ConfigurationError, StoreError  # noqa: F401 - the front door's errors
 from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
 from persobench.scoring.score_config import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig  # noqa: F401
+from persobench.metrics.unieval import UNIEVAL_SCORERS  # noqa: F401 - score --unieval-scorer choices
 from persobench.store import Run, RunStore
 
 # --- What the front ends use besides the calls below ---------------------------------------------------

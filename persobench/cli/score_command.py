@@ -8,7 +8,7 @@ from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
 from persobench.cli import judge_flags
-from persobench.pipeline import INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig
+from persobench.pipeline import INPUT_LAYOUTS, SCORE_FLAGS, UNIEVAL_SCORERS, ScoreConfig
 from persobench import pipeline
 from persobench.pipeline import public_address
 from persobench.pipeline import import_ray
@@ -47,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "notebooks' layout for runs under the paper protocol, PersoBench's pairs for the "
                             "others), pairs or notebook for every run; notebook-layout values are stored under "
                             "a profile key of their own (+inputs=notebook), so boards never mix the two")
+    score.add_argument("--unieval-scorer", choices=UNIEVAL_SCORERS, default="upstream",
+                       help="how UniEval's scores are read: upstream (default: each input scored once, as "
+                            "UniEval's own scorer) or paper (the paper's pinned scorer, whose windows give "
+                            "sample k the score of input k//8+k%%8, to compare with the published numbers); "
+                            "paper values are stored under a profile key of their own (+unieval=paper)")
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     judge_flags.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run

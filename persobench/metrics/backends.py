@@ -105,6 +105,10 @@ class Profile:
     """What the NLI classifier (or judge) and UniEval are given (:mod:`persobench.metrics.nli_inputs`):
     ``pairs``, ``notebook``, or ``auto`` (each run's protocol decides; the scorer resolves it per run).
     The notebook layout is part of :attr:`key` when it can change a value."""
+    unieval_scorer: str = "upstream"
+    """How UniEval's scores are read (:mod:`persobench.metrics.unieval`): ``upstream``, each input's own
+    score, or ``paper``, the paper's pinned scorer's slip (``+unieval=paper`` in :attr:`key` when the
+    ``unieval`` slot has a model)."""
 
     @property
     def layout_matters(self) -> bool:
@@ -123,6 +127,8 @@ class Profile:
             key += "+" + hashlib.sha256(repr(sorted(self.overrides.items())).encode()).hexdigest()[:8]
         if self.input_layout == "notebook" and self.layout_matters:
             key += LAYOUT_MARK + self.input_layout
+        if self.unieval_scorer != "upstream" and "unieval" in self.specs and self.specs["unieval"].available:
+            key += "+unieval=" + self.unieval_scorer
         if self.judge is not None:
             key += PROFILE_MARK + self.judge.identity
         return key
@@ -135,6 +141,7 @@ class Profile:
         return {
             "name": self.name, "key": self.key, "device": self.device, "precision": self.precision,
             "overrides": dict(self.overrides), "input_layout": self.input_layout,
+            "unieval_scorer": self.unieval_scorer,
             **({"judge": self.judge.describe()} if self.judge is not None else {}),
             "slots": {s: {"model_id": sp.model_id, "source": sp.source, "options": dict(sp.options),
                           "unavailable_reason": sp.unavailable_reason} for s, sp in self.specs.items()},

@@ -106,6 +106,9 @@ class FamilyBatch:
     """The :class:`persobench.metrics.encoder.TextEncoder` that embeds texts for BERTScore and
     persona similarity (already holding what every family's :meth:`MetricFamily.embedding_request`
     asked for); None outside the scorer: use :meth:`text_encoder`."""
+    row_order: tuple[str, ...] = ()
+    """Every sample id of the run in its rows' order, valid reply or not (the paper's UniEval scorer
+    batches by row position); empty: the items' own order."""
 
     def text_encoder(self) -> Any:
         """:attr:`encoder`, or a new one without a disk cache."""

@@ -26,7 +26,7 @@ persona *text* joins them with one space.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -164,7 +164,8 @@ def prepare_embeddings(encoder: "TextEncoder", request: "EmbeddingRequest", prog
 
 
 def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
-                  progress: Progress, encoder: "TextEncoder | None" = None) -> FamilyResult:
+                  progress: Progress, encoder: "TextEncoder | None" = None,
+                  row_order: tuple[str, ...] = ()) -> FamilyResult:
     """Every family of the plan in order, each given the outputs it requires; results concatenated.
     The texts the families embed are embedded first, in one pass (``encoder``: a new one when None)."""
 
@@ -176,7 +177,7 @@ def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
         family = step.family
         inputs = {req.output: delivered[(req.family, req.output)] for req in family.requires}
         result = family.score(FamilyBatch(items, step.metrics, profile, progress, inputs, step.outputs_wanted,
-                                          encoder))
+                                          encoder, row_order))
         missing = sorted(step.outputs_wanted - set(result.outputs))
         if missing:
             raise MetricRegistryError(f"metric family {family.name!r} did not deliver {', '.join(missing)}")
@@ -282,6 +283,7 @@ def score_samples(
     persona_texts: Mapping[str, str] | None = None,
     encoder: "TextEncoder | None" = None,
     reference_note: str | None = None,
+    row_order: Sequence[str] | None = None,
 ) -> ScoreResult:
     """Score each sample's reply (``replies``: sample id -> text; missing or blank = invalid, unscored).
 
@@ -294,16 +296,20 @@ def score_samples(
     ``reference_note``: which reference the reference metrics read and why, recorded as their
     provenance's ``reference`` (default, when ``references`` are given: "given by the caller for N
     sample(s)"; the scorer of a stored run passes where its default reference came from).
+    ``row_order``: every sample id of the run in its rows' order (default: ``samples``' order), read
+    by the paper's UniEval scorer (``Profile.unieval_scorer``), which batches by row position.
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     if isinstance(profile, Profile) and overrides:
-        prof = get_profile(profile.name, {**profile.overrides, **overrides}, judge=profile.judge)
+        prof = replace(get_profile(profile.name, {**profile.overrides, **overrides}, judge=profile.judge),
+                       unieval_scorer=profile.unieval_scorer)
     wanted = validate_metric_names(list(metrics) if metrics is not None else None)
     # A registered family need not derive from MetricFamily: one without the method reads them.
     personas = any(getattr(step.family, "reads_personas", lambda _metrics: True)(step.metrics)
                    for step in family_plan(wanted))
     items = _items(samples, replies, references, persona_texts, personas=personas)
-    scored = _run_families(items, wanted, prof, Progress(progress), encoder)
+    scored = _run_families(items, wanted, prof, Progress(progress), encoder,
+                           tuple(row_order) if row_order is not None else tuple(s.id for s in samples))
     scores, details = _frames(scored.columns, scored.details)
     provenance = {m: scored.provenance[m] for m in wanted if m in scored.provenance}
     for m in provenance:

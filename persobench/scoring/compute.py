@@ -37,7 +37,7 @@ def compute_run(work: RunWork, *, metrics: Sequence[str] | None = None, progress
     return family_scoring.score_samples(work.samples, {sid: work.replies[sid] for sid in ids}, profile=work.profile,
                                         metrics=todo, progress=progress, references=work.references,
                                         persona_texts=work.persona_texts, encoder=encoder,
-                                        reference_note=work.reference_note)
+                                        reference_note=work.reference_note, row_order=work.row_order or None)
 
 
 def combine_results(results: Sequence["ScoreResult"]) -> "ScoreResult | None":

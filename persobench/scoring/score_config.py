@@ -15,6 +15,7 @@ from persobench.metrics.judge_config import JudgeConfig
 from persobench.metrics.backends import get_profile
 from persobench.metrics.metric_registry import validate_metric_names
 from persobench.metrics.nli_inputs import AUTO, LAYOUTS, check_layout
+from persobench.metrics.unieval import UPSTREAM, check_scorer
 
 
 #: ``--nli-inputs`` choices: :data:`~persobench.metrics.nli_inputs.AUTO` then the layouts.
@@ -24,7 +25,7 @@ EXECUTORS = ("local", "ray")
 #: Field -> its ``score`` flag (the judge's own flags: :data:`persobench.metrics.judge_config.JUDGE_FLAGS`).
 SCORE_FLAGS = {"profile": "--profile", "metrics": "--metrics", "overrides": "--model", "precision": "--precision",
                "judge": "--judge", "executor": "--executor", "ray_address": "--ray-address",
-               "input_layout": "--nli-inputs"}
+               "input_layout": "--nli-inputs", "unieval_scorer": "--unieval-scorer"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class ScoreConfig:
     ``auto`` (each run's protocol decides: the paper notebooks' layout under the paper protocol,
     PersoBench's pairs otherwise), ``pairs`` or ``notebook`` for every run. Values computed in the
     notebook layout are stored under a profile key of their own (``+inputs=notebook``)."""
+    unieval_scorer: str = UPSTREAM
+    """How UniEval's scores are read (:mod:`persobench.metrics.unieval`): ``upstream`` (each input's
+    own score) or ``paper`` (the paper's pinned scorer's slip, stored under ``+unieval=paper``)."""
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -58,6 +62,7 @@ class ScoreConfig:
         if self.ray_address and self.executor != "ray":
             raise ConfigurationError("a Ray address (--ray-address) needs the ray executor (--executor ray)")
         check_layout(self.input_layout)
+        check_scorer(self.unieval_scorer)
         if self.metrics is not None and not isinstance(self.metrics, tuple):
             object.__setattr__(self, "metrics", tuple(self.metrics))
         object.__setattr__(self, "overrides", dict(self.overrides or {}))
@@ -66,7 +71,8 @@ class ScoreConfig:
         """The checked profile (one-line :class:`ConfigurationError` for an unknown one, slot or path)."""
 
         profile = get_profile(self.profile, dict(self.overrides), precision=self.precision, judge=self.judge)
-        return replace(profile, input_layout=self.input_layout)  # auto: resolved per run (plan_run)
+        # auto: resolved per run (plan_run)
+        return replace(profile, input_layout=self.input_layout, unieval_scorer=self.unieval_scorer)
 
     def checked_metrics(self) -> tuple[str, ...] | None:
         """:attr:`metrics`, each checked to be registered (one line naming an unknown one)."""
@@ -80,7 +86,8 @@ class ScoreConfig:
         return {"profile": self.profile, "metrics": list(self.metrics) if self.metrics is not None else None,
                 "overrides": dict(self.overrides), "precision": self.precision,
                 "judge": self.judge.to_dict() if self.judge is not None else None,
-                "executor": self.executor, "ray_address": self.ray_address, "input_layout": self.input_layout}
+                "executor": self.executor, "ray_address": self.ray_address, "input_layout": self.input_layout,
+                "unieval_scorer": self.unieval_scorer}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, home: Any, ignore: Sequence[str] = ()) -> "ScoreConfig":
@@ -106,4 +113,5 @@ class ScoreConfig:
                    precision=str(given.get("precision") or "float32"),
                    judge=JudgeConfig.from_dict(judge, home=home) if judge else None,
                    executor=str(given.get("executor") or "local"), ray_address=given.get("ray_address") or None,
-                   input_layout=str(given.get("input_layout") or AUTO))
+                   input_layout=str(given.get("input_layout") or AUTO),
+                   unieval_scorer=str(given.get("unieval_scorer") or UPSTREAM))

@@ -17,6 +17,7 @@ from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, metric_names, validate_metric_names
 from persobench.metrics.nli_inputs import resolve_layout
+from persobench.metrics.unieval import PAPER_SCORER
 from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
 from persobench.metrics.stored import score_basis, stored_keys
 from persobench.scoring.writing import RunScoreSummary, RunWork
@@ -95,6 +96,8 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
             defined[kind] = [sid for sid, (reference, has_persona) in present.items()
                              if info.defined_for(reference, has_persona)]
         need = frozenset(sid for sid in defined[kind] if sid not in stored) if stored else frozenset(defined[kind])
+        if need and info.family == "unieval" and prof.unieval_scorer == PAPER_SCORER:
+            need, stored = frozenset(defined[kind]), set()  # the slip makes each value depend on the whole run
         summary.cached[metric] = len(stored)
         if need:
             todo[metric] = need
@@ -109,7 +112,8 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     lexical.send_ahead([present[s.id][0] for s in samples], [replies[s.id] for s in samples], todo)
     return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
                    dict(references) if references else None,
-                   _paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note)
+                   _paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note,
+                   tuple(str(sid) for sid in generations["sample_id"]))
 
 
 def work_items(work: RunWork) -> list[Item]:

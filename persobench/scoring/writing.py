@@ -78,6 +78,9 @@ class RunWork:
     """Which reference the reference metrics read and why, for their provenance, when the plan chose
     it (an imported published run: :func:`persobench.importer.run_reference_note`); None: the caller's
     references ("given by the caller") or the samples' own."""
+    row_order: tuple[str, ...] = ()
+    """Every sample id of the generations table in its order, valid or not (the paper's UniEval
+    scorer batches replies by row position)."""
 
     @property
     def sample_ids(self) -> set[str]:
