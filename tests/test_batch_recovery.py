@@ -16,6 +16,7 @@ from persobench.llm.response_cache import ResponseCache
 from persobench.providers import parse_spec
 from persobench.providers.base import GenerationParams, Request
 from persobench.providers.batch_api import make_batch_backend
+from persobench.store import RunStore
 from tests.fakes.batch_servers import WRONG_TEXT, FakeBatchServer
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET
 from tests.test_batch import MODELS, N, _argv, _judge_args, _judged_server, _keys_of, _run, _state
@@ -217,7 +218,81 @@ def test_batch_fallback_is_a_flag_of_run_and_of_the_judge_and_survives_job_json(
         BatchSettings(fallback="maybe")
 
 
+# --- item 13: a damaged batch.json ------------------------------------------------------------------------
+
+DAMAGED = {
+    "keys-not-a-list": {"version": 1, "provider": "openai", "batches": [{"token": "t", "keys": 5, "submitted_at": 1}]},
+    "huge-time": {"version": 1, "provider": "openai", "batches": [{"token": "t", "keys": [], "submitted_at": 1e300}]},
+    "string-time": {"version": 1, "provider": "openai", "batches": [{"token": "t", "keys": [], "submitted_at": "x"}]},
+    "counts-a-list": {"version": 1, "provider": "openai",
+                      "batches": [{"token": "t", "keys": [], "submitted_at": 1, "counts": [1]}]},
+    "a-list": [],
+    "nan-time": '{"version": 1, "provider": "openai", "batches": [{"token": "t", "keys": [], "submitted_at": NaN}]}',
+    "not-utf8": b"\xff\xfe",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_batch_state_is_one_line_naming_it_and_the_other_runs_are_listed(tmp_path, capfd, damage):
+    with FakeBatchServer("openai", finish_after=None) as server:
+        assert main(_argv(tmp_path, server, "--batch-wait", "0")) == 0
+        assert main(_argv(tmp_path, server, "--batch-wait", "0", limit=3)) == 0
+    runs = RunStore(tmp_path).runs()
+    damaged, kept = sorted(runs, key=lambda r: len(r.manifest.sample_ids))
+    path = Path(damaged.path) / STATE_FILE
+    content = DAMAGED[damage]
+    path.write_bytes(content if isinstance(content, bytes) else
+                     (content if isinstance(content, str) else json.dumps(content)).encode())
+    capfd.readouterr()
+    assert main(["--home", str(tmp_path), "batches"]) == 0
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err and server.created[0] in out and server.created[1] not in out
+    [line] = [x for x in err.splitlines() if str(path) in x]
+    assert len(err.strip().splitlines()) == 1 and "batch" in line
+    assert main(["--home", str(tmp_path), "runs"]) == 0
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err and kept.run_id in out and damaged.run_id in out
+    assert sum(str(path) in x for x in (out + err).splitlines()) == 1
+    assert main(["--home", str(tmp_path), "runs", "--format", "json"]) == 0
+    listed = {r["run_id"]: r for r in json.loads(capfd.readouterr().out)["runs"]}
+    assert listed[kept.run_id]["batch_pending"] == N and str(path) in listed[damaged.run_id]["batch_problem"]
+
+
+def test_the_new_run_page_names_a_damaged_batch_state_and_lists_the_others(tmp_path, monkeypatch, capfd):
+    from tests.test_app import open_page, rendered_text
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    with FakeBatchServer("openai", finish_after=None) as server:
+        assert main(_argv(home, server, "--batch-wait", "0")) == 0
+        assert main(_argv(home, server, "--batch-wait", "0", limit=3)) == 0
+    damaged = max(RunStore(home).runs(), key=lambda r: len(r.manifest.sample_ids))
+    path = Path(damaged.path) / STATE_FILE
+    path.write_text(json.dumps(DAMAGED["keys-not-a-list"]), encoding="utf-8")
+    at = open_page("pages/new_run.py")
+    assert not at.exception
+    shown = [str(w.value).replace("\\", "") for w in at.warning]  # as rendered: Markdown escapes dropped
+    assert sum(str(path) in w for w in shown) == 1
+    text = rendered_text(at)
+    assert server.created[1] in text and server.created[0] not in text
+
+
 # --- item 14: the stored command, the organization headers, the dry run ------------------------------------
+
+
+def test_a_refused_plain_run_keeps_the_collect_command_with_batch(tmp_path, capsys):
+    with FakeBatchServer("openai", finish_after=None) as server:
+        assert main(_argv(tmp_path, server, "--batch-wait", "0")) == 0
+        plain = [a for a in _argv(tmp_path, server) if a not in ("--batch", "--batch-poll", "0.05")]
+        assert main(plain) == 2
+        capsys.readouterr()
+        assert main(["--home", str(tmp_path), "runs", "--format", "json"]) == 0
+        [listed] = json.loads(capsys.readouterr().out)["runs"]
+        assert " --batch" in listed["collect_command"] and listed["batch_pending"] == N
+        # the printed command collects it
+        server.release()
+        assert main(shlex.split(listed["collect_command"])[3:]) == 0
+        assert len(server.created) == 1 and len(server.requests) == 0
 
 
 def test_the_batch_path_sends_the_organization_and_project_headers_as_the_interactive_path(tmp_path):
