@@ -64,6 +64,7 @@ from persobench.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
 from persobench.metrics.backends import get_profile  # noqa: F401
 from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, judge_labeller, make_judge  # noqa: F401
+from persobench.metrics.judge_batch import pending_note as judge_batch_note  # noqa: F401
 from persobench.scoring.judge_estimate import (  # noqa: F401
     JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
 from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of  # noqa: F401

@@ -324,3 +324,16 @@ def test_dry_run_mentions_a_pending_batch(tmp_path, capsys):
         [line] = [x for x in out.splitlines() if server.created[0] in x]
         assert "add --batch" in line
         assert len(server.created) == 1 and len(server.requests) == 0
+
+
+def test_judge_dry_run_mentions_a_pending_judge_batch(tmp_path, capsys):
+    from tests.test_judge import _sample_run
+
+    _sample_run(tmp_path)
+    with _judged_server(finish_after=None) as server:
+        assert main(_judge_args(tmp_path, server, "--batch-wait", "0")) == 1  # pairs left waiting
+        capsys.readouterr()
+        assert main([*_judge_args(tmp_path, server), "--dry-run"]) == 0
+        [line] = [x for x in capsys.readouterr().out.splitlines() if server.created[0] in x]
+        assert line.startswith("judge batch pending: 3 request(s)") and "collects" in line
+        assert len(server.created) == 1 and len(server.requests) == 0

@@ -17,7 +17,7 @@ from persobench.cli.generate import _concurrency, add_batch_arguments
 from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
 from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
 from persobench.pipeline import number_argument
-from persobench.pipeline import judge_labeller
+from persobench.pipeline import judge_batch_note, judge_labeller
 from persobench.pipeline import batch_cost
 from persobench.pipeline import supports_batch
 from persobench.pipeline import load_template
@@ -113,6 +113,8 @@ def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], me
               + (", this command: --batch)" if judge.batch is not None else "; add --batch)"))
     if judge.max_cost is not None and total.cost_usd is not None and total.cost_usd > judge.max_cost:
         print(f"note: above --judge-max-cost {_money(judge.max_cost)}: the judge would stop at the cap")
+    if supports_batch(judge.spec.provider) and (note := judge_batch_note(judge_labeller(judge))):
+        print(note)  # pairs a batch of this judge still holds
     print("dry run: nothing sent, nothing written")
     return 0
 

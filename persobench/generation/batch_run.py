@@ -167,12 +167,10 @@ def batch_notes(plan: Any, run_path: str | os.PathLike[str]) -> list[str]:
     except PersoBenchError as exc:
         return [f"batch state: {exc} (the command stops on it)"]
     notes = []
-    if active := state.active:
-        seen = ", ".join(f"{b.batch_id or '(submitting)'} {b.state}" for b in active)
-        notes.append(f"batch pending: {sum(len(b.keys) for b in active)} request(s) of this run wait on the provider "
-                     f"({seen}, as last seen); " + ("this command collects them instead of sending them"
-                                                    if plan.config.batch else "without --batch this command stops "
-                                                    "while they run: add --batch to wait for them and collect them"))
+    if waiting := state.waiting():
+        notes.append(f"batch pending: {waiting}; " + ("this command collects them instead of sending them"
+                                                      if plan.config.batch else "without --batch this command stops "
+                                                      "while they run: add --batch to wait for them and collect them"))
     to_send = {plan.keys[i] for i in range(len(plan.keys)) if i not in plan.hits}
     for b in state.batches:
         if b.failure and (left := to_send.intersection(b.keys)):

@@ -74,6 +74,15 @@ class BatchState:
     def active(self) -> list[BatchEntry]:
         return [b for b in self.batches if not b.collected]
 
+    def waiting(self) -> str | None:
+        """``N request(s) wait on the provider (batch_x in_progress, as last seen)``; ``None`` when
+        every batch is collected."""
+        active = self.active
+        if not active:
+            return None
+        seen = ", ".join(f"{b.batch_id or '(submitting)'} {b.state}" for b in active)
+        return f"{sum(len(b.keys) for b in active)} request(s) wait on the provider ({seen}, as last seen)"
+
     @property
     def answered(self) -> frozenset[str]:
         """The cache keys whose reply a batch of this state answered."""

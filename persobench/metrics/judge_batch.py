@@ -16,8 +16,8 @@ import hashlib
 from pathlib import Path
 import sys
 from typing import Any, Callable, Mapping, Protocol
-from persobench.errors import ProviderError
-from persobench.llm.batch_driver import BatchFailed, batch_cost, fill_cache
+from persobench.errors import PersoBenchError, ProviderError
+from persobench.llm.batch_driver import BatchFailed, BatchState, batch_cost, fill_cache
 from persobench.providers.base import Request
 from persobench.providers.batch_api import make_batch_backend
 from persobench.secrets import known_secrets
@@ -40,6 +40,16 @@ def state_path(labeller: BatchedLabeller) -> Path:
     """The judge's batch state file: beside the response cache, one per judge identity."""
     digest = hashlib.sha256(labeller.config.identity.encode("utf-8")).hexdigest()[:16]
     return Path(labeller.cache_dir).parent / "batches" / f"judge-{digest}.json"
+
+
+def pending_note(labeller: BatchedLabeller) -> str | None:
+    """What a dry run says about the judge's batches still on the provider (``None``: none)."""
+    try:
+        waiting = BatchState.read(state_path(labeller), "").waiting()
+    except PersoBenchError as exc:
+        return f"judge batch state: {exc} (--batch stops on it)"
+    return None if waiting is None else (f"judge batch pending: {waiting}; a command with --batch collects them "
+                                         "instead of sending them")
 
 
 def answer_by_batch(labeller: BatchedLabeller, todo: list[str], messages: Mapping[str, tuple],
