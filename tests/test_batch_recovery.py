@@ -337,3 +337,26 @@ def test_judge_dry_run_mentions_a_pending_judge_batch(tmp_path, capsys):
         [line] = [x for x in capsys.readouterr().out.splitlines() if server.created[0] in x]
         assert line.startswith("judge batch pending: 3 request(s)") and "collects" in line
         assert len(server.created) == 1 and len(server.requests) == 0
+
+
+def test_a_failed_batch_echoing_the_key_never_gets_it_stored_or_shown(tmp_path, capsys):
+    with FakeBatchServer("openai", fail_batch=1, echo_key=True) as server:
+        assert main(_argv(tmp_path, server)) == 2
+        out = capsys.readouterr()
+        assert server.created and "does not exist" in out.err
+    assert OPENAI_SECRET not in out.out + out.err
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and OPENAI_SECRET.encode() in p.read_bytes()] == []
+
+
+def test_the_judge_fallback_command_leaves_the_base_urls_credentials_out():
+    import argparse
+
+    from persobench.cli.judge_flags import fallback_command
+
+    args = argparse.Namespace(command_line=[
+        "--home", "h", "score", "--judge", "openai:m", "--judge-base-url", "http://me:pw-S3cret@127.0.0.1:9/v1",
+        "--batch", "--batch-fallback", "stop", "--ray-address=ray://u:pw-S3cret@10.0.0.1:10001"])
+    argv = shlex.split(fallback_command(args))
+    assert "pw-S3cret" not in " ".join(argv)
+    assert argv[argv.index("--judge-base-url") + 1] == "http://127.0.0.1:9/v1"
+    assert argv.count("--batch-fallback") == 1 and argv[-2:] == ["--batch-fallback", "interactive"]

@@ -277,9 +277,12 @@ def _collect(backend: "BatchBackend", entry: BatchEntry, status: "BatchStatus", 
     elif entry.keys and not got and len(errors) == len(entry.keys) \
             and not any(e.kind is ErrorKind.TOO_LARGE for e in errors):
         entry.failure = scrub(f"every request errored, first: {errors[0]}", secrets)[:300]
-    say(f"batch {entry.batch_id}: {got} repl{'y' if got == 1 else 'ies'} cached, {len(errors) - repeated} failed"
-        + (f", {repeated} repeated custom_id(s) (neither line used: sent again)" if repeated else "")
-        + (f", {len(unanswered)} unanswered" if unanswered else ""))
+    if status.batch_failed:
+        say(f"batch {entry.batch_id}: failed as a whole ({entry.failure})")
+    else:
+        say(f"batch {entry.batch_id}: {got} repl{'y' if got == 1 else 'ies'} cached, {len(errors) - repeated} failed"
+            + (f", {repeated} repeated custom_id(s) (neither line used: sent again)" if repeated else "")
+            + (f", {len(unanswered)} unanswered" if unanswered else ""))
     return got, len(errors), unanswered
 
 
