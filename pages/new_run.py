@@ -16,7 +16,7 @@ from persobench.app.chrome import app_environment, page_setup
 from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
-from persobench.pipeline import pending_batches
+from persobench.pipeline import batch_listing
 from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
 from persobench.jobs.planning import TEMPLATE_CHOICES
 from persobench.pipeline import PAPER_PRESETS
@@ -157,7 +157,10 @@ else:
 @st.fragment(run_every=2.0)
 def show_jobs() -> None:
     statuses = jobs.jobs()
-    batches = pending_batches(home)
+    listing = batch_listing(home)
+    for problem in listing.problems:  # a damaged batch.json: one line naming it, the other batches listed
+        st.warning(md_escape(problem))
+    batches = listing.rows
     if batches:
         st.subheader("Batches")
         st.caption("Submitted to the providers' batch APIs, as the runs' batch.json records them (a run waits for "

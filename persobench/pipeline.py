@@ -52,18 +52,20 @@ from persobench.generation import (  # noqa: F401
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
 from persobench.generation.demo import (  # noqa: F401
     DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
-from persobench.generation.batch_run import BatchPending, waiting_batch  # noqa: F401
+from persobench.generation.batch_run import BatchPending, batch_notes, waiting_batch  # noqa: F401
 from persobench.generation.lock import interruption  # noqa: F401
 from persobench.generation.numbers import check_number, number_argument  # noqa: F401
 from persobench.generation.plan import default_template_for, messages_for  # noqa: F401
 from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded  # noqa: F401
 from persobench.llm.batch_driver import (  # noqa: F401
     BatchSettings, batch_cost, estimated_max_batch_cost, pending_batches)
+from persobench.llm.batch_driver import FALLBACKS, BatchFailed, batch_listing  # noqa: F401
 from persobench.importer import dataset_for_folder, find_response_files  # noqa: F401
 from persobench.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
 from persobench.metrics.backends import get_profile  # noqa: F401
 from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, judge_labeller, make_judge  # noqa: F401
+from persobench.metrics.judge_batch import pending_note as judge_batch_note  # noqa: F401
 from persobench.scoring.judge_estimate import (  # noqa: F401
     JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
 from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of  # noqa: F401

@@ -46,6 +46,12 @@ def _state(run: object) -> BatchState:
     return BatchState.read(Path(run.path) / STATE_FILE, "")
 
 
+def _keys_of(server: FakeBatchServer, batch_id: str, positions: slice = slice(None)) -> list[str]:
+    """The prompts of a batch's lines (``positions`` of them): the same requests in two batches."""
+    lines = server.batches[batch_id]["lines"][positions]
+    return sorted(json.dumps((line.get("body") or line.get("params"))["messages"]) for line in lines)
+
+
 @pytest.mark.parametrize("flavour", ["openai", "anthropic"])
 def test_a_batch_answers_every_request_and_a_second_run_sends_nothing(tmp_path, capsys, flavour):
     with FakeBatchServer(flavour, finish_after=3) as server:
@@ -65,8 +71,10 @@ def test_a_batch_answers_every_request_and_a_second_run_sends_nothing(tmp_path, 
         record = run.manifest.extra["batch"]
         assert record["batch_ids"] == server.created and record["replies"] == N and record["prompt_tokens"] == 12 * N
         assert f"batch: {N} replies from {server.created[0]}" in captured.out
-        with ResponseCache(tmp_path / "responses") as cache:  # the custom ids are the cache keys
-            assert all(key in cache for key in server.custom_ids(server.created[0]))
+        # each custom id is the submission's token and the request's place in the state file's keys
+        assert sorted(server.custom_ids(server.created[0])) == sorted(f"{entry.token}-{n}" for n in range(N))
+        with ResponseCache(tmp_path / "responses") as cache:
+            assert all(key in cache for key in entry.keys)
         # the same command again: everything is cached, nothing goes to either endpoint
         polls = server.polls
         assert main(_argv(tmp_path, server)) == 0
@@ -123,9 +131,9 @@ def test_an_expired_batch_is_resubmitted_once(tmp_path, capsys, flavour):
     with FakeBatchServer(flavour, expire=1) as server:
         assert main(_argv(tmp_path, server)) == 0
         assert len(server.created) == 2
-        first, second = (server.custom_ids(b) for b in server.created)
-        assert sorted(second) == sorted(first[0::2])  # exactly what the first left unanswered
-        assert "again (the first batch expired)" in capsys.readouterr().err
+        first, second = server.created
+        assert _keys_of(server, second) == _keys_of(server, first, slice(0, None, 2))  # what the first left unanswered
+        assert "again (the first batch expired or was cancelled)" in capsys.readouterr().err
         assert len(server.requests) == 0
         assert (_run(tmp_path).read_table("generations")["status"] == "ok").all()
 
@@ -432,7 +440,7 @@ def test_a_batch_reply_over_the_size_cap_is_not_cached(tmp_path, capsys):
         assert f"0 replies cached, {N} failed" in capsys.readouterr().err
         assert len(server.requests) == N  # each sent again on its own, under the same cap
     with ResponseCache(tmp_path / "responses") as cache:
-        assert all(len(cache.get(key)[0].text) < 1000 for key in server.custom_ids(server.created[0]))
+        assert all(len(cache.get(key)[0].text) < 1000 for key in _state(_run(tmp_path)).batches[0].keys)
 
 
 def test_status_requests_are_retried_on_a_passing_server_error(tmp_path):

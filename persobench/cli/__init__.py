@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = list(sys.argv[1:] if argv is None else argv)  # for a command printed back (public form)
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2

@@ -14,6 +14,7 @@ from persobench.pipeline import resolve_model
 from persobench.pipeline import default_template_for, messages_for
 from persobench.pipeline import DEFAULT_TEMPLATE, build_messages, get_template
 from persobench.pipeline import interruption, waiting_batch
+from persobench.errors import PersoBenchError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,11 +114,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     runs, problems = store.scan()
     killed = {r.run_id: info for r in runs if (info := interruption(r)) is not None}
-    batches = {r.run_id: info for r in runs if (info := waiting_batch(r)) is not None}
+    batches, batch_problems = {}, {}
+    for r in runs:
+        try:
+            if (info := waiting_batch(r)) is not None:
+                batches[r.run_id] = info
+        except PersoBenchError as exc:  # a damaged batch.json: one line under its run, the others listed
+            batch_problems[r.run_id] = str(exc)
     if args.format == "json":
         print(json.dumps({
             "runs": [r.manifest.to_dict() | {"path": str(r.path)} | _interrupted_fields(killed.get(r.run_id))
-                     | _batch_fields(batches.get(r.run_id)) for r in runs],
+                     | _batch_fields(batches.get(r.run_id))
+                     | ({"batch_problem": batch_problems[r.run_id]} if r.run_id in batch_problems else {})
+                     for r in runs],
             "problems": [{"path": str(p.path), "reason": p.reason} for p in problems],
         }, indent=2, ensure_ascii=False))
         return 0
@@ -134,6 +143,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print(f"  {killed[m.run_id].describe()}")
         if m.run_id in batches:  # its batch waits on the provider: the same command collects it
             print(f"  {batches[m.run_id].describe()}")
+        if m.run_id in batch_problems:
+            print(f"  warning: {batch_problems[m.run_id]}")
     for problem in problems:
         print(f"unreadable: {problem.path}: {problem.reason}")
     return 0

@@ -18,7 +18,7 @@ from persobench.errors import RunAborted
 from persobench.pipeline import BatchPending
 from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
 from persobench.pipeline import estimated_max_batch_cost
-from persobench.pipeline import pending_batches
+from persobench.pipeline import FALLBACKS, batch_listing, batch_notes
 from persobench.pipeline import resolve_run as find
 from persobench.pipeline import COLUMNS, TABLE
 from persobench.pipeline import interruption
@@ -121,6 +121,10 @@ def add_batch_arguments(parser: Any, batch_help: str, wait_help: str) -> None:
     parser.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS", help=wait_help)
     parser.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
                         help="with --batch: seconds between two status requests (default 30)")
+    parser.add_argument("--batch-fallback", choices=FALLBACKS, default="stop",
+                        help="the requests of a batch that failed as a whole (refused by the provider, or every "
+                             "line an error): stop (default: the command stops in one line naming the failure and "
+                             "the command that sends them) or interactive (send them one by one, at full price)")
 
 def _concurrency(text: str) -> int | str:
     if text.strip().lower() == "auto":
@@ -171,7 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
         if args.dry_run:
-            return _dry_run(pipeline.plan(config, store=store))
+            plan = pipeline.plan(config, store=store)
+            return _dry_run(plan, batch_notes(plan, store.run_path(plan.run_id)))
         bar = _ProgressBar(disabled=args.no_progress)
         cancel = threading.Event()
         # SIGTERM (e.g. the app stopping its subprocess) ends the run like the cancel file does:
@@ -219,7 +224,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(plan: Any) -> int:
+def _dry_run(plan: Any, notes: list[str]) -> int:
 
     cost = plan.estimated_max_cost()
     print(f"run {plan.run_id}")
@@ -239,6 +244,8 @@ def _dry_run(plan: Any) -> int:
     if batch is not None:
         print(f"estimated batch cost: at most ${batch:.4f}  (batch API" + (", this run: --batch)" if plan.config.batch
                                                                             else "; add --batch)"))
+    for note in notes:  # a batch of this run still on the provider, or one that failed
+        print(note)
     return 0
 
 
@@ -276,7 +283,10 @@ class _ProgressBar:
 
 def cmd_batches(args: argparse.Namespace) -> int:
 
-    rows = pending_batches(store_from_args(args).home)
+    listing = batch_listing(store_from_args(args).home)
+    for problem in listing.problems:  # one line naming each damaged state file; the others are listed
+        print(f"warning: {problem}", file=sys.stderr)
+    rows = listing.rows
     if args.format == "json":
         write_stdout(json.dumps(rows, indent=2) + "\n")
         return 0

@@ -8,6 +8,7 @@ judge (:func:`judge_from_args`), pass it to the profile, and print :func:`report
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any, Callable
 
 from persobench.cli import CLIError
@@ -16,10 +17,14 @@ from persobench.cli.generate import _concurrency, add_batch_arguments
 from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
 from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
 from persobench.pipeline import number_argument
-from persobench.pipeline import judge_labeller
+from persobench.pipeline import judge_batch_note, judge_labeller
 from persobench.pipeline import batch_cost
 from persobench.pipeline import supports_batch
 from persobench.pipeline import load_template
+from persobench.pipeline import public_address, public_url
+
+#: Flags whose value may carry credentials: printed in their public form.
+_PUBLIC_FORMS = {"--judge-base-url": public_url, "--ray-address": public_address}
 
 
 def add_arguments(score: argparse.ArgumentParser) -> None:
@@ -66,14 +71,16 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
     if values["model"] is None:
         given = [JUDGE_FLAGS[name] for name in ("base_url", "max_cost", "prompt", "plain") if values[name]]
         given += [flag for flag, value in (("--dry-run", args.dry_run), ("--judge-timeout", args.judge_timeout),
-                                           ("--batch", args.batch)) if value]
+                                           ("--batch", args.batch),
+                                           ("--batch-fallback", args.batch_fallback != "stop")) if value]
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
 
     retry = None if args.judge_timeout is None else RetryPolicy(timeout=args.judge_timeout,
                                                                  timeout_flag=JUDGE_TIMEOUT_FLAG)
-    batch = batch_settings_of(values.pop("batch"), values.pop("batch_wait"), values.pop("batch_poll"))
+    batch = batch_settings_of(values.pop("batch"), values.pop("batch_wait"), values.pop("batch_poll"),
+                              values.pop("batch_fallback"))
     return make_judge(values.pop("model"), **values, cache_dir=str(default_cache_dir(home)), home=home,
                       retry=retry, batch=batch)
 
@@ -106,6 +113,8 @@ def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], me
               + (", this command: --batch)" if judge.batch is not None else "; add --batch)"))
     if judge.max_cost is not None and total.cost_usd is not None and total.cost_usd > judge.max_cost:
         print(f"note: above --judge-max-cost {_money(judge.max_cost)}: the judge would stop at the cap")
+    if supports_batch(judge.spec.provider) and (note := judge_batch_note(judge_labeller(judge))):
+        print(note)  # pairs a batch of this judge still holds
     print("dry run: nothing sent, nothing written")
     return 0
 
@@ -142,3 +151,24 @@ def report(profile: Any, scored: Any) -> int:
     if s.first_error:
         print(f"  first failed request: {s.first_error}")
     return s.unanswered
+
+
+def fallback_command(args: argparse.Namespace) -> str:
+    """The command the user gave, credentials left out, with ``--batch-fallback interactive``: what
+    sends the requests of a failed judge batch one by one."""
+    words, given = [], list(getattr(args, "command_line", []))
+    while given:
+        word = given.pop(0)
+        flag, sep, value = word.partition("=")
+        if flag == "--batch-fallback":
+            if not sep and given:
+                given.pop(0)
+            continue
+        if flag in _PUBLIC_FORMS:
+            if sep:
+                word = f"{flag}={_PUBLIC_FORMS[flag](value)}"
+            elif given:
+                words.append(word)
+                word = _PUBLIC_FORMS[flag](given.pop(0))
+        words.append(word)
+    return shlex.join(["python", "-m", "persobench", *words, "--batch-fallback", "interactive"])

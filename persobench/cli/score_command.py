@@ -13,6 +13,8 @@ from persobench import pipeline
 from persobench.pipeline import public_address
 from persobench.pipeline import import_ray
 from persobench.pipeline import ProgressBar
+from persobench.pipeline import BatchFailed
+from persobench.errors import PersoBenchError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -123,6 +125,11 @@ def cmd_score(args: argparse.Namespace) -> int:
     try:
         report = pipeline.score(runs, config, store=store, progress=bars,
                                 on_run=lambda result: (bars.close(), _print_result(result)))
+    except PersoBenchError as exc:
+        if isinstance(exc.__cause__, BatchFailed) and profile.judge is not None:  # the exact command, here known
+            raise CLIError(f"judge {profile.judge.model_name}: {exc.__cause__.failure}; to send them one by one at "
+                           f"full price: {judge_flags.fallback_command(args)}") from None
+        raise
     finally:
         bars.close()
     _report("unavailable (no number stored)", dict(report.unavailable))

@@ -8,12 +8,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
 from persobench.errors import PersoBenchError, ProviderError
 from persobench.files import utc_now
-from persobench.llm.batch_driver import (STATE_FILE, BatchOutcome, BatchSettings, BatchState, batch_cost,
-                                         fill_cache, read_state)
+from persobench.llm.batch_driver import STATE_FILE, BatchOutcome, BatchState, batch_cost, fill_cache, read_state
 from persobench.secrets import scrub
 from persobench.providers.base import Request
 from persobench.providers.batch_api import BatchBackend
@@ -24,7 +23,7 @@ from persobench.secrets import known_secrets
 from persobench.errors import RunAborted
 from persobench.run_records import GenerationRecord, RunExtra
 from persobench.errors import ConfigurationError
-from persobench.generation.lock import stored_command
+from persobench.generation.lock import command_with, stored_command
 from persobench.models_registry import estimate_cost
 
 
@@ -68,7 +67,7 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
                 for i in range(len(plan.samples)) if i not in plan.hits}
     # Without --batch, a batch an earlier `run --batch` left running is only looked at (collected if
     # it ended): its requests must not be paid for a second time by accident.
-    settings = BatchSettings(wait=config.batch_wait, poll=config.batch_poll) if config.batch else BatchSettings(wait=0)
+    settings = config.batch_settings()
     try:
         with ResponseCache(plan.cache_dir) as cache:
             outcome = _fill_or_abort(run, backend, requests, cache=cache, state_path=Path(run.path) / STATE_FILE,
@@ -79,6 +78,8 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
     finally:
         backend.close()
     run.update(extra={"batch": batch_record(Path(run.path) / STATE_FILE, plan.spec)})
+    if outcome.failures and settings.fallback == "stop":
+        _stop_for_failure(plan, run, outcome, secrets)
     if outcome.waiting and not config.batch:
 
         run.update(status="pending")
@@ -105,10 +106,21 @@ def _fill_or_abort(run: Any, backend: "BatchBackend", requests: Mapping[str, "Re
     try:
         return fill_cache(backend, requests, **kwargs)
     except ProviderError as exc:
-        reason = scrub(f"the batch API failed: {exc.describe()}", kwargs.get("secrets", ()))
-        run.update(status="failed", extra=RunExtra(generation=GenerationRecord(failure_reason=reason,
-                                                                               finished_at=utc_now())).to_extra())
-        raise RunAborted(reason, run) from None
+        _abort(run, scrub(f"the batch API failed: {exc.describe()}", kwargs.get("secrets", ())))
+
+
+def _stop_for_failure(plan: Any, run: Any, outcome: BatchOutcome, secrets: Any) -> NoReturn:
+    """A batch failed as a whole: end the run ``failed`` saying why, with the command that sends its
+    requests one by one (at full price: the user's choice, never made for them)."""
+    command, note = command_with(plan, Path(run.path).parent.parent, batch_fallback="interactive")
+    _abort(run, scrub(f"{outcome.failure_line()}; to send them one by one at full price: {command}"
+                      + (f" ({note})" if note else ""), secrets))
+
+
+def _abort(run: Any, reason: str) -> NoReturn:
+    run.update(status="failed", extra=RunExtra(generation=GenerationRecord(failure_reason=reason,
+                                                                           finished_at=utc_now())).to_extra())
+    raise RunAborted(reason, run) from None
 
 
 def batch_record(state_path: Path, spec: Any) -> dict[str, Any]:
@@ -121,6 +133,12 @@ def batch_record(state_path: Path, spec: Any) -> dict[str, Any]:
     return {"provider": state.provider, "batch_ids": [b.batch_id for b in state.batches if b.batch_id],
             "replies": replies, "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "cost_usd": batch_cost(spec, prompt_tokens, completion_tokens) if replies else None}
+
+
+def batch_waiting(run_path: str | os.PathLike[str]) -> bool:
+    """Whether a batch of the run at ``run_path`` is not collected yet (as its state file says)."""
+    state = read_state(Path(run_path) / STATE_FILE)
+    return bool(state is not None and state.active)
 
 
 def answered_by_batch(run_path: str | os.PathLike[str]) -> frozenset[str]:
@@ -141,6 +159,27 @@ def priced_cost(spec: Any, tokens: list[tuple[bool, int, int]]) -> float | None:
     return None if cost is None or by_batch is None else round(cost + by_batch, 6)
 
 
+def batch_notes(plan: Any, run_path: str | os.PathLike[str]) -> list[str]:
+    """What a dry run says about the run's batches: those still on the provider (collected by this
+    command, or with ``--batch`` only) and those that failed with requests this command would send."""
+    try:
+        state = BatchState.read(Path(run_path) / STATE_FILE, "")
+    except PersoBenchError as exc:
+        return [f"batch state: {exc} (the command stops on it)"]
+    notes = []
+    if waiting := state.waiting():
+        notes.append(f"batch pending: {waiting}; " + ("this command collects them instead of sending them"
+                                                      if plan.config.batch else "without --batch this command stops "
+                                                      "while they run: add --batch to wait for them and collect them"))
+    to_send = {plan.keys[i] for i in range(len(plan.keys)) if i not in plan.hits}
+    for b in state.batches:
+        if b.failure and (left := to_send.intersection(b.keys)):
+            notes.append(f"batch {b.batch_id} failed ({b.failure}): its {len(left)} request(s) are sent one by one "
+                         + ("(--batch-fallback interactive)" if plan.config.batch_fallback == "interactive"
+                            else "only with --batch-fallback interactive; this command stops"))
+    return notes
+
+
 @dataclass(frozen=True)
 class WaitingBatch:
     """A run whose batch is still on the provider (status ``pending``, or cancelled while waiting)."""
@@ -159,9 +198,9 @@ class WaitingBatch:
 
 
 def waiting_batch(run: Any) -> WaitingBatch | None:
-    """How to collect ``run``'s batch, or ``None`` when no batch of it waits on the provider."""
-    state = read_state(Path(run.path) / STATE_FILE)
-    active = state.active if state is not None else []
+    """How to collect ``run``'s batch, or ``None`` when no batch of it waits on the provider; a
+    damaged state file is one :class:`PersoBenchError` line naming it."""
+    active = BatchState.read(Path(run.path) / STATE_FILE, "").active
     if not active:
         return None
     stored = stored_command(run)

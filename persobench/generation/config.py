@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError
+from persobench.llm.batch_driver import BatchSettings
 from persobench.llm.retry import RetryPolicy
 from persobench.providers import DEFAULT_LOCAL_MODEL
 from persobench.secrets import SECRET_KEYS, is_secret_option
@@ -82,6 +83,18 @@ class GenerationConfig:
     return (a later run of the same command collects it)."""
     batch_poll: float = 30.0
     """With ``batch``: seconds between two status requests."""
+    batch_fallback: str = "stop"
+    """The requests of a batch that failed as a whole: ``stop`` (the run stops and names the command
+    that sends them one by one) or ``interactive`` (sent one by one at full price). Not part of the
+    cache key or run id."""
+
+    def batch_settings(self) -> BatchSettings:
+        """How the run uses the batch API (one-line :class:`ConfigurationError` for a bad number or
+        fallback): with ``batch`` its wait and poll; without, only a look at a batch an earlier
+        ``run --batch`` left (collected if it has ended, never waited for)."""
+        if self.batch:
+            return BatchSettings(wait=self.batch_wait, poll=self.batch_poll, fallback=self.batch_fallback)
+        return BatchSettings(wait=0, fallback=self.batch_fallback)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``retry`` as an object); :meth:`from_dict` inverts it. Jobs store it in
@@ -113,7 +126,8 @@ RUN_FLAGS = {"dataset": "--dataset", "model": "--model", "mode": "--mode", "temp
              "policy": "--policy", "limit": "--limit", "seed": "--seed", "max_tokens": "--max-tokens",
              "temperature": "--temperature", "top_p": "--top-p", "models_file": "--models",
              "concurrency": "--concurrency", "max_concurrency": "--max-concurrency", "batch_size": "--batch-size",
-             "checkpoint_every": "--checkpoint-every", "batch_wait": "--batch-wait", "batch_poll": "--batch-poll"}
+             "checkpoint_every": "--checkpoint-every", "batch_wait": "--batch-wait", "batch_poll": "--batch-poll",
+             "batch_fallback": "--batch-fallback"}
 #: Always printed, default or not: what the run is (a later change of a default must not turn the
 #: printed command into another run).
 _ALWAYS = ("dataset", "model", "mode", "template", "policy")

@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from persobench.generation.config import GenerationConfig, config_command, public_config
 from persobench.errors import ConfigurationError
@@ -85,7 +85,14 @@ def _pinned(plan: "GenerationPlan") -> "GenerationConfig":
 def resume_command(plan: "GenerationPlan", home: str | os.PathLike[str]) -> str:
     """The command that runs ``plan``'s configuration again, credentials left out
     (:func:`persobench.generation.config.config_command`)."""
-    return config_command(_pinned(plan), home)[0]
+    return command_with(plan, home)[0]
+
+
+def command_with(plan: "GenerationPlan", home: str | os.PathLike[str], **changes: Any) -> tuple[str, str]:
+    """(the command that runs ``plan``'s configuration with ``changes`` (config fields), credentials
+    left out; what it leaves out, :func:`resume_note`)."""
+    command, left_out = config_command(dataclasses.replace(_pinned(plan), **changes), home)
+    return command, resume_note(left_out)
 
 
 def resume_note(left_out: list[str]) -> str:

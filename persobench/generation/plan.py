@@ -33,7 +33,6 @@ from persobench.datasets import is_file_dataset
 from persobench.files import sha256_file
 from persobench.models_registry import estimate_cost
 from persobench.providers.batch_api import supports_batch
-from persobench.llm.batch_driver import BatchSettings
 from persobench.protocol import default_policy
 from persobench.protocol import PAPER
 from persobench.providers.local import local_mode_options
@@ -114,7 +113,7 @@ def plan_generation(
             raise ConfigurationError(f"--batch needs a provider with a batch API (openai, anthropic); "
                                      f"{spec.name!r} is provider {spec.provider!r}")
 
-        BatchSettings(wait=config.batch_wait, poll=config.batch_poll)  # checks both numbers, one line
+        config.batch_settings()  # checks the numbers and the fallback, one line
     try:
         template = get_template(config.template or default_template_for(spec), config.mode)
     except TemplateError as exc:

@@ -45,7 +45,7 @@ from persobench.secrets import scrub
 from persobench.store import Run, RunStore
 from persobench.records import Sample
 from persobench.postprocess import summarize
-from persobench.generation.batch_run import answered_by_batch, generate_by_batch, priced_cost
+from persobench.generation.batch_run import answered_by_batch, batch_waiting, generate_by_batch, priced_cost
 
 
 __all__ = ["Runner", "RunAborted", "run_coroutine", "run_generation"]
@@ -93,7 +93,11 @@ def run_generation(
     # One process per run folder: a second identical run stops here (RunLocked, naming the pid)
     # instead of paying for every request again and overwriting the table.
     with hold_run_lock(run.path):
-        write_resume_file(run, plan, store.home)
+        # A run without --batch whose earlier batch still runs is refused by the batch step below: the
+        # command stored for it stays the one that collects that batch until the batch has ended.
+        waiting = not config.batch and batch_waiting(run.path)
+        if not waiting:
+            write_resume_file(run, plan, store.home)
         clear_cancel(run.path)
         run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
         run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
@@ -102,6 +106,8 @@ def run_generation(
         if plan.n_requests and (config.batch or (run.path / "batch.json").exists()):
 
             plan = generate_by_batch(plan, run, api_key=api_key, progress=progress, cancel=cancel)
+        if waiting:  # the batch has ended and is collected: from here the run is this command's
+            write_resume_file(run, plan, store.home)
         runner = Runner(plan, run, session, progress=progress, cancel=cancel)
         try:
             with frozen_heap():

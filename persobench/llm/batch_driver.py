@@ -1,17 +1,25 @@
 """Sending requests through a provider's batch API (``run --batch``, ``score --judge ... --batch``).
 
 :func:`fill_cache` is the one driver, for generation and the judge alike: given the requests the
-response cache lacks, it submits them as one batch, records the batch id in a state file (written
-atomically BEFORE any waiting), polls, and writes every reply to the response cache the moment the
-batch's results are read. The caller's ordinary path then finds each reply cached; what the batch
-did not answer goes out as ordinary requests (with the one retry loop). So:
+response cache lacks, it submits them as one batch, records the batch id in a state file
+(:mod:`persobench.llm.batch_state`, written atomically BEFORE any waiting), polls, and writes every
+reply to the response cache the moment the batch's results are read. The caller's ordinary path
+then finds each reply cached; what the batch did not answer goes out as ordinary requests (with
+the one retry loop). So:
 
 * a killed or restarted command finds its batch in the state file and collects it, never
-  submitting the same request twice (a process killed between the server's answer and the
-  state write finds the batch again by its token, see :meth:`BatchBackend.find`);
-* requests the batch answered with an error are left to the ordinary path (retried there);
-* requests an expired batch left unanswered are submitted once more in a new batch; if that one
-  expires too, they are left to the ordinary path;
+  submitting the same request twice; a process killed between the server's answer and the state
+  write (or whose answer was lost) finds the batch again by the token it wrote into it before
+  submitting (:meth:`BatchBackend.find`: OpenAI's ``metadata``, the custom ids' prefix), never by
+  its size or time; while the provider cannot tell yet (Anthropic shows custom ids only once a batch
+  has ended) nothing is submitted;
+* requests the batch answered with an error, or whose custom id its output repeats (neither line is
+  used), are left to the ordinary path;
+* requests an expired or cancelled batch left unanswered are submitted once more in a new batch; if
+  that one ends the same way, they are left to the ordinary path;
+* a batch that failed as a whole (refused by the provider, or every line an error) leaves its
+  requests unsent: the outcome names it (:attr:`BatchOutcome.failures`) and the caller stops,
+  unless the user chose ``--batch-fallback interactive``;
 * ``wait`` bounds the waiting: at the deadline the command returns with the batch still running
   on the server, and the next command collects it.
 
@@ -22,32 +30,28 @@ sends back is scrubbed before it is written).
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import secrets as token_source
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from persobench.errors import PersoBenchError, ProviderError
-from persobench.files import atomic_write_json, utc_now
-from persobench.secrets import scrub
+from persobench.errors import ConfigurationError, ErrorKind, PersoBenchError, ProviderError, StoreWriteError
+from persobench.files import utc_now, write_refused
+from persobench.llm.batch_state import (  # noqa: F401 - the state's names, where callers have found them
+    STATE_FILE, BatchEntry, BatchListing, BatchState, batch_listing, pending_batches, read_state,
+)
 from persobench.llm.response_cache import ResponseCache
-from persobench.providers.base import Request
-from persobench.providers.batch_api import BatchBackend, BatchStatus
-from persobench.errors import StoreWriteError
-from persobench.files import write_refused
 from persobench.models_registry import prices_for
-from persobench.providers.batch_api import supports_batch
-from persobench.errors import ConfigurationError
+from persobench.providers.base import Request
+from persobench.providers.batch_api import BatchBackend, BatchStatus, RepeatedId, custom_id, supports_batch
+from persobench.secrets import scrub
 
-
-#: The state file of a run's batches, in the run folder.
-STATE_FILE = "batch.json"
 #: Share of the interactive price a batch costs when the models file names no batch price.
 BATCH_DISCOUNT = 0.5
+#: What happens to the requests of a batch that failed as a whole (``--batch-fallback``).
+FALLBACKS = ("stop", "interactive")
 
 
 @dataclass(frozen=True)
@@ -59,80 +63,26 @@ class BatchSettings:
     24 hours); ``0``: submit (or look) and return at once, a later command collects."""
     poll: float = 30.0
     """Seconds between two status requests."""
+    fallback: str = "stop"
+    """The requests of a batch that failed as a whole: ``stop`` (the command stops and names the
+    command that sends them one by one) or ``interactive`` (sent one by one, at full price)."""
 
     def __post_init__(self) -> None:
 
         if not self.poll > 0 or (self.wait is not None and not self.wait >= 0):
             raise ConfigurationError(f"--batch-poll must be > 0 and --batch-wait >= 0 seconds, got "
                                      f"{self.poll!r} and {self.wait!r}")
+        if self.fallback not in FALLBACKS:
+            raise ConfigurationError(f"--batch-fallback must be one of {', '.join(FALLBACKS)}, got {self.fallback!r}")
 
 
-@dataclass
-class BatchEntry:
-    """One submitted batch as the state file records it."""
+class BatchFailed(PersoBenchError):
+    """A batch failed as a whole and its requests were not sent one by one (``--batch-fallback stop``)."""
 
-    token: str
-    """Our tag of the submission (OpenAI batch metadata), known before the server answers."""
-    keys: list[str]
-    """The cache keys (= custom ids) it asks for."""
-    submitted_at: float
-    """Unix time just before submitting."""
-    batch_id: str | None = None
-    """The provider's id; ``None`` while the submission's answer was not recorded yet."""
-    resubmission: bool = False
-    """It asks again for what an expired batch left unanswered (never resubmitted itself)."""
-    state: str = "submitting"
-    """The provider's last reported state."""
-    counts: dict[str, int] = field(default_factory=dict)
-    """``total``, ``succeeded``, ``failed`` as last reported."""
-    collected: bool = False
-    """Its results were read and cached."""
-    usage: dict[str, int] = field(default_factory=dict)
-    """Of the replies it cached: ``replies``, ``prompt_tokens``, ``completion_tokens``."""
-    answered: list[str] = field(default_factory=list)
-    """The cache keys of the replies it cached (priced at batch prices in the run's cost); empty in
-    state files written before this field."""
-    updated_at: str = ""
-    """When this entry last changed (UTC, ISO 8601)."""
-
-
-@dataclass
-class BatchState:
-    """A state file: the provider and every batch submitted for this run (or judge)."""
-
-    provider: str
-    """Provider of the batches."""
-    batches: list[BatchEntry] = field(default_factory=list)
-    """In submission order."""
-
-    @property
-    def active(self) -> list[BatchEntry]:
-        return [b for b in self.batches if not b.collected]
-
-    @property
-    def answered(self) -> frozenset[str]:
-        """The cache keys whose reply a batch of this state answered."""
-        return frozenset(k for b in self.batches for k in b.answered)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "provider": self.provider, "batches": [dataclasses.asdict(b) for b in self.batches]}
-
-    @classmethod
-    def read(cls, path: Path, provider: str) -> "BatchState":
-        """The state at ``path``, or an empty one (no file, or a file this code cannot read)."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            names = {f.name for f in dataclasses.fields(BatchEntry)}
-            return cls(str(data.get("provider") or provider),
-                       [BatchEntry(**{k: v for k, v in b.items() if k in names}) for b in data.get("batches") or []])
-        except FileNotFoundError:
-            return cls(provider)
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
-            raise PersoBenchError(f"{path}: unreadable batch state ({exc}); move it aside only if no batch of it is "
-                                  "still running (it holds the batch ids)") from None
-
-    def write(self, path: Path) -> None:
-        atomic_write_json(path, self.to_dict())
+    def __init__(self, failure: str) -> None:
+        super().__init__(f"{failure}; to send them one by one at full price, give --batch-fallback interactive")
+        self.failure = failure
+        """What failed, how many requests it left unanswered (:meth:`BatchOutcome.failure_line`)."""
 
 
 @dataclass(frozen=True)
@@ -151,10 +101,19 @@ class BatchOutcome:
     """One line: the batches' state and counts."""
     pending_keys: frozenset[str] = frozenset()
     """The cache keys still waiting on the provider."""
+    failures: tuple[str, ...] = ()
+    """``<batch id> failed (<why>)`` for each batch that failed as a whole with requests still unanswered."""
+    failed_keys: frozenset[str] = frozenset()
+    """The requests of those batches: sent one by one only with ``fallback="interactive"``."""
 
     @property
     def waiting(self) -> bool:
         return self.pending > 0
+
+    def failure_line(self) -> str:
+        """``batch batch_x failed (why): its N request(s) were not sent one by one at full price``."""
+        return (f"{'; '.join(self.failures)}: its {len(self.failed_keys)} request(s) were not sent one by one at "
+                "full price")
 
 
 def fill_cache(
@@ -172,45 +131,34 @@ def fill_cache(
     def save() -> None:
         state.write(state_path)
 
-    for entry in [b for b in state.active if b.batch_id is None]:  # killed between submitting and recording
-        try:
-            entry.batch_id = backend.find(entry.token, since=entry.submitted_at, count=len(entry.keys))
-        except ProviderError as exc:
-            raise ProviderError(exc.kind, f"cannot look up the batch submitted at {entry.updated_at} whose answer "
-                                f"was lost ({exc}); if the provider shows no such batch, move {state_path} aside",
-                                status_code=exc.status_code) from None
-        if entry.batch_id is None:
-            state.batches.remove(entry)  # it never reached the server
-        else:
-            say(f"batch {entry.batch_id}: found again after an interrupted submission")
-        save()
-
-    covered = {k for b in state.batches for k in b.keys}
-    new = {k: r for k, r in requests.items() if submit and k not in covered and k not in cache}
-    keys, size = list(new), max(1, int(getattr(backend, "max_requests", 50_000)))
-    for start in range(0, len(keys), size):  # the APIs cap a batch's size: several batches then
-        _submit(backend, state, {k: new[k] for k in keys[start:start + size]}, resubmission=False, save=save, say=say)
-        submitted += 1
-
     deadline = None if settings.wait is None else time.monotonic() + max(0.0, settings.wait)
     last: dict[str, str] = {}
+    look_for_new = True
     while True:
-        for entry in list(state.active):
+        for entry in [b for b in state.active if b.batch_id is None]:  # its answer was never recorded
+            if _look_up(backend, entry, state, state_path, say, last):
+                look_for_new = True  # it never reached the provider: its requests are to submit
+            save()
+        if look_for_new and submit:
+            covered = {k for b in state.batches for k in b.keys}
+            new = {k: r for k, r in requests.items() if k not in covered and k not in cache}
+            keys, size = list(new), max(1, int(getattr(backend, "max_requests", 50_000)))
+            for start in range(0, len(keys), size):  # the APIs cap a batch's size: several batches then
+                _submit(backend, state, {k: new[k] for k in keys[start:start + size]}, resubmission=False,
+                        save=save, say=say)
+                submitted += 1
+        look_for_new = False
+        for entry in [b for b in state.active if b.batch_id is not None]:
             status = backend.status(str(entry.batch_id))
             _record(entry, status, secrets)
             save()
-            line = f"batch {entry.batch_id}: {scrub(status.describe(), secrets)}"
-            if last.get(str(entry.batch_id)) != line:
-                last[str(entry.batch_id)] = line
-                say(line)
+            _say_once(say, last, str(entry.batch_id), f"batch {entry.batch_id}: {scrub(status.describe(), secrets)}")
             if status.ended:
-                got, bad, unanswered = _collect(backend, entry, status, requests, cache, secrets)
+                got, bad, unanswered = _collect(backend, entry, status, requests, cache, secrets, say)
                 answered += got
                 failed += bad
                 entry.collected = True
                 save()
-                say(f"batch {entry.batch_id}: {got} repl{'y' if got == 1 else 'ies'} cached, {bad} failed"
-                    + (f", {len(unanswered)} unanswered" if unanswered else ""))
                 if unanswered and status.expired and not entry.resubmission and submit:
                     _submit(backend, state, {k: requests[k] for k in unanswered}, resubmission=True, save=save, say=say)
                     submitted += 1
@@ -220,7 +168,41 @@ def fill_cache(
         pause = settings.poll if deadline is None else min(settings.poll, max(0.0, deadline - time.monotonic()))
         _sleep(pause, stop)
     pending = frozenset(k for b in state.active for k in b.keys)
-    return BatchOutcome(answered, failed, len(pending), submitted, _summary(state), pending)
+    broken = [b for b in state.batches if b.failure and any(k in requests for k in b.keys)]
+    return BatchOutcome(answered, failed, len(pending), submitted, _summary(state), pending,
+                        tuple(f"batch {b.batch_id} failed ({b.failure})" for b in broken),
+                        frozenset(k for b in broken for k in b.keys if k in requests))
+
+
+def _say_once(say: Callable[[str], None], last: dict[str, str], topic: str, line: str) -> None:
+    """Say ``line`` unless it is what was last said about ``topic``."""
+    if last.get(topic) != line:
+        last[topic] = line
+        say(line)
+
+
+def _look_up(backend: "BatchBackend", entry: BatchEntry, state: BatchState, state_path: Path,
+             say: Callable[[str], None], last: dict[str, str]) -> bool:
+    """Find the batch of a submission whose answer was lost by its token: record its id, or drop
+    the entry when it never reached the provider (``True``), or leave it while the provider cannot
+    tell yet."""
+    try:
+        found = backend.find(entry.token, since=entry.submitted_at, count=len(entry.keys), tagged=entry.tagged)
+    except ProviderError as exc:
+        raise ProviderError(exc.kind, f"cannot look up the batch submitted at {entry.updated_at} whose answer "
+                            f"was lost ({exc}); if the provider shows no such batch, move {state_path} aside",
+                            status_code=exc.status_code) from None
+    if found.batch_id is not None:
+        entry.batch_id, entry.state, entry.updated_at = found.batch_id, "submitted", utc_now()
+        say(f"batch {entry.batch_id}: found again after an interrupted submission")
+        return False
+    if found.undecided:
+        _say_once(say, last, entry.token, f"batch submitted at {entry.updated_at}: its answer was lost; "
+                  f"{found.undecided} batch(es) of its size are still running and show their custom ids only when "
+                  "they end: waiting to tell which is ours (nothing is submitted meanwhile)")
+        return False
+    state.batches.remove(entry)  # it never reached the server
+    return True
 
 
 def _sleep(seconds: float, stop: Callable[[], bool]) -> None:
@@ -230,16 +212,23 @@ def _sleep(seconds: float, stop: Callable[[], bool]) -> None:
         time.sleep(min(0.1, left))
 
 
+def _custom_ids(entry: BatchEntry) -> dict[str, str]:
+    """Custom id -> cache key of the batch's requests (state files written before custom ids carried
+    the token: the cache key itself)."""
+    return {custom_id(entry.token, n) if entry.tagged else k: k for n, k in enumerate(entry.keys)}
+
+
 def _submit(backend: "BatchBackend", state: BatchState, requests: Mapping[str, "Request"], *, resubmission: bool,
             save: Callable[[], None], say: Callable[[str], None]) -> None:
     """Record the submission, submit, record the id: a crash at any point leaves a state that
     never submits these requests again (see :meth:`BatchBackend.find`)."""
     entry = BatchEntry(token=token_source.token_hex(8), keys=list(requests), submitted_at=time.time(),
-                       resubmission=resubmission, updated_at=utc_now())
+                       resubmission=resubmission, updated_at=utc_now(), tagged=True)
+    ids = _custom_ids(entry)
     state.batches.append(entry)
     save()
     try:
-        entry.batch_id = backend.submit(requests, entry.token)
+        entry.batch_id = backend.submit({cid: requests[key] for cid, key in ids.items()}, entry.token)
     except ProviderError as exc:
         if exc.status_code is not None and 400 <= exc.status_code < 500 and exc.status_code not in (408, 409):
             state.batches.remove(entry)  # refused outright: no batch exists, nothing to look for later
@@ -248,7 +237,7 @@ def _submit(backend: "BatchBackend", state: BatchState, requests: Mapping[str, "
     entry.state, entry.updated_at = "submitted", utc_now()
     save()
     say(f"batch {entry.batch_id}: submitted {len(requests)} request(s)"
-        + (" again (the first batch expired)" if resubmission else ""))
+        + (" again (the first batch expired or was cancelled)" if resubmission else ""))
 
 
 def _record(entry: BatchEntry, status: "BatchStatus", secrets: tuple[str, ...]) -> None:
@@ -258,33 +247,43 @@ def _record(entry: BatchEntry, status: "BatchStatus", secrets: tuple[str, ...]) 
 
 
 def _collect(backend: "BatchBackend", entry: BatchEntry, status: "BatchStatus", requests: Mapping[str, "Request"],
-             cache: "ResponseCache", secrets: tuple[str, ...]) -> tuple[int, int, list[str]]:
-    """Cache every reply of an ended batch; (replies cached, errors, keys left unanswered that this
-    process can send again)."""
+             cache: "ResponseCache", secrets: tuple[str, ...], say: Callable[[str], None]) -> tuple[int, int, list[str]]:
+    """Cache every reply of an ended batch, say what it gave, and mark it failed as a whole when it
+    answered nothing; (replies cached, errors, keys left unanswered that this process can send again)."""
 
-    results = backend.results(status)
+    results = {} if status.batch_failed else backend.results(status)
+    by_key = {key: results.get(cid) for cid, key in _custom_ids(entry).items()}
     latency = (status.elapsed or 0.0) / max(1, len(entry.keys))  # each reply's share, as batched local generation
-    got = bad = 0
-    unanswered = []
-    for key in entry.keys:
-        result = results.get(key)
-        if result is None:
-            if key in requests:
-                unanswered.append(key)
-        elif isinstance(result, ProviderError):
-            bad += 1
-        else:
-            usage = entry.usage
-            usage["replies"] = usage.get("replies", 0) + 1
-            usage["prompt_tokens"] = usage.get("prompt_tokens", 0) + int(result.prompt_tokens or 0)
-            usage["completion_tokens"] = usage.get("completion_tokens", 0) + int(result.completion_tokens or 0)
-            try:
-                cache.set(key, _scrubbed(result, secrets), latency=latency)
-            except (OSError, sqlite3.Error) as exc:
-                raise StoreWriteError(str(write_refused(Path(getattr(cache, "directory", ".")) / "cache.db", exc))) from None
-            entry.answered.append(key)
-            got += 1
-    return got, bad, unanswered
+    errors = [r for r in by_key.values() if isinstance(r, ProviderError)]
+    unanswered = [key for key, result in by_key.items() if result is None and key in requests]
+    for key, result in by_key.items():
+        if result is None or isinstance(result, ProviderError):
+            continue
+        usage = entry.usage
+        usage["replies"] = usage.get("replies", 0) + 1
+        usage["prompt_tokens"] = usage.get("prompt_tokens", 0) + int(result.prompt_tokens or 0)
+        usage["completion_tokens"] = usage.get("completion_tokens", 0) + int(result.completion_tokens or 0)
+        try:
+            cache.set(key, _scrubbed(result, secrets), latency=latency)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreWriteError(str(write_refused(Path(getattr(cache, "directory", ".")) / "cache.db", exc))) from None
+        entry.answered.append(key)
+    got = len(by_key) - len(errors) - sum(r is None for r in by_key.values())
+    repeated = sum(isinstance(r, RepeatedId) for r in errors)
+    # Failed as a whole: the provider refused the batch, or it answered nothing and every line is an
+    # error of the server's (a reply over our size cap was answered: sending it again is the cap's rule).
+    if status.batch_failed:
+        entry.failure = scrub(status.error or status.state, secrets)[:300]
+    elif entry.keys and not got and len(errors) == len(entry.keys) \
+            and not any(e.kind is ErrorKind.TOO_LARGE for e in errors):
+        entry.failure = scrub(f"every request errored, first: {errors[0]}", secrets)[:300]
+    if status.batch_failed:
+        say(f"batch {entry.batch_id}: failed as a whole ({entry.failure})")
+    else:
+        say(f"batch {entry.batch_id}: {got} repl{'y' if got == 1 else 'ies'} cached, {len(errors) - repeated} failed"
+            + (f", {repeated} repeated custom_id(s) (neither line used: sent again)" if repeated else "")
+            + (f", {len(unanswered)} unanswered" if unanswered else ""))
+    return got, len(errors), unanswered
 
 
 def _scrubbed(completion: Any, secrets: tuple[str, ...]) -> Any:
@@ -305,14 +304,6 @@ def _summary(state: BatchState) -> str:
                      + (f" {counts.get('succeeded', 0)}/{counts.get('total', len(b.keys))} done" if counts else "")
                      + (" collected" if b.collected else ""))
     return "; ".join(parts)
-
-
-def read_state(path: Path) -> BatchState | None:
-    """The batch state at ``path`` for display (``None``: none, or unreadable)."""
-    try:
-        return BatchState.read(path, "") if path.exists() else None
-    except PersoBenchError:
-        return None
 
 
 def batch_prices(spec: Any) -> tuple[float, float] | None:
@@ -342,23 +333,3 @@ def estimated_max_batch_cost(plan: Any) -> float | None:
     if not supports_batch(plan.spec.provider):
         return None
     return batch_cost(plan.spec, plan.estimated_prompt_tokens, plan.n_requests * plan.params.max_tokens)
-
-
-def pending_batches(home: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every batch of the store (its runs' and the judges') as rows for a page or the ``batches``
-    command (run id, provider, batch id, state, counts, submitted), those not collected yet first;
-    read from the state files, no key needed."""
-    rows = []
-    paths = [(p.parent.name, p) for p in sorted(Path(home, "runs").glob(f"*/{STATE_FILE}"))]
-    paths += [(f"(judge) {p.stem}", p) for p in sorted(Path(home, "batches").glob("judge-*.json"))]
-    for owner, path in paths:
-        state = read_state(path)
-        for b in state.batches if state else []:
-            counts = b.counts or {}
-            rows.append({"run_id": owner, "provider": state.provider if state else "",
-                         "batch_id": b.batch_id or "(submitting)", "state": b.state,
-                         "requests": counts.get("total", len(b.keys)), "succeeded": counts.get("succeeded", 0),
-                         "failed": counts.get("failed", 0), "collected": b.collected,
-                         "submitted": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(b.submitted_at)),
-                         "updated": b.updated_at})
-    return sorted(rows, key=lambda r: (r["collected"], r["submitted"]), reverse=False)

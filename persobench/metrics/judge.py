@@ -288,7 +288,7 @@ class JudgeLabeller:
                 try:
                     todo = answer_by_batch(self, todo, messages, positions, labels, cache, progress)
                 except PersoBenchError as exc:  # no key, the batch API refusing: one line, as for every pair
-                    raise JudgeError(f"judge {self.config.model_name}: {exc}") from None
+                    raise JudgeError(f"judge {self.config.model_name}: {exc}") from exc  # the CLI reads the cause
             if todo:
                 run_coroutine(self._send_all(todo, messages, positions, labels, cache, progress))
         self.stats.pairs += len(asked)

@@ -5,7 +5,9 @@ cache lacks go to :func:`persobench.llm.batch_driver.fill_cache` (one batch, its
 ``<home>/batches/judge-<identity hash>.json`` before any waiting); every answer it caches is
 labelled here, what the batch answered with an error goes back to the ordinary send loop, and
 what is still waiting on the provider at the ``--batch-wait`` deadline stays unanswered (no value,
-as with the cost cap), for the next command to collect without submitting again.
+as with the cost cap), for the next command to collect without submitting again. A batch that failed
+as a whole stops the pass (:class:`~persobench.llm.batch_driver.BatchFailed`) unless the judge's
+``--batch-fallback`` is ``interactive``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import hashlib
 from pathlib import Path
 import sys
 from typing import Any, Callable, Mapping, Protocol
-from persobench.errors import ProviderError
-from persobench.llm.batch_driver import batch_cost, fill_cache
+from persobench.errors import PersoBenchError, ProviderError
+from persobench.llm.batch_driver import BatchFailed, BatchState, batch_cost, fill_cache
 from persobench.providers.base import Request
 from persobench.providers.batch_api import make_batch_backend
 from persobench.secrets import known_secrets
@@ -40,11 +42,23 @@ def state_path(labeller: BatchedLabeller) -> Path:
     return Path(labeller.cache_dir).parent / "batches" / f"judge-{digest}.json"
 
 
+def pending_note(labeller: BatchedLabeller) -> str | None:
+    """What a dry run says about the judge's batches still on the provider (``None``: none)."""
+    try:
+        waiting = BatchState.read(state_path(labeller), "").waiting()
+    except PersoBenchError as exc:
+        return f"judge batch state: {exc} (--batch stops on it)"
+    return None if waiting is None else (f"judge batch pending: {waiting}; a command with --batch collects them "
+                                         "instead of sending them")
+
+
 def answer_by_batch(labeller: BatchedLabeller, todo: list[str], messages: Mapping[str, tuple],
                     positions: Mapping[str, list[int]], labels: dict[str, str], cache: Any,
                     progress: Callable[[int], None] | None) -> list[str]:
     """Label what the batch API answers; return the keys left for the ordinary send loop. Raises
-    :class:`~persobench.errors.PersoBenchError` when the batch API itself fails (no key, refused)."""
+    :class:`~persobench.errors.PersoBenchError` when the batch API itself fails (no key, refused),
+    :class:`~persobench.llm.batch_driver.BatchFailed` when a batch failed as a whole and the judge's
+    ``batch.fallback`` is ``stop``."""
 
 
     config = labeller.config
@@ -62,6 +76,8 @@ def answer_by_batch(labeller: BatchedLabeller, todo: list[str], messages: Mappin
         raise ProviderError(exc.kind, f"the batch API failed: {exc.describe()}", status_code=exc.status_code) from None
     finally:
         backend.close()
+    if outcome.failures and config.batch.fallback == "stop":
+        raise BatchFailed(outcome.failure_line())
     left = []
     for key in todo:
         hit = cache.get(key)
@@ -77,5 +93,5 @@ def answer_by_batch(labeller: BatchedLabeller, todo: list[str], messages: Mappin
             if progress is not None:
                 progress(len(positions[key]))
         elif key not in outcome.pending_keys:
-            left.append(key)  # the batch answered with an error: an ordinary request retries it
+            left.append(key)  # the batch answered with an error (or failed, --batch-fallback interactive)
     return left

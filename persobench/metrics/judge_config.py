@@ -33,7 +33,8 @@ STRUCTURED_PROVIDERS = frozenset({"openai", "anthropic", "local"})
 #: stores them; ``max_concurrency`` has no flag (the default), ``cache_dir`` is the store's.
 JUDGE_FLAGS = {"model": "--judge", "base_url": "--judge-base-url", "concurrency": "--judge-concurrency",
                "max_cost": "--judge-max-cost", "prompt": "--judge-prompt", "plain": "--judge-plain",
-               "batch": "--batch", "batch_wait": "--batch-wait", "batch_poll": "--batch-poll"}
+               "batch": "--batch", "batch_wait": "--batch-wait", "batch_poll": "--batch-poll",
+               "batch_fallback": "--batch-fallback"}
 #: Stored fields with no flag.
 _UNFLAGGED = ("max_concurrency",)
 
@@ -121,7 +122,8 @@ class JudgeConfig:
                 "concurrency": self.concurrency, "max_cost": self.max_cost, "prompt": self.prompt,
                 "plain": self.plain, "max_concurrency": self.max_concurrency, "batch": batch is not None,
                 "batch_wait": batch.wait if batch is not None else None,
-                "batch_poll": batch.poll if batch is not None else None}
+                "batch_poll": batch.poll if batch is not None else None,
+                "batch_fallback": batch.fallback if batch is not None else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, home: Any) -> "JudgeConfig":
@@ -140,13 +142,14 @@ class JudgeConfig:
         given["base_url"] = url_with_credentials(given.get("base_url")) or None
         given["plain"] = bool(given.get("plain", False))
         given["batch"] = batch_settings_of(given.pop("batch", None), given.pop("batch_wait", None),
-                                           given.pop("batch_poll", None))
+                                           given.pop("batch_poll", None), given.pop("batch_fallback", None))
         return make_judge(str(given.pop("model")), cache_dir=str(default_cache_dir(home)), home=home, **given)
 
 
-def batch_settings_of(batch: Any, wait: Any = None, poll: Any = None) -> "BatchSettings | None":
+def batch_settings_of(batch: Any, wait: Any = None, poll: Any = None, fallback: Any = None) -> "BatchSettings | None":
     """The judge's :class:`BatchSettings` from its stored fields or flags (``batch``, ``batch_wait``,
-    ``batch_poll``); ``None`` when ``batch`` is off. One-line :class:`ConfigurationError` for a bad value."""
+    ``batch_poll``, ``batch_fallback``); ``None`` when ``batch`` is off. One-line
+    :class:`ConfigurationError` for a bad value."""
     if batch is None or batch is False:
         return None
     if batch is not True:
@@ -156,7 +159,8 @@ def batch_settings_of(batch: Any, wait: Any = None, poll: Any = None) -> "BatchS
     except (TypeError, ValueError):
         raise ConfigurationError(f"judge: batch_wait and batch_poll must be numbers of seconds, got {wait!r} and "
                                  f"{poll!r}") from None
-    return BatchSettings(wait=seconds[0], poll=seconds[1])  # its own one line for a negative number
+    # its own one line for a negative number or an unknown fallback
+    return BatchSettings(wait=seconds[0], poll=seconds[1], fallback="stop" if fallback is None else fallback)
 
 
 def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = None,

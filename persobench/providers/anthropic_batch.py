@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from persobench.errors import ErrorKind, ProviderError
+from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.anthropic_provider import _STOP_REASONS, _TRANSPORT_OPTIONS, structured_output_format
 from persobench.providers.base import Completion, Request, max_reply_bytes
 from persobench.providers.batch_api import (
-    BatchStatus, HttpClient, capped, error_of, parse_time, safe_id, scrubbed_text,
+    CLOCK_SKEW, UNANSWERED, BatchStatus, HttpClient, Lookup, capped, carries_token, error_of, one_result_per_id,
+    parse_time, safe_id, scrubbed_text,
 )
 from urllib.parse import urlsplit
 
@@ -34,6 +35,8 @@ class AnthropicBatchBackend:
         headers = {**(options.get("headers") or {}), "x-api-key": api_key or "", "anthropic-version": API_VERSION}
         self.http = HttpClient(f"{(spec.base_url or DEFAULT_BASE_URL).rstrip('/')}/v1", headers,
                                timeout=float(options.get("timeout", timeout)), secrets=self._secrets)
+        self._first_ids: dict[str, Any] = {}
+        """Ended batch id -> the custom id of its first result line (read once per process)."""
 
     def params(self, request: Request) -> dict[str, Any]:
         """A request's ``params``, field for field what the interactive provider sends."""
@@ -56,28 +59,40 @@ class AnthropicBatchBackend:
             "requests": [{"custom_id": key, "params": self.params(r)} for key, r in requests.items()]})
         return safe_id(created.get("id"))
 
-    def find(self, token: str, *, since: float, count: int) -> str | None:  # noqa: ARG002
-        """Message batches carry no metadata: the one batch created since ``since`` (a minute of
-        clock skew allowed) with exactly ``count`` requests, if there is exactly one."""
-        listing = self.http.json("GET", "/messages/batches", params={"limit": 100})
-        found = []
-        for batch in listing.get("data") or []:
-            created = parse_time(batch.get("created_at"))
-            counts = batch.get("request_counts") or {}
-            if created is not None and created >= since - 60 and sum(int(v or 0) for v in counts.values()) == count:
-                found.append(safe_id(batch.get("id")))
-        return found[0] if len(found) == 1 else None
+    def find(self, token: str, *, since: float, count: int, tagged: bool = True) -> Lookup:
+        """Message batches carry no metadata, and show their custom ids only in their results, once
+        they have ended: the batch whose first result line's custom id carries ``token``. Batches
+        created before ``since`` or of another size are not read (they cannot be it); one of the
+        size that is still running is counted :attr:`Lookup.undecided`."""
+        if not tagged:
+            raise ConfigurationError("a batch submitted by an earlier PersoBench (its custom ids carry no token) "
+                                     "lost its answer: look for it in the provider's console")
+        undecided = 0
+        for batch in self.http.listing("/messages/batches", after="after_id", since=since - CLOCK_SKEW):
+            counts = batch.get("request_counts")
+            if not isinstance(counts, Mapping) or sum(_count(v) for v in counts.values()) != count:
+                continue
+            batch_id = safe_id(batch.get("id"))
+            if batch.get("processing_status") != "ended":
+                undecided += 1
+                continue
+            if batch_id not in self._first_ids:
+                first = self.http.first_line(self._results_url(batch.get("results_url"), batch_id))
+                self._first_ids[batch_id] = first.get("custom_id") if isinstance(first, Mapping) else None
+            if carries_token(self._first_ids[batch_id], token):
+                return Lookup(batch_id)
+        return Lookup(None, undecided)
 
     def status(self, batch_id: str) -> BatchStatus:
         data = self.http.json("GET", f"/messages/batches/{batch_id}")
         state = str(data.get("processing_status") or "unknown")
-        counts = {k: int(v or 0) for k, v in (data.get("request_counts") or {}).items()}
+        counts = {k: _count(v) for k, v in (data.get("request_counts") or {}).items()}
         created, ended_at = parse_time(data.get("created_at")), parse_time(data.get("ended_at"))
         return BatchStatus(
             batch_id=batch_id, state=scrubbed_text(state, self._secrets) or state, ended=state == "ended",
             total=sum(counts.values()), succeeded=counts.get("succeeded", 0),
             failed=counts.get("errored", 0) + counts.get("canceled", 0) + counts.get("expired", 0),
-            expired=counts.get("expired", 0) > 0,
+            expired=counts.get("expired", 0) + counts.get("canceled", 0) > 0,
             elapsed=ended_at - created if created is not None and ended_at is not None else None,
             result_ref=self._results_url(data.get("results_url"), batch_id),
         )
@@ -92,21 +107,24 @@ class AnthropicBatchBackend:
         return f"/messages/batches/{batch_id}/results"
 
     def results(self, status: BatchStatus) -> "dict[str, Completion | ProviderError]":
-        out: dict[str, Completion | ProviderError] = {}
-        for line in self.http.lines(status.result_ref or f"/messages/batches/{status.batch_id}/results"):
-            key, result = line.get("custom_id"), line.get("result") or {}
-            kind = result.get("type")
-            if not isinstance(key, str) or kind in ("expired", "canceled"):
-                continue  # unanswered: may be submitted again
-            if kind == "succeeded":
-                out[key] = self._completion(result.get("message") or {})
-            else:
-                error = (result.get("error") or {}).get("error") or result.get("error") or result
-                status_code = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
-                               "not_found_error": 404, "rate_limit_error": 429, "api_error": 500,
-                               "overloaded_error": 529}.get(str(error.get("type")) if isinstance(error, Mapping) else "")
-                out[key] = error_of(status_code, error, self._secrets)
-        return out
+        lines = self.http.lines(status.result_ref or f"/messages/batches/{status.batch_id}/results")
+        return one_result_per_id((line.get("custom_id"), self._result(line.get("result")))
+                                 for line in lines if isinstance(line, Mapping))
+
+    def _result(self, result: Any) -> "Completion | ProviderError | None":
+        result = result if isinstance(result, Mapping) else {}
+        kind = result.get("type")
+        if kind in ("expired", "canceled"):
+            return UNANSWERED  # may be submitted again
+        if kind == "succeeded":
+            message = result.get("message")
+            return self._completion(message if isinstance(message, Mapping) else {})
+        outer = result.get("error")
+        error = (outer.get("error") if isinstance(outer, Mapping) else None) or outer or result
+        status_code = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                       "not_found_error": 404, "rate_limit_error": 429, "api_error": 500,
+                       "overloaded_error": 529}.get(str(error.get("type")) if isinstance(error, Mapping) else "")
+        return error_of(status_code, error, self._secrets)
 
     def _completion(self, message: Mapping[str, Any]) -> "Completion | ProviderError":
         blocks = message.get("content")
@@ -121,3 +139,8 @@ class AnthropicBatchBackend:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _count(value: Any) -> int:
+    """A request count as the server gave it (anything but a whole number counts 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

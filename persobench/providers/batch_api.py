@@ -8,8 +8,12 @@ batch input, the provider's batch object into :class:`BatchStatus`, result lines
 Submitting once, remembering the batch id, polling, caching and resubmitting live once in
 :mod:`persobench.llm.batch_driver`.
 
-Each request's ``custom_id`` is its response-cache key (64 hex digits: within both APIs' limits),
-so a result finds its cache entry without any mapping kept on the side.
+Each request's ``custom_id`` is ``<token>-<n>`` (:func:`custom_id`): the submission's token and the
+request's place in the list of cache keys the state file holds for that batch (short, and within
+Anthropic's 64 characters of ``[A-Za-z0-9_-]`` whatever the keys look like). The token is written to
+the state file before submitting, so a batch whose id was never recorded is recognised by its custom
+ids (and by OpenAI's ``metadata``), never by its size or time. Both APIs promise a custom id once per
+batch: :func:`one_result_per_id` uses neither line of one the output repeats.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request, error_from_http, resolve_api_key
@@ -54,7 +58,11 @@ class BatchStatus:
     failed: int = 0
     """Requests that failed (errored, and for Anthropic also canceled or expired)."""
     expired: bool = False
-    """The batch ran out of its completion window: unanswered requests may be submitted again."""
+    """The batch ran out of its completion window or was cancelled: the requests it left unanswered
+    (absent, or answered ``batch_expired`` / ``batch_cancelled``, ``expired`` / ``canceled``) may be
+    submitted again."""
+    batch_failed: bool = False
+    """The batch failed as a whole (OpenAI ``failed``: its input was refused); ``error`` says why."""
     elapsed: float | None = None
     """Seconds from creation to the end, when the provider says (each reply's latency is its share)."""
     result_ref: str | None = None
@@ -83,9 +91,12 @@ class BatchBackend(Protocol):
         the batch (where the API keeps metadata) so :meth:`find` can recognise it after a crash."""
         ...
 
-    def find(self, token: str, *, since: float, count: int) -> str | None:
-        """The id of a batch submitted with ``token`` (created after ``since``, ``count`` requests)
-        whose id was never recorded because the process died right after submitting; else ``None``."""
+    def find(self, token: str, *, since: float, count: int, tagged: bool = True) -> "Lookup":
+        """The batch submitted with ``token`` whose id was never recorded (the process died, or the
+        answer was lost, right after submitting): recognised by the token it carries (OpenAI
+        ``metadata``, the custom-id prefix of :func:`custom_id`), never by size or time. ``since``
+        (the submission's time) and ``count`` (its requests) only narrow which batches are read.
+        ``tagged``: its custom ids carry the token (``False``: state files written before they did)."""
         ...
 
     def status(self, batch_id: str) -> BatchStatus:
@@ -94,12 +105,62 @@ class BatchBackend(Protocol):
 
     def results(self, status: BatchStatus) -> "dict[str, Completion | ProviderError]":
         """The answered requests of an ended batch: custom id -> completion, or the request's own
-        error. Requests left unanswered (expired, canceled) are absent."""
+        error (a :class:`RepeatedId` for an id the output repeats). Requests left unanswered
+        (expired, canceled) are absent."""
         ...
 
     def close(self) -> None:
         """Release connections."""
         ...
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What :meth:`BatchBackend.find` learnt about a submission whose answer was lost."""
+
+    batch_id: str | None = None
+    """The batch carrying the submission's token; ``None`` with ``undecided == 0``: it never
+    reached the provider."""
+    undecided: int = 0
+    """Batches that may be it but cannot be read yet (Anthropic shows custom ids only once a batch
+    has ended): ask again later, submit nothing meanwhile."""
+
+
+def custom_id(token: str, position: int) -> str:
+    """The custom id of the request at ``position`` (from 0) in the submission tagged ``token``."""
+    return f"{token}-{position}"
+
+
+def carries_token(custom: Any, token: str) -> bool:
+    """Whether result line custom id ``custom`` belongs to the submission tagged ``token``."""
+    return isinstance(custom, str) and custom.startswith(f"{token}-")
+
+
+class RepeatedId(ProviderError):
+    """The batch output holds more than one line for a custom id: the server's fault; neither line
+    is used and the request is sent again."""
+
+
+#: A result line that says its request was never carried out (expired, cancelled): left out.
+UNANSWERED = None
+
+
+def one_result_per_id(lines: Iterable[tuple[Any, Any]]) -> "dict[str, Completion | ProviderError]":
+    """(custom id, result or :data:`UNANSWERED`) pairs of every result line -> custom id -> result.
+    Both APIs give each custom id once per batch; an id seen on two lines (of one file or of the
+    output and error files) gets a :class:`RepeatedId` instead of either line."""
+    seen: dict[str, list[Any]] = {}
+    for key, result in lines:
+        if isinstance(key, str):
+            seen.setdefault(key, []).append(result)
+    out: dict[str, Completion | ProviderError] = {}
+    for key, results in seen.items():
+        if len(results) > 1:
+            out[key] = RepeatedId(ErrorKind.BAD_RESPONSE, f"the batch output holds {len(results)} lines for this "
+                                  "custom_id (unique within a batch, both APIs say): neither is used")
+        elif results[0] is not UNANSWERED:
+            out[key] = results[0]
+    return out
 
 
 def supports_batch(provider: str) -> bool:
@@ -145,24 +206,27 @@ class HttpClient:
     def url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else f"{self.base_url}{path}"
 
-    def call(self, method: str, path: str, *, once: bool = False, **kwargs: Any) -> Any:
+    def call(self, method: str, path: str, *, once: bool = False, stream: bool = False, **kwargs: Any) -> Any:
         """The response of ``method path`` (an ``httpx.Response`` with a 2xx status). ``once``: a call
         that must not happen twice (creating a batch) is retried only after a refusal that says it
         was not processed (429, 529); after a timeout or a lost connection it may have been, so the
-        error is raised and the caller's state decides (:meth:`BatchBackend.find`)."""
+        error is raised and the caller's state decides (:meth:`BatchBackend.find`). ``stream``: the
+        body is left unread (the caller reads what it needs, then closes the response)."""
         import httpx
 
         attempt = 0
         while True:
             attempt += 1
             try:
-                response = self._client.request(method, self.url(path), **kwargs)
+                response = self._client.send(self._client.build_request(method, self.url(path), **kwargs),
+                                             stream=stream)
+                if response.status_code < 300:
+                    return response
+                response.read()
             except httpx.HTTPError as exc:
                 error = ProviderError(ErrorKind.CONNECTION, shorten(f"{method} {path}: {exc} ({type(exc).__name__})",
                                                                     300, self.secrets))
             else:
-                if response.status_code < 300:
-                    return response
                 error = error_from_http(response.status_code, response.headers, response.text,
                                         shorten(f"{method} {path}: HTTP {response.status_code}: {response.text}",
                                                 300, self.secrets), secrets=self.secrets)
@@ -182,17 +246,57 @@ class HttpClient:
 
     def lines(self, path: str) -> list[Any]:
         """A JSONL document as objects (a line that is not JSON is skipped: its request stays unanswered)."""
-        out = []
-        for line in self.call("GET", path).text.splitlines():
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-        return out
+        return [obj for line in self.call("GET", path).text.splitlines() if (obj := _json_line(line)) is not None]
+
+    def first_line(self, path: str) -> Any:
+        """The first JSON line of a JSONL document, reading no further than it (``None``: none)."""
+        import httpx
+
+        response = self.call("GET", path, stream=True)
+        try:
+            for line in response.iter_lines():
+                if (obj := _json_line(line)) is not None:
+                    return obj
+        except httpx.HTTPError as exc:
+            raise ProviderError(ErrorKind.CONNECTION, shorten(f"GET {path}: {exc} ({type(exc).__name__})", 300,
+                                                              self.secrets)) from None
+        finally:
+            response.close()
+        return None
+
+    def listing(self, path: str, *, after: str, since: float) -> Iterator[Mapping[str, Any]]:
+        """Every object of a paginated list (newest first: ``has_more``, ``last_id``, the next page
+        ``after`` it), up to the first one created before ``since``."""
+        params: dict[str, Any] = {"limit": 100}
+        while True:
+            page = self.json("GET", path, params=params)
+            data = [item for item in (page.get("data") or []) if isinstance(item, Mapping)]
+            for item in data:
+                created = parse_time(item.get("created_at"))
+                if created is not None and created < since:
+                    return
+                yield item
+            last = page.get("last_id") or (data[-1].get("id") if data else None)
+            if not page.get("has_more") or not data or not last:
+                return
+            params = {"limit": 100, after: safe_id(last)}
 
     def close(self) -> None:
         self._client.close()
+
+
+def _json_line(line: str) -> Any:
+    if not line.strip():
+        return None
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+#: How far before a submission a look-up for its batch reads the provider's list (newest first), in
+#: seconds: a day, far beyond any difference between this machine's clock and the provider's.
+CLOCK_SKEW = 86_400.0
 
 
 def error_of(status: int | None, body: Any, secrets: Sequence[str | None]) -> ProviderError:

@@ -10,7 +10,8 @@ from typing import Any, Mapping
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request, max_reply_bytes
 from persobench.providers.batch_api import (
-    BatchStatus, HttpClient, capped, error_of, parse_time, safe_id, scrubbed_text,
+    CLOCK_SKEW, UNANSWERED, BatchStatus, HttpClient, Lookup, capped, error_of, one_result_per_id, parse_time, safe_id,
+    scrubbed_text,
 )
 from persobench.providers.openai_provider import _TRANSPORT_OPTIONS, _with_format, request_fields
 from persobench.structured import FORMS, JSON_SCHEMA
@@ -21,6 +22,11 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _ENDED = frozenset({"completed", "expired", "failed", "cancelled"})
 #: Metadata key tagging our batches, so one whose id a killed process never recorded is found again.
 TOKEN_FIELD = "persobench_token"
+#: Error-file codes of requests the batch never carried out (the documented expiry form): unanswered,
+#: not failed, so they may be submitted again.
+UNANSWERED_CODES = frozenset({"batch_expired", "batch_cancelled"})
+#: Options the interactive client sends as headers (the SDK's ``organization`` and ``project``).
+_OPTION_HEADERS = {"organization": "OpenAI-Organization", "project": "OpenAI-Project"}
 
 
 class OpenAIBatchBackend:
@@ -41,7 +47,9 @@ class OpenAIBatchBackend:
             raise ConfigurationError(f"structured_format must be one of {', '.join(FORMS)}, got {form!r}")
         self._form = form
         self._max_bytes = max_reply_bytes(options)
-        headers = {**(options.get("headers") or {}), "Authorization": f"Bearer {api_key or 'not-needed'}"}
+        # The headers the interactive client sends, the same way (the SDK's organization and project).
+        named = {header: str(options[option]) for option, header in _OPTION_HEADERS.items() if options.get(option)}
+        headers = {**named, **(options.get("headers") or {}), "Authorization": f"Bearer {api_key or 'not-needed'}"}
         self.http = HttpClient((spec.base_url or DEFAULT_BASE_URL).rstrip("/"), headers,
                                timeout=float(options.get("timeout", timeout)), secrets=self._secrets)
 
@@ -72,12 +80,13 @@ class OpenAIBatchBackend:
         })
         return safe_id(created.get("id"))
 
-    def find(self, token: str, *, since: float, count: int) -> str | None:  # noqa: ARG002 - the token is enough
-        listing = self.http.json("GET", "/batches", params={"limit": 100})
-        for batch in listing.get("data") or []:
-            if (batch.get("metadata") or {}).get(TOKEN_FIELD) == token:
-                return safe_id(batch.get("id"))
-        return None
+    def find(self, token: str, *, since: float, count: int, tagged: bool = True) -> Lookup:  # noqa: ARG002
+        """The batch whose ``metadata`` carries ``token`` (every page back to ``since``)."""
+        for batch in self.http.listing("/batches", after="after", since=since - CLOCK_SKEW):
+            metadata = batch.get("metadata")
+            if isinstance(metadata, Mapping) and metadata.get(TOKEN_FIELD) == token:
+                return Lookup(safe_id(batch.get("id")))
+        return Lookup()
 
     def status(self, batch_id: str) -> BatchStatus:
         data = self.http.json("GET", f"/batches/{batch_id}")
@@ -91,7 +100,8 @@ class OpenAIBatchBackend:
         return BatchStatus(
             batch_id=batch_id, state=scrubbed_text(state, self._secrets) or state, ended=state in _ENDED,
             total=int(counts.get("total") or 0), succeeded=int(counts.get("completed") or 0),
-            failed=int(counts.get("failed") or 0), expired=state == "expired",
+            failed=int(counts.get("failed") or 0), expired=state in ("expired", "cancelled"),
+            batch_failed=state == "failed",
             elapsed=ended_at - created if created is not None and ended_at is not None else None,
             result_ref=" ".join(safe_id(data[f], "file id") if data.get(f) else "-"
                                 for f in ("output_file_id", "error_file_id")),
@@ -99,18 +109,15 @@ class OpenAIBatchBackend:
         )
 
     def results(self, status: BatchStatus) -> "dict[str, Completion | ProviderError]":
-        out: dict[str, Completion | ProviderError] = {}
-        for file_id in (status.result_ref or "").split():
-            if file_id == "-":
-                continue
-            for line in self.http.lines(f"/files/{file_id}/content"):
-                key = line.get("custom_id")
-                if isinstance(key, str):
-                    out[key] = self._result(line)
-        return out
+        lines = [line for file_id in (status.result_ref or "").split() if file_id != "-"
+                 for line in self.http.lines(f"/files/{file_id}/content") if isinstance(line, Mapping)]
+        return one_result_per_id((line.get("custom_id"), self._result(line)) for line in lines)
 
-    def _result(self, line: Mapping[str, Any]) -> "Completion | ProviderError":
-        response = line.get("response") or {}
+    def _result(self, line: Mapping[str, Any]) -> "Completion | ProviderError | None":
+        error = line.get("error")
+        if isinstance(error, Mapping) and error.get("code") in UNANSWERED_CODES and not line.get("response"):
+            return UNANSWERED  # never carried out (the batch expired or was cancelled first)
+        response = line.get("response") if isinstance(line.get("response"), Mapping) else {}
         status_code = response.get("status_code")
         body = response.get("body")
         if line.get("error") or status_code != 200 or not isinstance(body, Mapping):

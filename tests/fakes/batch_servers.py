@@ -6,11 +6,19 @@
 * Anthropic: ``POST /v1/messages/batches``, ``GET /v1/messages/batches[/{id}]`` and
   ``GET /v1/messages/batches/{id}/results``.
 
-A batch ends on its ``finish_after``-th status request (``None``: never, until :meth:`release`).
+A batch ends on its ``finish_after``-th status request or listing (``None``: never, until
+:meth:`release`).
 ``fail(custom_id, line)`` chooses lines answered with an error; the first ``expire`` batches expire
-with every other line unanswered; the first ``lost_answers`` creations are answered HTTP 502
+with every other line unanswered, the next ``cancel`` batches end cancelled the same way (OpenAI:
+``expiry_form="missing"`` leaves those lines out of both files, ``"error_file"`` writes them to the
+error file with the documented codes ``batch_expired`` / ``batch_cancelled``); the next
+``fail_batch`` batches fail as a whole (OpenAI status ``failed`` with ``errors``; Anthropic has no
+such state: use ``fail``); ``repeat(custom_id, line)`` chooses lines the output carries twice, the
+second time with :data:`WRONG_TEXT`; the first ``lost_answers`` creations are answered HTTP 502
 although the batch was created; ``echo_key`` puts the caller's credential in every reply text,
-error message and batch error; ``answer(info)`` gives a reply's text. The server records what it saw (batches created, uploads, polls).
+error message and batch error; ``answer(info)`` gives a reply's text; ``page_size`` caps a listing
+page (newest first, ``has_more`` / ``last_id``, ``after`` or ``after_id`` for the next page). The
+server records what it saw (batches created, uploads, polls, every batch call's headers).
 """
 
 from __future__ import annotations
@@ -24,14 +32,26 @@ from typing import Any, Callable, Mapping
 
 from tests.fakes.servers import FakeLLMServer, RequestInfo, _content_text, _Handler, default_text
 
+#: The text of the second line of a repeated custom id (a reply that belongs to no request).
+WRONG_TEXT = json.dumps({"response": "WRONG REPLY: this line repeats another request's custom_id"})
+
 
 class FakeBatchServer(FakeLLMServer):
     """A :class:`FakeLLMServer` with the flavour's batch endpoints."""
 
     def __init__(self, flavour: str = "openai", *, finish_after: int | None = 1,
                  fail: Callable[[str, int], bool] | None = None, expire: int = 0, echo_key: bool = False,
-                 answer: Callable[[RequestInfo], str] | None = None, lost_answers: int = 0, **kwargs: Any) -> None:
+                 answer: Callable[[RequestInfo], str] | None = None, lost_answers: int = 0, cancel: int = 0,
+                 expiry_form: str = "missing", fail_batch: int = 0, repeat: Callable[[str, int], bool] | None = None,
+                 page_size: int = 100, **kwargs: Any) -> None:
         super().__init__(flavour, **kwargs)
+        self.cancel = cancel
+        self.expiry_form = expiry_form
+        self.fail_batch = fail_batch
+        self.repeat = repeat
+        self.page_size = page_size
+        self.batch_headers: list[tuple[str, str, dict[str, str]]] = []
+        """(method, path, lower-cased headers) of every batch-API call."""
         self.status_errors = 0
         """The next this many status requests are answered HTTP 503 (then counted down)."""
         self.lost_answers = lost_answers
@@ -71,19 +91,32 @@ class FakeBatchServer(FakeLLMServer):
         with self.batch_lock:
             self.polls += 1
             record = self.batches[batch_id]
-            record["polls"] += 1
-            if record["ended"] is None and (self.released.is_set() or (
-                    self.finish_after is not None and record["polls"] >= self.finish_after)):
-                self._end(record, key)
+            self._look(record, key)
             return record
 
+    def refresh(self, record: dict[str, Any]) -> None:
+        """A listing shows the batch: it counts as a look at it (as time passing on a real server)."""
+        with self.batch_lock:
+            self._look(record, "")
+
+    def _look(self, record: dict[str, Any], key: str) -> None:
+        record["polls"] += 1
+        if record["ended"] is None and (self.released.is_set() or (
+                self.finish_after is not None and record["polls"] >= self.finish_after)):
+            self._end(record, key)
+
     def _end(self, record: dict[str, Any], key: str) -> None:
-        expired = record["number"] <= self.expire
+        number = record["number"]
+        expired = number <= self.expire
+        cancelled = not expired and number <= self.expire + self.cancel
+        record["failed"] = not expired and not cancelled and number <= self.expire + self.cancel + self.fail_batch
         results = []
         for index, line in enumerate(record["lines"]):
             custom_id = line["custom_id"]
-            if expired and index % 2 == 0:
-                results.append((custom_id, "expired", None))
+            if record["failed"]:
+                continue
+            if (expired or cancelled) and index % 2 == 0:
+                results.append((custom_id, "expired" if expired else "cancelled", None))
             elif self.fail is not None and self.fail(custom_id, index):
                 results.append((custom_id, "error", f"fake batch line error{' for ' + key if self.echo_key else ''}"))
             else:
@@ -93,8 +126,11 @@ class FakeBatchServer(FakeLLMServer):
                 if self.echo_key:
                     text = json.dumps({"response": f"your key is {key}"})
                 results.append((custom_id, "ok", text))
+                if self.repeat is not None and self.repeat(custom_id, index):
+                    results.append((custom_id, "ok", WRONG_TEXT))
         record["ended"] = time.time()
         record["expired"] = expired
+        record["cancelled"] = cancelled
         record["results"] = results
 
 
@@ -112,9 +148,14 @@ class _BatchHandler(_Handler):
         auth = self.headers.get("authorization") or ""
         return auth.removeprefix("Bearer ") if auth else (self.headers.get("x-api-key") or "")
 
+    def _seen(self, method: str, path: str) -> None:
+        with self.fake.batch_lock:
+            self.fake.batch_headers.append((method, path, {k.lower(): v for k, v in self.headers.items()}))
+
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?")[0]
         if path in ("/v1/files", "/v1/batches", "/v1/messages/batches"):
+            self._seen("POST", path)
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length)
             if path == "/v1/files":
@@ -132,10 +173,10 @@ class _BatchHandler(_Handler):
             return self._send_json(503, {"error": {"message": "try again", "type": "server_error"}},
                                    {"retry-after": "0"})
         parts = path.strip("/").split("/")
+        if parts[:2] == ["v1", "files"] or "batches" in parts:
+            self._seen("GET", path)
         if path in ("/v1/batches", "/v1/messages/batches"):
-            with fake.batch_lock:
-                data = [self._batch_object(r, None) for r in fake.batches.values()]
-            return self._send_json(200, {"data": data, "has_more": False})
+            return self._list()
         if parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content":
             data = fake.files.get(parts[2])
             if data is None:
@@ -145,9 +186,32 @@ class _BatchHandler(_Handler):
             return self._send_json(200, self._batch_object(fake._poll(parts[2], self._key()), self._key()))
         if parts[:3] == ["v1", "messages", "batches"] and len(parts) >= 4 and parts[3] in fake.batches:
             if len(parts) == 5 and parts[4] == "results":
-                return self._send_raw(200, self._anthropic_results(fake.batches[parts[3]]), "application/x-jsonl")
+                record = fake.batches[parts[3]]
+                if record["ended"] is None:  # as the API: results exist once processing has ended
+                    return self._send_json(404, {"type": "error", "error": {
+                        "type": "not_found_error", "message": "results are not available yet"}})
+                return self._send_raw(200, self._anthropic_results(record), "application/x-jsonl")
             return self._send_json(200, self._batch_object(fake._poll(parts[3], self._key()), self._key()))
         self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+    def _list(self) -> None:
+        """Batches newest first, ``page_size`` at a time (``limit`` honoured below it)."""
+        from urllib.parse import parse_qs, urlsplit
+
+        fake = self.fake
+        query = {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+        for record in list(fake.batches.values()):
+            fake.refresh(record)
+        with fake.batch_lock:
+            records = sorted(fake.batches.values(), key=lambda r: r["number"], reverse=True)
+            after = query.get("after") or query.get("after_id")
+            if after in fake.batches:
+                records = records[[r["id"] for r in records].index(after) + 1:]
+            size = min(fake.page_size, int(query.get("limit") or 20))
+            page = [self._batch_object(r, None) for r in records[:size]]
+        body = {"data": page, "has_more": len(records) > size, "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None}
+        return self._send_json(200, body)
 
     # -- OpenAI ------------------------------------------------------------------------------------
 
@@ -188,9 +252,10 @@ class _BatchHandler(_Handler):
 
     def _batch_object(self, record: Mapping[str, Any], key: str | None) -> dict[str, Any]:
         results = record.get("results") or []
-        ok = sum(1 for r in results if r[1] == "ok")
+        ok = len({r[0] for r in results if r[1] == "ok"})
         bad = sum(1 for r in results if r[1] == "error")
         expired = sum(1 for r in results if r[1] == "expired")
+        cancelled = sum(1 for r in results if r[1] == "cancelled")
         if self.fake.flavour == "openai":
             out: dict[str, Any] = {"id": record["id"], "object": "batch", "endpoint": record["endpoint"],
                                    "completion_window": "24h", "created_at": int(record["created"]),
@@ -200,18 +265,29 @@ class _BatchHandler(_Handler):
             if record["ended"] is None:
                 out["status"] = "in_progress"
                 return out
-            out["status"] = "expired" if record.get("expired") else "completed"
-            out["expired_at" if record.get("expired") else "completed_at"] = int(record["ended"])
+            out["status"] = ("failed" if record.get("failed") else "expired" if record.get("expired")
+                             else "cancelled" if record.get("cancelled") else "completed")
+            out[f"{out['status']}_at"] = int(record["ended"])
             if self.fake.echo_key and key:
                 out["errors"] = {"data": [{"message": f"we saw the key {key}"}]}
+            if record.get("failed"):
+                out["errors"] = {"object": "list", "data": [
+                    {"code": "invalid_request", "line": 1, "param": "body.model",
+                     "message": "The model `gpt-nonexistent` does not exist" + (f" (key {key})" if self.fake.echo_key
+                                                                               else "")}]}
+                out["request_counts"] = {"total": 0, "completed": 0, "failed": 0}
+                return out
+            unanswered = self.fake.expiry_form == "error_file" and (expired or cancelled)
+            if unanswered:
+                out["request_counts"]["failed"] = bad + expired + cancelled
             out["output_file_id"] = self._file(record, "ok", key)
-            out["error_file_id"] = self._file(record, "error", key) if bad else None
+            out["error_file_id"] = self._file(record, "error", key) if bad or unanswered else None
             return out
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["created"]))
         out = {"id": record["id"], "type": "message_batch", "created_at": stamp,
                "processing_status": "in_progress" if record["ended"] is None else "ended",
                "request_counts": {"processing": len(record["lines"]) if record["ended"] is None else 0,
-                                  "succeeded": ok, "errored": bad, "canceled": 0, "expired": expired},
+                                  "succeeded": ok, "errored": bad, "canceled": cancelled, "expired": expired},
                "ended_at": None, "results_url": None}
         if record["ended"] is not None:
             out["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["ended"]))
@@ -222,6 +298,13 @@ class _BatchHandler(_Handler):
         file_id = f"file-{kind}-{record['id']}"
         lines = []
         for custom_id, outcome, text in record["results"]:
+            code = {"expired": "batch_expired", "cancelled": "batch_cancelled"}.get(outcome)
+            if code and kind == "error" and self.fake.expiry_form == "error_file":  # the documented form
+                what = ("could not be executed before the completion window expired" if outcome == "expired"
+                        else "was cancelled before this request executed")
+                lines.append({"id": f"req-{custom_id[:8]}", "custom_id": custom_id, "response": None,
+                              "error": {"code": code, "message": f"This request {what}."}})
+                continue
             if outcome != kind:
                 continue
             if kind == "ok":
@@ -251,6 +334,6 @@ class _BatchHandler(_Handler):
                 result = {"type": "errored", "error": {"type": "error", "error": {"type": "invalid_request_error",
                                                                                    "message": text}}}
             else:
-                result = {"type": "expired"}
+                result = {"type": "expired" if outcome == "expired" else "canceled"}
             lines.append(json.dumps({"custom_id": custom_id, "result": result}) + "\n")
         return "".join(lines).encode()
