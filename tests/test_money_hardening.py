@@ -12,6 +12,7 @@ servers on 127.0.0.1, real `python -m persobench score` processes, real diskcach
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -125,7 +126,7 @@ def test_three_score_judge_commands_at_once_ask_each_distinct_pair_once(openai_s
         reader.start()
     try:
         for k, event in enumerate(started):
-            assert event.wait(180) or children[k].poll() is None, children[k].stderr.read()  # type: ignore[union-attr]
+            assert event.wait(180), f"score process {k} never started its pass (exit status {children[k].poll()})"
         # All three are labelling: hold every answer until the requests stop coming.
         _quiet(openai_server, pairs, 3.0)
         gate.set()
@@ -386,3 +387,23 @@ def test_score_reports_timed_out_requests_at_their_reserved_cost(openai_server, 
     bounds = sum(_bound(pair) for pair in {pair_of(r) for r in openai_server.requests})
     assert f"{pairs} request(s) timed out, each counted at its reserved cost" in out, out
     assert f"cost ${bounds + pairs * ANSWER_COST:.4f}" in out, out  # not the answers' $0.125 each alone
+
+
+def test_a_reservation_left_by_a_killed_process_counts_as_spent_and_is_not_waited_for(openai_server, tmp_path):
+    import socket
+
+    openai_server.script = judge_script({})
+    judge = _priced_judge(openai_server, tmp_path, max_cost=0.5, concurrency=2)
+    ledger = SpendLedger.for_invocation(tmp_path / "home", judge.max_cost, "score-1")
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.kill()
+    killed.wait(30)
+    left = {"spent": 0.0, "reserved": 0.4, "requests": 0, "holders": {f"{socket.gethostname()}/{killed.pid}": 0.4}}
+    ledger.path.write_text(json.dumps(left))
+    labeller = JudgeLabeller(judge, ledger=ledger)
+    started = time.monotonic()
+    assert [p.label for p in labeller.predict(_pairs(3))] == [UNANSWERED] * 3
+    assert time.monotonic() - started < 30 and openai_server.requests == []
+    assert labeller.stats.over_cap == 3
+    totals = ledger.totals()  # the killed process's request may have been paid for: spent, not in flight
+    assert (totals.spent_usd, totals.reserved_usd) == (0.4, 0.0)

@@ -41,6 +41,7 @@ import os
 import re
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,9 @@ MAX_USD = 1e12
 #: Seconds a reservation that may fit once others settle waits before asking again (at once when a
 #: request of the same sender settles; other processes' settling is seen by asking).
 RESERVE_RETRY_S = 0.2
+#: Seconds a reservation waits while no request settles anywhere in the ledger before it is refused
+#: (a reservation of a process that died on another machine is never settled).
+RESERVE_WAIT_MAX_S = 900.0
 #: Attempts at locking a lock file that another process keeps replacing (it was deleted meanwhile).
 _LOCK_ATTEMPTS = 20
 
@@ -107,6 +111,8 @@ class SpendLedger:
         self.refused = 0
         """Reservations this ledger object refused for good (kept in memory: a cap reached is asked
         again for every pair left, and those refusals must not each rewrite the file)."""
+        self.settled = 0
+        """Requests settled in the whole ledger when this object last read it (a waiter sees progress)."""
         if self.path is not None and create:
             self._create()
 
@@ -241,6 +247,7 @@ class SpendLedger:
         it does not fit now but may once the reservations in flight settle (try again then)."""
         bound = _usd(bound)
         with self._state() as state:
+            self.settled = state["requests"]
             if self._fits(state, bound):
                 self._hold(state, bound)
                 return True
@@ -330,12 +337,17 @@ class Spending:
         "stopped" or "run deleted" (``gone()``). While the bound does not fit only because of
         reservations in flight (most settle far below their bounds), wait for one to settle and ask
         again: a refusal is final only when what was spent leaves no room."""
+        seen, since = -1, time.monotonic()
         while True:
             verdict = self.call(self.ledger.try_reserve, bound)
             if self.failure is not None:
                 return "spend ledger"
             if verdict is not None:
                 return Reservation(self, bound) if verdict else "cost cap"
+            if self.ledger.settled != seen:
+                seen, since = self.ledger.settled, time.monotonic()
+            elif time.monotonic() - since > RESERVE_WAIT_MAX_S:  # held by a process that is gone elsewhere
+                return "cost cap"
             self._settled.clear()
             with contextlib.suppress(TimeoutError):  # another process's settling is seen by asking again
                 await asyncio.wait_for(self._settled.wait(), RESERVE_RETRY_S)
