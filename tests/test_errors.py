@@ -210,6 +210,7 @@ INTERNAL_BUILTIN_RAISES = {
     ("persobench/structured.py", "ValueError"): 1,
     # RowTable's dict methods that would skip its counts: the runner's own misuse, no user input reaches it
     ("persobench/generation/rows.py", "TypeError"): 1,  # reply_schema of a mode the CLI's choices exclude
+    ("persobench/metrics/judge.py", "StopIteration"): 1,  # _Queue.__next__: the iterator protocol itself
 }
 
 

@@ -148,6 +148,9 @@ def report(profile: Any, scored: Any) -> int:
            if n]
     if why:
         print(f"  not labelled: {', '.join(why)}")
+    if getattr(s, "timed_out", 0):
+        print(f"  {s.timed_out} request(s) timed out, each counted at its reserved cost (the server may have "
+              "answered and billed it)")
     if s.first_error:
         print(f"  first failed request: {s.first_error}")
     return s.unanswered

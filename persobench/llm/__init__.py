@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy
 from persobench.llm.session import LLMSession, Sent, call_with_retries, sending_for
-from persobench.llm.spend import SpendLedger, SpendTotals
+from persobench.llm.spend import SpendLedger, SpendLedgerError, SpendTotals
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage
 
-__all__ = ["CallOutcome", "LLMSession", "PauseGate", "RetryPolicy", "Sent", "SpendLedger", "SpendTotals",
+__all__ = ["CallOutcome", "LLMSession", "PauseGate", "RetryPolicy", "Sent", "SpendLedger", "SpendLedgerError", "SpendTotals",
            "UsageRefused", "UsageTotals", "call_with_retries", "check_usage", "sending_for"]

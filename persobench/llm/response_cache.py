@@ -18,14 +18,23 @@ must not cost a new request, and a key must never reach the disk. Errors are nev
 :class:`GroupCommitCache` is the same store for many replies arriving at once (generation at
 concurrency K): the replies one step of the event loop received are committed together, one
 transaction instead of one per reply, and the caller counts a reply as done only once it is committed.
+
+:class:`ReplyClaims` lets senders that share a cache folder ask for each key once: the first to
+claim a key sends its request, the others wait for its reply in the cache (the LLM judge's passes,
+in one process or several).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
+import hashlib
 import json
 import os
 import sqlite3
+import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -227,6 +236,93 @@ class GroupCommitCache(ResponseCache):
             self.commit()
         finally:
             super().close()
+
+
+#: The file, in a response-cache folder, whose bytes the claims lock (nothing is ever written to it).
+CLAIMS_FILE = "claims.lock"
+#: Linux's open-file-description record locks (absent elsewhere: claims then hold within a process only).
+_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
+#: Keys claimed in this process when the claims file cannot be locked (other platforms, filesystems).
+_LOCAL_CLAIMS: set[tuple[str, str]] = set()
+_LOCAL_LOCK = threading.Lock()
+
+
+class ReplyClaims:
+    """Claims on the keys of one response-cache folder, shared by every process and thread that
+    opens it: whoever claims a key first (:meth:`claim`) sends its request and releases it once
+    the reply is cached (or the request failed); the others find the key claimed and wait for the
+    reply in the cache, or claim it themselves when the holder gave up.
+
+    A claim is a write lock on one byte of ``<cache>/claims.lock`` at an offset taken from the key
+    (Linux open-file-description locks, ``F_OFD_SETLK``): held per open file, so two claimers in one
+    process exclude each other as two processes do, and released by the kernel when the holder ends,
+    however it ends (SIGKILL included), like generation's run lock. Nothing is written to the file.
+    Where such locks are not available, claims hold between the threads of one process only."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.path = Path(directory) / CLAIMS_FILE
+        self._fd: int | None = None
+        if _OFD_SETLK is not None:
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:  # a read-only folder: claims within this process only
+                self._fd = None
+        self._local: set[str] = set()
+
+    @staticmethod
+    def _offset(key: str) -> int:
+        return int(hashlib.sha256(key.encode("utf-8")).hexdigest()[:15], 16)
+
+    def _lock(self, key: str, kind: int) -> bool:
+        assert self._fd is not None and _OFD_SETLK is not None
+        # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for open-file-description locks)
+        record = struct.pack("hhqqi4x", kind, os.SEEK_SET, self._offset(key), 1, 0)
+        try:
+            fcntl.fcntl(self._fd, _OFD_SETLK, record)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            os.close(self._fd)  # a filesystem without such locks: within this process from now on
+            self._fd = None
+            return self._local_claim(key)
+        return True
+
+    def _local_claim(self, key: str) -> bool:
+        with _LOCAL_LOCK:
+            if (str(self.path), key) in _LOCAL_CLAIMS:
+                return False
+            _LOCAL_CLAIMS.add((str(self.path), key))
+        self._local.add(key)
+        return True
+
+    def claim(self, key: str) -> bool:
+        """Claim ``key`` (without waiting): True when it is ours now, False when another holds it."""
+        if self._fd is None:
+            return self._local_claim(key)
+        return self._lock(key, fcntl.F_WRLCK)
+
+    def release(self, key: str) -> None:
+        """Give ``key`` up (its reply is cached, or its request failed or was not sent)."""
+        if key in self._local:
+            self._local.discard(key)
+            with _LOCAL_LOCK:
+                _LOCAL_CLAIMS.discard((str(self.path), key))
+        elif self._fd is not None:
+            self._lock(key, fcntl.F_UNLCK)
+
+    def close(self) -> None:
+        """Release every claim still held."""
+        for key in list(self._local):
+            self.release(key)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "ReplyClaims":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def damaged_cache_error(directory: str | os.PathLike[str], exc: Exception) -> StoreError:

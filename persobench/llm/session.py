@@ -7,7 +7,8 @@ An :class:`LLMSession` resolves the provider (key, reachability), runs the worke
 
 1. stop before sending when the run it is for was deleted (:func:`sending_for`) or the session stops;
 2. reserve the request's upper-bound cost from the :class:`~persobench.llm.spend.SpendLedger` (not
-   sent when it does not fit under the cap);
+   sent when it does not fit under the cap; while only reservations in flight keep it out, it waits
+   for them to settle); a retry after a timeout reserves again;
 3. :func:`call_with_retries`, below (Retry-After pause gate, backoff, deadline, usage check);
 4. scrub every known credential from the reply, then write it to the response cache BEFORE the
    caller parses it (a reply that does not parse is counted by the caller, never a traceback of this
@@ -16,7 +17,10 @@ An :class:`LLMSession` resolves the provider (key, reachability), runs the worke
    :class:`~persobench.llm.response_cache.GroupCommitCache` commits the replies of one event-loop
    step together and the runner reports a sample only after its commit (a SIGKILL inside that step
    loses replies never reported done, which the next run requests again);
-5. settle the reservation with the real cost and add the usage to :attr:`LLMSession.usage`.
+5. settle the reservation with the real cost (a timed-out attempt at its bound) and add the usage
+   to :attr:`LLMSession.usage`. A ledger that fails (damaged, vanished, unwritable) stops the
+   session: nothing more is sent, the requests in flight end and are cached, and :meth:`LLMSession.drive`
+   raises the ledger's one-line error.
 
 Callers keep only what is theirs: generation its rows, checkpoints and progress, the judge its labels.
 """
@@ -41,7 +45,7 @@ from persobench.errors import ErrorKind, PersoBenchError, ProviderError
 from persobench.files import write_refused
 from persobench.llm.concurrency import AdaptiveLimit, LevelMemory
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, sleep_or_stop, wait_note
-from persobench.llm.spend import SpendLedger
+from persobench.llm.spend import SpendLedger, Spending
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
 from persobench.providers.base import BatchingProvider, Completion, Provider, Request
 from persobench.secrets import known_secrets, scrub
@@ -166,6 +170,7 @@ async def call_with_retries(
     provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
     rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
     limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda *_: None,
+    may_retry: Callable[[ProviderError], bool] = lambda _: True,
 ) -> CallOutcome | None:
     """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
     stopping before the request could finish. ``on_attempt`` is called before each attempt (the
@@ -173,7 +178,9 @@ async def call_with_retries(
     ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish.
     With ``limit`` (``--concurrency auto``) each attempt waits for a slot and reports back how it went.
     ``on_wait(seconds, why)`` is told of a wait worth announcing (:func:`wait_note`) before it starts,
-    and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why."""
+    and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why.
+    ``may_retry(error)`` is asked before a retry; False ends the request with ``error`` (the spend
+    cap: a retry after a timeout needs a reservation of its own)."""
     interrupt = stopping if interrupt is None else interrupt
     attempt = 0
     while True:
@@ -212,7 +219,7 @@ async def call_with_retries(
             if limit is not None:
                 limit.release(started, error, latency, level)
         assert error is not None
-        if not error.retryable or attempt >= policy.max_attempts:
+        if not error.retryable or attempt >= policy.max_attempts or not may_retry(error):
             return CallOutcome(None, error, latency, attempt)
         if error.retry_after is not None and error.retry_after > policy.max_retry_after:
             note = ProviderError(
@@ -284,7 +291,8 @@ class Sent:
     """The call's outcome (the completion scrubbed and cached); ``None`` when it was not sent or
     not finished (see :attr:`skipped`)."""
     skipped: str = ""
-    """Why nothing was sent: "cost cap", "run deleted" or "stopped"; "" when sent."""
+    """Why nothing was sent: "cost cap", "run deleted", "stopped" or "spend ledger" (it failed:
+    :attr:`~persobench.llm.spend.Spending.failure`); "" when sent."""
 
 
 class LLMSession:
@@ -314,6 +322,8 @@ class LLMSession:
         """Set to stop sending; requests in flight finish (unless :attr:`interrupt` is set too)."""
         self.interrupt = asyncio.Event()
         """Set to abandon the requests in flight at once (a cancel)."""
+        self.spending = Spending(ledger, self.stopping) if ledger is not None else None
+        """This session's reservations in the ledger (its first failure stops the session)."""
         self.limit: AdaptiveLimit | None = None
         """``--concurrency auto``'s limit, made by :meth:`workers` (read it after the run for its stats)."""
         self.limit_start = limit_start
@@ -372,6 +382,8 @@ class LLMSession:
                 await handle(chunk)
 
         await asyncio.gather(*(worker() for _ in range(self.workers(total))))
+        if self.spending is not None and self.spending.failure is not None:
+            raise self.spending.failure  # the ledger failed: raised once the requests in flight ended
 
     # -- sending one request ----------------------------------------------------------------------
 
@@ -444,29 +456,29 @@ class LLMSession:
             self.stopping.set()  # every queued request is for the deleted run
             return Sent(None, "run deleted")
         prompt_estimate, bound = self._bound(request)
-        if self.ledger is not None and not self.ledger.reserve(bound):
-            return Sent(None, "cost cap")
+        held = await self.spending.reserve(bound, run_gone) if self.spending is not None else None
+        if isinstance(held, str):
+            return Sent(None, held)
         outcome: CallOutcome | None = None
         try:
             outcome = await call_with_retries(
                 self.provider, request, policy=self.policy, gate=self.gate, stopping=self.stopping, rng=self.rng,
                 on_attempt=self._count_attempt(on_attempt), interrupt=self.interrupt, limit=self.limit,
-                on_wait=on_wait or (lambda *_: None),
+                on_wait=on_wait or (lambda *_: None), may_retry=held.may_retry if held else lambda _: True,
             )
+            if outcome is not None and outcome.completion is not None:
+                completion = self.scrubbed(outcome.completion)
+                assert completion is not None
+                # First: a crash, or a ledger that fails below, loses nothing that was paid for.
+                self.store(key, completion, outcome.latency, on_store_error)
+                outcome = dataclasses.replace(outcome, completion=completion)
         finally:
             cost = self._account(request, outcome, prompt_estimate)
-            if self.ledger is not None:
-                if outcome is None:
-                    self.ledger.release(bound)
-                else:
-                    self.ledger.settle(bound, cost)
+            if held is not None and (timeouts := held.end(outcome, cost)):  # each timeout at its bound
+                self.usage.timed_out += timeouts
+                self.usage.add(prompt_estimate * timeouts, self._budget(request) * timeouts, bound * timeouts)
         if outcome is None:
             return Sent(None, "stopped")
-        if outcome.completion is not None:
-            completion = self.scrubbed(outcome.completion)
-            assert completion is not None
-            self.store(key, completion, outcome.latency, on_store_error)  # first: a crash now loses nothing
-            outcome = dataclasses.replace(outcome, completion=completion)
         return Sent(outcome)
 
     async def send_batch(self, keys: Sequence[str], requests: Sequence[Request], *,

@@ -88,6 +88,9 @@ class UsageTotals:
     """Replies received and kept."""
     refused_usage: int = 0
     """Replies refused for unusable token counts (counted at the prompt's estimate)."""
+    timed_out: int = 0
+    """Attempts that ran out of time under a spend cap (each counted at its reserved bound: the server
+    may have answered and billed it)."""
     prompt_tokens: int = 0
     """Prompt tokens of the replies (reported, else estimated)."""
     completion_tokens: int = 0

@@ -29,6 +29,7 @@ Cheap to import: the providers, the cache and the asyncio machinery load when a 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import dataclasses
@@ -47,14 +48,15 @@ from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this modul
     template_versions,
 )
 from persobench.metrics.nli_labels import LABELS, NLIPrediction
-from persobench.llm.spend import SpendLedger
+from persobench.llm.spend import SpendLedger, SpendLedgerError
 from persobench.providers.base import Completion, GenerationParams
 from persobench.llm.response_cache import default_cache_dir
 from persobench.llm.retry import RetryPolicy
 from persobench.store import default_home
 from persobench.llm.response_cache import cache_key
 from persobench.models_registry import estimate_cost
-from persobench.llm.response_cache import ResponseCache
+from persobench.llm.response_cache import ReplyClaims, ResponseCache
+from persobench.llm.retry import sleep_or_stop
 from persobench.llm.usage import estimate_prompt_tokens
 from persobench.llm.session import run_coroutine
 from persobench.llm.session import FailFast, LLMSession
@@ -76,6 +78,9 @@ CHARS_PER_TOKEN = 4
 
 #: The ``score`` flag that sets a judge request's deadline (named when a request runs out of time).
 JUDGE_TIMEOUT_FLAG = "--judge-timeout"
+
+#: Seconds between two looks in the cache for a pair another labeller is asking for.
+CLAIM_RETRY_S = 0.1
 
 
 class JudgeError(MetricError, RuntimeError):
@@ -134,6 +139,8 @@ class JudgeStats:
     """Pairs not sent because their upper-bound cost did not fit under the cost cap."""
     run_deleted: int = 0
     """Pairs not sent because the run they were for was deleted meanwhile."""
+    timed_out: int = 0
+    """Requests (attempts) that ran out of time, each counted at its reserved cost."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -317,7 +324,11 @@ class JudgeLabeller:
 
     async def _send_all(self, todo: list[str], messages: Mapping[str, tuple], positions: Mapping[str, list[int]],
                         labels: dict[str, str], cache: Any, progress: Callable[[int], None] | None) -> None:
-        """Send ``todo`` through the LLM layer; the judge keeps only its labels and counts."""
+        """Send ``todo`` through the LLM layer; the judge keeps only its labels and counts.
+
+        Each pair is claimed before it is sent (:class:`~persobench.llm.response_cache.ReplyClaims`):
+        a pair another labeller (thread or process) is asking for is put back in the queue and taken
+        from the cache once its answer is there, so passes running at once ask each pair once."""
 
         config = self.config
         session = LLMSession(config.spec, policy=self.policy, concurrency=config.concurrency,
@@ -329,13 +340,36 @@ class JudgeLabeller:
             raise JudgeError(f"judge {config.model_name}: {exc}") from None
         fail_fast = FailFast(min(FAIL_FAST_AFTER, len(todo)))
         abort = ""
+        queue = _Queue(todo)
+        claims = ReplyClaims(cache.directory)
+
+        def from_cache(key: str) -> bool:
+            """Take ``key``'s answer from the cache (another labeller's); False when it is not there."""
+            hit = cache.get(key)
+            if hit is None:
+                return False
+            labels[key] = self._label(hit[0])
+            self.stats.cached += 1
+            if progress is not None:
+                progress(len(positions[key]))
+            return True
 
         async def label(keys: list[str]) -> None:
             nonlocal abort
             for key in keys:
-                sent = await session.send(key, Request(messages=messages[key], params=self.params))
+                if not claims.claim(key):  # another labeller is asking: its answer will be in the cache
+                    if not from_cache(key):
+                        queue.later(key)
+                        await sleep_or_stop(CLAIM_RETRY_S, session.stopping)
+                    continue
+                try:
+                    if from_cache(key):  # answered since this pass read the cache
+                        continue
+                    sent = await session.send(key, Request(messages=messages[key], params=self.params))
+                finally:
+                    claims.release(key)  # after the reply is cached: a waiter finds it there
                 outcome = sent.outcome
-                if outcome is None:  # not sent (cost cap, run deleted) or stopped: left unanswered
+                if outcome is None:  # not sent (cost cap, run deleted, ledger) or stopped: left unanswered
                     if sent.skipped == "cost cap":
                         self.stats.over_cap += 1
                     elif sent.skipped == "run deleted":
@@ -353,12 +387,16 @@ class JudgeLabeller:
                     progress(len(positions[key]))
 
         try:
-            await session.drive(todo, label, total=len(todo))
+            await session.drive(queue, label, total=len(todo))
+        except SpendLedgerError as exc:  # the cap cannot be kept: one line for the whole pass
+            abort = f"judge {config.model_name}: {exc}"
         finally:
+            claims.close()
             await session.aclose()
             usage = session.usage
             self.stats.attempts += usage.requests
             self.stats.refused_usage += usage.refused_usage
+            self.stats.timed_out += usage.timed_out
             self.stats.prompt_tokens += usage.prompt_tokens
             self.stats.completion_tokens += usage.completion_tokens
             cost = usage.cost_usd if self._cost(0, 0) is not None else None
@@ -366,6 +404,26 @@ class JudgeLabeller:
                 round(self.stats.cost_usd + cost, 6)
         if abort:
             raise JudgeError(abort)
+
+
+class _Queue:
+    """The keys a judge pass sends, in order, to which a worker puts back a key another labeller is
+    asking for (:meth:`later`). An iterator that may go on after it once ran dry: a worker that put
+    a key back asks again, so no key is lost while the other workers end."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self._keys = collections.deque(keys)
+
+    def __iter__(self) -> "_Queue":
+        return self
+
+    def __next__(self) -> str:
+        if not self._keys:
+            raise StopIteration
+        return self._keys.popleft()
+
+    def later(self, key: str) -> None:
+        self._keys.append(key)
 
 
 _LABELLERS: dict[tuple, JudgeLabeller] = {}

@@ -50,6 +50,7 @@ from persobench.scoring.compute import compute_counted
 from persobench.scoring.outcome import judge_to_dict
 from persobench.metrics.judge import JudgeError, JudgeLabeller, labelling_with
 from persobench.llm.spend import SpendLedger
+from persobench.scoring.judge_estimate import JUDGED_METRICS
 import logging
 import persobench
 from persobench.scoring.work_plan import GPU_SLOTS, FamilyGroup, family_groups, work_embedding_request  # noqa: F401 - re-exported
@@ -135,6 +136,8 @@ class ScoringWorker:
         # of them, not per actor.
         self.labeller = (JudgeLabeller(self.profile.judge, ledger=ledger)
                          if ledger is not None and self.profile.judge is not None else None)
+        self.judge_gave_up = ""
+        """Why this actor's judge gave up (its later judged shards give up at once), or ""."""
 
     def describe(self) -> dict[str, Any]:
         """Where this actor runs and whether it reads the store's embedding cache."""
@@ -158,11 +161,14 @@ class ScoringWorker:
         as a dict; None without a judge), which the driver adds up."""
 
 
+        if self.judge_gave_up and asks_judge(metrics):  # the same reason again, without a request
+            return JudgeGaveUp(self.judge_gave_up), None
         try:
             with labelling_with(self.labeller) if self.labeller is not None else contextlib.nullcontext():
                 result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
                                                 encoder=self.encoder)
         except JudgeError as exc:  # the judge cannot label at all: the driver stops, as a local score does
+            self.judge_gave_up = str(exc)
             return JudgeGaveUp(str(exc)), judge_to_dict(getattr(exc, "judge_tally", None))
         except PersoBenchError as exc:
             tally = getattr(exc, "judge_tally", None)
@@ -322,7 +328,7 @@ class RayScoring:
             if tally is not None:
                 tallies.append(judge_from_dict(tally))
             if isinstance(value, JudgeGaveUp):
-
+                self._judges_finish()
                 raise JudgeError(value.message)  # one line for the whole command, not one per run
             if isinstance(value, ScoreResult):
                 results.append(value)
@@ -336,6 +342,20 @@ class RayScoring:
                 del self._runs[run_id]
                 judged = judge_sum(tallies) if tallies else None
                 yield ShardsDone(work, combine_results(results), errors[0] if errors else "", judged)
+
+    def _judges_finish(self) -> None:
+        """Wait for the shards still out that may be sending judge requests before the pool is torn
+        down (which kills the actors): a reply in flight was paid for, and its actor caches it first.
+        Each of them ends soon: its judge meets the same reason at its next request (a damaged or
+        vanished spend ledger, a bad key), and its actor's later judged shards give up at once."""
+        out = [ref for ref, (_, g) in self._pending.items() if asks_judge(self.groups[g].metrics)]
+        if out:
+            self.ray.wait(out, num_returns=len(out))
+
+
+def asks_judge(metrics: Sequence[str]) -> bool:
+    """Whether a shard of ``metrics`` asks the judge (when the profile has one)."""
+    return any(m in JUDGED_METRICS for m in metrics)
 
 
 def _check_reachable(address: str | None) -> None:
