@@ -200,6 +200,8 @@ INTERNAL_BUILTIN_RAISES = {
     ("persobench/llm/response_cache.py", "ValueError"): 1,  # a cache key built without its sample id
     ("persobench/datasets/prompt_tables.py", "ValueError"): 1,  # caught by parse_prompt_row -> PromptTableError
     ("persobench/llm/concurrency.py", "ValueError"): 1,  # the CLI checks --max-concurrency first
+    # batch.json field checks: BatchState.read turns each into one PersoBenchError line naming the file
+    ("persobench/llm/batch_state.py", "ValueError"): 9,
     ("persobench/metrics/lexical.py", "ValueError"): 1,  # references and replies of different lengths
     ("persobench/metrics/unieval.py", "ValueError"): 1,  # an unknown UniEval dimension name
     ("persobench/postprocess.py", "ValueError"): 1,  # summarize() of a status that is not a Status
