@@ -49,6 +49,7 @@ from persobench.files import atomic_write_json, atomic_write_text, utc_now, writ
 from persobench.generation import (  # noqa: F401
     COLUMNS, TABLE, GenerationConfig, RetryPolicy, read_progress, request_cancel)
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
+from persobench.generation.progress import STARTING, every_reply_failed, run_state  # noqa: F401
 from persobench.generation.demo import (  # noqa: F401
     DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
 from persobench.generation.batch_run import BatchPending, waiting_batch  # noqa: F401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -25,6 +26,7 @@ from persobench.pipeline import interruption
 from persobench.pipeline import csv_text
 from persobench.pipeline import atomic_write_text
 from persobench.pipeline import ProgressBar
+from persobench.pipeline import STARTING, every_reply_failed, run_state
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -243,12 +245,16 @@ def _dry_run(plan: Any) -> int:
 
 
 class _ProgressBar:
-    """Progress with done/failed/cached and the ETA on stderr (plain lines every few seconds off a terminal)."""
+    """Progress on stderr (plain lines every few seconds off a terminal): "starting (loading the
+    model)" first, then done/failed/cached with the run's ETA once a few replies came back, then how
+    it ended ("done", "done, every reply failed", "cancelled", "failed") in the last line's label."""
 
     def __init__(self, *, disabled: bool) -> None:
         self.bar: Any = None
         self.disabled = disabled
         self.note = ""
+        if not disabled:
+            print(STARTING, file=sys.stderr, flush=True)  # the model loads (or the server is checked) first
 
     def update(self, info: Any) -> None:
         note = getattr(info, "note", "")
@@ -259,8 +265,14 @@ class _ProgressBar:
             return
         if self.bar is None:
 
-            self.bar = ProgressBar(total=info.total, unit="sample")
-        self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
+            self.bar = ProgressBar(total=info.total, unit="sample", own_eta=True)
+        self.bar.postfix.pop("eta", None)
+        eta = {"eta": f"{int(info.eta) // 60}:{int(info.eta) % 60:02d}"} if info.eta else {}
+        if info.status not in ("running", "pending"):
+            progress = dataclasses.asdict(info)
+            self.bar.set_description(run_state(progress, expected=False)
+                                     + (", every reply failed" if every_reply_failed(progress) else ""))
+        self.bar.update_to(info.done, failed=info.failed, cached=info.cached, **eta)
 
     def _say(self, line: str) -> None:
         tqdm_bar = getattr(self.bar, "_bar", None)
