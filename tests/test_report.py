@@ -407,3 +407,43 @@ def test_hostile_report_in_chromium_offline(hostile_report, tmp_path):
             assert not [m for m in messages if "Content Security Policy" in m], messages
         finally:
             browser.close()
+
+
+@pytest.mark.browser
+def test_the_report_of_the_imported_paper_runs_offline_in_chromium(reference_dir, tmp_path):
+    """The paper's FoCus runs imported and scored (lexical): its report opens offline with zero requests
+    and zero share buttons, every board ranked with CIs, no path of this machine in it."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium not installed (run `make browser`)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from persobench import pipeline
+    from persobench.report import ReportOptions, write_report
+    from persobench.store import RunStore
+
+    home = tmp_path / "home"
+    pipeline.import_published(reference_dir, home=home, datasets=["focus"])
+    pipeline.score(None, home=home, profile="offline", metrics=["rougeL", "dist2"])
+    out = tmp_path / "paper-report.html"
+    write_report(RunStore(home), ReportOptions(datasets=("focus",)), out)
+    text = out.read_text(encoding="utf-8")
+    assert str(tmp_path) not in text and str(reference_dir) not in text
+    boards = [rows for css, rows in parsed(out).tables if css == "board"]
+    assert len(boards) == 2 and all(len(rows) == 9 for rows in boards)  # the paper's eight models, both modes
+    for header, *rows in boards:
+        assert "–" not in [row[0] for row in rows] and "[" in rows[0][header.index("rougeL")]
+    requests: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
+        try:
+            context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+            context.on("request", lambda request: requests.append(request.url))
+            page = context.new_page()
+            page.goto(out.as_uri())
+            page.wait_for_selector(".plotly svg.main-svg", timeout=30_000)
+            for index in range(page.locator(".js-plotly-plot").count()):
+                page.locator(".js-plotly-plot").nth(index).hover()
+            titles = page.eval_on_selector_all(".modebar-btn", "els => els.map(e => e.getAttribute('data-title'))")
+            assert titles and not [t for t in titles if "share" in (t or "").lower()]
+            assert [url for url in requests if not url.startswith("file:")] == []
+        finally:
+            browser.close()
