@@ -232,8 +232,25 @@ def test_the_cli_progress_line_starts_and_ends_honestly(tmp_path, monkeypatch, c
                      "--base-url", server.base_url, "--limit", "4", "--concurrency", "1"])
     assert code == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert lines[0] == STARTING
+    assert STARTING not in lines  # it started at once: nothing to wait for, nothing said
     assert lines[-1].startswith(last), lines
+
+
+def test_the_cli_says_it_is_starting_when_the_first_progress_takes_a_while(capsys):
+    """What a local model's loading looks like from the command line: nothing reported for a while."""
+    from persobench.cli.generate import _ProgressBar
+    from persobench.generation.progress import ProgressInfo
+
+    slow = _ProgressBar(disabled=False, starting_after=0.05)
+    time.sleep(0.5)
+    slow.update(ProgressInfo(run_id="r", status="running", total=4, done=0, failed=0, cached=0, requests=0,
+                             elapsed=0.5, eta=None, pid=os.getpid()))
+    slow.close()
+    assert capsys.readouterr().err.splitlines()[0] == STARTING
+    quick = _ProgressBar(disabled=False, starting_after=0.3)
+    quick.close()  # a one-line error ends it before then
+    time.sleep(0.5)
+    assert STARTING not in capsys.readouterr().err
 
 
 def test_local_time_reads_stored_utc_in_the_viewers_zone():

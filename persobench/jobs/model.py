@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from persobench.errors import ConfigurationError
 from persobench.pipeline import RunStore
@@ -175,10 +176,8 @@ def local_time(stamp: str, zone: str | None = None) -> str:
     target = None
     if zone:
         try:
-            from zoneinfo import ZoneInfo
-
             target = ZoneInfo(zone)
-        except (ImportError, ValueError, KeyError):  # an unknown zone name: this machine's
+        except (ValueError, KeyError, ZoneInfoNotFoundError):  # an unknown zone name: this machine's
             target = None
     local = moment.astimezone(target)
     return local.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
