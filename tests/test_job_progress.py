@@ -282,3 +282,43 @@ def test_a_run_step_where_no_request_succeeded_says_so_in_one_line(tmp_path, mon
     [row] = jobs.progress(status)
     assert row["state"].startswith("failed: no reply arrived: all 3 request(s) failed, 1 with: "), row["state"]
     assert "status 3" not in status.message
+
+
+@pytest.mark.browser
+def test_job_cards_in_chromium_show_the_error_line_local_times_and_a_working_results_link(tmp_path_factory):
+    """What a user sees on New run, in the browser's own time zone: a failed job's error line with no
+    Resume, a finished job's local times and its link, which opens the Leaderboard on its dataset."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.test_browser import CHROMIUM, streamlit_server
+
+    home = tmp_path_factory.mktemp("job-cards") / "home"
+    jobs = JobManager(home)
+    make_job(jobs, "finished", [echo_step("r-ok")], state="completed", step=0, run_ids=["r-ok"],
+             finished_at="2026-12-03T00:01:05+00:00")
+    write_progress(home / "runs" / "r-ok", status="completed", done=5, failed=1, pid=999_999_999)
+    make_job(jobs, "broken", [echo_step("r-broken", "bad model")], state="failed", step=0,
+             finished_at="2026-12-03T00:00:02+00:00", step_errors={"0": "unknown provider 'nosuch'"},
+             configuration_errors=[0], message="bad model: unknown provider 'nosuch'")
+    with streamlit_server(tmp_path_factory, home) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM),
+                                             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_context(timezone_id="Asia/Tokyo", viewport={"width": 1400, "height": 1400}).new_page()
+            page.goto(server["url"])
+            page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
+            page.locator('[data-testid="stSidebarNav"]').get_by_text("New run").click()  # as a user gets there
+            page.get_by_text("Runs launched from the app").wait_for(timeout=60_000)
+            page.get_by_text("bad model: failed: unknown provider").wait_for(timeout=30_000)
+            body = page.inner_text("body")
+            assert "status 2" not in body and "2026-12-03T00" not in body
+            assert "started 2026-12-03 09:00:00 JST" in body and "(took 1 min 05 s)" in body
+            assert page.get_by_role("button", name="Resume").count() == 0
+            assert "launch it again" in body
+            link = page.get_by_role("link", name="Results on the Leaderboard · sample")
+            assert "dataset=sample" in (link.get_attribute("href") or "")
+            link.click()
+            page.wait_for_url(lambda url: "dataset=sample" in url and "new-run" not in url, timeout=30_000)
+            page.get_by_role("heading", name="Leaderboard").wait_for(timeout=60_000)
+        finally:
+            browser.close()
