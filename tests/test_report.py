@@ -324,6 +324,9 @@ def hostile_report(tmp_path_factory):
     _hostile_run(store, dataset=str(csv_path), label="plain", ids=["evil:0", "evil:1"], replies=["h", "i"],
                  rouge=[0.2, 0.3])
     _hostile_run(store, dataset="focus", label="plain", ids=["focus:0"], replies=["j"], rouge=[0.4])
+    gone = root / "gone" / "gone.csv"  # a user file deleted after its run: its dialogue cannot be read
+    gone.parent.mkdir()
+    _hostile_run(store, dataset=str(gone), label="plain", ids=["gone:0"], replies=["k"], rouge=[0.4])
     nowhere = root / "no-reference-here"
     out = root / "report.html"
     previous = os.environ.get("PERSOBENCH_REFERENCE")
@@ -335,18 +338,21 @@ def hostile_report(tmp_path_factory):
             os.environ.pop("PERSOBENCH_REFERENCE", None)
         else:
             os.environ["PERSOBENCH_REFERENCE"] = previous
-    return {"file": out, "root": root, "csv": csv_path, "nowhere": nowhere}
+    return {"file": out, "root": root, "csv": csv_path, "nowhere": nowhere, "gone": gone}
 
 
 def test_the_report_names_no_local_path(hostile_report):
     text = hostile_report["file"].read_text(encoding="utf-8")
-    for path in (hostile_report["root"], hostile_report["nowhere"], hostile_report["csv"]):
+    for path in (hostile_report["root"], hostile_report["nowhere"], hostile_report["csv"], hostile_report["gone"]):
         assert str(path) not in text and str(Path(path).resolve()) not in text, path
     if str(Path.home()) not in ("/", ""):
         assert str(Path.home()) + "/" not in text.replace(_plotly_js_text(), "")
     assert "<h3>evil.csv · protocol " in text  # a user file is named by its file name
+    gone = text[text.index("<h3>gone:0</h3>"):]
+    assert "not available here" in gone[:2000]  # the dialogue says why its text is missing, without a path
+    # The paper's FoCus without its reference folder (unless this process parsed it before): the same note
     focus = text[text.index("<h3>focus:0</h3>"):]
-    assert "not available here" in focus[:2000]  # the dialogue says why its text is missing, without a path
+    assert "not available here" in focus[:2000] or "Persona of" in focus[:2000]
 
 
 def _plotly_js_text() -> str:
