@@ -1,5 +1,6 @@
 """New run: choose datasets, models, modes, a sample limit and the metric profile; launch in the
-background; follow progress; cancel; resume.
+background; follow progress (starting, running with an ETA, then done with a link to the results,
+cancelled or failed with its error line); cancel; resume.
 
 The run executes in a separate, detached process (``persobench.jobs.JobManager``): reruns of
 this page, closing the tab or a second click neither stop it nor start it twice. API keys are read
@@ -18,6 +19,7 @@ from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
 from persobench.pipeline import batch_listing
 from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
+from persobench.jobs import local_time
 from persobench.jobs.planning import TEMPLATE_CHOICES
 from persobench.pipeline import PAPER_PRESETS
 
@@ -165,7 +167,10 @@ def show_jobs() -> None:
         st.subheader("Batches")
         st.caption("Submitted to the providers' batch APIs, as the runs' batch.json records them (a run waits for "
                    "its batch and caches every reply when it ends; running it again collects a batch left waiting).")
-        st.dataframe(pd.DataFrame(batches[:20]), hide_index=True, width="stretch")
+        shown = pd.DataFrame(batches[:20])
+        for column in ("submitted", "updated"):  # stored in UTC; shown in the browser's time zone
+            shown[column] = shown[column].map(lambda stamp: local_time(str(stamp), st.context.timezone))
+        st.dataframe(shown, hide_index=True, width="stretch")
     st.subheader("Runs launched from the app")
     if not statuses:
         st.caption("Nothing launched yet. Runs started from the command line (`python -m persobench run`) "

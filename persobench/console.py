@@ -65,7 +65,8 @@ class ProgressBar:
     """One progress display for ``total`` items, moved to absolute counts with :meth:`update_to`."""
 
     def __init__(self, *, total: int | None, desc: str = "", unit: str = "item", disabled: bool = False,
-                 leave: bool = True, stream: TextIO | None = None, interval: float = QUIET_INTERVAL_S) -> None:
+                 leave: bool = True, stream: TextIO | None = None, interval: float = QUIET_INTERVAL_S,
+                 own_eta: bool = False) -> None:
         self.total = total
         self.desc = desc
         self.unit = unit
@@ -76,11 +77,15 @@ class ProgressBar:
         self._n = 0
         self._bar: Any = None
         self._printed_n: int | None = None
+        self._printed_desc = desc
         self._last_line = time.monotonic()  # a job shorter than the interval prints one final line
         if not disabled and is_terminal(self.stream):
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True, leave=leave)
+            # own_eta: the caller puts its own estimate in the postfix (tqdm's would show from the first item)
+            bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]" if own_eta else None
+            self._bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True, leave=leave,
+                             bar_format=bar_format)
 
     @property
     def n(self) -> int:
@@ -120,8 +125,8 @@ class ProgressBar:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        elif self._printed_n != self._n or self._printed_n is None:
-            self._line(time.monotonic())  # the final count, unless the last line already said it
+        elif self._printed_n != self._n or self._printed_n is None or self._printed_desc != self.desc:
+            self._line(time.monotonic())  # the final count and state, unless the last line already said them
         self.disabled = True
 
     def _line(self, now: float) -> None:
@@ -131,4 +136,5 @@ class ProgressBar:
         label = f"{self.desc}: " if self.desc else ""
         print(f"{label}{count} {self.unit}{percent}{extra}", file=self.stream, flush=True)
         self._printed_n = self._n
+        self._printed_desc = self.desc
         self._last_line = now

@@ -50,6 +50,7 @@ from persobench.files import atomic_write_json, atomic_write_text, utc_now, writ
 from persobench.generation import (  # noqa: F401
     COLUMNS, TABLE, GenerationConfig, RetryPolicy, read_progress, request_cancel)
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
+from persobench.generation.progress import STARTING, every_reply_failed, run_state  # noqa: F401
 from persobench.generation.demo import (  # noqa: F401
     DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
 from persobench.generation.batch_run import BatchPending, batch_notes, waiting_batch  # noqa: F401
@@ -201,6 +202,8 @@ class Board:
     """How invalid replies count: "worst" (the paper's) or "exclude"."""
     skipped_runs: tuple[tuple[str, str], ...] = ()
     """(folder, reason) of runs that could not be read and were left out."""
+    overall_ci: "pd.DataFrame | None" = None
+    """:func:`persobench.aggregate.overall_with_ci` of the table (the overall scores with their CIs)."""
 
     @property
     def overall(self) -> "pd.DataFrame":
@@ -209,11 +212,11 @@ class Board:
 
         return aggregate.overall_table(self.table)
 
-    def export(self, fmt: str) -> str:
-        """The board as text: table, csv, markdown, latex or json."""
+    def export(self, fmt: str, *, rank_by: str | None = None) -> str:
+        """The board as text: table, csv, markdown, latex, html or json, models in rank order."""
         from persobench import aggregate
 
-        return aggregate.export_board(self.table, fmt)
+        return aggregate.export_board(self.table, fmt, overall=self.overall_ci, rank_by=rank_by)
 
 
 def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore | None = None,
@@ -234,7 +237,9 @@ def leaderboard(*, home: str | os.PathLike[str] | None = None, store: RunStore |
             raise ConfigurationError(f"{column} {value!r}: no runs; runs exist for: {known}")
     table = aggregate.leaderboard(results, dataset=dataset, mode=mode, invalid=invalid, profile=profile,
                                   side_by_side=side_by_side, all_samples=all_samples)
-    return Board(table, profile, invalid, tuple((str(p), str(r)) for p, r in results.skipped_runs))
+    overall = aggregate.overall_with_ci(results, dataset=dataset, mode=mode, invalid=invalid, profile=profile,
+                                        side_by_side=side_by_side, all_samples=all_samples, board=table)
+    return Board(table, profile, invalid, tuple((str(p), str(r)) for p, r in results.skipped_runs), overall)
 
 
 @contextlib.contextmanager

@@ -192,7 +192,8 @@ def test_duplicate_model_labels_get_distinct_names(store):
 def test_csv_export_has_exactly_the_long_columns(store):
     board = aggregate.leaderboard(aggregate.load_results(store))
     text = aggregate.export_board(board, "csv")
-    assert text.splitlines()[0] == "dataset,mode,protocol,model,metric,mean,std,n"
+    # the original long columns first; rank, CI and profile added after them (issue 37)
+    assert text.splitlines()[0].startswith("dataset,mode,protocol,model,metric,mean,std,n,")
     back = pd.read_csv(io.StringIO(text))
     assert list(back.columns) == aggregate.CSV_COLUMNS
     row = back[(back["model"] == "A") & (back["metric"] == "dist1")].iloc[0]
@@ -225,7 +226,7 @@ def test_cli_leaderboard(store, capsys):
     home = str(store.home)
     assert main(["--home", home, "leaderboard", "--format", "csv"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "dataset,mode,protocol,model,metric,mean,std,n"
+    assert out.splitlines()[0] == ",".join(aggregate.CSV_COLUMNS)
     assert main(["--home", home, "leaderboard", "--format", "csv", "--invalid", "exclude", "--mode", "vanilla"]) == 0
     exclude = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert set(exclude["mode"]) == {"vanilla"}

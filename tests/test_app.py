@@ -214,7 +214,8 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
     assert set(captured) == {"CSV (long)", "Markdown", "LaTeX", "HTML report"}
 
     csv = pd.read_csv(io.StringIO(captured["CSV (long)"]))
-    assert list(csv.columns) == ["dataset", "mode", "protocol", "model", "metric", "mean", "std", "n"]
+    assert list(csv.columns[:8]) == ["dataset", "mode", "protocol", "model", "metric", "mean", "std", "n"]
+    assert {"ci_low", "ci_high", "rank", "profile"} <= set(csv.columns)  # what the screen shows (issue 37)
     assert set(csv["dataset"]) == {"sample"} and set(csv["mode"]) == {"vanilla"}
     assert set(csv["model"]) == {"baseline:reference", "baseline:persona-echo", FAKE_MODEL}
     ref = csv[(csv["model"] == "baseline:reference") & (csv["metric"] == "bleu")].iloc[0]

@@ -57,7 +57,8 @@ def test_md_escape_truncates_and_handles_none():
 
 
 def test_plot_escape_neutralises_plotly_html():
-    assert plot_escape('<a href="javascript:x">m</a>') == "&lt;a href=&quot;javascript:x&quot;&gt;m&lt;/a&gt;"
+    # quotes stay: no tag forms without "<", and Plotly would show "&quot;" as typed (issue 37)
+    assert plot_escape('<a href="javascript:x">m</a>') == '&lt;a href="javascript:x"&gt;m&lt;/a&gt;'
 
 
 def test_safe_message_is_redacted_and_escaped():

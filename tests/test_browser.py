@@ -48,12 +48,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(tmp_path_factory):
-    """``streamlit run app.py`` on a free port over the test store; yields url and store."""
+def streamlit_server(tmp_path_factory, home: Path | None = None):
+    """``streamlit run app.py`` on a free port over the test store (or the store at ``home``); yields
+    url and store."""
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium not installed (run `make browser`)")
     pytest.importorskip("playwright.sync_api")
-    store = shared_app_store(tmp_path_factory)
+    store = shared_app_store(tmp_path_factory) if home is None else {"home": home}
     port = free_port()
     env = {**os.environ, "PERSOBENCH_HOME": str(store["home"]), "OPENAI_API_KEY": OPENAI_SECRET,
            "PYTHONUNBUFFERED": "1"}

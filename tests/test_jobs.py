@@ -26,8 +26,9 @@ def test_failed_step_is_reported_with_a_redacted_log(tmp_path, monkeypatch):
     deadline = time.monotonic() + 60
     while (status := jobs.status(job_id)).active and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert status.state == "failed" and status.resumable
-    assert "exited with status 2" in status.message
+    # a configuration error: its line, not "exited with status 2", and no Resume (issue 37)
+    assert status.state == "failed" and not status.resumable
+    assert "bad model: unknown provider" in status.message
     assert "unknown provider" in status.log_tail
     assert "sk-supersecretvalue123" not in status.log_tail
 

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 from persobench.app.chrome import app_environment
 from persobench.app.text import cell_text, format_seconds, md_escape, model_kind, safe_message
 from persobench.errors import PersoBenchError
-from persobench.jobs import JobManager, JobStatus
+from persobench.jobs import JobManager, JobStatus, local_time, seconds_between
+from persobench.pipeline import STARTING
 import functools
 from persobench.pipeline import export_board
 from persobench.pipeline import report_html
@@ -44,31 +45,72 @@ def show_sample(sample: Any) -> None:
 
 
 def step_label(row: dict[str, Any]) -> str:
-    """One progress row of :meth:`JobManager.progress` as text: state, counts and ETA."""
+    """One progress row of :meth:`JobManager.progress` as text: the step, its state, counts and, while
+    it runs and once a few replies came back, the ETA."""
     total, done = int(row.get("total") or 0), int(row.get("done") or 0)
-    label = (f"{row['step']}: {row.get('state', '')}"
-             + (f" · {done}/{total} done, {int(row.get('failed') or 0)} failed, "
-                f"{int(row.get('cached') or 0)} cached" if total else ""))
-    eta = row.get("eta")
-    if isinstance(eta, (int, float)) and row.get("state") == "running":
-        label += f" · ETA {format_seconds(eta)}"
-    if row.get("note") and row.get("state") == "running":
-        label += f" · {row['note']}"  # e.g. waiting 590 s before retrying: the server asked for it
+    failed, cached = int(row.get("failed") or 0), int(row.get("cached") or 0)
+    state = str(row.get("state", ""))
+    label = f"{row['step']}: {state}" + (f" · {done}/{total} replies, {failed} failed, {cached} cached" if total else "")
+    if row.get("every_reply_failed"):
+        label += f" · every reply failed ({failed} of {done})"
+    if state == "running":
+        if done == cached and done < total:
+            label += " · waiting for the first reply"
+        eta = row.get("eta")
+        if isinstance(eta, (int, float)) and eta > 0:
+            label += f" · ETA {format_seconds(eta)}"
+        if row.get("note"):
+            label += f" · {row['note']}"  # e.g. waiting 590 s before retrying: the server asked for it
     return label
 
 
+def _times(status: JobStatus, zone: str | None) -> str:
+    """``started <local time> · finished <local time> (took 1 min 05 s)``."""
+    text = f"started {local_time(status.created_at, zone)}" if status.created_at else ""
+    if status.finished_at:
+        took = seconds_between(status.created_at, status.finished_at)
+        text += f" · finished {local_time(status.finished_at, zone)}" + (
+            f" (took {format_seconds(took)})" if took is not None and took >= 0 else "")
+    return text
+
+
+def _result_links(status: JobStatus, rows: list[dict[str, Any]]) -> None:
+    """Links to the Leaderboard of each dataset a finished job's runs wrote replies for."""
+    import streamlit as st
+
+    datasets = {}
+    for step, row in zip(status.steps, rows):
+        if row["kind"] == "run" and row["state"] == "done" and step.expect.get("dataset"):
+            datasets.setdefault(str(step.expect["dataset"]), str(step.expect.get("mode") or "vanilla"))
+        elif row["kind"] in ("import", "fetch") and row["state"] == "done":
+            datasets.setdefault("", "")
+    from streamlit.errors import StreamlitAPIException
+
+    for dataset, mode in sorted(datasets.items()):
+        label = "Results on the Leaderboard" + (f" · {md_escape(dataset)}" if dataset else "")
+        try:
+            st.page_link("pages/leaderboard.py", label=label, icon=":material/leaderboard:",
+                         query_params={"dataset": dataset, "mode": mode} if dataset else None)
+        except StreamlitAPIException:  # a card drawn outside the app's navigation (no Leaderboard page)
+            st.caption(label + ": open the Leaderboard page.")
+
+
 def job_card(manager: JobManager, status: JobStatus) -> None:
-    """A job in a bordered box: title and state, cancel / resume / remove buttons, one progress bar
-    per run step, the failure message and, for failed or interrupted jobs, the end of its log.
+    """A job in a bordered box: title, state and local times, cancel / resume / remove buttons, a
+    progress bar per run step while it runs, then each step's outcome (done, cancelled, a warning when
+    every reply failed, ``failed: <its error line>``), links to the results and, for failed or
+    interrupted jobs, the end of its log. No Resume for a job that failed for its configuration.
 
     Call it inside an ``st.fragment``; a button reruns that fragment.
     """
     import streamlit as st
 
+    zone = getattr(st.context, "timezone", None)  # the browser's, when Streamlit knows it
+    rows = manager.progress(status)
     with st.container(border=True):
         head = st.columns([5, 1, 1])
         head[0].markdown(f"**{md_escape(status.title)}** · {md_escape(status.state)} · "
-                         f"started {md_escape(status.created_at)}")
+                         f"{md_escape(_times(status, zone))}")
         if status.active or status.busy:
             if head[1].button("Cancel", key=f"cancel-{status.job_id}"):
                 manager.cancel(status.job_id)
@@ -90,14 +132,24 @@ def job_card(manager: JobManager, status: JobStatus) -> None:
                 st.error(safe_message(str(exc)))
             else:
                 st.rerun(scope="fragment")
-        for row in manager.progress(status):
+        for row in rows:
             total, done = int(row.get("total") or 0), int(row.get("done") or 0)
-            if row["kind"] == "run":
-                st.progress(min(done / total, 1.0) if total else 0.0, text=md_escape(step_label(row)))
+            label = md_escape(step_label(row))
+            if row["state"].startswith("failed"):
+                st.error(label)
+            elif row.get("every_reply_failed"):  # finished, but nothing to show for it: not a full bar
+                st.warning(label + md_escape(": see the Failures page for why."))
+            elif row["kind"] == "run" and row["state"] in (STARTING, "running"):
+                st.progress(min(done / total, 1.0) if total else 0.0, text=label)
             else:
-                st.caption(md_escape(step_label(row)))
-        if status.message and status.state != "completed":
-            st.caption(md_escape(status.message))
+                st.caption(label)
+        if status.message and status.state != "completed" and not status.step_errors:
+            st.caption(md_escape(status.message))  # a cancel note, a run still held by another process
+        if status.state == "failed" and status.configuration_error:
+            st.caption("It failed for its configuration, so Resume would fail the same way: change the "
+                       "configuration, then launch it again.")
+        if not status.active:
+            _result_links(status, rows)
         if status.log_tail:
             with st.expander("Log (last lines)"):
                 st.code(status.log_tail, language=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -25,6 +26,7 @@ from persobench.pipeline import interruption
 from persobench.pipeline import csv_text
 from persobench.pipeline import atomic_write_text
 from persobench.pipeline import ProgressBar
+from persobench.pipeline import STARTING, every_reply_failed, run_state
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -249,15 +251,41 @@ def _dry_run(plan: Any, notes: list[str]) -> int:
     return 0
 
 
-class _ProgressBar:
-    """Progress with done/failed/cached and the ETA on stderr (plain lines every few seconds off a terminal)."""
+#: Seconds without progress after which ``run`` says it is starting (a local model loading): a run that
+#: starts at once, or stops at once with a one-line error, prints no such line.
+STARTING_AFTER_S = 1.0
 
-    def __init__(self, *, disabled: bool) -> None:
+
+class _ProgressBar:
+    """Progress on stderr (plain lines every few seconds off a terminal): "starting (loading the
+    model)" when the first progress takes a while, then done/failed/cached with the run's ETA once a
+    few replies came back, then how it ended ("done", "done, every reply failed", "cancelled",
+    "failed") in the last line's label."""
+
+    def __init__(self, *, disabled: bool, starting_after: float = STARTING_AFTER_S) -> None:
         self.bar: Any = None
         self.disabled = disabled
         self.note = ""
+        self._started = threading.Lock()  # held once the run reported progress (or ended)
+        self._timer: threading.Timer | None = None
+        if not disabled:
+            self._timer = threading.Timer(starting_after, self._starting)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _starting(self) -> None:
+        if self._started.acquire(blocking=False):
+            print(STARTING, file=sys.stderr, flush=True)  # the model loads (or the server is checked) first
+            self._started.release()
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._started.acquire()  # waits for a line being printed; no line after this
+            self._timer = None
 
     def update(self, info: Any) -> None:
+        self._stop_timer()
         note = getattr(info, "note", "")
         if note and note != self.note:  # a long wait is said at once, even without a bar
             self._say(note)
@@ -266,8 +294,14 @@ class _ProgressBar:
             return
         if self.bar is None:
 
-            self.bar = ProgressBar(total=info.total, unit="sample")
-        self.bar.update_to(info.done, failed=info.failed, cached=info.cached)
+            self.bar = ProgressBar(total=info.total, unit="sample", own_eta=True)
+        self.bar.postfix.pop("eta", None)
+        eta = {"eta": f"{int(info.eta) // 60}:{int(info.eta) % 60:02d}"} if info.eta else {}
+        if info.status not in ("running", "pending"):
+            progress = dataclasses.asdict(info)
+            self.bar.set_description(run_state(progress, expected=False)
+                                     + (", every reply failed" if every_reply_failed(progress) else ""))
+        self.bar.update_to(info.done, failed=info.failed, cached=info.cached, **eta)
 
     def _say(self, line: str) -> None:
         tqdm_bar = getattr(self.bar, "_bar", None)
@@ -277,6 +311,7 @@ class _ProgressBar:
             print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        self._stop_timer()
         if self.bar is not None:
             self.bar.close()
 

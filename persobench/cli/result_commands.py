@@ -14,7 +14,7 @@ from persobench.pipeline import reference_dir
 import json
 from persobench.cli.generate import resolve_run
 
-FORMATS = ("table", "csv", "markdown", "latex", "json")
+FORMATS = ("table", "csv", "markdown", "latex", "html", "json")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,7 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "model, with failure ratio, instructability, response time and the overall score. Numbers of "
         "one scoring profile only (--profile). A board is one dataset, mode and protocol (template family, "
         "max tokens, temperature, parse policy, structured output), named in its header; runs of a board "
-        "are compared on their common sample ids. csv is long format: dataset,mode,protocol,model,metric,mean,std,n.",
+        "are compared on their common sample ids. Models are listed in rank order (by the overall score when "
+        "the profile has one, else by the app's default metric; ties where 95%% CIs overlap). csv is long "
+        "format: dataset,mode,protocol,model,metric,mean,std,n,ci_low,ci_high,rank,rank_by,profile,invalid; "
+        "html is a self-contained page.",
     )
     board.add_argument("--dataset", default=None, metavar="D", help="only this dataset")
     board.add_argument("--mode", choices=("vanilla", "cot"), default=None, help="only this mode")
@@ -200,7 +203,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                 else "run `python -m persobench score` first")
         print(f"note: no per-sample scores for profile {args.profile!r} ({hint}); showing run-level numbers only",
               file=sys.stderr)
-    write_stdout(pipeline.export_board(board, args.format), data=args.format in ("csv", "json"))
+    write_stdout(found.export(args.format), data=args.format in ("csv", "json", "html"))
     if args.format in ("csv", "json"):
         for note in _notes(board):
             print(note if note.startswith("warning: ") else f"note: {note}", file=sys.stderr)

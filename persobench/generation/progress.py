@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from persobench.processes import pid_alive
 
@@ -24,6 +24,12 @@ from persobench.files import atomic_write_json, utc_now
 
 PROGRESS_FILE = "progress.json"
 CANCEL_FILE = "cancel"
+#: A run estimates the time left once it has this many new replies (not from the cache): before,
+#: one quick or slow first reply says little about the rest.
+ETA_AFTER_REPLIES = 3
+#: What a run's step says before its progress file exists: its process loads the model (or checks
+#: the server) before the first request.
+STARTING = "starting (loading the model)"
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,8 @@ class ProgressInfo:
     elapsed: float
     """Seconds since this process started the run."""
     eta: float | None
-    """Estimated seconds to finish; ``None`` before the first reply."""
+    """Estimated seconds to finish; ``None`` until :data:`ETA_AFTER_REPLIES` new replies arrived, and
+    once the run is no longer running."""
     pid: int
     """Process generating the run (lets a poller tell a live run from a killed one)."""
     note: str = ""
@@ -74,6 +81,32 @@ def read_progress(run_path: str | os.PathLike[str]) -> dict[str, Any] | None:
         return None
     data["alive"] = pid_alive(int(data.get("pid") or 0))
     return data
+
+
+def run_state(progress: Mapping[str, Any] | None, *, expected: bool) -> str:
+    """What a run's progress (a ``progress.json`` as :func:`read_progress` returns it, or a
+    :class:`ProgressInfo` as a dict) says it is doing, in a word a person reads: :data:`STARTING`,
+    ``"running"``, ``"done"``, ``"cancelled"``, ``"failed"``, ``"interrupted"`` or ``"not started"``.
+
+    ``expected``: a process is meant to be generating the run right now (a job's current step, the
+    command line's own run). Without a progress file yet, or with one a dead process left (an earlier
+    attempt), such a run is still starting: it loads the model or checks the server first. A finished
+    run whose every reply failed is ``"done"``: :func:`every_reply_failed` says so apart."""
+    alive = progress is not None and progress.get("alive", True)
+    if progress is None or (expected and not alive):
+        return STARTING if expected else "not started"
+    status = str(progress.get("status") or "")
+    if status in ("running", "pending"):
+        return "running" if alive else "interrupted"
+    return {"completed": "done", "cancelled": "cancelled", "failed": "failed"}.get(status, status or "not started")
+
+
+def every_reply_failed(progress: Mapping[str, Any] | None) -> bool:
+    """Whether a finished run's every reply (one at least) failed: done, but nothing to show for it."""
+    if not progress or progress.get("status") != "completed":
+        return False
+    done, failed = int(progress.get("done") or 0), int(progress.get("failed") or 0)
+    return done > 0 and failed >= done
 
 
 def request_cancel(run_path: str | os.PathLike[str]) -> None:

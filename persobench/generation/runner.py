@@ -32,7 +32,8 @@ from persobench.files import utc_now, write_refused
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
-from persobench.generation.progress import ProgressInfo, cancel_requested, clear_cancel, write_progress
+from persobench.generation.progress import (ETA_AFTER_REPLIES, ProgressInfo, cancel_requested, clear_cancel,
+                                            write_progress)
 from persobench.generation.recovery import keep_reply, restore_replies
 from persobench.generation.rows import TABLE, CheckpointTable, RowTable, build_row, rows_frame
 from persobench.llm.concurrency import LevelMemory
@@ -372,11 +373,9 @@ class Runner:
         done = len(self.rows)
         failed, cached = self.rows.failed, self.rows.cached
         elapsed = time.monotonic() - self.started
-        eta = None
-        if status == "running" and self.new_done:
+        eta = None  # a few replies first (one quick or slow first reply says little); none once finished
+        if status == "running" and self.new_done >= ETA_AFTER_REPLIES:
             eta = round(self.pending * elapsed / self.new_done, 1)
-        elif status != "running":
-            eta = 0.0
         return ProgressInfo(
             run_id=self.run.run_id, status=status, total=len(self.plan.samples), done=done, failed=failed,
             cached=cached, requests=self.requests, elapsed=round(elapsed, 3), eta=eta, pid=os.getpid(),

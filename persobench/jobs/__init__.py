@@ -20,6 +20,8 @@ from persobench.jobs.model import (
     JobStatus,
     JobStep,
     job_id_for,
+    local_time,
+    seconds_between,
 )
 from persobench.jobs.planning import (
     BUILTIN_MODEL_CHOICES,
@@ -35,6 +37,6 @@ from persobench.jobs.planning import (
 __all__ = [
     "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "JobManager",
     "JobStatus", "JobStep", "LaunchChoice", "fetch_paper_steps", "import_steps", "job_id_for", "launch_steps",
-    "lock_alive",
-    "missing_key", "plan_launch", "registry_models", "tail_text",
+    "local_time", "lock_alive",
+    "missing_key", "seconds_between", "plan_launch", "registry_models", "tail_text",
 ]

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from persobench.pipeline import atomic_write_json, utc_now
-from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json
+from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json, step_error_path
 from persobench.pipeline import public_text, redact
 from persobench.pipeline import default_home
 from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED
 from persobench.pipeline import request_cancel
 from persobench.pipeline import is_secret_name
-from persobench.errors import PersoBenchError
+from persobench.errors import ConfigurationError, DatasetError, PersoBenchError
 import dataclasses
 import threading
 from persobench import pipeline
@@ -54,7 +54,8 @@ def run_job(folder: Path) -> int:
     home = Path(spec.get("home") or default_home())
     steps = [JobStep.from_dict(s) for s in spec["steps"]]
     state: dict[str, Any] = {"state": "running", "step": 0, "pid": os.getpid(), "started_at": utc_now(),
-                             "run_ids": [], "failures": []}
+                             "run_ids": [], "failures": [], "step_errors": {}, "configuration_errors": [],
+                             "skipped": []}
 
     def save(**changes: Any) -> None:
         state.update(changes, updated_at=utc_now())
@@ -75,9 +76,11 @@ def run_job(folder: Path) -> int:
                     outcome = "cancelled"
                     break
                 if step.kind == "score" and step.config.get("runs", "job") == "job" and not state["run_ids"]:
-                    continue  # no run of this job completed: nothing to score
+                    state["skipped"].append(index)  # no run of this job completed: nothing to score
+                    continue
                 save(step=index, message=f"running {step.label}")
                 print(public_text(f"\n=== {step.label}"), flush=True)
+                step_error_path(folder, index).unlink(missing_ok=True)  # an earlier attempt's
                 returncode = _run_child(folder, index, home, step)
                 if step.kind == "run":
                     run_dir = step.run_dir(home)
@@ -87,8 +90,14 @@ def run_job(folder: Path) -> int:
                     outcome = "cancelled"
                     break
                 if returncode != 0:
-                    state["failures"].append(f"{step.label} exited with status {returncode}" + (
+                    # The step's own one-line error when it left one, else how its process ended.
+                    error = read_json(step_error_path(folder, index)) or {}
+                    line = str(error.get("error") or f"its process exited with status {returncode}" + (
                         " (no sample succeeded)" if step.kind == "run" and returncode == EXIT_NO_SAMPLE_SUCCEEDED else ""))
+                    state["failures"].append(f"{step.label}: {line}")
+                    state["step_errors"][str(index)] = line
+                    if error.get("configuration"):
+                        state["configuration_errors"].append(index)
                 save()
         except Exception as exc:  # noqa: BLE001 - recorded for the page; the traceback goes to the log
 
@@ -145,13 +154,26 @@ def run_step(folder: Path, index: int) -> int:
     step = JobStep.from_dict(spec["steps"][index])
     state = read_json(Path(folder) / "state.json") or {}
     try:
-        return _STEPS[step.kind](step, home, list(state.get("run_ids") or ()))
+        return _STEPS[step.kind](step, home, list(state.get("run_ids") or ()), Path(folder), index)
     except PersoBenchError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
+        # A configuration or dataset error fails the same way however often it is resumed.
+        _record_error(Path(folder), index, str(exc), configuration=isinstance(exc, (ConfigurationError, DatasetError)))
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a bug: the traceback goes to the log, one line to the page
+        traceback.print_exc()
+        _record_error(Path(folder), index, f"internal error: {type(exc).__name__}: {exc}", configuration=False)
         return 2
 
 
-def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001 - one signature for every kind
+def _record_error(folder: Path, index: int, line: str, *, configuration: bool) -> None:
+    """Leave the step's one-line error (redacted) for the job's runner, which shows it on the page."""
+    one_line = " ".join(public_text(redact(line)).split())
+    atomic_write_json(step_error_path(folder, index), {"error": one_line, "configuration": configuration})
+
+
+def _generate(step: JobStep, home: Path, run_ids: list[str], folder: Path,  # noqa: ARG001 - one signature
+              index: int) -> int:
 
 
     config = GenerationConfig.from_dict(step.config)
@@ -165,11 +187,25 @@ def _generate(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: AR
           flush=True)
     if run.manifest.status == "cancelled":
         return 1
+    if no_sample_succeeded(run.manifest.details.counts or {}):
+        _record_error(folder, index, f"no reply arrived: {_request_errors(run)}", configuration=False)
+        return EXIT_NO_SAMPLE_SUCCEEDED
+    return 0
 
-    return EXIT_NO_SAMPLE_SUCCEEDED if no_sample_succeeded(run.manifest.details.counts or {}) else 0
+
+def _request_errors(run: Any) -> str:
+    """``all 3 requests failed: <the most common error>`` from the run's table (its error column)."""
+    try:
+        errors = run.read_table("generations")["error"].dropna().astype(str)
+    except (PersoBenchError, KeyError):
+        errors = None
+    if errors is None or errors.empty:
+        return "every request failed (the error column of `export RUN` says why)"
+    common = errors.value_counts()
+    return f"all {len(errors)} request(s) failed, {common.iloc[0]} with: {common.index[0]}"
 
 
-def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
+def _score(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: int) -> int:
 
     bars: dict[str, ProgressBar] = {}
 
@@ -204,17 +240,22 @@ def _score(step: JobStep, home: Path, run_ids: list[str]) -> int:
         print(f"judge {config.judge.model_name}: {tally.pairs} pair(s), {tally.sent} answered now, "
               f"{tally.unparseable} unparseable, {tally.unanswered} unanswered, {tally.attempts} request(s), "
               f"cost {'unknown' if tally.cost_usd is None else f'${tally.cost_usd:.4f}'}", flush=True)
-    return 0 if report.complete else 1
+    if report.complete:
+        return 0
+    failed = [f"{r.run_id}: {r.error}" for r in report.runs if not r.ok]
+    _record_error(folder, index, (f"{len(failed)} run(s) not scored ({failed[0]})" if failed else
+                                  f"{report.unlabelled} judge pair(s) left unanswered"), configuration=False)
+    return 1
 
 
-def _import(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001
+def _import(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: int) -> int:  # noqa: ARG001
 
     report = pipeline.import_published(str(step.config["folder"]), home=home)
     print(f"imported {len(report.runs)} run(s) from {report.folder}", flush=True)
     return 0
 
 
-def _fetch(step: JobStep, home: Path, run_ids: list[str]) -> int:  # noqa: ARG001
+def _fetch(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: int) -> int:  # noqa: ARG001
 
     result = pipeline.fetch_published(home=home, url=step.config.get("url"),
                                       trust_unpinned=bool(step.config.get("trust_unpinned")))

@@ -35,6 +35,7 @@ from persobench.pipeline import request_cancel
 import shutil
 from persobench.pipeline import RunStore
 from persobench.pipeline import read_progress
+from persobench.pipeline import every_reply_failed, run_state
 
 
 def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
@@ -174,6 +175,9 @@ class JobManager:
             step_index=int(state.get("step") or 0), message=public_text(redact(state.get("message") or "")),
             created_at=str(spec.get("created_at", "")), finished_at=str(state.get("finished_at") or ""),
             log_tail=log_tail, run_ids=tuple(state.get("run_ids") or ()),
+            step_errors={int(k): public_text(redact(str(v))) for k, v in (state.get("step_errors") or {}).items()},
+            configuration_errors=tuple(int(i) for i in state.get("configuration_errors") or ()),
+            skipped=tuple(int(i) for i in state.get("skipped") or ()),
         )
         if value != "interrupted":
             return status
@@ -238,20 +242,37 @@ class JobManager:
         return dirs
 
     def progress(self, status: JobStatus) -> list[dict[str, Any]]:
-        """One row per step: label, kind, state and, for run steps, the run's ``progress.json`` counts."""
+        """One row per step: label, kind, ``state`` and, for run steps, the run's ``progress.json``
+        counts (``done``, ``failed``, ``cached``, ``eta`` ...) and ``every_reply_failed``.
+
+        ``state`` is what the step is doing, in words: ``starting (loading the model)`` (its process
+        runs, the run has no progress yet), ``running``, ``done``, ``cancelled``, ``failed: <its error
+        line>``, ``interrupted``, ``waiting`` (a later step of a running job), ``not run (cancelled)``,
+        ``not run`` or ``skipped (no run to score)``."""
 
         rows = []
         for index, step in enumerate(status.steps):
             row: dict[str, Any] = {"step": step.label, "kind": step.kind}
             run_dir = step.run_dir(self.home)
+            progress = read_progress(run_dir) if run_dir is not None else None
             if run_dir is not None:
                 row["run_id"] = run_dir.name
-                row.update(read_progress(run_dir) or {})
-            if index < status.step_index:
-                row.setdefault("state", "done")
-            elif index == status.step_index and status.active:
-                row["state"] = "running"
+                row.update(progress or {})
+            current = index == status.step_index
+            if index in status.step_errors:
+                state = f"failed: {status.step_errors[index]}"
+            elif index in status.skipped:
+                state = "skipped (no run to score)"
+            elif current and status.active:
+                state = run_state(progress, expected=True) if step.kind == "run" else "running"
+            elif index > status.step_index and status.state != "completed":
+                state = {"cancelled": "not run (cancelled)", "launching": "waiting", "running": "waiting"}.get(
+                    status.state, "not run")
+            elif current and status.state in ("cancelled", "interrupted"):
+                state = status.state
             else:
-                row.setdefault("state", "done" if status.state == "completed" else "waiting")
+                state = run_state(progress, expected=False) if step.kind == "run" else "done"
+            row["state"] = state
+            row["every_reply_failed"] = every_reply_failed(progress)
             rows.append(row)
         return rows

@@ -2,17 +2,20 @@
 
 A job folder holds ``job.json`` (title and typed steps, written once by the launcher), ``state.json``
 (written by the runner as it goes), ``lock`` (the runner's pid while it is alive), ``cancel`` (a stop
-request) and ``log.txt`` (the runner's output).
+request), ``log.txt`` (the runner's output) and ``step-N.error.json`` (the one-line error a failed
+step left, and whether it was a configuration error).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from persobench.errors import ConfigurationError
 from persobench.pipeline import RunStore
@@ -28,6 +31,11 @@ RUNNER_MODULE = "persobench.jobs.job_process"
 #: What a runner's command line contains (guards the lock against a recycled pid); also matches a
 #: runner started as ``python -m persobench.jobs`` (that entry point still works).
 RUNNER_MARKER = "persobench.jobs"
+
+
+def step_error_path(folder: Path, index: int) -> Path:
+    """Where step ``index`` of the job in ``folder`` leaves its one-line error for the runner."""
+    return Path(folder) / f"step-{index}.error.json"
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -127,6 +135,13 @@ class JobStatus:
     """A run of this interrupted job that a live process still generates (the runner died, its
     ``persobench run`` child did not); '' when none. Resuming waits for it: a second process on
     the same run would stop at its lock."""
+    step_errors: Mapping[int, str] = field(default_factory=dict)
+    """Step index -> the one-line error it failed with (redacted)."""
+    configuration_errors: tuple[int, ...] = ()
+    """The steps that failed for their configuration (unknown model or dataset, missing key, bad
+    option): running them again fails the same way."""
+    skipped: tuple[int, ...] = ()
+    """The score steps left out because no run of the job completed."""
 
     @property
     def busy(self) -> bool:
@@ -138,8 +153,42 @@ class JobStatus:
         return self.state in ("launching", "running")
 
     @property
+    def configuration_error(self) -> bool:
+        """Every failed step failed for its configuration: Resume would fail again; launch anew."""
+        return bool(self.step_errors) and set(self.step_errors) <= set(self.configuration_errors)
+
+    @property
     def resumable(self) -> bool:
-        return self.state in ("failed", "cancelled", "interrupted") and not self.busy_run
+        return (self.state in ("failed", "cancelled", "interrupted") and not self.busy_run
+                and not (self.state == "failed" and self.configuration_error))
+
+
+def local_time(stamp: str, zone: str | None = None) -> str:
+    """An ISO-8601 time as stored (UTC, ``2026-12-03T00:00:00+00:00``) as a person reads it: in the
+    time zone ``zone`` (an IANA name such as the browser's; default: this machine's), with its
+    abbreviation: ``2026-12-03 09:00:00 JST``. Text that is not a time comes back as it is."""
+    try:
+        moment = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return str(stamp)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    target = None
+    if zone:
+        try:
+            target = ZoneInfo(zone)
+        except (ValueError, KeyError, ZoneInfoNotFoundError):  # an unknown zone name: this machine's
+            target = None
+    local = moment.astimezone(target)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def seconds_between(start: str, end: str) -> float | None:
+    """Seconds from ``start`` to ``end`` (ISO-8601 times), or ``None`` when either is not one."""
+    try:
+        return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
+    except (TypeError, ValueError):
+        return None
 
 
 def job_id_for(title: str, steps: Sequence[JobStep]) -> str:

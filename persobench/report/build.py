@@ -4,14 +4,18 @@ recomputed here), the failure taxonomy and a few dialogues with every run's repl
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.records import natural_key
 from persobench.secrets import redact
 from persobench.store import RunStore
-from persobench.datasets import samples_by_id
+from persobench.datasets import reference_dir, samples_by_id
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,17 +143,76 @@ def build_report(store: "RunStore", options: ReportOptions) -> Report:
         for mode in modes:
             if not ((frame["dataset"] == dataset) & (frame["mode"] == mode)).any():
                 continue
-            board = aggregate.leaderboard(results, dataset=dataset, mode=mode, invalid=options.invalid,
-                                          profile=options.profile, side_by_side=options.side_by_side,
-                                          all_samples=options.all_samples)
+            arguments = dict(dataset=dataset, mode=mode, invalid=options.invalid, profile=options.profile,
+                             side_by_side=options.side_by_side, all_samples=options.all_samples)
+            board = aggregate.leaderboard(results, **arguments)
+            overall = aggregate.overall_with_ci(results, board=board, **arguments)  # ranks the score with its CI
             boards.append(board)
-            for layout in board_sections(board):
+            for layout in board_sections(board, overall):
                 rows = board[(board["board"] == layout["board"]) & (board["profile"] == layout["profile"])]
                 sections.append(BoardSection(layout, rows))
     if not sections:
         raise ConfigurationError(f"no run of {', '.join(datasets)} in mode {', '.join(modes)}")
-    return Report(options, tuple(sections), failure_taxonomy(results, datasets, modes),
-                  tuple(_dialogues(store, boards, options)), tuple(results.skipped_runs))
+    report = Report(options, tuple(sections), failure_taxonomy(results, datasets, modes),
+                    tuple(_dialogues(store, boards, options)), tuple(results.skipped_runs))
+    return without_local_paths(report, local_paths(store, known))
+
+
+def local_paths(store: "RunStore", datasets: list[str]) -> list[tuple[str, str]]:
+    """(a path of this machine, what a shared report says instead), longest first: a user file dataset
+    (named by its path) by its file name, then the reference folder, the store, the working folder and
+    the home folder by the variable or mark that stands for them."""
+    pairs: dict[str, str] = {}
+    for name in datasets:
+        if os.sep in name:
+            pairs[name] = Path(name).name
+            pairs.setdefault(str(Path(name).resolve()), Path(name).name)
+    prompts = os.environ.get("PERSOBENCH_PROMPTS")
+    roots = [(reference_dir(), "$PERSOBENCH_REFERENCE"), (store.home, "$PERSOBENCH_HOME"), (Path.cwd(), "."),
+             (Path.home(), "~")] + ([(Path(prompts), "$PERSOBENCH_PROMPTS")] if prompts else [])
+    for path, shown in roots:
+        for form in (str(path), str(path.absolute()), str(path.resolve())):
+            if len(form.rstrip(os.sep)) > 1:
+                pairs.setdefault(form.rstrip(os.sep), shown)
+    return sorted(pairs.items(), key=lambda pair: -len(pair[0]))
+
+
+def without_local_paths(report: Report, paths: list[tuple[str, str]]) -> Report:
+    """``report`` with every path of ``paths`` in the text it shows (titles, rows, notes, model labels,
+    statuses, dialogues, replies, skipped runs) replaced: a shared report names no folder of this
+    machine. A path is replaced only whole (followed by ``/``, a space, punctuation or the end)."""
+    import pandas as pd
+
+    if not paths:
+        return report
+    pattern = re.compile("|".join(re.escape(path) for path, _ in paths) + r"""(?=$|[/\s'"),;:\]])""")
+    shown = dict(paths)
+
+    def public(value: Any) -> Any:
+        return pattern.sub(lambda m: shown[m.group(0)], value) if isinstance(value, str) else value
+
+    def layout(section: BoardSection) -> BoardSection:
+        entries = {key: public(value) for key, value in section.layout.items() if isinstance(value, str)}
+        entries.update(header=[public(h) for h in section.layout["header"]], notes=[public(n) for n in section.layout["notes"]],
+                       rows=[[public(cell) for cell in row] for row in section.layout["rows"]])
+        board = section.board.assign(model=section.board["model"].astype(str).map(public))
+        return BoardSection({**section.layout, **entries}, board)
+
+    def dialogue(item: Dialogue) -> Dialogue:
+        replies = tuple(dataclasses.replace(r, **{f: public(getattr(r, f)) for f in ("model", "protocol", "text", "raw")})
+                        for r in item.replies)
+        return dataclasses.replace(item, dataset=public(item.dataset), note=public(item.note), replies=replies,
+                                   reference=public(item.reference),
+                                   context=tuple((public(s), public(text)) for s, text in item.context),
+                                   personas=tuple((public(s), tuple(map(public, lines))) for s, lines in item.personas))
+
+    failures = report.failures.copy()
+    for column in failures.columns:
+        if not pd.api.types.is_numeric_dtype(failures[column]):
+            failures[column] = failures[column].astype(object).map(public)
+    return dataclasses.replace(report, sections=tuple(map(layout, report.sections)), failures=failures,
+                               dialogues=tuple(map(dialogue, report.dialogues)),
+                               skipped_runs=tuple((public(a), public(b)) for a, b in report.skipped_runs))
 
 
 def failure_taxonomy(results: "Results", datasets: list[str], modes: list[str]) -> "pd.DataFrame":
@@ -228,8 +291,10 @@ def _sample_texts(dataset: str, ids: list[str]) -> tuple[dict[str, tuple], str]:
 
     try:
         samples = samples_by_id(dataset)
-    except PersoBenchError as exc:
-        return {}, f"the dataset's text is not available here: {redact(str(exc))}"
+    except PersoBenchError as exc:  # its message names local files: the note says what to do instead
+        hint = ("set PERSOBENCH_REFERENCE to the paper's data when making the report" if "PERSOBENCH_REFERENCE"
+                in str(exc) else "make the report where the dataset's file can be read")
+        return {}, f"the dialogue's text is not available here: the dataset could not be loaded ({hint})"
     texts = {}
     for sample_id in ids:
         sample = samples.get(sample_id)

@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
 
 def plot_escape(text: Any) -> str:
-    """A label for Plotly, which interprets a subset of HTML (``<b>``, ``<br>``, ``<a href>``)."""
-    return html.escape(str(text), quote=True)
+    """A label for Plotly, which interprets a subset of HTML (``<b>``, ``<br>``, ``<a href>``): ``&``, ``<``
+    and ``>`` escaped, which Plotly shows as typed. Not quotes: no tag can form without ``<``, and Plotly
+    decodes no ``&quot;`` (a label showed it literally)."""
+    return html.escape(str(text), quote=False)
 
 
 def _escaped(frame: "pd.DataFrame", column: str = "model") -> "pd.DataFrame":

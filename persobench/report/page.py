@@ -1,11 +1,14 @@
 """A :class:`~persobench.report.build.Report` as one self-contained HTML file.
 
 Everything that comes from data (model labels, replies, personas, contexts, notes, protocol labels)
-is untrusted and passes :func:`html.escape` as element text: no tag, link or attribute is ever built
-from it. Chart labels pass :func:`persobench.report.charts.plot_escape` and the figures' JSON is
+is untrusted and passes :func:`html.escape` as element text, exactly once: no tag, link or attribute is
+ever built from it. Chart labels pass :func:`persobench.report.charts.plot_escape` and the figures' JSON is
 Plotly's own, which escapes ``<``, ``>`` and ``/``. Plotly's JavaScript is inlined from the installed
 package and a Content-Security-Policy forbids every request, so the file opens offline and cannot
-call anywhere. Part of :mod:`persobench.report`.
+call anywhere; no toolbar button can send a chart to a cloud host (:data:`PLOTLY_CONFIG`), and the PNG
+download works under the policy (Plotly draws the image from a ``blob:`` URL the page itself made).
+A text longer than :data:`SHOWN_CHARS` shows its start and folds the rest into ``<details>``.
+Part of :mod:`persobench.report`.
 """
 
 from __future__ import annotations
@@ -25,8 +28,22 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 #: No request of any kind; inline scripts and styles only (Plotly's inlined library and its figures).
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+#: ``blob:`` images are those the page makes itself: Plotly's PNG download draws the chart through one.
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
        "font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
+#: Every chart's Plotly config: no logo link and no "Share chart..." button (Plotly's cloud upload, which
+#: opens a page on a cloud host: the policy blocks requests, not navigation; without it plotly.py also
+#: leaves the cloud's URL out of the page); the PNG download kept (it stays on the machine).
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "showSendToCloud": False,
+                 "modeBarButtonsToRemove": ["sendChartToCloud"],
+                 "toImageButtonOptions": {"format": "png", "scale": 2}}
+#: Characters of a reply, context turn or raw output shown before the rest is folded away.
+SHOWN_CHARS = 700
+#: What a chart's facet title says about a metric: its unit and which way is better.
+METRIC_TITLES = {"response_time": "Response time (seconds, lower is better)",
+                 "failure_ratio": "Failure ratio (share of replies, lower is better)",
+                 "unieval_engagingness": "Engagingness (UniEval score, higher is better)"}
+MODE_TITLES = {"vanilla": "Vanilla prompting", "cot": "Chain-of-thought prompting"}
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em; color: #222; }
@@ -35,6 +52,8 @@ table { border-collapse: collapse; margin: .6em 0; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 3px 7px; text-align: right; vertical-align: top; }
 td { white-space: nowrap; } .scroll { overflow-x: auto; }
 th:first-child, td:first-child { text-align: left; white-space: normal; min-width: 12em; } th { background: #f4f4f4; }
+table.board th:first-child, table.board td:first-child { min-width: 0; text-align: right; }
+table.board th:nth-child(2), table.board td:nth-child(2) { text-align: left; white-space: normal; min-width: 12em; }
 .notes { color: #555; font-size: 13px; } .muted { color: #777; font-size: 13px; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; } .chart { flex: 1 1 560px; min-width: 420px; }
 .dialogue { border: 1px solid #ccc; border-radius: 6px; padding: .8em 1em; margin: 1.2em 0; }
@@ -45,6 +64,8 @@ th:first-child, td:first-child { text-align: left; white-space: normal; min-widt
 .reply { border: 1px solid #e3e3e3; border-radius: 4px; padding: .4em .6em; background: #fafafa; }
 .reply.invalid { background: #fff4f0; }
 .text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 14px; margin: .2em 0; }
+details.rest summary { cursor: pointer; color: #555; font-size: 13px; }
+details.rest .text { max-height: 24em; overflow: auto; border-top: 1px dashed #ddd; }
 .label { font-weight: 600; font-size: 13px; }
 """
 
@@ -105,19 +126,43 @@ def _script_text(code: str) -> str:
 
 
 def _table(header: list[str], rows: list[list[object]], *, css: str = "board") -> Iterator[str]:
-    yield (f'<div class="scroll"><table class="{css}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in header)
-           + "</tr></thead><tbody>")
-    for row in rows:
-        yield "<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>"
-    yield "</tbody></table></div>"
+    from persobench.aggregate.exports import html_table
+
+    yield html_table(header, rows, css=css)
+
+
+def _long_text(text: str, css: str = "text") -> str:
+    """``text`` escaped in a ``<div>``; past :data:`SHOWN_CHARS`, its start, then the rest folded in a
+    ``<details>`` that scrolls when opened (a 200,000-character reply keeps the page short)."""
+    if len(text) <= SHOWN_CHARS:
+        return f'<div class="{css}">{esc(text)}</div>'
+    cut = text.rfind(" ", SHOWN_CHARS - 200, SHOWN_CHARS) + 1 or SHOWN_CHARS  # at a space when there is one
+    shown, rest = text[:cut], text[cut:]
+    return (f'<div class="{css}">{esc(shown)}…</div><details class="rest"><summary>show the {len(rest):,} more '
+            f'characters</summary><div class="{css}">{esc(rest)}</div></details>')
+
+
+def _readable_titles(figure: "go.Figure") -> "go.Figure":
+    """Facet titles ``metric=response_time`` / ``mode=cot`` (the shared figures' plotly.express style)
+    as words with units: :data:`METRIC_TITLES`, :data:`MODE_TITLES`."""
+    def title(text: str) -> str:
+        facet, _, value = str(text).partition("=")
+        if facet == "metric":
+            return METRIC_TITLES.get(value, value.replace("_", " "))
+        return MODE_TITLES.get(value, value) if facet == "mode" else text
+
+    return figure.for_each_annotation(lambda note: note.update(text=title(note.text)))
 
 
 def _figure(figure: "go.Figure", chart_ids: Iterator[int]) -> str:
     import plotly.io as pio
 
+    chart = next(chart_ids)
+    config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"],
+                                                        "filename": f"persobench-chart-{chart}"}}
     return '<div class="chart">' + pio.to_html(
-        figure, full_html=False, include_plotlyjs=False, div_id=f"chart-{next(chart_ids)}",
-        config={"displaylogo": False, "responsive": True}) + "</div>"
+        _readable_titles(figure), full_html=False, include_plotlyjs=False, div_id=f"chart-{chart}",
+        config=config) + "</div>"
 
 
 def _section(section: BoardSection, chart_ids: Iterator[int]) -> Iterator[str]:
@@ -139,7 +184,9 @@ def _board_charts(board: "pd.DataFrame", chart_ids: Iterator[int]) -> Iterator[s
     radar = radar_aspects(board, normalize=True)
     aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
     if len(aspects) >= 3:
-        yield _figure(radar_figure(radar, aspects), chart_ids)
+        figure = radar_figure(radar, aspects)
+        figure.update_layout(title="The paper's aspects (each metric's mean on its range, 0 to 1)", margin={"t": 60})
+        yield _figure(figure, chart_ids)
     wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
     bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
     if len(bars):
@@ -173,19 +220,19 @@ def _dialogue(dialogue: Dialogue) -> Iterator[str]:
         yield f'<p class="muted">{esc(dialogue.note)}</p>'
     for speaker, sentences in dialogue.personas:
         yield f'<p class="label">Persona of {esc(speaker)}</p>'
-        yield '<div class="text">' + esc("\n".join(f"• {s}" for s in sentences)) + "</div>"
+        yield _long_text("\n".join(f"• {s}" for s in sentences))
     yield "</div><div>"
     for speaker, text in dialogue.context:
-        yield f'<p class="label">{esc(speaker)}</p><div class="text">{esc(text)}</div>'
+        yield f'<p class="label">{esc(speaker)}</p>' + _long_text(text)
     if dialogue.reference:
-        yield f'<p class="label">Reference</p><div class="text">{esc(dialogue.reference)}</div>'
+        yield '<p class="label">Reference</p>' + _long_text(dialogue.reference)
     yield "</div></div>"
     yield '<div class="replies">'
     for reply in dialogue.replies:
         css = "reply" if reply.status == "ok" else "reply invalid"
         yield (f'<div class="{css}"><p class="label">{esc(reply.model)} · {esc(reply.mode)}</p>'
                f'<p class="muted">{esc(reply.protocol)} · {esc(reply.status)}</p>'
-               f'<div class="text">{esc(reply.text) or "<em>(no reply)</em>"}</div>'
-               + (f'<p class="muted">raw output (it did not parse):</p><div class="text raw">{esc(reply.raw)}</div>'
+               + (_long_text(reply.text) if reply.text else '<div class="text"><em>(no reply)</em></div>')
+               + ('<p class="muted">raw output (it did not parse):</p>' + _long_text(reply.raw, "text raw")
                   if reply.raw else "") + "</div>")
     yield "</div></div>"
