@@ -6,6 +6,11 @@ only (item 14)."""
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,7 @@ from persobench.datasets import parsed_tables
 from persobench.datasets.parsed_tables import table_samples, tables_dir_of_store
 from persobench.importer import import_persobench, samples_for_run
 from persobench.store import RunStore
+from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
 from tests.test_importer import make_paper_folder
 
 
@@ -92,3 +98,58 @@ def test_lexical_scores_of_an_imported_run_ignore_an_edited_kept_table(tmp_path,
         values[edited] = sorted((f"{sid}|{m}", round(float(v), 12)) for frame in frames
                                 for sid, m, v in zip(frame["sample_id"], frame["metric"], frame["value"]))
     assert values[True] == values[False] and len(values[False]) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# item 9: a FIFO planted as a recovery file never blocks a run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _child_env(temp: Path) -> dict[str, str]:
+    return {**os.environ, "OPENAI_API_KEY": OPENAI_SECRET, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
+
+
+@pytest.mark.parametrize("where", ["run folder", "private folder"])
+def test_a_fifo_planted_as_the_recovery_file_is_ignored_and_the_run_goes_on(openai_server, tmp_path, where):
+    home, temp = tmp_path / "home", tmp_path / "tmp"
+    temp.mkdir()
+    argv = [sys.executable, "-m", "persobench", "--home", str(home), "run", "--model", "openai:fake",
+            "--base-url", openai_server.base_url, "--limit", "3", "--no-progress"]
+    first = subprocess.run(argv, cwd=REPO, env=_child_env(temp), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    [run] = RunStore(home).runs()
+    if where == "run folder":
+        fifo = run.path / "recovered.jsonl"
+    else:
+        private = temp / f"persobench-{os.geteuid()}"
+        private.mkdir(mode=0o700)
+        fifo = private / f"recovered-{run.run_id}.jsonl"
+    os.mkfifo(fifo, 0o600)
+    started = time.monotonic()
+    try:
+        again = subprocess.run(argv, cwd=REPO, env=_child_env(temp), capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"run hung on the FIFO at {fifo}")
+    assert again.returncode == 0, again.stderr
+    assert time.monotonic() - started < 60 and stat.S_ISFIFO(os.lstat(fifo).st_mode)  # left alone, not read
+
+
+def test_a_reply_is_never_written_into_a_fifo(tmp_path):
+    """A refused cache write keeps the reply in a recovery file: a FIFO there (nobody reading it)
+    must neither block the run nor take the reply; the reply goes to the next place."""
+    temp, run_path = tmp_path / "tmp", tmp_path / "home" / "runs" / "run-fifo"
+    temp.mkdir()
+    run_path.mkdir(parents=True)
+    os.mkfifo(run_path / "recovered.jsonl", 0o600)
+    script = ("from persobench.generation.recovery import keep_reply; from persobench.providers.base import Completion; "
+              f"print(keep_reply({str(run_path)!r}, 'a' * 64, Completion(text='kept'), 0.5))")
+    try:
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=_child_env(temp), capture_output=True,
+                              text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("keeping a reply blocked on a FIFO")
+    assert done.returncode == 0, done.stderr
+    kept = Path(done.stdout.strip())
+    assert kept == temp / f"persobench-{os.geteuid()}" / "recovered-run-fifo.jsonl"
+    assert '"kept"' in kept.read_text(encoding="utf-8") and stat.S_ISFIFO(os.lstat(run_path / "recovered.jsonl").st_mode)
