@@ -315,3 +315,127 @@ def test_a_run_with_an_infinite_remembered_level_completes(openai_server, tmp_pa
     [run] = RunStore(home).runs()
     assert run.manifest.status == "completed" and len(openai_server.requests) == 3
     assert main(argv) == 0  # and again: nothing "failed for good"
+
+
+# ---------------------------------------------------------------------------------------------
+# item 12: a base URL's query values never reach a file
+
+#: Credentials as a gateway takes them in the query string, under names that do not look secret.
+QUERY_SECRETS = {"pw": "hunter2-query-pw", "jwt": "eyJhbGciOi.query-jwt", "session_id": "sess-8f2k-query"}
+
+
+def _query_url(base: str) -> str:
+    return base + "?" + "&".join(f"{name}={value}" for name, value in QUERY_SECRETS.items()) + "&api-version=2"
+
+
+def _stored_secrets(*folders: Path) -> list[str]:
+    text = b"".join(p.read_bytes() for folder in folders for p in folder.rglob("*") if p.is_file())
+    return [value for value in QUERY_SECRETS.values() if value.encode() in text]
+
+
+def test_public_url_keeps_only_the_query_parameters_known_to_be_public():
+    from persobench.secrets import public_text, public_url, url_without_credentials
+
+    url = _query_url("http://user:pw0rd@host.example:8000/v1")
+    assert public_url(url) == "http://host.example:8000/v1?api-version=2"
+    assert url_without_credentials(url) == "http://host.example:8000/v1?pw=&jwt=&session_id=&api-version="
+    assert public_text(f"GET {url} failed") == "GET http://host.example:8000/v1?api-version=2 failed"
+    assert public_url("http://h/v1?api-version=2024-06&version=3") == "http://h/v1?api-version=2024-06&version=3"
+
+
+def test_query_credentials_reach_neither_concurrency_json_nor_resume_json(openai_server, tmp_path):
+    from persobench.cli import main
+    from persobench.llm.concurrency import HeldLevel, LevelMemory
+
+    home = tmp_path / "home"
+    url = _query_url(openai_server.base_url)
+    LevelMemory(home, "openai", url).save(HeldLevel(4, 5))
+    assert LevelMemory(home, "openai", url).load() == HeldLevel(4, 5)
+    main(["--home", str(home), "run", "--model", "openai:fake", "--base-url", url, "--limit", "2",
+          "--concurrency", "auto", "--no-progress"])  # the SDK puts the query inside the path: the fake says 404
+    [run] = RunStore(home).runs()
+    assert (run.path / "resume.json").is_file() and (home / "concurrency.json").is_file()
+    assert _stored_secrets(home) == []
+    resume = json.loads((run.path / "resume.json").read_text(encoding="utf-8"))
+    assert resume["config"]["base_url"] == openai_server.base_url + "?api-version=2"
+    assert "the base URL's credentials" in resume["left_out"]
+
+
+def test_query_credentials_never_reach_the_apps_job_json(openai_server, tmp_path, monkeypatch):
+    from persobench.jobs import JobManager, LaunchChoice, launch_steps, plan_launch
+    from tests.test_app import wait_for
+
+    monkeypatch.delenv("PERSOBENCH_KEY_HOSTS", raising=False)
+    home = tmp_path / "home"
+    env = dict(os.environ)
+    url = _query_url(openai_server.base_url)
+    plans = plan_launch(home, [LaunchChoice("sample", "openai:fake", "vanilla", url)], limit=2, env=env)
+    assert not [v for v in QUERY_SECRETS.values() if v in json.dumps(plans, default=str)]
+    jobs = JobManager(home)
+    job_id, started = jobs.launch("query url", launch_steps(plans, limit=2, profile=None), env=env)
+    assert started
+    status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+    assert status.state in ("completed", "failed")  # it ran; with the query in the path the SDK gets 404s
+    assert _stored_secrets(home) == []
+    for value in QUERY_SECRETS.values():
+        assert value not in status.message + status.log_tail
+
+
+#: A mirror link's query as a presigned URL carries it.
+MIRROR_QUERY = {"token": "signed-mirror-token", "X-Amz-Signature": "deadbeefsig", "pw": "hunter2-mirror"}
+
+
+@pytest.fixture()
+def mirror(reference_dir, tmp_path, monkeypatch):
+    """(home, archive bytes, a server of the archive): a mirror of the paper's data on 127.0.0.1."""
+    from tests.test_fetch_paper import ArchiveServer, build_archive
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    body = build_archive(reference_dir, "zip")
+    with ArchiveServer(body) as server:
+        yield home, body, server
+
+
+def _mirror_url(server) -> str:
+    return server.url() + "?" + "&".join(f"{name}={value}" for name, value in MIRROR_QUERY.items())
+
+
+def _mirror_secrets_in(data: bytes) -> list[str]:
+    return [value for value in MIRROR_QUERY.values() if value.encode() in data]
+
+
+def test_a_mirror_urls_query_never_reaches_the_download_files(mirror):
+    import hashlib
+
+    from persobench.datasets.paper_archive import MARKER, PaperArchiveError, fetch_paper
+
+    home, body, server = mirror
+    pin = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+    server.cut_at = len(body) // 2  # the first download stops half way: its progress file stays
+    with pytest.raises(PaperArchiveError):
+        fetch_paper(home, url=_mirror_url(server), **pin)
+    interrupted = b"".join(p.read_bytes() for p in (home / "downloads").glob("*.json"))
+    assert interrupted and _mirror_secrets_in(interrupted) == []
+    fetch_paper(home, url=_mirror_url(server), **pin)
+    marker = (home / "reference" / MARKER).read_bytes()
+    assert server.url().encode() in marker and _mirror_secrets_in(marker) == []
+
+
+def test_a_mirror_urls_query_never_reaches_job_json_and_the_job_still_gets_it(mirror):
+    from persobench.jobs import JobManager, fetch_paper_steps
+    from persobench.jobs.manager import step_base_urls
+    from persobench.secrets import URL_CREDENTIALS_ENV, credentials_environment
+    from tests.test_app import wait_for
+
+    home, _, server = mirror
+    steps = fetch_paper_steps(score="none", url=_mirror_url(server), trust_unpinned=True)
+    assert step_base_urls(steps) == [server.url()]
+    carried = credentials_environment(step_base_urls(steps))[URL_CREDENTIALS_ENV]
+    assert json.loads(carried) == {server.url(): _mirror_url(server)}
+    jobs = JobManager(home)
+    job_id, started = jobs.launch("mirror", steps)
+    assert started
+    status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+    assert status.state == "completed", status.log_tail  # fetched with the full URL, and imported
+    assert _mirror_secrets_in(b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())) == []
