@@ -45,6 +45,14 @@ def file_version(path: str | os.PathLike[str]) -> tuple[str, int, int]:
     return str(resolved), stat.st_size, stat.st_mtime_ns
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL document, split on ``"\n"`` only. ``str.splitlines`` also breaks at
+    U+2028, U+2029, U+0085 and a few control characters, which JSON allows raw inside a string (and
+    ``json.dumps(..., ensure_ascii=False)`` writes raw): a record holding one would be cut in two. A
+    ``"\r"`` before the ``"\n"`` stays on the line, where JSON reads it as whitespace."""
+    return text.split("\n")
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
     digest = hashlib.sha256()

@@ -439,3 +439,74 @@ def test_a_mirror_urls_query_never_reaches_job_json_and_the_job_still_gets_it(mi
     status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
     assert status.state == "completed", status.log_tail  # fetched with the full URL, and imported
     assert _mirror_secrets_in(b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# item 14 (part): JSONL is split on "\n" only; a raw U+2028 (or U+2029, U+0085) inside a string is text
+
+#: Characters ``str.splitlines`` breaks on that JSON allows raw inside a string.
+NOT_LINE_BREAKS = "\u2028\u2029\u0085"
+
+
+def test_a_user_jsonl_row_holding_a_raw_line_separator_loads(tmp_path):
+    from persobench.datasets import load_dataset
+
+    path = tmp_path / "data.jsonl"
+    rows = [{"personas": f"I like tea.{NOT_LINE_BREAKS}I have a cat.", "context": "User1: Hi!",
+             "act_response": f"Hello{NOT_LINE_BREAKS} there."},
+            {"personas": "I run.", "context": "User1: Plans?", "act_response": "A run."}]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    assert "\u2028" in path.read_text(encoding="utf-8")  # raw, as the file holds it
+    samples = load_dataset(str(path))
+    assert [s.metadata["row"] for s in samples] == [1, 2]
+    assert samples[0].reference == f"Hello{NOT_LINE_BREAKS} there."
+
+
+def test_a_recovered_reply_holding_a_raw_line_separator_is_restored(tmp_path, monkeypatch):
+    import tempfile
+
+    from persobench.generation.recovery import keep_reply, restore_replies
+    from persobench.llm.response_cache import ResponseCache
+    from persobench.providers.base import Completion
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    run_path = tmp_path / "home" / "runs" / "run-ls"
+    run_path.mkdir(parents=True)
+    text = json.dumps({"response": f"one{NOT_LINE_BREAKS}two"}, ensure_ascii=False)
+    assert keep_reply(run_path, "b" * 64, Completion(text=text), 0.25) == run_path / "recovered.jsonl"
+    assert "\u2028" in (run_path / "recovered.jsonl").read_text(encoding="utf-8")
+    assert restore_replies(run_path, tmp_path / "cache", keys=["b" * 64]) == 1
+    with ResponseCache(tmp_path / "cache") as cache:
+        assert cache.get("b" * 64)[0].text == text
+
+
+def test_batch_output_lines_holding_a_raw_line_separator_are_read_whole():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from persobench.providers.batch_api import HttpClient
+
+    lines = [{"custom_id": "k1", "response": {"body": {"text": f"a{NOT_LINE_BREAKS}b"}}}, {"custom_id": "k2"}]
+    body = ("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n").encode("utf-8")
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "application/jsonl")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = HttpClient(f"http://127.0.0.1:{server.server_address[1]}", {})
+        assert client.lines("/files/f1/content") == lines
+        client.close()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Collection, Iterator
 
+from persobench.files import jsonl_lines
 from persobench.llm.response_cache import ResponseCache
 from persobench.providers.base import Completion
 
@@ -168,7 +169,7 @@ def _read(path: Path) -> tuple[bytes, int] | None:
 
 def _entries(text: bytes, run_id: str, keys: Collection[str] | None,
              legacy: bool) -> Iterator[tuple[str, Completion, float]]:
-    for line in text.decode("utf-8", errors="replace").splitlines():
+    for line in jsonl_lines(text.decode("utf-8", errors="replace")):
         try:
             data = json.loads(line)
             key = str(data["key"])

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+from persobench.files import jsonl_lines
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request, error_from_http, resolve_api_key
 from persobench.secrets import scrub, shorten
@@ -183,7 +184,7 @@ class HttpClient:
     def lines(self, path: str) -> list[Any]:
         """A JSONL document as objects (a line that is not JSON is skipped: its request stays unanswered)."""
         out = []
-        for line in self.call("GET", path).text.splitlines():
+        for line in jsonl_lines(self.call("GET", path).text):
             if line.strip():
                 try:
                     out.append(json.loads(line))
