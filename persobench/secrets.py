@@ -10,7 +10,8 @@
 * :func:`strip_secrets` drops credential fields from a mapping before it is written to disk, and
   :func:`url_without_credentials` user info and query values from a URL.
 * :func:`public_url` strips user info and every query parameter not known to be public from a base
-  URL before it is stored or shown (:func:`public_text` does it to every URL inside a text, such as a log line);
+  URL before it is stored or shown (:func:`public_text` does it to every URL inside a text, such as a
+  log line);
   :func:`remember_url`, :func:`credentials_environment` and :func:`url_with_credentials` carry the full URL to a child
   process through its environment, never through a file or its command line.
 * :func:`shorten` cuts an error text to a length *after* masking the secrets in it.
@@ -276,8 +277,6 @@ def public_address(address: str) -> str:
     if "://" in address:
         return public_url(address)
     return address.rpartition("@")[2]
-
-
 
 
 #: A URL with a scheme inside free text (a log line, a command line, an error message).
