@@ -27,10 +27,16 @@ __all__ = ["WholeRequestBackend", "WholeRequestStream", "send_whole_requests"]
 
 class WholeRequestStream:
     """A network stream (``httpcore``'s ``AsyncNetworkStream`` interface) whose writes are held
-    until its next read, then sent in one write."""
+    until its next read, then sent in one write.
 
-    def __init__(self, stream: Any) -> None:
+    ``pause`` (the backend's ``sleep``) is awaited with 0 before that write: the event loop runs
+    once, as it did between the head and the body before, so what the loop had scheduled (the
+    commit of the replies already received, and their rows) happens before the next request
+    leaves, in the order the run had."""
+
+    def __init__(self, stream: Any, pause: Any = None) -> None:
         self._stream = stream
+        self._pause = pause
         self._held: list[bytes] = []
         self._timeout: float | None = None
 
@@ -42,6 +48,8 @@ class WholeRequestStream:
     async def _send_held(self) -> None:
         if not self._held:
             return
+        if self._pause is not None:
+            await self._pause(0)
         data = b"".join(self._held)
         self._held.clear()
         _make_room(self._stream.get_extra_info("socket"), len(data))
@@ -59,7 +67,7 @@ class WholeRequestStream:
                         timeout: float | None = None) -> "WholeRequestStream":
         await self._send_held()  # a proxy's CONNECT goes out before the handshake
         return WholeRequestStream(await self._stream.start_tls(ssl_context, server_hostname=server_hostname,
-                                                               timeout=timeout))
+                                                               timeout=timeout), self._pause)
 
     def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)
@@ -73,10 +81,10 @@ class WholeRequestBackend:
         self.backend = backend
 
     async def connect_tcp(self, *args: Any, **kwargs: Any) -> WholeRequestStream:
-        return WholeRequestStream(await self.backend.connect_tcp(*args, **kwargs))
+        return WholeRequestStream(await self.backend.connect_tcp(*args, **kwargs), self.backend.sleep)
 
     async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> WholeRequestStream:
-        return WholeRequestStream(await self.backend.connect_unix_socket(*args, **kwargs))
+        return WholeRequestStream(await self.backend.connect_unix_socket(*args, **kwargs), self.backend.sleep)
 
     async def sleep(self, seconds: float) -> None:
         await self.backend.sleep(seconds)
