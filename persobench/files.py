@@ -1,5 +1,6 @@
-"""Files that are never half-written: atomic writes (temporary file, fsync, rename), checksums, and
-the one-line error for a write the disk refused. Used by the store and by every stage that writes."""
+"""Files that are never half-written: atomic writes (temporary file, fsync, rename), checksums, the
+output a user names (:func:`write_output`: a file, a device or a FIFO), and the one-line error for a
+write the disk refused. Used by the store and by every stage that writes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -41,6 +43,14 @@ def file_version(path: str | os.PathLike[str]) -> tuple[str, int, int]:
     resolved = Path(path).resolve()
     stat = resolved.stat()
     return str(resolved), stat.st_size, stat.st_mtime_ns
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL document, split on ``"\n"`` only. ``str.splitlines`` also breaks at
+    U+2028, U+2029, U+0085 and a few control characters, which JSON allows raw inside a string (and
+    ``json.dumps(..., ensure_ascii=False)`` writes raw): a record holding one would be cut in two. A
+    ``"\r"`` before the ``"\n"`` stays on the line, where JSON reads it as whitespace."""
+    return text.split("\n")
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -110,6 +120,57 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
 
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
+def write_output(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to the file a user named as a command's output (``report -o``, ``export -o``).
+
+    A regular file, or a name that does not exist yet, is written atomically (a half-written file
+    never replaces a good one); through a symlink, the file it points to is written and the link
+    kept. A character device or a FIFO (``/dev/null``, ``/dev/stdout``, a named pipe) is written
+    into, as the shell's ``>`` does, never replaced by a file. Anything else (a folder, a socket, a
+    block device) is refused in one line, and left as it is. A write refused (``/dev/full``, a full
+    disk) is a :class:`StoreWriteError` naming ``path``."""
+    path = Path(path)
+    try:
+        info = os.stat(path)  # through symlinks: /dev/stdout is one
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise StoreWriteError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if info is not None and (stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+        if _write_into(path, data):
+            return
+    elif info is not None and not stat.S_ISREG(info.st_mode):
+        raise StoreWriteError(f"{path}: is {_kind(info.st_mode)}, not a file; not replaced (name a file, or - for "
+                              "standard output)")
+    atomic_write_bytes(Path(os.path.realpath(path)) if path.is_symlink() else path, data)
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _write_into(path: Path, data: bytes) -> bool:
+    """Write ``data`` into the character device or FIFO at ``path`` (no file is created or cut);
+    False when what was opened turned out to be a regular file after all (replaced meanwhile)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise write_refused(path, exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return False
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise write_refused(path, exc) from None
+    finally:
+        os.close(fd)
+    return True
 
 
 def atomic_write_json(path: Path, value: Any, *, durable: bool = True) -> None:

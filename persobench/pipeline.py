@@ -46,7 +46,7 @@ from persobench.datasets import (  # noqa: F401
 from persobench.datasets.tables import tables_dir  # noqa: F401
 from persobench.datasets.paper_archive import (  # noqa: F401
     PAPER_ARCHIVE, ArchiveLimits, download_progress, fetched_reference, paper_manifest)
-from persobench.files import atomic_write_json, atomic_write_text, utc_now, write_refused  # noqa: F401
+from persobench.files import atomic_write_json, atomic_write_text, utc_now, write_output, write_refused  # noqa: F401
 from persobench.generation import (  # noqa: F401
     COLUMNS, TABLE, GenerationConfig, RetryPolicy, read_progress, request_cancel)
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401

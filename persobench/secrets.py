@@ -9,8 +9,9 @@
   through their environment, never through a file) and registers their values for :func:`redact`.
 * :func:`strip_secrets` drops credential fields from a mapping before it is written to disk, and
   :func:`url_without_credentials` user info and query values from a URL.
-* :func:`public_url` strips user info and secret-looking query parameters from a base URL before it
-  is stored or shown (:func:`public_text` does it to every URL inside a text, such as a log line);
+* :func:`public_url` strips user info and every query parameter not known to be public from a base
+  URL before it is stored or shown (:func:`public_text` does it to every URL inside a text, such as a
+  log line);
   :func:`remember_url`, :func:`credentials_environment` and :func:`url_with_credentials` carry the full URL to a child
   process through its environment, never through a file or its command line.
 * :func:`shorten` cuts an error text to a length *after* masking the secrets in it.
@@ -29,7 +30,7 @@ from urllib.parse import urlunsplit
 from urllib.parse import urlencode
 import json
 
-__all__ = ["KEY_HOSTS_ENV", "REDACTED", "SECRET_KEYS", "URL_CREDENTIALS_ENV", "credentials_environment",
+__all__ = ["KEY_HOSTS_ENV", "PUBLIC_PARAMETERS", "REDACTED", "SECRET_KEYS", "URL_CREDENTIALS_ENV", "credentials_environment",
            "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "public_text", "public_url", "redact", "remember_url",
            "register_secret", "scrub", "secret_environment", "shorten", "strip_secrets", "url_with_credentials",
            "url_without_credentials"]
@@ -241,11 +242,18 @@ def url_without_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
-def public_url(url: str) -> str:
-    """``url`` without user info and without secret-looking query parameters (``key``, ``api-key``,
-    ``token``, ``sig`` ...), safe to store and show; other parameters (``api-version``) are kept.
+#: Query parameters whose values are never credentials (the API version a gateway serves): the only
+#: ones :func:`public_url` keeps. Any other parameter may carry one under any name (``?pw=``,
+#: ``?jwt=``, ``?session_id=``), so it is left out of every stored or shown URL.
+PUBLIC_PARAMETERS = frozenset({"api-version", "api_version", "version"})
 
-    ``http://user:pw@host:8000/v1?api-key=abc&api-version=1`` -> ``http://host:8000/v1?api-version=1``.
+
+def public_url(url: str) -> str:
+    """``url`` without user info and with only the query parameters known to be public
+    (:data:`PUBLIC_PARAMETERS`, such as ``api-version``), safe to store and show: a gateway may take
+    a credential in any parameter (``?pw=``, ``?jwt=``, ``?session_id=``), so the others are dropped.
+
+    ``http://user:pw@host:8000/v1?jwt=abc&api-version=1`` -> ``http://host:8000/v1?api-version=1``.
     A URL too malformed to split loses its user info and its whole query.
     """
 
@@ -259,7 +267,7 @@ def public_url(url: str) -> str:
         host = f"[{host}]"
     netloc = f"{host}:{port}" if port is not None else host
     kept = [(name, value) for name, value in parse_qsl(parts.query, keep_blank_values=True)
-            if not _is_secret_parameter(name)]
+            if name.lower() in PUBLIC_PARAMETERS]
     return urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept), ""))
 
 
@@ -269,10 +277,6 @@ def public_address(address: str) -> str:
     if "://" in address:
         return public_url(address)
     return address.rpartition("@")[2]
-
-
-def _is_secret_parameter(name: str) -> bool:
-    return is_secret_option(name) or name.lower() in ("sig", "code", "pass", "pwd", "access", "session")
 
 
 #: A URL with a scheme inside free text (a log line, a command line, an error message).
@@ -360,7 +364,7 @@ def register_secret_url(url: str) -> None:
     if user and password:
         register_secret(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
     for name, value in parse_qsl(parts.query):
-        if _is_secret_parameter(name):
+        if name.lower() not in PUBLIC_PARAMETERS:
             register_secret(value)
 
 

@@ -24,7 +24,7 @@ from persobench.pipeline import resolve_run as find
 from persobench.pipeline import COLUMNS, TABLE
 from persobench.pipeline import interruption
 from persobench.pipeline import csv_text
-from persobench.pipeline import atomic_write_text
+from persobench.pipeline import write_output
 from persobench.pipeline import ProgressBar
 from persobench.pipeline import STARTING, every_reply_failed, run_state
 
@@ -95,7 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export = subparsers.add_parser("export", help="write a run's generations as CSV or JSONL")
     export.add_argument("run", help="run id (or a unique prefix of one)")
     export.add_argument("--format", choices=("csv", "jsonl"), default="csv")
-    export.add_argument("--output", "-o", default="-", help="output file (default: standard output)")
+    export.add_argument("--output", "-o", default="-",
+                        help="output file, written atomically; a device or FIFO is written into (default: - for "
+                             "standard output)")
     export.set_defaults(handler=cmd_export)
 
 
@@ -361,8 +363,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         text = text if text.endswith("\n") or not text else text + "\n"
     if args.output == "-":
         write_stdout(text, data=True)
-    else:
-
-        atomic_write_text(args.output, text)
+    else:  # a file (atomically), or into a device or FIFO; never in place of one
+        write_output(args.output, text.encode("utf-8"))
         print(f"wrote {len(frame)} rows to {args.output}", file=sys.stderr)
     return 0

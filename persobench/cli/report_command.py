@@ -4,8 +4,9 @@ dialogues (:mod:`persobench.report`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from persobench.cli import store_from_args, warn_skipped
+from persobench.cli import store_from_args, warn_skipped, write_stdout
 from persobench import pipeline
 
 
@@ -17,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "inlined: the file opens offline), the failure taxonomy and a few dialogues with persona, context, "
         "reference and every run's reply side by side. Replies and dataset text are shown as plain text.",
     )
-    report.add_argument("-o", "--output", required=True, metavar="FILE", help="HTML file to write (atomically)")
+    report.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="HTML file to write (atomically; a device or FIFO is written into; - for standard output)")
     report.add_argument("--dataset", action="append", default=None, metavar="D",
                         help="only this dataset; repeatable (default: every dataset with runs)")
     report.add_argument("--mode", action="append", choices=("vanilla", "cot"), default=None,
@@ -45,7 +47,13 @@ def cmd_report(args: argparse.Namespace) -> int:
                             invalid=args.invalid, include_incomplete=args.include_incomplete,
                             side_by_side=args.side_by_side, all_samples=args.all_samples,
                             dialogues=args.dialogues, sample_ids=tuple(args.samples or ()))
-    report = pipeline.write_report(store, options, args.output)
+    if args.output == "-":  # standard output, as Unix tools take "-"; the summary goes to stderr
+        report = pipeline.build_report(store, options)
+        write_stdout(pipeline.render_report(report), data=True)
+        where, out = "standard output", sys.stderr
+    else:
+        report = pipeline.write_report(store, options, args.output)
+        where, out = args.output, sys.stdout
     warn_skipped(report.skipped_runs)
-    print(f"wrote {args.output}: {len(report.sections)} board(s), {len(report.dialogues)} dialogue(s)")
+    print(f"wrote {where}: {len(report.sections)} board(s), {len(report.dialogues)} dialogue(s)", file=out)
     return 0

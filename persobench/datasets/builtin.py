@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+from persobench.files import jsonl_lines
 from persobench.records import PersonaSet, Sample, Turn
 
 
 def load_sample(*, dataset: str = "sample") -> list[Sample]:
     text = resources.files("persobench.datasets").joinpath("data/sample.jsonl").read_text(encoding="utf-8")
     samples = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
+    for line_number, line in enumerate(jsonl_lines(text), start=1):
         if not line.strip():
             continue
         record = json.loads(line)

@@ -56,6 +56,7 @@ from persobench.datasets.archive_members import (ArchiveLimits, ArchiveTooLargeE
 from persobench import __version__
 from persobench.store import default_home
 from persobench.files import sha256_file, utc_now
+from persobench.secrets import public_url
 
 __all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchiveLimits", "ArchivePin", "ArchiveTooLargeError", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
            "fetch_paper", "fetched_reference", "download_progress", "paper_manifest"]
@@ -234,7 +235,9 @@ def _download(url: str, part: Path, *, timeout: float, progress: ProgressFn | No
         if total is not None and total > max_bytes:
             part.unlink(missing_ok=True)
             raise _archive_too_large(url, str(total), max_bytes)
-        status_file.write_text(json.dumps({"url": url, "done": offset, "total": total}), encoding="utf-8")
+        # the URL's public form: a mirror's query may hold a signature or token
+        status_file.write_text(json.dumps({"url": public_url(url), "done": offset, "total": total}),
+                               encoding="utf-8")
         done = offset
         try:
             with open(part, "ab" if resumed else "wb") as out:
@@ -443,7 +446,7 @@ def fetch_paper(
     got_size = archive.stat().st_size
     try:
         files, content = _unpack(archive, target, {
-            "url": url, "sha256": digest, "size": got_size, "verified": sha256 is not None,
+            "url": public_url(url), "sha256": digest, "size": got_size, "verified": sha256 is not None,
             "repository": pin.repository if url == pin.url else None,
             "commit": pin.commit if url == pin.url else None, "fetched_at": utc_now(),
         }, progress=progress, manifest=manifest, limits=limits)

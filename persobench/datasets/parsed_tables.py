@@ -8,10 +8,13 @@ plus 0.05 s for the samples' input hashes, in a lexical ``score`` pass of about 
 as JSON in ``<home>/samples/<key>.json``; a pass reads them in a third of the time.
 
 The key is the SHA-256 of the table's bytes, the dataset's name and the source of the modules that
-parse it, so an edited table or a changed parser is parsed anew, never read from an old file. The
-file is a cache: one that is missing, damaged or unwritable is parsed again (and written when it
-can be), and the command goes on; samples that would not come back from JSON exactly as parsed are
-not kept.
+parse it, so an edited table or a changed parser is parsed anew, never read from an old file. What
+is read back is checked before it is trusted: the file's first line names its key and the SHA-256
+and length of the samples' JSON below it, so a kept file edited by hand, cut short, damaged on disk
+or copied from another version of the table is parsed again and replaced, never read (hashing the
+JSON costs a few milliseconds, against a tenth of a second to decode it). The file is a cache: one
+that is missing, damaged or unwritable is parsed again (and written when it can be), and the command
+goes on; samples that would not come back from JSON exactly as parsed are not kept.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 from persobench.datasets import parse_all
 from persobench.errors import PersoBenchError
-from persobench.files import atomic_write_text, file_version, sha256_file
+from persobench.files import atomic_write_bytes, file_version, sha256_file
 from persobench.records import Sample
 
 __all__ = ["SAMPLES_DIR", "table_samples", "tables_dir_of_store"]
@@ -35,6 +38,9 @@ log = logging.getLogger(__name__)
 
 #: The store's folder of parsed prompt tables (``<home>/samples``).
 SAMPLES_DIR = "samples"
+#: The layout of a kept file: a header line (this format, the key, the body's length and SHA-256),
+#: then the body (the samples as JSON). Files of another format are parsed again and replaced.
+_FORMAT = 2
 
 #: Modules whose code decides what a table parses to (their source is part of every key).
 _PARSER_SOURCES = ("records.py", "csv_io.py", "datasets/__init__.py", "datasets/tables.py",
@@ -95,23 +101,39 @@ def _key(path: Path, dataset: str) -> str:
 
 def _read(file: Path, dataset: str) -> list[Sample] | None:
     try:
-        text = file.read_text(encoding="utf-8")
+        data = file.read_bytes()
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         log.info("%s: parsed prompt table not read, parsing again (%s: %s)", file, type(exc).__name__, exc)
         return None
-    samples = _decode(text, dataset)
+    body = _checked_body(data, file.stem)
+    samples = _decode(body, dataset) if body is not None else None
     if samples is None:
-        log.info("%s: parsed prompt table damaged or of another dataset, parsing again", file)
+        log.info("%s: parsed prompt table damaged, edited or of another table; parsing again", file)
     return samples
 
 
-def _decode(text: str, dataset: str) -> list[Sample] | None:
-    """The samples of a kept table (input hashes set as their cached property keeps them), or None
-    when ``text`` is not one of ``dataset``."""
+def _checked_body(data: bytes, key: str) -> bytes | None:
+    """The samples' JSON of a kept file whose header line vouches for it (this format, this key, the
+    body's length and SHA-256), else None."""
+    head, newline, body = data.partition(b"\n")
     try:
-        stored = json.loads(text)
+        header = json.loads(head) if newline else None
+    except ValueError:
+        return None
+    if not isinstance(header, dict) or header.get("format") != _FORMAT or header.get("key") != key:
+        return None
+    if header.get("bytes") != len(body) or header.get("sha256") != hashlib.sha256(body).hexdigest():
+        return None
+    return body
+
+
+def _decode(body: bytes | str, dataset: str) -> list[Sample] | None:
+    """The samples of a kept table (input hashes set as their cached property keeps them), or None
+    when ``body`` is not one of ``dataset``."""
+    try:
+        stored = json.loads(body)
         if stored["dataset"] != dataset:
             return None
         samples = []
@@ -127,12 +149,15 @@ def _decode(text: str, dataset: str) -> list[Sample] | None:
 def _write(file: Path, dataset: str, samples: list[Sample]) -> None:
     entries: list[dict[str, Any]] = [{"input_hash": s.input_hash, "sample": s.to_dict()} for s in samples]
     # ASCII (non-ASCII characters escaped): read back four times faster than UTF-8 text.
-    text = json.dumps({"dataset": dataset, "samples": entries}, ensure_ascii=True)
-    back = _decode(text, dataset)
+    body = json.dumps({"dataset": dataset, "samples": entries}, ensure_ascii=True).encode("ascii")
+    back = _decode(body, dataset)
     if back != samples or any(a.metadata != b.metadata for a, b in zip(back, samples)):
         log.info("%s: samples of %s do not come back from JSON as parsed; not kept", file, dataset)
         return
+    header = json.dumps({"format": _FORMAT, "key": file.stem, "bytes": len(body),
+                         "sha256": hashlib.sha256(body).hexdigest()}).encode("ascii")
     try:
-        atomic_write_text(file, text, durable=False)  # a cache: losing it to a power cut costs one parse
+        # a cache: losing it to a power cut costs one parse
+        atomic_write_bytes(file, header + b"\n" + body, durable=False)
     except PersoBenchError as exc:
         log.info("%s: parsed prompt table not kept (%s)", file, exc)

@@ -13,6 +13,7 @@ from typing import Any
 
 from persobench.datasets.json_numbers import find_huge, loads as loads_json
 from persobench.errors import DatasetError
+from persobench.files import jsonl_lines
 from persobench.datasets.prompt_tables import PromptTableError, parse_prompt_row
 from persobench.records import Sample
 from persobench.csv_io import CSVFormatError, read_csv_rows
@@ -89,7 +90,7 @@ def _csv_records(path: Path, text: str, problems: list[str]) -> list[tuple[int, 
 
 def _jsonl_records(path: Path, text: str, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
     records = []
-    for row_number, line in enumerate(text.splitlines(), start=1):
+    for row_number, line in enumerate(jsonl_lines(text), start=1):
         if not line.strip():
             continue
         try:

@@ -13,7 +13,9 @@ writable by everyone, and run ids are predictable):
   it is a real directory (not a symlink) owned by this user that nobody else can enter;
 - files are opened relative to their folder with ``O_NOFOLLOW``: a planted symlink is never
   followed, so a refused write can never be redirected into another file;
-- a file is read only when it is a regular file owned by this user;
+- files are opened without blocking (``O_NONBLOCK``) and used only when they are regular files owned
+  by this user: a FIFO or device planted under the name never holds a run up (opening a FIFO for
+  reading waits for a writer, for writing for a reader, and a signal does not end that wait);
 - each line names its run and key; a line of another run, or with a key the run does not request,
   is never imported;
 - a write that fails part-way is cut back, and a recovery file left empty is removed.
@@ -29,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Collection, Iterator
 
+from persobench.files import jsonl_lines
 from persobench.llm.response_cache import ResponseCache
 from persobench.providers.base import Completion
 
@@ -38,6 +41,9 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+# Opening a FIFO blocks until the other end is opened; a device may block too. With O_NONBLOCK the
+# open returns at once, and fstat tells a regular file from the rest before anything is read.
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def _uid() -> int | None:
@@ -94,10 +100,12 @@ def _append(path: Path, line: bytes) -> bool:
         return False
     fd = None
     try:
-        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=folder)
+        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o600,
+                     dir_fd=folder)  # a FIFO nobody reads: ENXIO at once, never a wait
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or not _owned(info):
             return False
+        os.set_blocking(fd, True)
         before = info.st_size
         try:
             view = memoryview(line)
@@ -134,21 +142,22 @@ def keep_reply(run_path: str | os.PathLike[str], key: str, completion: Completio
 
 
 def _read(path: Path) -> tuple[bytes, int] | None:
-    """The bytes of this user's regular file ``path`` (never through a symlink) and its folder's
-    descriptor (the caller closes it), or None."""
+    """The bytes of this user's regular file ``path`` (never through a symlink, never waiting on a
+    FIFO) and its folder's descriptor (the caller closes it), or None."""
     folder = _folder_fd(path, create=False)
     if folder is None:
         return None
     try:
-        fd = os.open(path.name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=folder)
+        fd = os.open(path.name, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=folder)
     except OSError:  # missing, or a symlink
         os.close(folder)
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or not _owned(info):
+        if not stat.S_ISREG(info.st_mode) or not _owned(info):  # a FIFO, a device, a folder: left alone
             os.close(folder)
             return None
+        os.set_blocking(fd, True)
         with os.fdopen(os.dup(fd), "rb") as handle:
             return handle.read(), folder
     except OSError:
@@ -160,7 +169,7 @@ def _read(path: Path) -> tuple[bytes, int] | None:
 
 def _entries(text: bytes, run_id: str, keys: Collection[str] | None,
              legacy: bool) -> Iterator[tuple[str, Completion, float]]:
-    for line in text.decode("utf-8", errors="replace").splitlines():
+    for line in jsonl_lines(text.decode("utf-8", errors="replace")):
         try:
             data = json.loads(line)
             key = str(data["key"])

@@ -257,7 +257,7 @@ def _import(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: 
 
 def _fetch(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: int) -> int:  # noqa: ARG001
 
-    result = pipeline.fetch_published(home=home, url=step.config.get("url"),
+    result = pipeline.fetch_published(home=home, url=url_with_credentials(step.config.get("url")),
                                       trust_unpinned=bool(step.config.get("trust_unpinned")))
     print(f"unpacked {result.files} files into {result.folder}", flush=True)
     report = pipeline.import_published(str(result.folder), home=home)

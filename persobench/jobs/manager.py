@@ -54,8 +54,11 @@ def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
 
 
 def step_base_urls(steps: Sequence[JobStep]) -> list[str]:
-    """The base URLs of the run steps (public forms: their credentials are not in job.json)."""
-    return [str(step.config["base_url"]) for step in steps if step.kind == "run" and step.config.get("base_url")]
+    """The base URLs of the run steps and the mirror URLs of the fetch steps (public forms: their
+    credentials are not in job.json)."""
+    field = {"run": "base_url", "fetch": "url"}
+    urls = [step.config.get(field[step.kind]) for step in steps if step.kind in field]
+    return [str(url) for url in urls if url]
 
 
 def lock_alive(lock: Path) -> bool:

@@ -196,8 +196,10 @@ def import_steps(folder: str, *, score: str) -> list[JobStep]:
 def fetch_paper_steps(*, score: str, url: str | None = None, trust_unpinned: bool = False) -> list[JobStep]:
     """Download the paper's data (a mirror ``url`` if given) and import it, then score.
     ``trust_unpinned``: accept files the content manifest does not pin (``fetch-paper --trust-unpinned``)."""
+    # A mirror URL is stored in its public form (a presigned link's token is not); the full URL reaches
+    # the job's process through its environment (remember_url), as a run's base URL does.
     return [JobStep(label="download and import the paper's data", kind="fetch",
-                    config={"url": url, "trust_unpinned": trust_unpinned}),
+                    config={"url": remember_url(url) or None, "trust_unpinned": trust_unpinned}),
             *_score_steps(score)]
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -126,6 +127,20 @@ def server_key(provider: str, base_url: str | None) -> str:
     return f"{provider}:default"
 
 
+#: The most requests in flight a remembered level may name (a hint above it is ignored).
+_MOST_REMEMBERED = 1_000_000
+
+
+def _whole(value: object, low: int, high: int) -> int | None:
+    """``value`` as an int when it is a whole number from ``low`` to ``high`` (an int, or a float with
+    no fraction), else None: never an OverflowError for ``1e400`` nor a ValueError for ``NaN``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None
+    return int(value) if low <= value <= high else None
+
+
 class LevelMemory:
     """The last level that held, per server, in ``<home>/concurrency.json``:
     ``{"version": 1, "servers": {"http://host:8000/v1": {"level": 8, "refused": 9, "probe_rounds": 16,
@@ -141,26 +156,24 @@ class LevelMemory:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             servers = data.get("servers") if isinstance(data, dict) and data.get("version") == 1 else None
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply to read
             return {}
         return {str(k): v for k, v in servers.items() if isinstance(v, dict)} if isinstance(servers, dict) else {}
 
     def load(self) -> HeldLevel | None:
-        """The level remembered for this server, or ``None``."""
+        """The level remembered for this server, or ``None``. The file is a hint anybody may have
+        edited: a value that is not a whole number in range (``1e400``, ``NaN``, ``2.5``, ``"8"``,
+        ``true``) is ignored, a level as if nothing were remembered, the other fields as if absent."""
         entry = self._read_all().get(self.key)
         if entry is None:
             return None
-        try:
-            level = int(entry["level"])
-            refused = entry.get("refused")
-            refused = None if refused is None else int(refused)
-            rounds = int(entry.get("probe_rounds") or FIRST_PROBE_ROUNDS)
-        except (KeyError, TypeError, ValueError):
+        level = _whole(entry.get("level"), 1, _MOST_REMEMBERED)
+        if level is None:
             return None
-        if level < 1:
-            return None
-        return HeldLevel(level, refused if refused is not None and refused > level else None,
-                         min(max(rounds, FIRST_PROBE_ROUNDS), MAX_PROBE_ROUNDS))
+        refused = _whole(entry.get("refused"), level + 1, _MOST_REMEMBERED + 1)
+        rounds = _whole(entry.get("probe_rounds"), 0, _MOST_REMEMBERED)
+        rounds = FIRST_PROBE_ROUNDS if rounds is None else min(max(rounds, FIRST_PROBE_ROUNDS), MAX_PROBE_ROUNDS)
+        return HeldLevel(level, refused, rounds)
 
     def save(self, held: HeldLevel) -> None:
         """Remember ``held`` for this server (other servers' entries are kept). Replaced atomically

@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.secrets import scrub, shorten
 from persobench.records import Sample
+from persobench.providers.whole_requests import send_whole_requests
 import os
 from urllib.parse import urlsplit
 import socket
@@ -343,9 +344,10 @@ def capped_http_client(sdk: Any, *, max_bytes: int) -> Any:
     of any reply: a bigger one raises :class:`ProviderError` ``too_large`` carrying its head, so a
     5 MB reply is neither held in memory nor cached. Replies are asked for uncompressed, so the cap
     counts the reply's real size and the head is readable text."""
-    return sdk.DefaultAsyncHttpxClient(
+    # Each request in one socket write: a run killed mid-request never leaves a server half of one.
+    return send_whole_requests(sdk.DefaultAsyncHttpxClient(
         event_hooks={"response": [_ReplySizeCap(max_bytes)]}, headers={"Accept-Encoding": "identity"},
-    )
+    ))
 
 
 class _ReplySizeCap:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+from persobench.files import jsonl_lines
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request, error_from_http, resolve_api_key
 from persobench.secrets import scrub, shorten
@@ -246,7 +247,7 @@ class HttpClient:
 
     def lines(self, path: str) -> list[Any]:
         """A JSONL document as objects (a line that is not JSON is skipped: its request stays unanswered)."""
-        return [obj for line in self.call("GET", path).text.splitlines() if (obj := _json_line(line)) is not None]
+        return [obj for line in jsonl_lines(self.call("GET", path).text) if (obj := _json_line(line)) is not None]
 
     def first_line(self, path: str) -> Any:
         """The first JSON line of a JSONL document, reading no further than it (``None``: none)."""
@@ -254,9 +255,17 @@ class HttpClient:
 
         response = self.call("GET", path, stream=True)
         try:
-            for line in response.iter_lines():
-                if (obj := _json_line(line)) is not None:
-                    return obj
+            # Split on "\n" only, as jsonl_lines does: httpx's iter_lines also breaks at U+2028,
+            # which JSON allows raw inside a string.
+            pending = ""
+            for text in response.iter_text():
+                pending += text
+                *lines, pending = pending.split("\n")
+                for line in lines:
+                    if (obj := _json_line(line)) is not None:
+                        return obj
+            if (obj := _json_line(pending)) is not None:
+                return obj
         except httpx.HTTPError as exc:
             raise ProviderError(ErrorKind.CONNECTION, shorten(f"GET {path}: {exc} ({type(exc).__name__})", 300,
                                                               self.secrets)) from None

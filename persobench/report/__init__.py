@@ -19,7 +19,7 @@ from pathlib import Path
 from persobench.report.build import Dialogue, Reply, Report, ReportOptions, build_report, failure_taxonomy
 from persobench.report.page import render_report
 from persobench.store import RunStore
-from persobench.files import atomic_write_text
+from persobench.files import write_output
 
 
 __all__ = ["Dialogue", "Reply", "Report", "ReportOptions", "build_report", "failure_taxonomy", "render_report",
@@ -32,9 +32,9 @@ def report_html(store: "RunStore", options: ReportOptions) -> str:
 
 
 def write_report(store: "RunStore", options: ReportOptions, path: str | os.PathLike[str]) -> Report:
-    """Write the report to ``path`` atomically (a half-written file never replaces a good one); returns
-    what it holds."""
+    """Write the report to ``path`` (:func:`persobench.files.write_output`: a file atomically, so a
+    half-written file never replaces a good one; into a device or FIFO); returns what it holds."""
 
     report = build_report(store, options)
-    atomic_write_text(Path(path), render_report(report))
+    write_output(Path(path), render_report(report).encode("utf-8"))
     return report

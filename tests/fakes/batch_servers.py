@@ -235,7 +235,7 @@ class _BatchHandler(_Handler):
                 data = fake.files.get(body.get("input_file_id"))
                 if data is None:
                     return self._send_json(400, {"error": {"message": "unknown input_file_id"}})
-                lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+                lines = [json.loads(line) for line in data.decode().split("\n") if line.strip()]
                 batch_id = f"batch_{next(fake._ids)}"
             else:
                 lines = list(body.get("requests") or [])
