@@ -24,6 +24,7 @@ from persobench.pipeline import tables_dir
 from persobench.pipeline import dataset_names, get_dataset_info
 from persobench.pipeline import dataset_for_folder, find_response_files
 from persobench.pipeline import interruption
+from persobench.pipeline import FAILURE_STATUSES, latest_rows, protocol_of, stated_error, truncation_cause  # noqa: F401
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
@@ -39,7 +40,8 @@ def store_scan(home: str, signature: str) -> "tuple[list[Run], list[StoreProblem
 
 @cache_data(show_spinner=False, max_entries=8)
 def runs_table(home: str, signature: str) -> "pd.DataFrame":
-    """One row per readable run: id, dataset, mode, model, source, status, size, scored profiles."""
+    """One row per readable run: id, dataset, mode, model, template, protocol (label and token limit),
+    source, status, size, scored profiles."""
     import pandas as pd
 
     runs, _ = store_scan(home, signature)
@@ -51,9 +53,10 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":
         if m.status == "running":  # only a "running" run can have been killed: the landing page of a
 
             killed = interruption(run)
+        protocol = protocol_of(m)
         rows.append({
             "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": m.model_label,
-            "template": m.template,
+            "template": m.template, "protocol": protocol.label, "max_tokens": protocol.max_tokens,
             "baseline": m.is_baseline,
             "source": m.source, "status": "interrupted" if killed else m.status, "samples": len(m.sample_ids),
             "note": killed.describe() if killed else "",
@@ -61,8 +64,8 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":
             "profiles": ", ".join(sorted(scores)),
             "created_at": m.created_at, "updated_at": m.updated_at,
         })
-    columns = ["run_id", "dataset", "mode", "model", "template", "baseline", "source", "status", "samples", "note",
-               "has_generations", "has_scores", "profiles", "created_at", "updated_at"]
+    columns = ["run_id", "dataset", "mode", "model", "template", "protocol", "max_tokens", "baseline", "source",
+               "status", "samples", "note", "has_generations", "has_scores", "profiles", "created_at", "updated_at"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -234,12 +237,9 @@ def profiles_in_store(home: str, signature: str) -> list[str]:
     return sorted(found, key=lambda p: (p != "offline", p))
 
 
-FAILURE_STATUSES = ("truncated", "invalid_json", "missing_field", "empty", "refused", "api_error")
-
-
 #: Bumped when a table :func:`_on_disk` caches changes what it holds (the disk cache keys on the
 #: aggregate package's code, not on this module's).
-LOADER_TABLES_VERSION = 1
+LOADER_TABLES_VERSION = 2
 
 
 def _on_disk(home: str, table: str, build: "Callable[[], pd.DataFrame]", **arguments: Any) -> "pd.DataFrame":
@@ -256,8 +256,12 @@ def _on_disk(home: str, table: str, build: "Callable[[], pd.DataFrame]", **argum
 
 @cache_data(show_spinner="Counting reply statuses…", max_entries=4)
 def status_counts(home: str, signature: str) -> "pd.DataFrame":
-    """One row per run and status: run_id, dataset, mode, model, status, count."""
+    """One row per run and status: run_id, dataset, mode, protocol, model, status, count (a run's last
+    row per sample, as the boards count)."""
     return _on_disk(home, "status_counts", lambda: _status_counts(home, signature))
+
+
+STATUS_COUNT_COLUMNS = ["run_id", "dataset", "mode", "protocol", "model", "status", "count"]
 
 
 def _status_counts(home: str, signature: str) -> "pd.DataFrame":
@@ -267,21 +271,28 @@ def _status_counts(home: str, signature: str) -> "pd.DataFrame":
     parts = []
     for run in runs[runs["has_generations"]].itertuples():
         try:
-            g = read_columns(RunStore(home).table_path(run.run_id, "generations"), ["status"])
+            g = latest_rows(read_columns(RunStore(home).table_path(run.run_id, "generations"), ["sample_id", "status"]))
         except Exception:  # noqa: BLE001 - unreadable tables are listed in the sidebar
             continue
         counts = g["status"].astype(str).value_counts()
         parts.append(pd.DataFrame({"run_id": run.run_id, "dataset": run.dataset, "mode": run.mode,
-                                   "model": run.model, "status": counts.index, "count": counts.values}))
+                                   "protocol": run.protocol, "model": run.model, "status": counts.index,
+                                   "count": counts.values}))
     if not parts:
-        return pd.DataFrame(columns=["run_id", "dataset", "mode", "model", "status", "count"])
-    return pd.concat(parts, ignore_index=True)
+        return pd.DataFrame(columns=STATUS_COUNT_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[STATUS_COUNT_COLUMNS]
+
+
+FAILED_COLUMNS = ["run_id", "model", "mode", "protocol", "template", "dataset", "sample_id", "status", "error",
+                  "cause", "finish_reason", "completion_tokens", "raw_text", "prompt"]
 
 
 @cache_data(show_spinner="Loading failed replies…", max_entries=4)
 def failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.DataFrame":
-    """The invalid replies of the given runs: run_id, model, mode, template, dataset, sample_id, status,
-    error, finish_reason, raw_text, prompt (None when the run did not store it)."""
+    """The invalid replies of the given runs (a run's last row per sample): run_id, model, mode,
+    protocol, template, dataset, sample_id, status, error (a truncated reply's guessed cause replaced
+    by ``cause``), cause (why a truncated reply stopped, from the stored token count; "" for other
+    statuses), finish_reason, completion_tokens, raw_text, prompt (None when the run did not store it)."""
     return _on_disk(home, "failed_replies", lambda: _failed_replies(home, signature, run_ids), runs=list(run_ids))
 
 
@@ -294,25 +305,24 @@ def _failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.
         if run_id not in runs.index:
             continue
         try:
-            g = read_columns(RunStore(home).table_path(run_id, "generations"),
-                              ["sample_id", "status", "error", "finish_reason", "raw_text", "prompt"])
+            g = latest_rows(read_columns(RunStore(home).table_path(run_id, "generations"),
+                                         ["sample_id", "status", "error", "finish_reason", "completion_tokens",
+                                          "raw_text", "prompt"]))
         except Exception:  # noqa: BLE001
             continue
-        g = g[g["status"].astype(str) != "ok"]
+        g = g[g["status"].astype(str) != "ok"].reindex(columns=[*g.columns, *(
+            c for c in ("error", "finish_reason", "completion_tokens", "raw_text", "prompt") if c not in g.columns)])
         if g.empty:
             continue
         info = runs.loc[run_id]
-        parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], template=info["template"],
-                              dataset=info["dataset"]))
-    columns = ["run_id", "model", "mode", "template", "dataset", "sample_id", "status", "error", "finish_reason",
-               "raw_text", "prompt"]
+        causes = [truncation_cause(reason, tokens, info["max_tokens"]) if status == "truncated" else ""
+                  for status, reason, tokens in zip(g["status"], g["finish_reason"], g["completion_tokens"])]
+        errors = [stated_error(error, status, cause) for error, status, cause in zip(g["error"], g["status"], causes)]
+        parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], protocol=info["protocol"],
+                              template=info["template"], dataset=info["dataset"], error=errors, cause=causes))
     if not parts:
-        return pd.DataFrame(columns=columns)
-    frame = pd.concat(parts, ignore_index=True)
-    for column in columns:
-        if column not in frame.columns:
-            frame[column] = None
-    return frame[columns]
+        return pd.DataFrame(columns=FAILED_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[FAILED_COLUMNS]
 
 
 @cache_data(show_spinner="Measuring datasets…", max_entries=2)
