@@ -46,27 +46,26 @@ def _with_policy(rows: pd.DataFrame, invalid: str) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)[INSTANCE_COLUMNS]
 
 
-def instance_values(results: "Results | pd.DataFrame", run_ids: Sequence[str], sample_ids: Sequence[str], *,
-                    invalid: str = "worst") -> pd.DataFrame:
-    """Every metric's value of each run on the given samples, as the board averages it: an invalid
-    reply takes the metric's worst value under ``invalid="worst"`` (``scored_worst`` says so) or no
-    value under ``"exclude"``. Columns :data:`INSTANCE_COLUMNS`; runs and samples without a row are
-    absent."""
+def instance_values(results: "Results | pd.DataFrame", run_ids: Sequence[str], sample_ids: Sequence[str] | None = None,
+                    *, invalid: str = "worst") -> pd.DataFrame:
+    """Every metric's value of each run on the given samples (every sample: None), as the board
+    averages it: an invalid reply takes the metric's worst value under ``invalid="worst"``
+    (``scored_worst`` says so) or no value under ``"exclude"``. Columns :data:`INSTANCE_COLUMNS`; runs
+    and samples without a row are absent."""
     return _with_policy(_rows(results, run_ids, sample_ids), invalid)
 
 
-def widest_spread(results: "Results | pd.DataFrame", run_ids: Sequence[str], metric: str, *,
-                  invalid: str = "worst") -> pd.DataFrame:
-    """The samples where the runs differ most on ``metric``: per sample answered with a value by at
-    least two of ``run_ids``, the spread (best minus worst value, the board's invalid-reply rule
-    applied), the lowest and highest value and how many runs have one; widest first, then by sample
-    id. Columns :data:`SPREAD_COLUMNS`."""
-    values = _with_policy(_rows(results, run_ids, None, metric), invalid).dropna(subset=["value"])
-    if values.empty:
+def widest_spread(values: pd.DataFrame, run_ids: Sequence[str], metric: str) -> pd.DataFrame:
+    """The samples where the runs differ most on ``metric``, from :func:`instance_values` (the board's
+    invalid-reply rule already applied): per sample with a value from at least two of ``run_ids``, the
+    spread (highest minus lowest value), both values and how many runs have one; widest first, then in
+    the values' order. Columns :data:`SPREAD_COLUMNS`."""
+    rows = values[values["run_id"].isin(list(run_ids)) & (values["metric"] == metric)].dropna(subset=["value"])
+    if rows.empty:
         return pd.DataFrame(columns=SPREAD_COLUMNS)
-    grouped = values.groupby("sample_id", sort=False)["value"]
+    grouped = rows.groupby("sample_id", sort=False)["value"]
     spread = pd.DataFrame({"low": grouped.min(), "high": grouped.max(), "runs": grouped.size()})
     spread = spread[spread["runs"] >= 2]
     spread["spread"] = spread["high"] - spread["low"]
-    spread = spread.reset_index().sort_values(["spread", "sample_id"], ascending=[False, True], kind="stable")
+    spread = spread.reset_index().sort_values("spread", ascending=False, kind="stable")
     return spread[SPREAD_COLUMNS].reset_index(drop=True)

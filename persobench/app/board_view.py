@@ -157,26 +157,26 @@ def export_bytes(board: Any, fmt: str) -> bytes:
 
 
 def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
-    """CSV, JSON, Markdown and LaTeX downloads of exactly the board shown (``aggregate.export_board``).
+    """CSV, JSON, Markdown and LaTeX downloads of exactly the board shown (``aggregate.export_board``),
+    each made when clicked.
 
-    The file is made when the page renders, not on the click: a deferred file made on the click is
-    registered for one script run only, so a click while the page reruns (a filter just changed)
-    found nothing and the download was lost. A board's export is milliseconds; ``on_click="ignore"``
-    keeps the page from rerunning for a download."""
+    A click does not rerun the page (``on_click="ignore"``): with the default rerun, a download clicked
+    while the page was still rerunning (a filter just changed) was lost two times in three in Chromium
+    (tests/test_browser_tasks.py clicks one during a rerun)."""
     import streamlit as st
 
     for column, (label, fmt, suffix, mime) in zip(st.columns(len(DOWNLOADS)), DOWNLOADS):
-        column.download_button(label, export_bytes(board, fmt), file_name=f"{stem}.{suffix}", mime=mime,
-                               key=f"{key_prefix}_{suffix}", on_click="ignore", width="stretch")
+        column.download_button(label, functools.partial(export_bytes, board, fmt), file_name=f"{stem}.{suffix}",
+                               mime=mime, key=f"{key_prefix}_{suffix}", on_click="ignore", width="stretch")
 
 
 def report_download(home: str, options: Any, file_name: str, *, key: str) -> None:
     """The static HTML report (:func:`persobench.report.report_html` of ``options``): the same file
-    as ``persobench report``, made when clicked (it takes a second or more)."""
+    as ``persobench report``, made when clicked (it takes a second or more), without a rerun."""
     import streamlit as st
 
     column = st.columns(len(DOWNLOADS))[0]
     column.download_button("HTML report", functools.partial(report_html, RunStore(home), options), file_name=file_name,
-                           mime="text/html", key=key, width="stretch",
+                           mime="text/html", key=key, width="stretch", on_click="ignore",
                            help="One self-contained HTML file (opens offline): this dataset and mode's leaderboards "
                                 "with every protocol, charts, the failure taxonomy and a few dialogues with every reply.")

@@ -17,6 +17,7 @@ from persobench.pipeline import load_results
 from persobench.pipeline import available_profiles as _available
 from persobench.app.loaders import status_counts, store_scan
 from persobench.pipeline import PAPER_RANKED_DATASET, published_ranks
+from persobench.pipeline import INSTANCE_COLUMNS, instance_values
 from persobench.pipeline import cached_table
 from persobench.pipeline import cached_board, cached_comparison, cached_overall, metric_rules
 from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
@@ -252,3 +253,16 @@ def paper_ranks_for(board: "pd.DataFrame", dataset: str, mode: str, protocol: st
     ranks = published_ranks(mode)
     shown = {str(m): ranks[str(m)] for m in board["model"].unique() if str(m) in ranks}
     return shown if len(shown) >= 2 else {}
+
+
+@cache_data(show_spinner="Scoring the dialogues as the board does…", max_entries=4)
+def dialogue_values(home: str, signature: str, profile: str | None, dataset: str) -> "pd.DataFrame":
+    """Every run's value of every metric on every dialogue of ``dataset`` as the board averages it
+    (``aggregate.instances.instance_values``: run_id, sample_id, metric, value, scored_worst; an invalid
+    reply takes the metric's worst value, marked), from the same results as :func:`board_for`."""
+    import pandas as pd
+
+    if profile is None:
+        return pd.DataFrame(columns=INSTANCE_COLUMNS)
+    frame = results_frame(home, signature, profile, dataset)
+    return instance_values(frame, list(frame["run_id"].unique()))

@@ -6,9 +6,12 @@ The one pattern every page follows (Explore's, made general): before a control i
 already holds when it is still one of the options, else the URL's, else the page's default (so the
 control is created without ``index``/``default``, and a value that no longer fits, such as another
 dataset's model, falls back instead of raising). After the controls, :func:`publish` writes the page's
-state into the query string (only when it changed). The URL is read only when the session has no
-value yet: at the first render of a shared link, or when a control keyed on another one (the models
-of a dataset) first appears. Widget keys stay what they were; the query string uses short names.
+state into the query string (only when it changed). The URL is read only when it says something
+new: when it is not the query string the session itself last wrote (a shared link opened in a fresh
+browser, a link from another page, a step back in the browser's history); then it wins over what the
+session holds. Otherwise a control keeps the session's value, and a control that first appears (keyed
+on another one, as the models of a dataset) starts at its default, not at the URL's value of another
+view. Widget keys stay what they were; the query string uses short names.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
-#: A query-string value: one string, several (a multiselect: the name repeated), or None (left out).
-Param = "str | list[str] | None"
+#: Where a session keeps the query string it last wrote (:func:`publish`): a URL that differs from it
+#: came from outside (a shared link, a link from another page, the browser's history) and is read.
+PUBLISHED_KEY = "_persobench_published_query"
 
 
 def _text(value: Any) -> str:
@@ -32,11 +36,14 @@ def seed(key: str, param: str, options: Sequence[Any], default: Any, *,
     import streamlit as st
 
     options = list(options)
-    if key in st.session_state and st.session_state[key] in options:
-        return st.session_state[key]
-    wanted = st.query_params.get(param)
     by_text = {to_text(option): option for option in options}
-    value = by_text[wanted] if wanted in by_text else default
+    wanted = st.query_params.get(param) if _url_is_new() else None
+    if wanted in by_text:
+        value = by_text[wanted]
+    elif key in st.session_state and st.session_state[key] in options:
+        return st.session_state[key]
+    else:
+        value = default
     st.session_state[key] = value
     return value
 
@@ -48,14 +55,16 @@ def seed_many(key: str, param: str, options: Sequence[Any], default: Sequence[An
     import streamlit as st
 
     options = list(options)
+    by_text = {to_text(option): option for option in options}
+    wanted = st.query_params.get_all(param) if _url_is_new() else []
+    picked = [by_text[text] for text in wanted if text in by_text]
     current = st.session_state.get(key)
-    if isinstance(current, list) and (not current or set(current) & set(options)):
+    if picked or wanted == [""]:
+        value = picked
+    elif isinstance(current, list) and (not current or set(current) & set(options)):
         value = [v for v in current if v in options]
     else:
-        wanted = st.query_params.get_all(param)
-        by_text = {to_text(option): option for option in options}
-        picked = [by_text[text] for text in wanted if text in by_text]
-        value = picked if picked or wanted == [""] else list(default)
+        value = list(default)
     st.session_state[key] = value
     return value
 
@@ -64,10 +73,10 @@ def seed_flag(key: str, param: str, default: bool = False) -> bool:
     """:func:`seed` for a toggle or checkbox (``1`` / ``0`` in the URL)."""
     import streamlit as st
 
-    if isinstance(st.session_state.get(key), bool):
+    wanted = {"1": True, "0": False}.get(str(st.query_params.get(param))) if _url_is_new() else None
+    if wanted is None and isinstance(st.session_state.get(key), bool):
         return bool(st.session_state[key])
-    wanted = st.query_params.get(param)
-    value = {"1": True, "0": False}.get(str(wanted), default)
+    value = default if wanted is None else wanted
     st.session_state[key] = value
     return value
 
@@ -76,9 +85,10 @@ def seed_text(key: str, param: str, default: str = "") -> str:
     """:func:`seed` for a text input."""
     import streamlit as st
 
-    if isinstance(st.session_state.get(key), str):
+    wanted = st.query_params.get(param) if _url_is_new() else None
+    if wanted is None and isinstance(st.session_state.get(key), str):
         return str(st.session_state[key])
-    value = str(st.query_params.get(param) or default)
+    value = str(default if wanted is None else wanted)
     st.session_state[key] = value
     return value
 
@@ -88,10 +98,10 @@ def flag(value: bool) -> str:
     return "1" if value else "0"
 
 
-def many(values: Sequence[Any], everything: Sequence[Any], *, to_text: Callable[[Any], str] = _text) -> "list[str] | None":
-    """A multiselect's value in the URL: left out when it holds every option (the default), one empty
-    value when it holds none."""
-    if set(values) == set(everything):
+def many(values: Sequence[Any], default: Sequence[Any], *, to_text: Callable[[Any], str] = _text) -> "list[str] | None":
+    """A multiselect's value in the URL: left out when it is the control's default (what the page
+    seeds it with), one empty value when it holds none."""
+    if set(values) == set(default) and len(values) == len(default):
         return None
     return [to_text(v) for v in values] or [""]
 
@@ -101,16 +111,30 @@ def query(params: Mapping[str, Any]) -> dict[str, "str | list[str]"]:
     return {name: value for name, value in params.items() if value is not None}
 
 
+def _url() -> dict[str, list[str]]:
+    import streamlit as st
+
+    return {name: st.query_params.get_all(name) for name in st.query_params}
+
+
+def _url_is_new() -> bool:
+    """Whether the URL is not the query string this session last wrote (see the module's docstring)."""
+    import streamlit as st
+
+    return _url() != st.session_state.get(PUBLISHED_KEY)
+
+
 def publish(params: Mapping[str, Any]) -> None:
     """After the page's controls: its state in the query string, the page's parameters only (those of
-    another page, or of a link that brought the user here, are dropped). Writes only on a change."""
+    another page, or of a link that brought the user here, are dropped). Writes only on a change; call
+    it once per run, after every :func:`seed` (a seed after it no longer sees the URL as new)."""
     import streamlit as st
 
     wanted = query(params)
-    current = {name: (st.query_params.get_all(name) if len(st.query_params.get_all(name)) > 1
-                      else st.query_params.get(name)) for name in st.query_params}
-    if current != wanted:
+    written = {name: value if isinstance(value, list) else [value] for name, value in wanted.items()}
+    if _url() != written:
         st.query_params.from_dict(wanted)
+    st.session_state[PUBLISHED_KEY] = written
 
 
 def share_url(params: Mapping[str, Any]) -> str:

@@ -98,31 +98,6 @@ def read_columns(path: Path, columns: Sequence[str] | None) -> "pd.DataFrame":
         raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__})") from exc
 
 
-def scores_wide(frame: "pd.DataFrame", profile: str | None = None) -> "pd.DataFrame":
-    """A scores table as one row per sample id and one column per metric.
-
-    Accepts the long layout (``sample_id, metric, value[, profile]``) and the wide one.
-    """
-    import pandas as pd
-
-    if frame is None or frame.empty or "sample_id" not in frame.columns:
-        return pd.DataFrame(columns=["sample_id"])
-    if {"metric", "value"} <= set(frame.columns):
-        long = frame
-        if profile is not None and "profile" in long.columns:
-            long = long[long["profile"] == profile]
-        # pivot on unique pairs (the first value of a repeated pair, as pivot_table's "first" gave):
-        # a tenth of pivot_table's time, paid once per run when a page loads a dataset's dialogues
-        long = long.dropna(subset=["value"]).drop_duplicates(["sample_id", "metric"])
-        wide = long.pivot(index="sample_id", columns="metric", values="value")
-        wide.columns.name = None
-        return wide.reset_index()
-    drop = [c for c in ("profile",) if c in frame.columns]
-    if profile is not None and "profile" in frame.columns:
-        frame = frame[frame["profile"] == profile]
-    return frame.drop(columns=drop)
-
-
 @cache_resource(show_spinner=False, max_entries=16)
 def dataset_samples(name: str) -> dict[str, Any]:
     """sample id -> Sample for a registered dataset; ``{}`` when it cannot be loaded here."""
@@ -149,38 +124,34 @@ def score_profiles(manifest: Mapping[str, Any]) -> list[str]:
     return sorted(RunExtra.from_extra(manifest.get("extra")).scores or {})
 
 
-REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "error", "prompt")
+REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "completion_tokens",
+                 "error", "prompt")
 
 
 @cache_data(show_spinner="Loading dialogues…", max_entries=6)
 def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) -> dict[str, Any]:
-    """Everything the Explore page needs for one dataset, in long tables keyed by run and sample.
+    """Everything the Explore page needs of one dataset's replies, in long tables keyed by run and sample
+    (the scores are the board's: :func:`persobench.app.boards.dialogue_values`).
 
-    ``replies``: run_id, model, mode, template, sample_id, status, response, reasoning, raw_text,
-    error, prompt ...
-    ``scores``: run_id, sample_id and one column per metric (the chosen profile's).
-    ``details``: the per-persona-sentence rows (run_id, sample_id, ...), when the run has them.
+    ``replies``: run_id, model, mode, template, label (model · mode, what tells the run apart when
+    they share one), sample_id, status, response, reasoning, raw_text, error, prompt ...
+    ``details``: the per-persona-sentence rows (run_id, sample_id, ...) of ``profile``, when the run has them.
     ``order``: sample ids in dataset order; ``search``: sample id -> lower-cased text to search.
     """
     import pandas as pd
 
     runs = runs_table(home, signature)
     runs = runs[(runs["dataset"] == dataset) & runs["has_generations"]]
-    replies, scores, details = [], [], []
+    labels = run_labels(runs)
+    replies, details = [], []
     for run in runs.itertuples():
         store = RunStore(home)
         try:
-            g = read_columns(store.table_path(run.run_id, "generations"), list(REPLY_COLUMNS))
+            g = latest_rows(read_columns(store.table_path(run.run_id, "generations"), list(REPLY_COLUMNS)))
         except Exception:  # noqa: BLE001 - a broken table is reported on the Data page, not fatal here
             continue
-        g = g.assign(run_id=run.run_id, model=run.model, mode=run.mode, template=run.template)
-        replies.append(g)
-        if store.table_path(run.run_id, "scores").exists():
-            try:
-                wide = scores_wide(read_columns(store.table_path(run.run_id, "scores"), None), profile)
-                scores.append(wide.assign(run_id=run.run_id))
-            except Exception:  # noqa: BLE001
-                pass
+        replies.append(g.assign(run_id=run.run_id, model=run.model, mode=run.mode, template=run.template,
+                                label=labels[run.run_id], error=stated_errors(g, run.max_tokens)))
         if store.table_path(run.run_id, "persona_details").exists():
             try:
                 d = read_columns(store.table_path(run.run_id, "persona_details"), None)
@@ -190,11 +161,10 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
             except Exception:  # noqa: BLE001
                 pass
     reply_frame = pd.concat(replies, ignore_index=True) if replies else pd.DataFrame(
-        columns=[*REPLY_COLUMNS, "run_id", "model", "mode", "template"])
+        columns=[*REPLY_COLUMNS, "run_id", "model", "mode", "template", "label"])
     for column in REPLY_COLUMNS:
         if column not in reply_frame.columns:
             reply_frame[column] = None
-    score_frame = pd.concat(scores, ignore_index=True) if scores else pd.DataFrame(columns=["sample_id", "run_id"])
     detail_frame = pd.concat(details, ignore_index=True) if details else pd.DataFrame(columns=["sample_id", "run_id"])
     samples = dataset_samples(dataset)
     ids = set(reply_frame["sample_id"].astype(str))
@@ -210,8 +180,30 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
             text[sample_id].extend(t.text for t in sample.context)
             text[sample_id].append(sample.reference)
     search = {i: " \n".join(parts).lower() for i, parts in text.items()}
-    return {"replies": reply_frame, "scores": score_frame, "details": detail_frame, "order": order,
-            "search": search}
+    return {"replies": reply_frame, "details": detail_frame, "order": order, "search": search}
+
+
+def stated_errors(generations: "pd.DataFrame", max_tokens: Any) -> list[Any]:
+    """A generations table's errors with a truncated reply's guessed cause replaced by the one its
+    stored token count shows, or "unknown" (``aggregate.failures.stated_error``)."""
+    column = generations.get
+    return [stated_error(error, status, truncation_cause(reason, tokens, max_tokens)) if status == "truncated" else error
+            for error, status, reason, tokens in zip(column("error", [None] * len(generations)), generations["status"],
+                                                     column("finish_reason", [None] * len(generations)),
+                                                     column("completion_tokens", [None] * len(generations)))]
+
+
+def run_labels(runs: "pd.DataFrame") -> dict[str, str]:
+    """run id -> ``model · mode`` for one dataset's runs (``runs_table`` rows), with the template when
+    two runs share that, then the day it was made: never the run's hash."""
+    labels = {r.run_id: f"{r.model} · {r.mode}" for r in runs.itertuples()}
+    for extra in ("template", "created_at"):
+        taken = [label for label in labels.values()]
+        for r in runs.itertuples():
+            if taken.count(labels[r.run_id]) > 1:
+                value = str(getattr(r, extra) or "?")
+                labels[r.run_id] += f" · {value[:16].replace('T', ' ') if extra == 'created_at' else value}"
+    return labels
 
 
 @cache_data(show_spinner=False, max_entries=16)
@@ -317,9 +309,9 @@ def _failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.
         info = runs.loc[run_id]
         causes = [truncation_cause(reason, tokens, info["max_tokens"]) if status == "truncated" else ""
                   for status, reason, tokens in zip(g["status"], g["finish_reason"], g["completion_tokens"])]
-        errors = [stated_error(error, status, cause) for error, status, cause in zip(g["error"], g["status"], causes)]
         parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], protocol=info["protocol"],
-                              template=info["template"], dataset=info["dataset"], error=errors, cause=causes))
+                              template=info["template"], dataset=info["dataset"],
+                              error=stated_errors(g, info["max_tokens"]), cause=causes))
     if not parts:
         return pd.DataFrame(columns=FAILED_COLUMNS)
     return pd.concat(parts, ignore_index=True)[FAILED_COLUMNS]
