@@ -107,7 +107,7 @@ def go_to(sample_id: str) -> None:
     st.session_state["explore_pick"] = sample_id
 
 
-nav = st.columns([1, 6, 1, 1])
+nav = st.columns([1, 5, 1, 1.2])
 nav[0].button("◀ Previous", disabled=position == 0, on_click=go_to, args=(ids[max(position - 1, 0)],),
               key="explore_prev", width="stretch")
 nav[2].button("Next ▶", disabled=position == len(ids) - 1, on_click=go_to,

@@ -25,7 +25,7 @@ if counts.empty:
     empty_store_notice()
     st.stop()
 
-f1, f2, f3, f4 = st.columns([3, 2, 4, 1])
+f1, f2, f4 = st.columns([3, 3, 1])
 datasets = sorted(counts["dataset"].unique())
 runs_per_dataset = counts.drop_duplicates("run_id")["dataset"].value_counts().to_dict()
 seed("fail_dataset", "dataset", ["(all)", *datasets], landing_dataset(runs_per_dataset))
@@ -35,7 +35,7 @@ seed_many("fail_modes", "mode", modes, modes)
 chosen_modes = f2.multiselect("Modes", modes, key="fail_modes")
 models = sorted(counts["model"].unique())
 seed_many("fail_models", "model", models, models)
-chosen_models = f3.multiselect("Models", models, key="fail_models")
+chosen_models = st.multiselect("Models", models, key="fail_models")
 
 view = counts[counts["mode"].isin(chosen_modes) & counts["model"].isin(chosen_models)]
 if dataset != "(all)":
@@ -73,9 +73,11 @@ g1, g2 = st.columns(2)
 seed("fail_status", "status", statuses, statuses[0])
 status = g1.selectbox("Status", statuses, key="fail_status")
 of_status = failures[failures["status"] == status]
-run_ids = sorted(of_status["run_id"].unique(), key=lambda r: labels.get(r, r))
+per_run = of_status["run_id"].value_counts()  # the run with the most replies of this status first
+run_ids = sorted(per_run.index, key=lambda r: (-per_run[r], labels.get(r, r)))
 seed("fail_model", "run", run_ids, run_ids[0])
-run_id = g2.selectbox("Run", run_ids, key="fail_model", format_func=lambda r: labels.get(r, r))
+run_id = g2.selectbox("Run", run_ids, key="fail_model", format_func=lambda r: labels.get(r, r),
+                      help="The runs with replies of this status, the one with the most first.")
 state |= {"status": status, "run": run_id}
 publish(state)
 copy_link(state, where=f4)

@@ -60,7 +60,7 @@ invalid = f[3].selectbox("Invalid replies", list(INVALID), key="lb_invalid", for
                          help="The paper scores an invalid reply with the metric's worst value (0, or -1 for "
                               "c_score). 'excluded' averages valid replies only.")
 
-p = st.columns([4, 1, 1])
+p = st.columns([3, 1.3, 1])
 seed_flag("lb_side_by_side", "sides")
 side_by_side = p[1].toggle("Protocols side by side", key="lb_side_by_side",
                            help="One board with every protocol, each named in its row label. Default: one board "

@@ -149,3 +149,43 @@ def test_scaled_values_keep_nan_for_missing():
     assert math.isnan(scaled_worst_to_best("rougeL", [np.nan])[0])
     with pytest.raises(AssertionError):
         assert worst_and_best("nope")
+
+
+# ---- per-dialogue values and run labels ---------------------------------------------------------------
+
+
+def results_rows() -> pd.DataFrame:
+    """Two runs on three samples; run b's reply to s2 is invalid (its value NaN, as load_results stores it)."""
+    rows = []
+    for run, values, statuses in (("a", [0.2, 0.5, 0.9], ["ok", "ok", "ok"]), ("b", [0.4, np.nan, 0.9], ["ok", "truncated", "ok"])):
+        for sample, value, status in zip(("s1", "s2", "s3"), values, statuses):
+            rows += [{"run_id": run, "sample_id": sample, "status": status, "metric": "rougeL", "value": value},
+                     {"run_id": run, "sample_id": sample, "status": status, "metric": "response_time", "value": 1.0}]
+    return pd.DataFrame(rows)
+
+
+def test_per_dialogue_values_apply_the_boards_rule_and_find_the_widest_spread():
+    from persobench.aggregate.instances import instance_values, widest_spread
+
+    values = instance_values(results_rows(), ["a", "b"])
+    invalid = values[(values["run_id"] == "b") & (values["sample_id"] == "s2")].set_index("metric")
+    assert invalid.loc["rougeL", "value"] == 0.0 and bool(invalid.loc["rougeL", "scored_worst"])
+    assert invalid.loc["response_time", "value"] == 1.0 and not invalid.loc["response_time", "scored_worst"]
+    excluded = instance_values(results_rows(), ["a", "b"], ["s2"], invalid="exclude").set_index(["run_id", "metric"])
+    assert math.isnan(excluded.loc[("b", "rougeL"), "value"])
+    spread = widest_spread(values, ["a", "b"], "rougeL")
+    assert spread["sample_id"].tolist() == ["s2", "s1", "s3"]
+    assert spread["spread"].tolist() == pytest.approx([0.5, 0.2, 0.0])
+    assert widest_spread(values, ["a"], "rougeL").empty  # one run has nothing to differ from
+
+
+def test_runs_are_labelled_by_name_never_by_hash_unless_nothing_else_tells_them_apart():
+    from persobench.aggregate.failures import run_row_labels
+
+    runs = pd.DataFrame({"run_id": ["r1", "r2", "r3", "r4"], "dataset": ["focus"] * 4,
+                         "mode": ["vanilla", "vanilla", "cot", "vanilla"], "model": ["m", "m", "m", "n"],
+                         "protocol": ["paper · v", "persobench · v", "paper · c", "paper · v"]})
+    assert run_row_labels(runs) == {"r1": "m · vanilla · paper · v", "r2": "m · vanilla · persobench · v",
+                                    "r3": "m · cot", "r4": "n · vanilla"}
+    twins = pd.concat([runs.iloc[:1], runs.iloc[:1].assign(run_id="r9")])
+    assert run_row_labels(twins) == {"r1": "m · vanilla · paper · v · r1", "r9": "m · vanilla · paper · v · r9"}

@@ -28,6 +28,8 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run"]
 SCREENSHOT_DIR = Path(os.environ.get("PERSOBENCH_SCREENSHOT_DIR") or ROOT / "cache" / "screenshots" / "browser-test")
 
 #: DOM queries that must find nothing in the app's main area: what the injected strings would
@@ -48,12 +50,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(tmp_path_factory):
-    """``streamlit run app.py`` on a free port over the test store; yields url and store."""
+def streamlit_server(tmp_path_factory, store: dict | None = None):
+    """``streamlit run app.py`` on a free port over ``store`` (default: the test store of
+    ``tests/app_store.py``); yields url and store."""
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium not installed (run `make browser`)")
     pytest.importorskip("playwright.sync_api")
-    store = shared_app_store(tmp_path_factory)
+    store = store or shared_app_store(tmp_path_factory)
     port = free_port()
     env = {**os.environ, "PERSOBENCH_HOME": str(store["home"]), "OPENAI_API_KEY": OPENAI_SECRET,
            "PYTHONUNBUFFERED": "1"}
@@ -98,10 +101,7 @@ def browser(server):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             yield chromium
         finally:

@@ -90,16 +90,20 @@ def stated_error(error: Any, status: Any, cause: str) -> str:
 
 def run_row_labels(runs: pd.DataFrame) -> dict[str, str]:
     """run id -> how a row names the run when several boards are on one page (``runs``: run_id,
-    dataset, mode, protocol, model, one row per run or more): the model and its mode, the dataset when
-    several are shown, the protocol when two runs share all that, and the run's id only if they still
-    do: never the hash where a name tells the runs apart."""
+    dataset, mode, protocol, model and optionally created_at, one row per run or more): the model and
+    its mode, the dataset when several are shown, the protocol when two runs share all that, then when
+    the run was made, and the run's id only if they still do: never the hash where a name tells the
+    runs apart."""
     rows = runs.drop_duplicates("run_id")
     several_datasets = rows["dataset"].nunique() > 1
     labels = {str(r.run_id): " · ".join([str(r.model), str(r.mode), *([str(r.dataset)] if several_datasets else [])])
               for r in rows.itertuples()}
-    for extra in ("protocol", "run_id"):
+    for extra in ("protocol", "created_at", "run_id"):
+        if extra not in rows.columns:
+            continue
         counts = pd.Series(list(labels.values())).value_counts()
         for r in rows.itertuples():
             if counts[labels[str(r.run_id)]] > 1:
-                labels[str(r.run_id)] += f" · {getattr(r, extra)}"
+                value = str(getattr(r, extra))
+                labels[str(r.run_id)] += f" · {value[:16].replace('T', ' ') if extra == 'created_at' else value}"
     return labels

@@ -8,7 +8,7 @@ import functools
 from typing import Any, Mapping, Sequence
 
 from persobench.app.text import cell_text, md_escape, model_kind
-from persobench.pipeline import RADAR_ASPECTS, RADAR_SCALE_NOTE, RunStore
+from persobench.pipeline import RADAR_ASPECTS, RunStore
 from persobench.pipeline import TIES_LEGEND, arrow, board_finding, export_board, higher_is_better, metric_help
 from persobench.pipeline import metric_bars_figure, model_ranking, radar_aspects, radar_figure, radar_metrics
 from persobench.pipeline import ranking_figure, report_html
@@ -118,8 +118,8 @@ def radar_panel(board: Any) -> None:
     missing = [a for a in RADAR_ASPECTS if a not in aspects]
     if len(aspects) >= 3:
         st.plotly_chart(radar_figure(radar, aspects), width="stretch", key="lb_radar")
-        st.caption("The paper's aspects: " + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + ". "
-                   + RADAR_SCALE_NOTE + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
+        st.caption("The paper's aspects: " + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
+                   + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
         return
     axes = radar_metrics(board)
     if len(axes) < 3:
@@ -129,7 +129,7 @@ def radar_panel(board: Any) -> None:
     st.plotly_chart(radar_figure(radar_aspects(board, normalize=True, aspects=axes), list(axes)), width="stretch",
                     key="lb_radar")
     st.caption(f"The paper's six aspects need models this profile lacks ({', '.join(missing)} missing), so the "
-               f"axes are the board's own metrics. {RADAR_SCALE_NOTE}")
+               "axes are the board's own metrics, on the same worst-to-best scale.")
 
 
 def time_failures_panel(board: Any) -> None:

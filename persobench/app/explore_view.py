@@ -82,9 +82,9 @@ def best_values(values: Any) -> dict[str, float]:
 
 
 def value_lines(values: Any, best: dict[str, float], *, several: bool) -> str:
-    """One reply's metric values as Markdown lines (our own text: registry names and numbers): the
-    metric, its direction, the value in bold when it is the best shown, and "worst: invalid reply"
-    where the board scored an invalid reply with the metric's worst value."""
+    """One reply's metric values as Markdown (our own text: registry names and numbers): the metric
+    and its direction, the value in bold when it is the best shown; a reply the board scored with each
+    metric's worst value (an invalid one) says so once and marks those values "(worst)"."""
     order = {name: i for i, name in enumerate(METRICS)}
     lines = []
     for row in sorted(values.itertuples(), key=lambda r: order.get(str(r.metric), len(order))):
@@ -96,10 +96,9 @@ def value_lines(values: Any, best: dict[str, float], *, several: bool) -> str:
             text = f"{row.value:.2f} s" if row.metric == "response_time" else f"{row.value:.3f}"
             if several and best.get(str(row.metric)) == row.value and not row.scored_worst:
                 text = f"**{text}**"
-        if row.scored_worst:
-            text += " (worst: invalid reply)"
-        lines.append(f"{md_escape(row.metric)}{arrow}: {text}")
-    return "  \n".join(lines)
+        lines.append(f"{md_escape(row.metric)}{arrow}: {text}" + (" (worst)" if row.scored_worst else ""))
+    head = ["*Invalid reply: scored with each metric's worst value, as on the board.*"] if values["scored_worst"].any() else []
+    return "  \n".join(head + lines)
 
 
 def reply_cell(reply: Any, values: Any, best: dict[str, float], dataset: str, sample_id: str, *,

@@ -25,6 +25,7 @@ from persobench.pipeline import dataset_names, get_dataset_info
 from persobench.pipeline import dataset_for_folder, find_response_files
 from persobench.pipeline import interruption
 from persobench.pipeline import FAILURE_STATUSES, latest_rows, protocol_of, stated_error, truncation_cause  # noqa: F401
+from persobench.pipeline import run_row_labels
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
@@ -142,7 +143,7 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
 
     runs = runs_table(home, signature)
     runs = runs[(runs["dataset"] == dataset) & runs["has_generations"]]
-    labels = run_labels(runs)
+    labels = run_row_labels(runs)  # model · mode, never the run's hash where a name tells runs apart
     replies, details = [], []
     for run in runs.itertuples():
         store = RunStore(home)
@@ -191,19 +192,6 @@ def stated_errors(generations: "pd.DataFrame", max_tokens: Any) -> list[Any]:
             for error, status, reason, tokens in zip(column("error", [None] * len(generations)), generations["status"],
                                                      column("finish_reason", [None] * len(generations)),
                                                      column("completion_tokens", [None] * len(generations)))]
-
-
-def run_labels(runs: "pd.DataFrame") -> dict[str, str]:
-    """run id -> ``model · mode`` for one dataset's runs (``runs_table`` rows), with the template when
-    two runs share that, then the day it was made: never the run's hash."""
-    labels = {r.run_id: f"{r.model} · {r.mode}" for r in runs.itertuples()}
-    for extra in ("template", "created_at"):
-        taken = [label for label in labels.values()]
-        for r in runs.itertuples():
-            if taken.count(labels[r.run_id]) > 1:
-                value = str(getattr(r, extra) or "?")
-                labels[r.run_id] += f" · {value[:16].replace('T', ' ') if extra == 'created_at' else value}"
-    return labels
 
 
 @cache_data(show_spinner=False, max_entries=16)
