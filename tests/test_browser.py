@@ -96,8 +96,9 @@ def server(tmp_path_factory):
         yield running
 
 
-@pytest.fixture(scope="module")
-def browser(server):
+@contextlib.contextmanager
+def chromium_browser():
+    """Debian's headless Chromium driven by Playwright, closed after the block."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -106,6 +107,12 @@ def browser(server):
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    with chromium_browser() as chromium:
+        yield chromium
 
 
 #: Every request a page made to somewhere other than this machine (issue 9 item 12: there must be none).

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from tests.app_store import shared_paper_store
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOT_DIR, check_page, load, streamlit_server
+from tests.test_browser import SCREENSHOT_DIR, check_page, chromium_browser, load, streamlit_server
 
 pytestmark = pytest.mark.browser
 
@@ -41,14 +41,8 @@ def server(tmp_path_factory, paper):
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium_browser() as chromium:
+        yield chromium
 
 
 # ---- driving the page as a user does -------------------------------------------------------------
