@@ -189,3 +189,14 @@ def test_runs_are_labelled_by_name_never_by_hash_unless_nothing_else_tells_them_
                                     "r3": "m · cot", "r4": "n · vanilla"}
     twins = pd.concat([runs.iloc[:1], runs.iloc[:1].assign(run_id="r9")])
     assert run_row_labels(twins) == {"r1": "m · vanilla · paper · v · r1", "r9": "m · vanilla · paper · v · r9"}
+
+
+def test_a_model_alone_beside_the_baselines_leads_nothing():
+    board = board_rows([("local:smollm2", "rougeL", 0.0, 0.0, 0.0), ("baseline:reference", "rougeL", 1.0, 1.0, 1.0),
+                        ("local:smollm2", "failure_ratio", 1.0, 0.7, 1.0),
+                        ("baseline:reference", "failure_ratio", 0.0, 0.0, 0.3)], n=8)
+    ranked = model_ranking(board, pd.DataFrame(columns=["model"]), "rougeL")
+    assert board_finding(ranked, "rougeL", {"local:smollm2": {"truncated": 8}}) == (
+        "By rougeL (higher is better), local:smollm2, the only model on this board, scores 0.000 (95% CI 0.000 to 0.000). "
+        "local:smollm2 "
+        "fails: 100.0% of its 8 replies are invalid, all of them truncated (the reply stops before its JSON closes).")

@@ -89,7 +89,9 @@ def board_finding(ranked: pd.DataFrame, rank_by: str, statuses: Mapping[str, Map
     leader = models.iloc[0]
     tied = [str(m) for m, r in zip(models["model"].iloc[1:], models["rank"].iloc[1:]) if r == leader["rank"]]
     direction = "higher is better" if higher_is_better(rank_by) else "lower is better"
-    text = f"By {rank_by} ({direction}), {leader['model']} leads with {_number(rank_by, float(leader['value']))}"
+    alone = len(models) == 1  # beside the baselines only: it leads nothing
+    verb = ", the only model on this board, scores" if alone else " leads with"
+    text = f"By {rank_by} ({direction}), {leader['model']}{verb} {_number(rank_by, float(leader['value']))}"
     low, high = leader.get("value_ci_low"), leader.get("value_ci_high")
     if low is not None and high is not None and not (math.isnan(low) or math.isnan(high)):
         text += f" (95% CI {_number(rank_by, float(low))} to {_number(rank_by, float(high))})"
@@ -103,8 +105,8 @@ def board_finding(ranked: pd.DataFrame, rank_by: str, statuses: Mapping[str, Map
     worst = failing.loc[failing["failure_ratio"].idxmax()]
     ratio = float(worst["failure_ratio"])
     if ratio <= 0:
-        return text + "No model produced an invalid reply."
+        return text + ("It produced no invalid reply." if alone else "No model produced an invalid reply.")
     n = int(worst["n"]) if pd.notna(worst.get("n")) else 0
-    text += f"{worst['model']} fails most: {ratio:.1%} of its {n:,} replies are invalid"
+    text += f"{worst['model']} fails{'' if alone else ' most'}: {ratio:.1%} of its {n:,} replies are invalid"
     how = how_it_fails((statuses or {}).get(str(worst["model"]), {}))
     return text + (f", {how}." if how else ".")
