@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from persobench.app.page_cache import current_state
-from persobench.app.boards import dialogue_values
+from persobench.app.boards import dialogue_metrics, dialogue_values
 from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.dialogues import dialogue_label, matching_dialogues
 from persobench.app.explore_view import context_panel, personas_panel, reply_grid
@@ -51,10 +51,9 @@ query = top[2].text_input("Search text", key="explore_query",
 
 data = dialogue_data(home, sig, dataset, profile)
 replies = data["replies"]
-values = dialogue_values(home, sig, profile, dataset)
+metrics = dialogue_metrics(home, sig, profile, dataset)
 models = sorted(replies["model"].unique())
 modes = sorted(replies["mode"].unique(), key=lambda m: (m != "vanilla", m))
-metrics = [m for m in dict.fromkeys(values["metric"])]
 with st.expander("Filters", expanded=False):
     f1, f2, f3 = st.columns(3)
     seed_many("explore_models", "model", models, models)
@@ -68,9 +67,10 @@ with st.expander("Filters", expanded=False):
     m1, m2, m3 = st.columns([1, 2, 1])
     seed("explore_metric", "metric", ["(none)", *metrics], "(none)")
     metric = m1.selectbox("Metric range", ["(none)", *metrics], key="explore_metric")
-    metric_range = None
+    metric_range, in_range = None, None
     if metric != "(none)":
-        in_metric = values.loc[values["metric"] == metric, "value"].dropna()
+        in_range = dialogue_values(home, sig, profile, dataset, None, metric)
+        in_metric = in_range["value"].dropna()
         lo, hi = (float(in_metric.min()), float(in_metric.max())) if len(in_metric) else (0.0, 0.0)
         if lo == hi:
             m2.caption(f"Every reply scores {lo:.3f}." if len(in_metric) else "No values for this metric.")
@@ -83,11 +83,12 @@ with st.expander("Filters", expanded=False):
                                "scores them), the widest spread first.")
 
 shown = replies[replies["model"].isin(chosen_models) & replies["mode"].isin(chosen_modes)]
-ids = matching_dialogues(data, shown, values, query=query, statuses=chosen_status,
+ids = matching_dialogues(data, shown, in_range, query=query, statuses=chosen_status,
                          metric=None if metric == "(none)" else metric, metric_range=metric_range)
 spread = None
 if differ != "(no)":
-    spread = widest_spread(values, list(shown["run_id"].unique()), differ)
+    spread = widest_spread(dialogue_values(home, sig, profile, dataset, None, differ), list(shown["run_id"].unique()),
+                           differ)
     spread = spread[(spread["spread"] > 0) & spread["sample_id"].isin(ids)]
     ids = [i for i in spread["sample_id"] if i in set(ids)]
 state = {"dataset": dataset, "q": query or None, "profile": profile, "model": many(chosen_models, models),
@@ -145,4 +146,4 @@ elif profile is None:
 else:
     st.caption("Each reply's values are the ones the Leaderboard averages (invalid replies scored worst, as the "
                "paper; marked); the best shown value of each metric in bold. ↑ higher is better, ↓ lower.")
-reply_grid(current_replies, values[values["sample_id"] == current], dataset, current)
+reply_grid(current_replies, dialogue_values(home, sig, profile, dataset, (current,)), dataset, current)

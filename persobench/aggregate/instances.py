@@ -47,12 +47,12 @@ def _with_policy(rows: pd.DataFrame, invalid: str) -> pd.DataFrame:
 
 
 def instance_values(results: "Results | pd.DataFrame", run_ids: Sequence[str], sample_ids: Sequence[str] | None = None,
-                    *, invalid: str = "worst") -> pd.DataFrame:
-    """Every metric's value of each run on the given samples (every sample: None), as the board
-    averages it: an invalid reply takes the metric's worst value under ``invalid="worst"``
+                    *, metric: str | None = None, invalid: str = "worst") -> pd.DataFrame:
+    """Every metric's (or ``metric``'s) value of each run on the given samples (every sample: None), as
+    the board averages it: an invalid reply takes the metric's worst value under ``invalid="worst"``
     (``scored_worst`` says so) or no value under ``"exclude"``. Columns :data:`INSTANCE_COLUMNS`; runs
     and samples without a row are absent."""
-    return _with_policy(_rows(results, run_ids, sample_ids), invalid)
+    return _with_policy(_rows(results, run_ids, sample_ids, metric), invalid)
 
 
 def widest_spread(values: pd.DataFrame, run_ids: Sequence[str], metric: str) -> pd.DataFrame:

@@ -15,9 +15,10 @@ from persobench.pipeline import load_metric_status
 from persobench.pipeline import RunStore
 from persobench.pipeline import load_results
 from persobench.pipeline import available_profiles as _available
-from persobench.app.loaders import status_counts, store_scan
+from persobench.app.loaders import run_status_counts, store_scan
 from persobench.pipeline import PAPER_RANKED_DATASET, published_ranks
 from persobench.pipeline import INSTANCE_COLUMNS, instance_values
+from persobench.metrics.metric_registry import METRICS
 from persobench.pipeline import cached_table
 from persobench.pipeline import cached_board, cached_comparison, cached_overall, metric_rules
 from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
@@ -238,7 +239,7 @@ def mode_differences(board: "pd.DataFrame", metric: str) -> "pd.DataFrame":
 
 def board_statuses(home: str, signature: str, board: "pd.DataFrame") -> dict[str, dict[str, int]]:
     """model label of the board -> its run's reply status counts (the sentence's "how it fails")."""
-    counts = status_counts(home, signature)
+    counts = run_status_counts(home, signature, tuple(sorted(board["run_id"].unique())))
     by_run = {run_id: dict(zip(group["status"], group["count"].astype(int)))
               for run_id, group in counts.groupby("run_id", sort=False)}
     pairs = board.drop_duplicates("run_id")[["model", "run_id"]]
@@ -255,14 +256,24 @@ def paper_ranks_for(board: "pd.DataFrame", dataset: str, mode: str, protocol: st
     return shown if len(shown) >= 2 else {}
 
 
-@cache_data(show_spinner="Scoring the dialogues as the board does…", max_entries=4)
-def dialogue_values(home: str, signature: str, profile: str | None, dataset: str) -> "pd.DataFrame":
-    """Every run's value of every metric on every dialogue of ``dataset`` as the board averages it
-    (``aggregate.instances.instance_values``: run_id, sample_id, metric, value, scored_worst; an invalid
-    reply takes the metric's worst value, marked), from the same results as :func:`board_for`."""
+@cache_data(show_spinner=False, max_entries=32)
+def dialogue_values(home: str, signature: str, profile: str | None, dataset: str, samples: tuple[str, ...] | None = None,
+                    metric: str | None = None) -> "pd.DataFrame":
+    """The values the board averages, per run and dialogue of ``dataset`` (``aggregate.instances.
+    instance_values``: run_id, sample_id, metric, value, scored_worst; an invalid reply takes the
+    metric's worst value, marked), from the same results as :func:`board_for`: of the given dialogues
+    (all: None) and of one metric (all: None). Empty without a profile."""
     import pandas as pd
 
     if profile is None:
         return pd.DataFrame(columns=INSTANCE_COLUMNS)
     frame = results_frame(home, signature, profile, dataset)
-    return instance_values(frame, list(frame["run_id"].unique()))
+    return instance_values(frame, list(frame["run_id"].unique()), samples, metric=metric)
+
+
+def dialogue_metrics(home: str, signature: str, profile: str | None, dataset: str) -> list[str]:
+    """The metrics :func:`dialogue_values` has for ``dataset``, in the registry's order."""
+    if profile is None:
+        return []
+    present = set(results_frame(home, signature, profile, dataset)["metric"].unique())
+    return [m for m in METRICS if m in present]

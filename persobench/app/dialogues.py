@@ -130,7 +130,7 @@ def format_messages(messages: Sequence[Any]) -> str:
     return "\n\n".join(parts)
 
 
-def matching_dialogues(data: Mapping[str, Any], shown: "pd.DataFrame", values: "pd.DataFrame", *, query: str = "",
+def matching_dialogues(data: Mapping[str, Any], shown: "pd.DataFrame", values: "pd.DataFrame | None", *, query: str = "",
                        statuses: Sequence[str] = (), metric: str | None = None,
                        metric_range: tuple[float, float] | None = None) -> list[str]:
     """Sample ids (dataset order) with a shown reply that match every filter.
@@ -149,7 +149,7 @@ def matching_dialogues(data: Mapping[str, Any], shown: "pd.DataFrame", values: "
     if statuses:
         keep = set(shown.loc[shown["status"].astype(str).isin(statuses), "sample_id"].astype(str))
         ids = [i for i in ids if i in keep]
-    if metric is not None and metric_range is not None:
+    if metric is not None and metric_range is not None and values is not None:
         rows = values[values["run_id"].isin(set(shown["run_id"])) & (values["metric"] == metric)]
         keep = set(rows.loc[rows["value"].between(*metric_range), "sample_id"].astype(str))
         ids = [i for i in ids if i in keep]

@@ -244,12 +244,20 @@ def status_counts(home: str, signature: str) -> "pd.DataFrame":
 STATUS_COUNT_COLUMNS = ["run_id", "dataset", "mode", "protocol", "model", "status", "count"]
 
 
-def _status_counts(home: str, signature: str) -> "pd.DataFrame":
+@cache_data(show_spinner=False, max_entries=16)
+def run_status_counts(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.DataFrame":
+    """:func:`status_counts` of the given runs only (the landing page's finding reads one board's
+    runs, not every run of the store)."""
+    return _status_counts(home, signature, run_ids)
+
+
+def _status_counts(home: str, signature: str, run_ids: tuple[str, ...] | None = None) -> "pd.DataFrame":
     import pandas as pd
 
     runs = runs_table(home, signature)
+    runs = runs[runs["has_generations"] & (runs["run_id"].isin(run_ids) if run_ids is not None else True)]
     parts = []
-    for run in runs[runs["has_generations"]].itertuples():
+    for run in runs.itertuples():
         try:
             g = latest_rows(read_columns(RunStore(home).table_path(run.run_id, "generations"), ["sample_id", "status"]))
         except Exception:  # noqa: BLE001 - unreadable tables are listed in the sidebar
