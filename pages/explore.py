@@ -131,7 +131,8 @@ else:
     topic = (sample.metadata or {}).get("topic")
     st.caption(f"Responder: {md_escape(sample.responder)}" + (f" · topic: {md_escape(topic)}" if topic else ""))
 
-current_replies = shown[shown["sample_id"].astype(str) == current].sort_values(["model", "mode"])
+current_replies = shown[shown["sample_id"].astype(str) == current]
+current_replies = current_replies.assign(cot=current_replies["mode"] != "vanilla").sort_values(["model", "cot", "mode"])
 left, right = st.columns([5, 6])
 with left:
     personas_panel(sample, current_replies, data["details"])

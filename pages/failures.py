@@ -56,6 +56,8 @@ st.dataframe(summary, hide_index=True, width="stretch",
 
 labels = run_row_labels(view)
 failed_counts = view[view["status"] != "ok"]
+failed_counts = failed_counts.assign(failed=failed_counts.groupby("run_id")["count"].transform("sum")).sort_values(
+    ["failed", "run_id"], ascending=[False, True])  # the most failing run first, as in the table
 if failed_counts.empty:
     publish(state)
     st.success("Every reply in this selection parsed as valid JSON with a response.")

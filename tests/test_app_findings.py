@@ -47,8 +47,8 @@ def test_the_finding_names_the_leader_with_its_ci_ties_and_who_fails_most_and_ho
     # the ceiling ranks first but is not a model: the leader is the best model
     assert sentence.startswith("By rougeL (higher is better), gpt-a leads with 0.200 (95% CI 0.190 to 0.210), "
                                "tied with gpt-b (their 95% CIs overlap).")
-    assert sentence.endswith("small fails most: 50.0% of its 100 replies are invalid, mostly truncated (the reply "
-                             "stops before its JSON closes) (80% of them).")
+    assert sentence.endswith("small fails most: 50.0% of its 100 replies are invalid, mostly truncated (it ended "
+                             "before a complete JSON reply) (80% of them).")
     by_time = model_ranking(board_rows([("a", "response_time", 2.0, 1.9, 2.1), ("b", "response_time", 1.0, 0.9, 1.1),
                                         ("a", "failure_ratio", 0.0, 0.0, 0.0), ("b", "failure_ratio", 0.0, 0.0, 0.0)]),
                             pd.DataFrame(columns=["model"]), "response_time")
@@ -199,4 +199,4 @@ def test_a_model_alone_beside_the_baselines_leads_nothing():
     assert board_finding(ranked, "rougeL", {"local:smollm2": {"truncated": 8}}) == (
         "By rougeL (higher is better), local:smollm2, the only model on this board, scores 0.000 (95% CI 0.000 to 0.000). "
         "local:smollm2 "
-        "fails: 100.0% of its 8 replies are invalid, all of them truncated (the reply stops before its JSON closes).")
+        "fails: 100.0% of its 8 replies are invalid, all of them truncated (it ended before a complete JSON reply).")

@@ -15,7 +15,7 @@ from persobench.metrics import METRICS
 
 #: How each failure status reads in a sentence (plural: "mostly truncated replies").
 STATUS_PHRASES = {
-    "truncated": "truncated (the reply stops before its JSON closes)",
+    "truncated": "truncated (it ended before a complete JSON reply)",
     "invalid_json": "invalid JSON",
     "missing_field": "JSON without a \"response\" field",
     "empty": "an empty response",

@@ -54,17 +54,24 @@ def personas_panel(sample: Any, replies: Any, details: Any) -> None:
                    "standard profile.")
 
 
+#: The context's height in pixels before it scrolls: a long dialogue must not push the replies, what the
+#: page is for, below the fold.
+CONTEXT_HEIGHT = 420
+
+
 def context_panel(sample: Any) -> None:
-    """The dialogue turn by turn, then the reference reply."""
+    """The dialogue turn by turn (scrolling past :data:`CONTEXT_HEIGHT`, the last turn in view), then the
+    reference reply."""
     import streamlit as st
 
     st.markdown("#### Context")
     if sample is None:
         st.caption("Context unavailable.")
         return
+    turns = st.container(height=CONTEXT_HEIGHT if len(sample.context) > 3 else "content", autoscroll=True)
     for turn in sample.context:
         avatar = ":material/person:" if turn.speaker == sample.responder else ":material/person_outline:"
-        with st.chat_message("user", avatar=avatar):
+        with turns.chat_message("user", avatar=avatar):
             st.markdown(f"**{md_escape(turn.speaker)}**")
             st.text(turn.text)
     st.markdown(f"#### Reference reply ({md_escape(sample.responder)})")
