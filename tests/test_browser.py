@@ -187,6 +187,7 @@ def test_every_page_renders_and_is_saved(server, browser):
         try:
             text = check_page(page, name)
             assert len(text) > 100, f"{name}: page is (nearly) empty"
+            assert "Page not found" not in page.inner_text("body"), f"{path} does not resolve"
             assert_inert(page, name)
             if name == "failures":
                 assert "Raw output" in text and "Prompt" in text
