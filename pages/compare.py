@@ -13,7 +13,8 @@ from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import run_replies, runs_table
 from persobench.app.text import md_escape, status_badge
-from persobench.pipeline import LABEL_SUFFIX, compared_metrics, landing_dataset
+from persobench.app.links import copy_link, publish, seed
+from persobench.pipeline import LABEL_SUFFIX, compared_metrics, landing_dataset, run_row_labels
 
 page_setup()
 st.title("Compare two models")
@@ -28,18 +29,22 @@ if not profiles:
     st.stop()
 
 
-f = st.columns([2, 1, 1])
+f = st.columns([2, 1, 1, 1])
+seed("cmp_profile", "profile", profiles, profiles[0])
 profile = f[1].selectbox("Profile", profiles, key="cmp_profile")
-invalid = f[2].selectbox("Invalid replies", ["worst", "exclude"], key="cmp_invalid",
-                         format_func={"worst": "scored worst (paper)", "exclude": "excluded"}.get)
+INVALID = {"worst": "scored worst (paper)", "exclude": "excluded"}
+seed("cmp_invalid", "invalid", list(INVALID), "worst")
+invalid = f[2].selectbox("Invalid replies", list(INVALID), key="cmp_invalid", format_func=INVALID.get)
 listed = runs_table(home, sig)
-datasets = sorted(listed.loc[listed["has_generations"] & (listed["status"] == "completed"), "dataset"].unique())
-dataset = f[0].selectbox("Dataset", datasets, index=datasets.index(landing_dataset(datasets)), key="cmp_dataset")
+completed = listed.loc[listed["has_generations"] & (listed["status"] == "completed"), "dataset"].value_counts()
+datasets = sorted(completed.index)
+seed("cmp_dataset", "dataset", datasets, landing_dataset(completed.to_dict()))
+dataset = f[0].selectbox("Dataset", datasets, key="cmp_dataset")
 # One dataset's results (the landing page's, for its dataset): never every run of the store.
 results = load_or_stop(results_frame, home, sig, profile, dataset)
 runs = results.drop_duplicates("run_id")[["run_id", "dataset", "mode", "model", "protocol"]]
 mine = runs[runs["dataset"] == dataset].sort_values(["model", "mode"])
-labels = {r.run_id: f"{r.model} · {r.mode}" for r in mine.itertuples()}
+labels = run_row_labels(mine)  # model · mode (and the protocol where two runs share those): never a hash
 if len(labels) < 2:
     st.info("Comparing needs at least two runs of the same dataset. Launch another model from **New run**.")
     st.stop()
@@ -58,17 +63,20 @@ for column, (plain, structured) in zip(st.columns(len(pairs)) if pairs else [], 
                   help="A = the model as asked in the prompt, B = the same model, dataset, mode and protocol "
                        "with structured output (+structured).")
 c1, c2 = st.columns(2)
+seed(f"cmp_a_{dataset}", "a", ids, ids[0])
 run_a = c1.selectbox("Model A", ids, format_func=labels.get, key=f"cmp_a_{dataset}")
 others = [i for i in ids if i != run_a]
 mode_a = mine.set_index("run_id").loc[run_a, "mode"]
 same_mode = [i for i in others if mine.set_index("run_id").loc[i, "mode"] == mode_a]
-run_b = c2.selectbox("Model B", others, format_func=labels.get, key=f"cmp_b_{dataset}_{run_a}",
-                     index=others.index(same_mode[0]) if same_mode else 0)
+seed(f"cmp_b_{dataset}_{run_a}", "b", others, (same_mode or others)[0])
+run_b = c2.selectbox("Model B", others, format_func=labels.get, key=f"cmp_b_{dataset}_{run_a}")
+state = {"dataset": dataset, "profile": profile, "invalid": invalid, "a": run_a, "b": run_b}
 
 metrics = compared_metrics(results, run_a, run_b)
 table, skipped = comparison_table(home, sig, profile, run_a, run_b, invalid, metrics, dataset)
 st.subheader("Paired differences (A − B)")
 if table.empty:
+    publish(state)
     st.warning("These two runs share no sample with values; nothing to compare.")
     st.stop()
 st.dataframe(
@@ -87,7 +95,11 @@ for metric, why in skipped:
 st.plotly_chart(win_tie_loss_figure(table), width="stretch", key="cmp_wtl")
 
 st.subheader("Dialogues where they differ most")
+seed("cmp_metric", "metric", list(table["metric"]), table["metric"].iloc[0])
 metric = st.selectbox("Metric", list(table["metric"]), key="cmp_metric")
+state["metric"] = metric
+publish(state)
+copy_link(state, where=f[3])
 pairs = paired_sample_values(home, sig, profile, run_a, run_b, metric, invalid, dataset)
 if pairs.empty:
     st.info("No per-sample values for this metric.")

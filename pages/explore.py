@@ -1,21 +1,24 @@
-"""Explore: one dialogue at a time: personas, context, reference and every model's reply with scores
-and the prompt its run's own template produced.
+"""Explore: one dialogue at a time, its personas, context and reference once, then every chosen run's
+reply side by side with its per-sample metric values (the values the board averages) and the prompt its
+run's own template produced; the dialogues where the models differ most on a metric.
 
-Direct link: ``/explore?dataset=NAME&sample=SAMPLE_ID``. All dialogue text is untrusted and shown
-with ``st.text`` or escaped Markdown (``persobench.app.text.md_escape``).
+Every choice is in the URL (``/explore?dataset=NAME&sample=SAMPLE_ID&q=...``, ``persobench.app.links``).
+All dialogue text is untrusted and shown with ``st.text`` or escaped Markdown (``md_escape``).
 """
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from persobench.app.page_cache import current_state
+from persobench.app.boards import dialogue_metrics, dialogue_values
 from persobench.app.chrome import empty_store_notice, page_setup
-from persobench.app.dialogues import (coverage_threshold, dialogue_label, matching_dialogues, persona_marks,
-                                      prompt_text)
+from persobench.app.dialogues import dialogue_label, matching_dialogues
+from persobench.app.explore_view import context_panel, personas_panel, reply_grid
+from persobench.app.links import copy_link, many, publish, seed, seed_many, seed_text
 from persobench.app.loaders import dataset_error, dataset_samples, dialogue_data, profiles_in_store, runs_table
-from persobench.app.text import md_escape, status_badge
+from persobench.app.text import md_escape
+from persobench.pipeline import landing_dataset, widest_spread
 
 page_setup()
 
@@ -30,84 +33,93 @@ if runs.empty:
 
 params = st.query_params
 datasets = sorted(runs["dataset"].unique())
-wanted_dataset = params.get("dataset")
-wanted_sample = params.get("sample")
-if wanted_dataset not in datasets and wanted_sample:
-    prefix = str(wanted_sample).rsplit(":", 1)[0]
-    wanted_dataset = prefix if prefix in datasets else None
-
+wanted_sample = str(params.get("sample") or "")
+from_sample = wanted_sample.rsplit(":", 1)[0]  # a link with a sample id alone names its dataset
+default_dataset = from_sample if from_sample in datasets else landing_dataset(runs["dataset"].value_counts().to_dict())
 profiles = profiles_in_store(home, sig)
 
-top = st.columns([2, 2, 3, 2])
-default_dataset = wanted_dataset if wanted_dataset in datasets else ("sample" if "sample" in datasets else datasets[0])
-dataset = top[0].selectbox("Dataset", datasets, index=datasets.index(default_dataset), key="explore_dataset")
+top = st.columns([2, 2, 3, 1])
+seed("explore_dataset", "dataset", datasets, default_dataset)
+dataset = top[0].selectbox("Dataset", datasets, key="explore_dataset")
+seed("explore_profile", "profile", profiles or ["(none)"], (profiles or ["(none)"])[0])
 profile = top[1].selectbox("Score profile", profiles or ["(none)"], key="explore_profile",
-                           help="Scores come from this metric profile (offline or standard).")
+                           help="Scores come from this metric profile (offline or standard), as on the Leaderboard.")
 profile = None if profile == "(none)" else profile
+seed_text("explore_query", "q")
 query = top[2].text_input("Search text", key="explore_query",
                           help="Case-insensitive search in personas, context, reference and replies.")
 
 data = dialogue_data(home, sig, dataset, profile)
-replies: pd.DataFrame = data["replies"]
-scores: pd.DataFrame = data["scores"]
-
+replies = data["replies"]
+metrics = dialogue_metrics(home, sig, profile, dataset)
 models = sorted(replies["model"].unique())
-modes = sorted(replies["mode"].unique())
+modes = sorted(replies["mode"].unique(), key=lambda m: (m != "vanilla", m))
 with st.expander("Filters", expanded=False):
     f1, f2, f3 = st.columns(3)
-    chosen_models = f1.multiselect("Models", models, default=models, key="explore_models")
-    chosen_modes = f2.multiselect("Modes", modes, default=modes, key="explore_modes")
+    seed_many("explore_models", "model", models, models)
+    chosen_models = f1.multiselect("Models", models, key="explore_models")
+    seed_many("explore_modes", "mode", modes, modes[:1])  # one mode side by side; add the other to compare
+    chosen_modes = f2.multiselect("Modes", modes, key="explore_modes")
     statuses = sorted(replies["status"].dropna().astype(str).unique())
+    seed_many("explore_status", "status", statuses, [])
     chosen_status = f3.multiselect("Some reply has status", statuses, key="explore_status",
                                    help="Keep dialogues where at least one shown reply has one of these statuses.")
-    metric_columns = [c for c in scores.columns if c not in ("sample_id", "run_id")]
-    m1, m2 = st.columns([1, 2])
-    metric = m1.selectbox("Metric range", ["(none)", *metric_columns], key="explore_metric")
-    metric_range = None
+    m1, m2, m3 = st.columns([1, 2, 1])
+    seed("explore_metric", "metric", ["(none)", *metrics], "(none)")
+    metric = m1.selectbox("Metric range", ["(none)", *metrics], key="explore_metric")
+    metric_range, in_range = None, None
     if metric != "(none)":
-        values = pd.to_numeric(scores[metric], errors="coerce").dropna()
-        if values.empty:
-            m2.info("No values for this metric in the chosen profile.")
+        in_range = dialogue_values(home, sig, profile, dataset, None, metric)
+        in_metric = in_range["value"].dropna()
+        lo, hi = (float(in_metric.min()), float(in_metric.max())) if len(in_metric) else (0.0, 0.0)
+        if lo == hi:
+            m2.caption(f"Every reply scores {lo:.3f}." if len(in_metric) else "No values for this metric.")
         else:
-            lo, hi = float(values.min()), float(values.max())
-            if lo == hi:
-                m2.caption(f"Every reply scores {lo:.3f}.")
-            else:
-                metric_range = m2.slider("Keep dialogues where some shown reply scores in", lo, hi, (lo, hi),
-                                         key=f"explore_range_{metric}")
+            metric_range = m2.slider("Keep dialogues where some shown reply scores in", lo, hi, (lo, hi),
+                                     key=f"explore_range_{metric}")
+    seed("explore_differ", "differ", ["(no)", *metrics], "(no)")
+    differ = m3.selectbox("Where models differ most on", ["(no)", *metrics], key="explore_differ",
+                          help="Keep the dialogues where the shown replies disagree on this metric (as the board "
+                               "scores them), the widest spread first.")
 
 shown = replies[replies["model"].isin(chosen_models) & replies["mode"].isin(chosen_modes)]
-ids = matching_dialogues(data, shown, query=query, statuses=chosen_status,
-                        metric=None if metric == "(none)" else metric, metric_range=metric_range)
+ids = matching_dialogues(data, shown, in_range, query=query, statuses=chosen_status,
+                         metric=None if metric == "(none)" else metric, metric_range=metric_range)
+spread = None
+if differ != "(no)":
+    spread = widest_spread(dialogue_values(home, sig, profile, dataset, None, differ), list(shown["run_id"].unique()),
+                           differ)
+    spread = spread[(spread["spread"] > 0) & spread["sample_id"].isin(ids)]
+    ids = [i for i in spread["sample_id"] if i in set(ids)]
+state = {"dataset": dataset, "q": query or None, "profile": profile, "model": many(chosen_models, models),
+         "mode": many(chosen_modes, modes[:1]), "status": chosen_status or None,
+         "metric": None if metric == "(none)" else metric, "differ": None if differ == "(no)" else differ}
 if not ids:
+    publish(state)
     st.warning("No dialogue matches these filters. Clear the search or widen the filters.")
     st.stop()
 
-current = str(wanted_sample) if wanted_sample in ids else ids[0]
+spreads = dict(zip(spread["sample_id"], spread["spread"])) if spread is not None else {}
+current = seed("explore_pick", "sample", ids, ids[0])
 position = ids.index(current)
 
 
 def go_to(sample_id: str) -> None:
-    st.query_params["dataset"] = dataset
-    st.query_params["sample"] = sample_id
+    st.session_state["explore_pick"] = sample_id
 
 
-def on_pick() -> None:
-    go_to(st.session_state["explore_pick"])
-
-
-nav = st.columns([1, 6, 1])
+nav = st.columns([1, 5, 1, 1.2])
 nav[0].button("◀ Previous", disabled=position == 0, on_click=go_to, args=(ids[max(position - 1, 0)],),
               key="explore_prev", width="stretch")
 nav[2].button("Next ▶", disabled=position == len(ids) - 1, on_click=go_to,
               args=(ids[min(position + 1, len(ids) - 1)],), key="explore_next", width="stretch")
-if st.session_state.get("explore_pick") != current:
-    st.session_state["explore_pick"] = current
 samples = dataset_samples(dataset)
-
-
 nav[1].selectbox(f"Dialogue ({position + 1} of {len(ids)} matching)", ids, key="explore_pick",
-                 on_change=on_pick, format_func=lambda i: dialogue_label(samples.get(i), i))
+                 format_func=lambda i: (f"spread {spreads[i]:.3f} · " if i in spreads else "")
+                 + dialogue_label(samples.get(i), i))
+state["sample"] = current
+publish(state)
+copy_link(state, where=nav[3])
 
 sample = samples.get(current)
 st.subheader(f"Dialogue {md_escape(current)}")
@@ -119,81 +131,20 @@ else:
     topic = (sample.metadata or {}).get("topic")
     st.caption(f"Responder: {md_escape(sample.responder)}" + (f" · topic: {md_escape(topic)}" if topic else ""))
 
-current_replies = shown[shown["sample_id"].astype(str) == current].sort_values(["model", "mode"])
-labels = [f"{r.model} · {r.mode}" for r in current_replies.itertuples()]
-details = data["details"]
+current_replies = shown[shown["sample_id"].astype(str) == current]
+current_replies = current_replies.assign(cot=current_replies["mode"] != "vanilla").sort_values(["model", "cot", "mode"])
 left, right = st.columns([5, 6])
 with left:
-    st.markdown("#### Personas")
-    if sample is None or not sample.personas:
-        st.caption("No personas for this dialogue.")
-    else:
-        with_details = set(details["run_id"]) if not details.empty else set()
-        first_marked = next((i for i, r in enumerate(current_replies["run_id"]) if r in with_details), 0)
-        mark_by = st.selectbox("Mark persona sentences by the reply of", labels, index=first_marked,
-                               key="explore_mark_by") if labels else None
-        marks = pd.DataFrame()
-        if mark_by and not details.empty:
-            run_id = current_replies.iloc[labels.index(mark_by)]["run_id"]
-            marks = details[(details["run_id"] == run_id) & (details["sample_id"].astype(str) == current)]
-        for persona in sample.personas:
-            role = " (responder)" if persona.speaker == sample.responder else ""
-            st.markdown(f"**{md_escape(persona.speaker)}**{role}")
-            st.dataframe(persona_marks(persona, marks), hide_index=True, width="stretch",
-                         column_config={"sentence": st.column_config.TextColumn(width="medium"),
-                                        "mark": st.column_config.TextColumn(width="small"),
-                                        "similarity": st.column_config.NumberColumn(format="%.2f", width="small")})
-        if mark_by and marks.empty:
-            st.caption("No per-sentence marks for this reply: its run has not been scored with "
-                       "persona details (`python -m persobench score`).")
-        elif mark_by and not ("nli_label" in marks.columns and marks["nli_label"].notna().any()):
-            st.caption(f"Without an NLI model (offline profile), a sentence counts as used when its embedding "
-                       f"similarity to the reply is at least {coverage_threshold():.2f}; contradictions need "
-                       "the standard profile.")
+    personas_panel(sample, current_replies, data["details"])
 with right:
-    st.markdown("#### Context")
-    if sample is None:
-        st.caption("Context unavailable.")
-    else:
-        for turn in sample.context:
-            avatar = ":material/person:" if turn.speaker == sample.responder else ":material/person_outline:"
-            with st.chat_message("user", avatar=avatar):
-                st.markdown(f"**{md_escape(turn.speaker)}**")
-                st.text(turn.text)
-        st.markdown(f"#### Reference reply ({md_escape(sample.responder)})")
-        st.text(sample.reference)
+    context_panel(sample)
 
-st.markdown("#### Replies")
+st.markdown(f"#### Replies side by side ({len(current_replies)})")
 if current_replies.empty:
     st.info("No reply from the chosen models for this dialogue.")
-score_rows = scores[(scores["sample_id"].astype(str) == current)] if not scores.empty else scores
-if not score_rows.empty:
-    table = current_replies[["run_id", "model", "mode", "status"]].merge(score_rows, on="run_id", how="left")
-    table = table.drop(columns=[c for c in ("run_id", "sample_id") if c in table.columns])
-    st.dataframe(table, hide_index=True, width="stretch")
 elif profile is None:
     st.caption("No scores yet: run `python -m persobench score --profile offline`.")
-for reply in current_replies.itertuples():
-    with st.container(border=True):
-        st.markdown(f"**{md_escape(reply.model)}** · {md_escape(reply.mode)} · "
-                    f"status: {status_badge(reply.status)}")
-        if reply.status == "ok" and isinstance(reply.response, str):
-            st.text(reply.response)
-        else:
-            st.caption("No valid reply" + (": " + md_escape(reply.error, max_chars=300) if reply.error else "."))
-        if isinstance(reply.reasoning, str) and reply.reasoning:
-            with st.expander("Reasoning"):
-                st.text(reply.reasoning)
-        if isinstance(reply.raw_text, str) and reply.raw_text:
-            with st.expander("Raw output"):
-                st.code(reply.raw_text, language=None, wrap_lines=True)
-        with st.expander("Prompt"):  # what this run's own template sent, as on the Failures page
-            prompt, note = prompt_text(reply.prompt, dataset, current, str(reply.mode),
-                                       template=reply.template if isinstance(reply.template, str) else None)
-            if note:
-                st.caption(md_escape(note))
-            if prompt:
-                st.code(prompt, language=None, wrap_lines=True)
-
-st.caption("Link to this dialogue: add `?dataset=…&sample=…` to the Explore page URL (the address bar "
-           "already shows it after you pick a dialogue).")
+else:
+    st.caption("Each reply's values are the ones the Leaderboard averages (invalid replies scored worst, as the "
+               "paper; marked); the best shown value of each metric in bold. ↑ higher is better, ↓ lower.")
+reply_grid(current_replies, dialogue_values(home, sig, profile, dataset, (current,)), dataset, current)

@@ -1,5 +1,7 @@
-"""Failures: invalid replies grouped by status per model, each with its raw output, the parse error
-and the prompt that produced it (all shown as plain text)."""
+"""Failures: invalid replies per run, grouped by board (dataset, mode, protocol) as the leaderboards
+are, runs of different protocols never added together; each invalid reply with its raw output, the
+parse error, why a truncated reply stopped (from the stored token count, or "unknown") and the prompt
+that produced it (all shown as plain text). Every choice is in the URL."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from persobench.pipeline import failure_bars_figure
 from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.dialogues import prompt_text
-from persobench.app.loaders import failed_replies, FAILURE_STATUSES, status_counts
+from persobench.app.links import copy_link, many, publish, seed, seed_many
+from persobench.app.loaders import failed_replies, status_counts
 from persobench.app.text import md_escape, natural_key, status_badge
-from persobench.pipeline import redact
+from persobench.pipeline import FAILURE_STATUSES, failure_summary, landing_dataset, redact, run_row_labels
 
 page_setup()
 st.title("Failures")
@@ -22,71 +25,82 @@ if counts.empty:
     empty_store_notice()
     st.stop()
 
-f1, f2, f3 = st.columns(3)
+f1, f2, f4 = st.columns([3, 3, 1])
 datasets = sorted(counts["dataset"].unique())
+runs_per_dataset = counts.drop_duplicates("run_id")["dataset"].value_counts().to_dict()
+seed("fail_dataset", "dataset", ["(all)", *datasets], landing_dataset(runs_per_dataset))
 dataset = f1.selectbox("Dataset", ["(all)", *datasets], key="fail_dataset")
-modes = sorted(counts["mode"].unique())
-chosen_modes = f2.multiselect("Modes", modes, default=modes, key="fail_modes")
+modes = sorted(counts["mode"].unique(), key=lambda m: (m != "vanilla", m))
+seed_many("fail_modes", "mode", modes, modes)
+chosen_modes = f2.multiselect("Modes", modes, key="fail_modes")
 models = sorted(counts["model"].unique())
-chosen_models = f3.multiselect("Models", models, default=models, key="fail_models")
+seed_many("fail_models", "model", models, models)
+chosen_models = st.multiselect("Models", models, key="fail_models")
 
 view = counts[counts["mode"].isin(chosen_modes) & counts["model"].isin(chosen_models)]
 if dataset != "(all)":
     view = view[view["dataset"] == dataset]
+state = {"dataset": dataset, "mode": many(chosen_modes, modes), "model": many(chosen_models, models)}
 if view.empty:
+    publish(state)
     st.warning("No run matches these filters.")
     st.stop()
 
-summary = view.pivot_table(index=["dataset", "model", "mode"], columns="status", values="count", aggfunc="sum",
-                           fill_value=0)
-for status in ("ok", *FAILURE_STATUSES):
-    if status not in summary.columns:
-        summary[status] = 0
-summary["total"] = summary.sum(axis=1)
-summary["failed"] = summary["total"] - summary["ok"]
-summary["failure ratio"] = summary["failed"] / summary["total"].where(summary["total"] > 0)
-extra = [c for c in summary.columns if c not in ("ok", *FAILURE_STATUSES, "total", "failed", "failure ratio")]
-summary = summary[["total", "ok", "failed", "failure ratio", *FAILURE_STATUSES, *extra]].reset_index()
-st.subheader("Reply statuses per model")
+summary = failure_summary(view)
+st.subheader("Reply statuses per run")
+st.caption("One row per run, grouped by board (dataset, mode, protocol) as the leaderboards are: runs of different "
+           "protocols are never added together. A run's last reply per sample counts, as on its board.")
 st.dataframe(summary, hide_index=True, width="stretch",
              column_config={"failure ratio": st.column_config.ProgressColumn(
-                 "failure ratio", min_value=0.0, max_value=1.0, format="percent")})
+                 "failure ratio ↓", min_value=0.0, max_value=1.0, format="percent")})
 
+labels = run_row_labels(view)
 failed_counts = view[view["status"] != "ok"]
+failed_counts = failed_counts.assign(failed=failed_counts.groupby("run_id")["count"].transform("sum")).sort_values(
+    ["failed", "run_id"], ascending=[False, True])  # the most failing run first, as in the table
 if failed_counts.empty:
+    publish(state)
     st.success("Every reply in this selection parsed as valid JSON with a response.")
     st.stop()
-st.plotly_chart(failure_bars_figure(failed_counts), width="stretch", key="fail_chart")
+st.plotly_chart(failure_bars_figure(failed_counts.assign(model=failed_counts["run_id"].map(labels))), width="stretch",
+                key="fail_chart")
 
 st.subheader("Inspect invalid replies")
-run_ids = tuple(sorted(view["run_id"].unique()))
-failures = failed_replies(home, sig, run_ids)
+failures = failed_replies(home, sig, tuple(sorted(view["run_id"].unique())))
+by_status = failures["status"].value_counts()
+statuses = [s for s in (*FAILURE_STATUSES, *sorted(set(by_status.index) - set(FAILURE_STATUSES))) if s in by_status]
+st.caption("Invalid replies in this selection: " + " · ".join(f"{md_escape(s)} {int(by_status[s]):,}" for s in statuses)
+           + " (the status columns above, summed).")
 g1, g2 = st.columns(2)
-statuses = [s for s in (*FAILURE_STATUSES, *sorted(set(failures["status"]) - set(FAILURE_STATUSES)))
-            if s in set(failures["status"])]
-status = g1.selectbox("Status", statuses, format_func=lambda s: f"{s} ({(failures['status'] == s).sum()})",
-                      key="fail_status")
+seed("fail_status", "status", statuses, statuses[0])
+status = g1.selectbox("Status", statuses, key="fail_status")
 of_status = failures[failures["status"] == status]
-labels = sorted({f"{m} · {mode}" for m, mode in zip(of_status["model"], of_status["mode"])})
-label = g2.selectbox("Model", labels, key="fail_model")
-rows = of_status[[f"{m} · {mode}" == label for m, mode in zip(of_status["model"], of_status["mode"])]]
+per_run = of_status["run_id"].value_counts()  # the run with the most replies of this status first
+run_ids = sorted(per_run.index, key=lambda r: (-per_run[r], labels.get(r, r)))
+seed("fail_model", "run", run_ids, run_ids[0])
+run_id = g2.selectbox("Run", run_ids, key="fail_model", format_func=lambda r: labels.get(r, r),
+                      help="The runs with replies of this status, the one with the most first.")
+state |= {"status": status, "run": run_id}
+publish(state)
+copy_link(state, where=f4)
+rows = of_status[of_status["run_id"] == run_id]
 rows = rows.sort_values("sample_id", key=lambda c: c.map(natural_key)).reset_index(drop=True)
-st.caption(f"{len(rows)} {md_escape(status)} repl{'y' if len(rows) == 1 else 'ies'}. Select a row to see "
-           "its raw output and prompt.")
-selection = st.dataframe(rows[["dataset", "sample_id", "error", "finish_reason"]], hide_index=True, width="stretch",
-                         on_select="rerun", selection_mode="single-row", key=f"fail_table_{status}_{label}",
+st.caption(f"{len(rows)} {md_escape(status)} repl{'y' if len(rows) == 1 else 'ies'} of {md_escape(labels[run_id])} "
+           f"(protocol {md_escape(rows['protocol'].iloc[0])}). Select a row to see its raw output and prompt.")
+shown_columns = ["sample_id", "error", *(["cause"] if status == "truncated" else []), "finish_reason"]
+selection = st.dataframe(rows[shown_columns], hide_index=True, width="stretch", on_select="rerun",
+                         selection_mode="single-row", key=f"fail_table_{status}_{run_id}",
                          height=min(38 + 35 * len(rows), 300))
 picked = selection.selection.rows[0] if selection and selection.selection.rows else 0
-if rows.empty:
-    st.stop()
 row = rows.iloc[min(picked, len(rows) - 1)]
 with st.container(border=True):
-    st.markdown(f"**{md_escape(row['sample_id'])}** · {md_escape(row['model'])} · "
-                f"{md_escape(row['mode'])} · {status_badge(row['status'])}")
-    st.page_link("pages/explore.py", label="Open this dialogue in Explore", icon=":material/forum:",
+    st.markdown(f"**{md_escape(row['sample_id'])}** · {md_escape(labels[run_id])} · {status_badge(row['status'])}")
+    st.page_link("pages/explore.py", label="Open this dialogue side by side in Explore", icon=":material/forum:",
                  query_params={"dataset": str(row["dataset"]), "sample": str(row["sample_id"])})
     st.markdown("**Parse error**")
     st.text(redact(row["error"]) if isinstance(row["error"], str) and row["error"] else "(none recorded)")
+    if row["status"] == "truncated":
+        st.caption(f"Why it stopped: {md_escape(row['cause'])}")
     if isinstance(row["finish_reason"], str) and row["finish_reason"]:
         st.caption(f"Finish reason: {md_escape(row['finish_reason'])}")
     st.markdown("**Raw output**")

@@ -77,7 +77,7 @@ from persobench.models_registry import find_registry_file, load_registry, resolv
 from persobench.presets import PAPER_PRESETS  # noqa: F401
 from persobench.processes import pid_alive  # noqa: F401
 from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, get_template  # noqa: F401
-from persobench.protocol import paper_protocol  # noqa: F401
+from persobench.protocol import paper_protocol, protocol_of  # noqa: F401
 from persobench.providers import PROVIDERS, key_requirement, missing_key_env  # noqa: F401
 from persobench.providers.batch_api import supports_batch  # noqa: F401
 from persobench.secrets import (  # noqa: F401
@@ -108,6 +108,7 @@ if TYPE_CHECKING:
 _LAZY_MODULES = ("persobench.aggregate", "persobench.aggregate.disk_cache", "persobench.aggregate.exports",
                  "persobench.aggregate.story", "persobench.aggregate.ranking",
                  "persobench.aggregate.published_ranking", "persobench.aggregate.landing",
+                 "persobench.aggregate.finding", "persobench.aggregate.failures", "persobench.aggregate.instances",
                  "persobench.report",
                  "persobench.report.charts")
 _LAZY_ALIASES = {"board_table": "leaderboard"}

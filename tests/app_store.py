@@ -194,3 +194,34 @@ def build_demo_store(home: Path, *, limit: int = 4) -> dict:
     for run_id in runs.values():
         score_run(store.get(run_id), samples, profile=DEMO_PROFILE, metrics=LEXICAL)
     return {"home": home, "runs": runs, "limit": limit}
+
+
+def shared_paper_store(tmp_path_factory, reference: Path) -> dict:
+    """:func:`build_paper_store`, built once per test session however many modules ask for it."""
+    if "paper" not in _BUILT:
+        _BUILT["paper"] = build_paper_store(tmp_path_factory.mktemp("paper-store") / "home", reference)
+    return _BUILT["paper"]
+
+
+def build_paper_store(home: Path, reference: Path) -> dict:
+    """The store a user has after ``import-persobench`` of the paper's published data and ``score``
+    with the metrics that need no model (the lexical ones, about 15 s for the 58 runs): what the
+    ``import-persobench`` and ``score`` commands do, through the same library calls, with the app's
+    first views prepared as those commands prepare them (``landing_kept_current``)."""
+    from persobench.importer import import_persobench, samples_for_run
+    from persobench.metrics import metric_names
+    from persobench.pipeline import landing_kept_current
+    from persobench.scoring import score_run
+    from persobench.store import RunStore
+
+    store = RunStore(home)
+    with landing_kept_current(home):
+        report = import_persobench(store, reference)
+        samples: dict[str, dict] = {}
+        for run in store.runs():
+            dataset = run.manifest.dataset
+            if dataset not in samples:
+                samples[dataset] = samples_for_run(run)
+            score_run(run, samples[dataset], profile="offline", metrics=metric_names(needs="none"))
+    runs = {(r.manifest.dataset, r.manifest.model_label, r.manifest.mode): r.run_id for r in store.runs()}
+    return {"home": home, "runs": runs, "imported": len(report.runs)}

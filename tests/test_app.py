@@ -206,12 +206,13 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
     original = DeltaGenerator.download_button
 
     def spy(self, label, data, *args, **kwargs):
-        captured[label] = data() if callable(data) else data  # deferred: made when the button is clicked
+        data = data() if callable(data) else data  # the report is deferred: made when the button is clicked
+        captured[label] = data.decode("utf-8") if isinstance(data, bytes) else data
         return original(self, label, data, *args, **kwargs)
 
     monkeypatch.setattr(DeltaGenerator, "download_button", spy)
     open_page("pages/leaderboard.py")
-    assert set(captured) == {"CSV (long)", "Markdown", "LaTeX", "HTML report"}
+    assert set(captured) == {"CSV (long)", "JSON", "Markdown", "LaTeX", "HTML report"}
 
     csv = pd.read_csv(io.StringIO(captured["CSV (long)"]))
     assert list(csv.columns[:8]) == ["dataset", "mode", "protocol", "model", "metric", "mean", "std", "n"]
@@ -495,7 +496,8 @@ def test_landing_page_of_the_demo_store_tells_the_story_on_first_render(demo_sto
     assert any(f"as asked, 0 of its {n} replies are valid" in str(i.value)
                and f"structured output, which guarantees the reply's JSON shape, {n} of its {n}" in str(i.value)
                for i in at.info)
-    assert [c.key for c in at.get("plotly_chart")] == ["lb_demo_chart"]  # the one chart above the board
+    # the story's chart above the board, the rank metric's CI chart below it (the open tab)
+    assert [c.key for c in at.get("plotly_chart")] == ["lb_demo_chart", "lb_rank_chart"]
     # The regular board is still there below, with its widgets; its default protocol is the plain one.
     assert "structured" not in at.selectbox(key="lb_protocol_vanilla").value
     assert set(ranking(at)["model"]) == {"local:smollm2", "baseline:persona-echo", "baseline:reference"}
@@ -504,7 +506,7 @@ def test_landing_page_of_the_demo_store_tells_the_story_on_first_render(demo_sto
 def test_landing_page_of_another_store_has_no_demo_story(env):
     at = open_page("pages/leaderboard.py")
     assert "The demo at a glance" not in rendered_text(at)
-    assert not at.get("plotly_chart")
+    assert [c.key for c in at.get("plotly_chart")] == ["lb_rank_chart"]
 
 
 # ---- data and metrics --------------------------------------------------------------------------

@@ -28,6 +28,8 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run"]
 SCREENSHOT_DIR = Path(os.environ.get("PERSOBENCH_SCREENSHOT_DIR") or ROOT / "cache" / "screenshots" / "browser-test")
 
 #: DOM queries that must find nothing in the app's main area: what the injected strings would
@@ -48,13 +50,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(tmp_path_factory, home: Path | None = None):
-    """``streamlit run app.py`` on a free port over the test store (or the store at ``home``); yields
-    url and store."""
+def streamlit_server(tmp_path_factory, store: dict | Path | None = None):
+    """``streamlit run app.py`` on a free port over ``store`` (a store dict of ``tests/app_store.py``
+    or a store folder; default: the test store of ``tests/app_store.py``); yields url and store."""
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium not installed (run `make browser`)")
     pytest.importorskip("playwright.sync_api")
-    store = shared_app_store(tmp_path_factory) if home is None else {"home": home}
+    if isinstance(store, Path):
+        store = {"home": store}
+    store = store or shared_app_store(tmp_path_factory)
     port = free_port()
     env = {**os.environ, "PERSOBENCH_HOME": str(store["home"]), "OPENAI_API_KEY": OPENAI_SECRET,
            "PYTHONUNBUFFERED": "1"}
@@ -94,19 +98,23 @@ def server(tmp_path_factory):
         yield running
 
 
-@pytest.fixture(scope="module")
-def browser(server):
+@contextlib.contextmanager
+def chromium_browser():
+    """Debian's headless Chromium driven by Playwright, closed after the block."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    with chromium_browser() as chromium:
+        yield chromium
 
 
 #: Every request a page made to somewhere other than this machine (issue 9 item 12: there must be none).
@@ -181,6 +189,7 @@ def test_every_page_renders_and_is_saved(server, browser):
         try:
             text = check_page(page, name)
             assert len(text) > 100, f"{name}: page is (nearly) empty"
+            assert "Page not found" not in page.inner_text("body"), f"{path} does not resolve"
             assert_inert(page, name)
             if name == "failures":
                 assert "Raw output" in text and "Prompt" in text

@@ -142,9 +142,12 @@ def test_a_store_that_cannot_take_the_cache_still_completes_the_command(tmp_path
 
 
 def test_the_prepared_view_is_the_one_the_landing_page_opens_on(tmp_path):
-    """``sample`` when the store has it, else the first dataset by name; ``offline`` first."""
-    assert landing.landing_dataset(["focus", "pec", "sample"]) == "sample"
-    assert landing.landing_dataset(["pec", "blended-skill-talk"]) == "blended-skill-talk"
+    """Issue 37: the dataset with the most runs, ties broken by the paper's order (FoCus first), then
+    by name (the alphabetical first read blended-skill-talk on the paper's store); ``offline`` first."""
+    assert landing.landing_dataset({"blended-skill-talk": 16, "focus": 16, "it-convai2": 16, "pec": 10}) == "focus"
+    assert landing.landing_dataset({"focus": 16, "sample": 24}) == "sample"
+    assert landing.landing_dataset({"pec": 3, "it-convai2": 3, "zeta.csv": 3}) == "it-convai2"
+    assert landing.landing_dataset(["b.csv", "a.csv"]) == "a.csv"
     assert landing.landing_view(RunStore(tmp_path / "empty")) is None
 
 

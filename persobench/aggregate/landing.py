@@ -1,8 +1,8 @@
 """The app's first views, kept in the store's disk cache when a command changes the store.
 
 The app opens on the leaderboard of one dataset in one scoring profile (:func:`landing_view`:
-``offline`` first, the built-in ``sample`` dataset or else the first by name, invalid replies
-scored worst, one board per protocol, runs compared on their common samples). Building that
+``offline`` first, the dataset with the most runs (ties: the paper's order, FoCus first), invalid
+replies scored worst, one board per protocol, runs compared on their common samples). Building that
 board and its overall scores reads every run of the dataset and bootstraps every metric's CI
 (about half a second of CPU for the 16 runs of a published dataset), more than the landing
 page's whole budget once Python, pandas and Streamlit are loaded. So the command that changed the
@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Iterable
+from collections import Counter
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -37,8 +38,9 @@ from persobench.store import Run, RunStore
 
 log = logging.getLogger(__name__)
 
-#: The dataset the landing page opens on when the store has runs of it (the demo's).
-LANDING_DATASET = "sample"
+#: The paper's datasets in the order the paper presents them (it leads with FoCus): the landing
+#: page's choice between datasets with as many runs.
+PAPER_DATASET_ORDER = ("focus", "it-convai2", "blended-skill-talk", "pec", "synthetic-personachat")
 #: The invalid-reply policy the landing page opens with (the paper's).
 LANDING_INVALID = "worst"
 
@@ -49,16 +51,21 @@ def metric_rules() -> list[list[Any]]:
     return [[name, info.worst_value, list(info.range), info.higher_is_better] for name, info in METRICS.items()]
 
 
-def landing_datasets(runs: Iterable[Run]) -> list[str]:
-    """The datasets the landing page offers: those of completed runs with replies, by name."""
-    return sorted({run.manifest.dataset for run in runs
-                   if run.manifest.status == "completed" and run.has_table("generations")})
+def landing_datasets(runs: Iterable[Run]) -> dict[str, int]:
+    """The datasets the landing page offers, by name, with their run counts: those of completed runs
+    with replies."""
+    counts = Counter(run.manifest.dataset for run in runs
+                     if run.manifest.status == "completed" and run.has_table("generations"))
+    return dict(sorted(counts.items()))
 
 
-def landing_dataset(datasets: list[str]) -> str:
-    """The dataset the landing page opens on, of ``datasets`` (not empty): the first by name but
-    :data:`LANDING_DATASET`."""
-    return LANDING_DATASET if LANDING_DATASET in datasets else min(datasets)
+def landing_dataset(datasets: Mapping[str, int] | Sequence[str]) -> str:
+    """The dataset the landing page opens on, of ``datasets`` (not empty; dataset -> its runs, or
+    names counted once each): the one with the most runs, ties broken by the paper's order
+    (:data:`PAPER_DATASET_ORDER`), then by name."""
+    counts = datasets if isinstance(datasets, Mapping) else dict.fromkeys(datasets, 1)
+    paper = {name: index for index, name in enumerate(PAPER_DATASET_ORDER)}
+    return min(counts, key=lambda name: (-counts[name], paper.get(name, len(paper)), name))
 
 
 def landing_view(store: RunStore, runs: list[Run] | None = None) -> tuple[str, str] | None:

@@ -30,8 +30,9 @@ import pandas as pd
 from persobench.datasets.published import published_table
 from persobench.errors import ConfigurationError
 
-__all__ = ["PAPER_FIGURE_SLIPS", "PAPER_RANKING_INPUTS", "PAPER_RANKING_MODELS", "PAPER_RANKING_TYPED",
-           "FigureSlip", "paper_figure_slips", "paper_ranking", "paper_ranking_inputs"]
+__all__ = ["PAPER_FIGURE_SLIPS", "PAPER_RANKED_DATASET", "PAPER_RANKING_INPUTS", "PAPER_RANKING_MODELS",
+           "PAPER_RANKING_TYPED", "FigureSlip", "paper_figure_slips", "paper_ranking", "paper_ranking_inputs",
+           "published_ranks"]
 
 #: ``plots_and_ranking.ipynb``'s model names -> the names of the published tables' rows.
 PAPER_RANKING_MODELS = {
@@ -123,6 +124,21 @@ def _ranks(scores: list[float]) -> list[int]:
     for rank, i in enumerate(order, start=1):
         ranks[i] = rank
     return ranks
+
+
+#: The dataset the paper ranked its models on.
+PAPER_RANKED_DATASET = "focus"
+
+
+def published_ranks(mode: str) -> dict[str, int]:
+    """The paper's own ranking on :data:`PAPER_RANKED_DATASET` in ``mode``, as
+    ``plots_and_ranking.ipynb`` published it: model label of the published tables (the labels of the
+    imported runs) -> rank (1 = best). Empty for a mode the paper did not rank. Needs no data folder:
+    the notebook's typed inputs are :data:`PAPER_RANKING_TYPED`."""
+    typed = PAPER_RANKING_TYPED.get(mode)
+    if typed is None:
+        return {}
+    return dict(zip(PAPER_RANKING_MODELS.values(), _ranks(_paper_scores(typed))))
 
 
 def _checked_mode(mode: str) -> dict[str, list[float]]:

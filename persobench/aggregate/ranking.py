@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -14,8 +14,9 @@ import pandas as pd
 from persobench import stats
 from persobench.aggregate.board import _board_frame, _common_samples, leaderboard
 from persobench.aggregate.results import (INVALID_POLICIES, OK, Results, _info, label_stem, results_table,
-                                          score_invalid)
+                                          scaled_worst_to_best, score_invalid, worst_and_best)
 from persobench.errors import ConfigurationError
+from persobench.metrics import METRICS
 from persobench.protocol import Protocol
 from persobench.structured import LABEL_SUFFIX
 
@@ -141,26 +142,33 @@ def overall_with_ci(
     return table
 
 
-def radar_aspects(board: pd.DataFrame, *, normalize: bool = False) -> pd.DataFrame:
+def radar_aspects(board: pd.DataFrame, *, normalize: bool = False,
+                  aspects: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The paper's radar aspects per dataset, mode and model (NaN when the metric is unavailable).
 
-    Aspects: :data:`RADAR_ASPECTS`. ``normalize=True`` maps each metric's mean onto [0, 1] by its
-    range (e.g. ``c_score`` -1..1, ``ue_score`` 0..2) so the axes are comparable.
+    Aspects: ``aspects`` (axis name -> metric), default :data:`RADAR_ASPECTS`. ``normalize=True``
+    puts each metric's mean on [0, 1] from its worst value (what an invalid reply scores: 0, -1 for
+    ``c_score``) to its best (:func:`persobench.aggregate.results.scaled_worst_to_best`), so the axes
+    are comparable and a model with no valid reply sits at the centre on every axis.
     """
+    aspects = dict(RADAR_ASPECTS if aspects is None else aspects)
     keys = _board_keys(board) + ["model", "profile"]
     if board.empty:
-        return pd.DataFrame(columns=keys + list(RADAR_ASPECTS))
+        return pd.DataFrame(columns=keys + list(aspects))
     means = _means(board)
     out = means.reset_index()[keys].copy()
-    for aspect, metric in RADAR_ASPECTS.items():
+    for aspect, metric in aspects.items():
         values = means[metric].to_numpy(dtype="float64") if metric in means.columns else np.full(len(means), np.nan)
-        if normalize:
-            info = _info(metric)
-            lo, hi = info.range if info is not None else (0.0, None)
-            if hi is not None and hi > lo:
-                values = (values - lo) / (hi - lo)
-        out[aspect] = values
+        out[aspect] = scaled_worst_to_best(metric, values) if normalize else values
     return out.reset_index(drop=True)
+
+
+def radar_metrics(board: pd.DataFrame) -> dict[str, str]:
+    """The board's per-sample metrics that have a number and a worst-to-best scale, in the registry's
+    order, as radar axes (metric -> metric): the radar of a profile that lacks the paper's aspects
+    (the lexical metrics of an imported store)."""
+    present = set(board.loc[board["mean"].notna() & (board["status"] != "unavailable"), "metric"])
+    return {m: m for m in METRICS if m in present and METRICS[m].level == "sample" and worst_and_best(m) is not None}
 
 
 def rank_with_ties(frame: pd.DataFrame, value: str, low: str, high: str, *, higher_is_better: bool) -> pd.DataFrame:

@@ -39,6 +39,34 @@ def worst_value(metric: str) -> float | None:
     return None if info is None else info.worst_value
 
 
+def worst_and_best(metric: str) -> tuple[float, float] | None:
+    """(worst, best) value of ``metric`` for charts that put metrics on one scale: the worst is the
+    value an invalid reply takes (0, -1 for ``c_score``; a run-level metric's worse end of its range),
+    the best the better end of its range. None when the metric is unknown or unbounded on its better
+    side (``response_time``, ``unieval_engagingness``)."""
+    info = _info(metric)
+    if info is None:
+        return None
+    low, high = info.range
+    best = high if info.higher_is_better else low
+    worst = info.worst_value if info.worst_value is not None else (low if info.higher_is_better else high)
+    if best is None or worst is None or best == worst:
+        return None
+    return float(worst), float(best)
+
+
+def scaled_worst_to_best(metric: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``values`` of ``metric`` on [0, 1]: 0 is the metric's worst value (what an invalid reply
+    scores), 1 its best (:func:`worst_and_best`), values beyond clipped; NaN when it has no such scale.
+    A model whose every reply was invalid sits at 0 on every axis, whatever the metric's range."""
+    out = np.array(values, dtype="float64", copy=True)
+    scale = worst_and_best(metric)
+    if scale is None:
+        return np.full(out.shape, np.nan)
+    worst, best = scale
+    return np.clip((out - worst) / (best - worst), 0.0, 1.0)
+
+
 def score_invalid(values: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray, metric: str,
                   invalid: str = "worst") -> np.ndarray:
     """Per-sample ``values`` of ``metric`` with the invalid-reply policy applied (a new float array).

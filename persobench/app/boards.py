@@ -15,7 +15,10 @@ from persobench.pipeline import load_metric_status
 from persobench.pipeline import RunStore
 from persobench.pipeline import load_results
 from persobench.pipeline import available_profiles as _available
-from persobench.app.loaders import store_scan
+from persobench.app.loaders import run_status_counts, store_scan
+from persobench.pipeline import PAPER_RANKED_DATASET, published_ranks
+from persobench.pipeline import INSTANCE_COLUMNS, instance_values
+from persobench.metrics.metric_registry import METRICS
 from persobench.pipeline import cached_table
 from persobench.pipeline import cached_board, cached_comparison, cached_overall, metric_rules
 from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
@@ -232,3 +235,45 @@ def mode_differences(board: "pd.DataFrame", metric: str) -> "pd.DataFrame":
         pick["cot - vanilla"] = pick["cot"] - pick["vanilla"]
     pick.columns.name = None
     return pick.reset_index()
+
+
+def board_statuses(home: str, signature: str, board: "pd.DataFrame") -> dict[str, dict[str, int]]:
+    """model label of the board -> its run's reply status counts (the sentence's "how it fails")."""
+    counts = run_status_counts(home, signature, tuple(sorted(board["run_id"].unique())))
+    by_run = {run_id: dict(zip(group["status"], group["count"].astype(int)))
+              for run_id, group in counts.groupby("run_id", sort=False)}
+    pairs = board.drop_duplicates("run_id")[["model", "run_id"]]
+    return {str(model): by_run.get(run_id, {}) for model, run_id in zip(pairs["model"], pairs["run_id"])}
+
+
+def paper_ranks_for(board: "pd.DataFrame", dataset: str, mode: str, protocol: str) -> dict[str, int]:
+    """The paper's own rank of the board's models (``aggregate.published_ranks``) when the board is
+    the paper's: its ranked dataset under the paper's protocol, holding at least two of its models."""
+    if dataset != PAPER_RANKED_DATASET or protocol != paper_protocol(mode).label:
+        return {}
+    ranks = published_ranks(mode)
+    shown = {str(m): ranks[str(m)] for m in board["model"].unique() if str(m) in ranks}
+    return shown if len(shown) >= 2 else {}
+
+
+@cache_data(show_spinner=False, max_entries=32)
+def dialogue_values(home: str, signature: str, profile: str | None, dataset: str, samples: tuple[str, ...] | None = None,
+                    metric: str | None = None) -> "pd.DataFrame":
+    """The values the board averages, per run and dialogue of ``dataset`` (``aggregate.instances.
+    instance_values``: run_id, sample_id, metric, value, scored_worst; an invalid reply takes the
+    metric's worst value, marked), from the same results as :func:`board_for`: of the given dialogues
+    (all: None) and of one metric (all: None). Empty without a profile."""
+    import pandas as pd
+
+    if profile is None:
+        return pd.DataFrame(columns=INSTANCE_COLUMNS)
+    frame = results_frame(home, signature, profile, dataset)
+    return instance_values(frame, list(frame["run_id"].unique()), samples, metric=metric)
+
+
+def dialogue_metrics(home: str, signature: str, profile: str | None, dataset: str) -> list[str]:
+    """The metrics :func:`dialogue_values` has for ``dataset``, in the registry's order."""
+    if profile is None:
+        return []
+    present = set(results_frame(home, signature, profile, dataset)["metric"].unique())
+    return [m for m in METRICS if m in present]

@@ -28,16 +28,32 @@ PAGES = (
     ("pages/metrics.py", "Metrics", ":material/straighten:", "metrics"),
 )
 
+#: The landing page's internal path (it is served at ``/``; its public path, ``/leaderboard``, is a
+#: hidden page that leads to ``/``).
+LANDING_PATH = "landing"
+
 _running = threading.local()  # each browser session's script runs in its own thread
 
 
 def app_pages() -> list[Any]:
-    """The ``st.Page`` objects of :data:`PAGES` (paths relative to ``app.py``)."""
+    """The ``st.Page`` objects of :data:`PAGES` (paths relative to ``app.py``), and the route of the
+    landing page's own path.
+
+    Streamlit serves the default page at ``/`` only, so ``/leaderboard`` would open "Page not found":
+    a hidden page on that path sends the browser to ``/`` with the query string it came with (a
+    shared link of the landing page works under either address)."""
     import streamlit as st
 
     skip_direct_execution_check()
-    return [st.Page(path, title=title, icon=icon, url_path=url, default=index == 0)
-            for index, (path, title, icon, url) in enumerate(PAGES)]
+    pages = [st.Page(path, title=title, icon=icon, url_path=LANDING_PATH if index == 0 else url, default=index == 0)
+             for index, (path, title, icon, url) in enumerate(PAGES)]
+    landing = pages[0]
+
+    def to_landing() -> None:
+        st.switch_page(landing, query_params={name: st.query_params.get_all(name) for name in st.query_params})
+
+    pages.append(st.Page(to_landing, title=PAGES[0][1], icon=PAGES[0][2], url_path=PAGES[0][3], visibility="hidden"))
+    return pages
 
 
 def skip_direct_execution_check() -> None:

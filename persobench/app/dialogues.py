@@ -130,18 +130,17 @@ def format_messages(messages: Sequence[Any]) -> str:
     return "\n\n".join(parts)
 
 
-def matching_dialogues(data: Mapping[str, Any], shown: "pd.DataFrame", *, query: str = "",
+def matching_dialogues(data: Mapping[str, Any], shown: "pd.DataFrame", values: "pd.DataFrame | None", *, query: str = "",
                        statuses: Sequence[str] = (), metric: str | None = None,
                        metric_range: tuple[float, float] | None = None) -> list[str]:
     """Sample ids (dataset order) with a shown reply that match every filter.
 
     ``data`` is :func:`~persobench.app.loaders.dialogue_data`'s result, ``shown`` its replies of the
-    chosen models and modes. ``query``: case-insensitive text in personas, context, reference or
-    replies; ``statuses``: some shown reply has one of them; ``metric_range``: some shown reply's
-    ``metric`` lies in it (inclusive).
+    chosen models and modes, ``values`` :func:`~persobench.app.boards.dialogue_values`. ``query``:
+    case-insensitive text in personas, context, reference or replies; ``statuses``: some shown reply
+    has one of them; ``metric_range``: some shown reply's ``metric`` (as the board scores it) lies in it
+    (inclusive).
     """
-    import pandas as pd
-
     shown_ids = set(shown["sample_id"].astype(str))
     ids = [i for i in data["order"] if i in shown_ids]
     if query.strip():
@@ -150,11 +149,9 @@ def matching_dialogues(data: Mapping[str, Any], shown: "pd.DataFrame", *, query:
     if statuses:
         keep = set(shown.loc[shown["status"].astype(str).isin(statuses), "sample_id"].astype(str))
         ids = [i for i in ids if i in keep]
-    if metric is not None and metric_range is not None:
-        scores = data["scores"]
-        values = scores[scores["run_id"].isin(set(shown["run_id"]))]
-        in_range = pd.to_numeric(values[metric], errors="coerce").between(*metric_range)
-        keep = set(values.loc[in_range, "sample_id"].astype(str))
+    if metric is not None and metric_range is not None and values is not None:
+        rows = values[values["run_id"].isin(set(shown["run_id"])) & (values["metric"] == metric)]
+        keep = set(rows.loc[rows["value"].between(*metric_range), "sample_id"].astype(str))
         ids = [i for i in ids if i in keep]
     return ids
 

@@ -24,6 +24,8 @@ from persobench.pipeline import tables_dir
 from persobench.pipeline import dataset_names, get_dataset_info
 from persobench.pipeline import dataset_for_folder, find_response_files
 from persobench.pipeline import interruption
+from persobench.pipeline import FAILURE_STATUSES, latest_rows, protocol_of, stated_error, truncation_cause  # noqa: F401
+from persobench.pipeline import run_row_labels
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
@@ -39,7 +41,8 @@ def store_scan(home: str, signature: str) -> "tuple[list[Run], list[StoreProblem
 
 @cache_data(show_spinner=False, max_entries=8)
 def runs_table(home: str, signature: str) -> "pd.DataFrame":
-    """One row per readable run: id, dataset, mode, model, source, status, size, scored profiles."""
+    """One row per readable run: id, dataset, mode, model, template, protocol (label and token limit),
+    source, status, size, scored profiles."""
     import pandas as pd
 
     runs, _ = store_scan(home, signature)
@@ -51,9 +54,10 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":
         if m.status == "running":  # only a "running" run can have been killed: the landing page of a
 
             killed = interruption(run)
+        protocol = protocol_of(m)
         rows.append({
             "run_id": m.run_id, "dataset": m.dataset, "mode": m.mode, "model": m.model_label,
-            "template": m.template,
+            "template": m.template, "protocol": protocol.label, "max_tokens": protocol.max_tokens,
             "baseline": m.is_baseline,
             "source": m.source, "status": "interrupted" if killed else m.status, "samples": len(m.sample_ids),
             "note": killed.describe() if killed else "",
@@ -61,8 +65,8 @@ def runs_table(home: str, signature: str) -> "pd.DataFrame":
             "profiles": ", ".join(sorted(scores)),
             "created_at": m.created_at, "updated_at": m.updated_at,
         })
-    columns = ["run_id", "dataset", "mode", "model", "template", "baseline", "source", "status", "samples", "note",
-               "has_generations", "has_scores", "profiles", "created_at", "updated_at"]
+    columns = ["run_id", "dataset", "mode", "model", "template", "protocol", "max_tokens", "baseline", "source",
+               "status", "samples", "note", "has_generations", "has_scores", "profiles", "created_at", "updated_at"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -95,31 +99,6 @@ def read_columns(path: Path, columns: Sequence[str] | None) -> "pd.DataFrame":
         raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__})") from exc
 
 
-def scores_wide(frame: "pd.DataFrame", profile: str | None = None) -> "pd.DataFrame":
-    """A scores table as one row per sample id and one column per metric.
-
-    Accepts the long layout (``sample_id, metric, value[, profile]``) and the wide one.
-    """
-    import pandas as pd
-
-    if frame is None or frame.empty or "sample_id" not in frame.columns:
-        return pd.DataFrame(columns=["sample_id"])
-    if {"metric", "value"} <= set(frame.columns):
-        long = frame
-        if profile is not None and "profile" in long.columns:
-            long = long[long["profile"] == profile]
-        # pivot on unique pairs (the first value of a repeated pair, as pivot_table's "first" gave):
-        # a tenth of pivot_table's time, paid once per run when a page loads a dataset's dialogues
-        long = long.dropna(subset=["value"]).drop_duplicates(["sample_id", "metric"])
-        wide = long.pivot(index="sample_id", columns="metric", values="value")
-        wide.columns.name = None
-        return wide.reset_index()
-    drop = [c for c in ("profile",) if c in frame.columns]
-    if profile is not None and "profile" in frame.columns:
-        frame = frame[frame["profile"] == profile]
-    return frame.drop(columns=drop)
-
-
 @cache_resource(show_spinner=False, max_entries=16)
 def dataset_samples(name: str) -> dict[str, Any]:
     """sample id -> Sample for a registered dataset; ``{}`` when it cannot be loaded here."""
@@ -146,38 +125,34 @@ def score_profiles(manifest: Mapping[str, Any]) -> list[str]:
     return sorted(RunExtra.from_extra(manifest.get("extra")).scores or {})
 
 
-REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "error", "prompt")
+REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "completion_tokens",
+                 "error", "prompt")
 
 
 @cache_data(show_spinner="Loading dialogues…", max_entries=6)
 def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) -> dict[str, Any]:
-    """Everything the Explore page needs for one dataset, in long tables keyed by run and sample.
+    """Everything the Explore page needs of one dataset's replies, in long tables keyed by run and sample
+    (the scores are the board's: :func:`persobench.app.boards.dialogue_values`).
 
-    ``replies``: run_id, model, mode, template, sample_id, status, response, reasoning, raw_text,
-    error, prompt ...
-    ``scores``: run_id, sample_id and one column per metric (the chosen profile's).
-    ``details``: the per-persona-sentence rows (run_id, sample_id, ...), when the run has them.
+    ``replies``: run_id, model, mode, template, label (model · mode, what tells the run apart when
+    they share one), sample_id, status, response, reasoning, raw_text, error, prompt ...
+    ``details``: the per-persona-sentence rows (run_id, sample_id, ...) of ``profile``, when the run has them.
     ``order``: sample ids in dataset order; ``search``: sample id -> lower-cased text to search.
     """
     import pandas as pd
 
     runs = runs_table(home, signature)
     runs = runs[(runs["dataset"] == dataset) & runs["has_generations"]]
-    replies, scores, details = [], [], []
+    labels = run_row_labels(runs)  # model · mode, never the run's hash where a name tells runs apart
+    replies, details = [], []
     for run in runs.itertuples():
         store = RunStore(home)
         try:
-            g = read_columns(store.table_path(run.run_id, "generations"), list(REPLY_COLUMNS))
+            g = latest_rows(read_columns(store.table_path(run.run_id, "generations"), list(REPLY_COLUMNS)))
         except Exception:  # noqa: BLE001 - a broken table is reported on the Data page, not fatal here
             continue
-        g = g.assign(run_id=run.run_id, model=run.model, mode=run.mode, template=run.template)
-        replies.append(g)
-        if store.table_path(run.run_id, "scores").exists():
-            try:
-                wide = scores_wide(read_columns(store.table_path(run.run_id, "scores"), None), profile)
-                scores.append(wide.assign(run_id=run.run_id))
-            except Exception:  # noqa: BLE001
-                pass
+        replies.append(g.assign(run_id=run.run_id, model=run.model, mode=run.mode, template=run.template,
+                                label=labels[run.run_id], error=stated_errors(g, run.max_tokens)))
         if store.table_path(run.run_id, "persona_details").exists():
             try:
                 d = read_columns(store.table_path(run.run_id, "persona_details"), None)
@@ -187,11 +162,10 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
             except Exception:  # noqa: BLE001
                 pass
     reply_frame = pd.concat(replies, ignore_index=True) if replies else pd.DataFrame(
-        columns=[*REPLY_COLUMNS, "run_id", "model", "mode", "template"])
+        columns=[*REPLY_COLUMNS, "run_id", "model", "mode", "template", "label"])
     for column in REPLY_COLUMNS:
         if column not in reply_frame.columns:
             reply_frame[column] = None
-    score_frame = pd.concat(scores, ignore_index=True) if scores else pd.DataFrame(columns=["sample_id", "run_id"])
     detail_frame = pd.concat(details, ignore_index=True) if details else pd.DataFrame(columns=["sample_id", "run_id"])
     samples = dataset_samples(dataset)
     ids = set(reply_frame["sample_id"].astype(str))
@@ -207,8 +181,17 @@ def dialogue_data(home: str, signature: str, dataset: str, profile: str | None) 
             text[sample_id].extend(t.text for t in sample.context)
             text[sample_id].append(sample.reference)
     search = {i: " \n".join(parts).lower() for i, parts in text.items()}
-    return {"replies": reply_frame, "scores": score_frame, "details": detail_frame, "order": order,
-            "search": search}
+    return {"replies": reply_frame, "details": detail_frame, "order": order, "search": search}
+
+
+def stated_errors(generations: "pd.DataFrame", max_tokens: Any) -> list[Any]:
+    """A generations table's errors with a truncated reply's guessed cause replaced by the one its
+    stored token count shows, or "unknown" (``aggregate.failures.stated_error``)."""
+    column = generations.get
+    return [stated_error(error, status, truncation_cause(reason, tokens, max_tokens)) if status == "truncated" else error
+            for error, status, reason, tokens in zip(column("error", [None] * len(generations)), generations["status"],
+                                                     column("finish_reason", [None] * len(generations)),
+                                                     column("completion_tokens", [None] * len(generations)))]
 
 
 @cache_data(show_spinner=False, max_entries=16)
@@ -234,12 +217,9 @@ def profiles_in_store(home: str, signature: str) -> list[str]:
     return sorted(found, key=lambda p: (p != "offline", p))
 
 
-FAILURE_STATUSES = ("truncated", "invalid_json", "missing_field", "empty", "refused", "api_error")
-
-
 #: Bumped when a table :func:`_on_disk` caches changes what it holds (the disk cache keys on the
 #: aggregate package's code, not on this module's).
-LOADER_TABLES_VERSION = 1
+LOADER_TABLES_VERSION = 2
 
 
 def _on_disk(home: str, table: str, build: "Callable[[], pd.DataFrame]", **arguments: Any) -> "pd.DataFrame":
@@ -256,32 +236,51 @@ def _on_disk(home: str, table: str, build: "Callable[[], pd.DataFrame]", **argum
 
 @cache_data(show_spinner="Counting reply statuses…", max_entries=4)
 def status_counts(home: str, signature: str) -> "pd.DataFrame":
-    """One row per run and status: run_id, dataset, mode, model, status, count."""
+    """One row per run and status: run_id, dataset, mode, protocol, model, status, count (a run's last
+    row per sample, as the boards count)."""
     return _on_disk(home, "status_counts", lambda: _status_counts(home, signature))
 
 
-def _status_counts(home: str, signature: str) -> "pd.DataFrame":
+STATUS_COUNT_COLUMNS = ["run_id", "dataset", "mode", "protocol", "model", "status", "count"]
+
+
+@cache_data(show_spinner=False, max_entries=16)
+def run_status_counts(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.DataFrame":
+    """:func:`status_counts` of the given runs only (the landing page's finding reads one board's
+    runs, not every run of the store)."""
+    return _status_counts(home, signature, run_ids)
+
+
+def _status_counts(home: str, signature: str, run_ids: tuple[str, ...] | None = None) -> "pd.DataFrame":
     import pandas as pd
 
     runs = runs_table(home, signature)
+    runs = runs[runs["has_generations"] & (runs["run_id"].isin(run_ids) if run_ids is not None else True)]
     parts = []
-    for run in runs[runs["has_generations"]].itertuples():
+    for run in runs.itertuples():
         try:
-            g = read_columns(RunStore(home).table_path(run.run_id, "generations"), ["status"])
+            g = latest_rows(read_columns(RunStore(home).table_path(run.run_id, "generations"), ["sample_id", "status"]))
         except Exception:  # noqa: BLE001 - unreadable tables are listed in the sidebar
             continue
         counts = g["status"].astype(str).value_counts()
         parts.append(pd.DataFrame({"run_id": run.run_id, "dataset": run.dataset, "mode": run.mode,
-                                   "model": run.model, "status": counts.index, "count": counts.values}))
+                                   "protocol": run.protocol, "model": run.model, "status": counts.index,
+                                   "count": counts.values}))
     if not parts:
-        return pd.DataFrame(columns=["run_id", "dataset", "mode", "model", "status", "count"])
-    return pd.concat(parts, ignore_index=True)
+        return pd.DataFrame(columns=STATUS_COUNT_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[STATUS_COUNT_COLUMNS]
+
+
+FAILED_COLUMNS = ["run_id", "model", "mode", "protocol", "template", "dataset", "sample_id", "status", "error",
+                  "cause", "finish_reason", "completion_tokens", "raw_text", "prompt"]
 
 
 @cache_data(show_spinner="Loading failed replies…", max_entries=4)
 def failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.DataFrame":
-    """The invalid replies of the given runs: run_id, model, mode, template, dataset, sample_id, status,
-    error, finish_reason, raw_text, prompt (None when the run did not store it)."""
+    """The invalid replies of the given runs (a run's last row per sample): run_id, model, mode,
+    protocol, template, dataset, sample_id, status, error (a truncated reply's guessed cause replaced
+    by ``cause``), cause (why a truncated reply stopped, from the stored token count; "" for other
+    statuses), finish_reason, completion_tokens, raw_text, prompt (None when the run did not store it)."""
     return _on_disk(home, "failed_replies", lambda: _failed_replies(home, signature, run_ids), runs=list(run_ids))
 
 
@@ -294,25 +293,24 @@ def _failed_replies(home: str, signature: str, run_ids: tuple[str, ...]) -> "pd.
         if run_id not in runs.index:
             continue
         try:
-            g = read_columns(RunStore(home).table_path(run_id, "generations"),
-                              ["sample_id", "status", "error", "finish_reason", "raw_text", "prompt"])
+            g = latest_rows(read_columns(RunStore(home).table_path(run_id, "generations"),
+                                         ["sample_id", "status", "error", "finish_reason", "completion_tokens",
+                                          "raw_text", "prompt"]))
         except Exception:  # noqa: BLE001
             continue
-        g = g[g["status"].astype(str) != "ok"]
+        g = g[g["status"].astype(str) != "ok"].reindex(columns=[*g.columns, *(
+            c for c in ("error", "finish_reason", "completion_tokens", "raw_text", "prompt") if c not in g.columns)])
         if g.empty:
             continue
         info = runs.loc[run_id]
-        parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], template=info["template"],
-                              dataset=info["dataset"]))
-    columns = ["run_id", "model", "mode", "template", "dataset", "sample_id", "status", "error", "finish_reason",
-               "raw_text", "prompt"]
+        causes = [truncation_cause(reason, tokens, info["max_tokens"]) if status == "truncated" else ""
+                  for status, reason, tokens in zip(g["status"], g["finish_reason"], g["completion_tokens"])]
+        parts.append(g.assign(run_id=run_id, model=info["model"], mode=info["mode"], protocol=info["protocol"],
+                              template=info["template"], dataset=info["dataset"],
+                              error=stated_errors(g, info["max_tokens"]), cause=causes))
     if not parts:
-        return pd.DataFrame(columns=columns)
-    frame = pd.concat(parts, ignore_index=True)
-    for column in columns:
-        if column not in frame.columns:
-            frame[column] = None
-    return frame[columns]
+        return pd.DataFrame(columns=FAILED_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[FAILED_COLUMNS]
 
 
 @cache_data(show_spinner="Measuring datasets…", max_entries=2)

@@ -1,25 +1,17 @@
 """Reusable widgets: a dataset sample, the card of a background job (New run and Data pages), the
-leaderboard's ranking table, radar and time/failures panels, and its download buttons."""
+leaderboard's notes on structured runs and the demo's story (the leaderboard's own panels are in
+:mod:`persobench.app.board_view`)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from persobench.app.chrome import app_environment
-from persobench.app.text import cell_text, format_seconds, md_escape, model_kind, safe_message
+from persobench.app.text import format_seconds, md_escape, model_kind, safe_message
 from persobench.errors import PersoBenchError
 from persobench.jobs import JobManager, JobStatus, local_time, seconds_between
 from persobench.pipeline import STARTING
-import functools
-from persobench.pipeline import export_board
-from persobench.pipeline import report_html
-from persobench.pipeline import RunStore
-from persobench.pipeline import model_ranking
 from persobench.pipeline import structured_note
-from persobench.pipeline import RADAR_ASPECTS, radar_aspects
-from persobench.pipeline import radar_figure
-from persobench.app.boards import unavailable_by_reason
-from persobench.pipeline import metric_bars_figure
 from persobench.pipeline import modes_figure
 
 
@@ -155,81 +147,6 @@ def job_card(manager: JobManager, status: JobStatus) -> None:
                 st.code(status.log_tail, language=None)
 
 
-def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
-    """CSV (long), Markdown and LaTeX download buttons of a leaderboard (``aggregate.export_board``).
-
-    Each file is made when its button is clicked (Streamlit's deferred download), not on every render.
-    """
-
-    import streamlit as st
-
-
-    columns = st.columns(3)
-    for column, (label, fmt, suffix, mime) in zip(columns, (
-            ("CSV (long)", "csv", "csv", "text/csv"), ("Markdown", "markdown", "md", "text/markdown"),
-            ("LaTeX", "latex", "tex", "application/x-tex"))):
-        column.download_button(label, functools.partial(export_board, board, fmt), file_name=f"{stem}.{suffix}",
-                               mime=mime, key=f"{key_prefix}_{suffix}")
-
-
-def report_download(home: str, options: Any, file_name: str, *, key: str) -> None:
-    """A download button for the static HTML report (:func:`persobench.report.report_html` of ``options``,
-    a :class:`persobench.report.ReportOptions`): the same file as ``persobench report``, made when
-    clicked."""
-
-    import streamlit as st
-
-
-    column = st.columns(3)[0]  # under the CSV button, as wide
-    column.download_button("HTML report", functools.partial(report_html, RunStore(home), options), file_name=file_name,
-                           mime="text/html", key=key,
-                           help="One self-contained HTML file (opens offline): this dataset and mode's leaderboards "
-                                "with every protocol, charts, the failure taxonomy and a few dialogues with every reply.")
-
-
-def ranking_table(board: Any, overall: Any, rank_by: str, models: Sequence[str], *, with_overall: bool) -> Any:
-    """The leaderboard's ranking (``aggregate.model_ranking``) as a table: rank with ties, kind, the
-    ranking metric and overall score with their 95% CIs, n, failures, time and CI overlaps.
-
-    Returns the ranked frame (one row per model, in rank order) for the tables that follow it.
-    """
-    import streamlit as st
-
-
-    ranked = model_ranking(board, overall, rank_by, models)
-    ranked["kind"] = ranked["model"].map(model_kind)
-    by_metric = rank_by not in ("overall", "overall_paper")
-    if by_metric:
-        ranked[rank_by] = ranked["value"]
-        ranked[f"{rank_by} 95% CI"] = [cell_text(v, None, lo, hi) for v, lo, hi in
-                                       zip(ranked["value"], ranked["value_ci_low"], ranked["value_ci_high"])]
-    ranked["overall 95% CI"] = [cell_text(v, None, lo, hi, digits=2) for v, lo, hi in
-                                zip(ranked["overall"], ranked["overall_ci_low"], ranked["overall_ci_high"])]
-    columns = ["rank", "model", "kind"]
-    if by_metric:
-        columns += [rank_by, f"{rank_by} 95% CI"]
-    if with_overall:
-        columns += ["overall", "overall 95% CI", "overall_paper"]
-    columns += ["n", "failure_ratio", "instructability", "response_time", "overlaps"]
-    st.dataframe(
-        ranked[columns], hide_index=True, width="stretch",
-        column_config={
-            "overall": st.column_config.NumberColumn("overall", format="%.2f",
-                                                     help="Mean of ue_score, persona_distance, unieval_groundedness, "
-                                                          "c_score and instructability, all x100."),
-            "overall_paper": st.column_config.NumberColumn("overall (paper)", format="%.2f",
-                                                           help="As the paper's ranking table: instructability added "
-                                                                "unscaled (0-1), so it barely counts."),
-            "failure_ratio": st.column_config.NumberColumn("failure ratio", format="%.3f"),
-            "instructability": st.column_config.NumberColumn(format="%.3f"),
-            "response_time": st.column_config.NumberColumn("response time (s)", format="%.2f"),
-            rank_by: st.column_config.NumberColumn(format="%.3f"),
-            "overlaps": st.column_config.TextColumn("CI overlaps with", width="medium"),
-        },
-    )
-    return ranked
-
-
 def structured_board_notes(board: Any, board_all: Any, protocol: str) -> None:
     """On a board with structured runs: that their instructability is not measured. On another
     board of the same dataset and mode: where the structured runs are."""
@@ -245,44 +162,6 @@ def structured_board_notes(board: Any, board_all: Any, protocol: str) -> None:
         st.caption("Structured-output runs (+structured) of this dataset and mode are on their own board: pick "
                    + " or ".join(f"'{md_escape(name)}'" for name in elsewhere)
                    + " under Protocol, or turn on 'Protocols side by side'.")
-
-
-def radar_panel(board: Any) -> None:
-    """The paper's radar of six aspects (each mean mapped onto [0, 1] by its metric's range), or why
-    it cannot be drawn (fewer than three aspects in this profile)."""
-    import streamlit as st
-
-
-    radar = radar_aspects(board, normalize=True)
-    aspects = [a for a in RADAR_ASPECTS if a in radar.columns and radar[a].notna().any()]
-    missing = [a for a in RADAR_ASPECTS if a not in aspects]
-    if len(aspects) < 3:
-        st.info("The radar needs at least three of the six aspects; this profile has "
-                f"{', '.join(aspects) or 'none'}. Missing: "
-                + ", ".join(f"{a} ({RADAR_ASPECTS[a]})" for a in missing) + ".")
-        return
-    st.plotly_chart(radar_figure(radar, aspects), width="stretch", key="lb_radar")
-    st.caption("Each aspect's mean mapped onto [0, 1] by the metric's range: "
-               + ", ".join(f"{a} = {m}" for a, m in RADAR_ASPECTS.items()) + "."
-               + (f" Not available in this profile: {', '.join(missing)}." if missing else ""))
-
-
-def time_failures_panel(board: Any) -> None:
-    """Bars of response time, failure ratio and engagingness with their CIs, and why engagingness
-    is missing when it is."""
-    import streamlit as st
-
-
-    wanted = ["response_time", "failure_ratio", "unieval_engagingness"]
-    bars = board[board["metric"].isin(wanted) & board["mean"].notna()][["model", "metric", "mean", "ci_low", "ci_high"]]
-    if bars.empty:
-        st.info("No response time, failure ratio or engagingness numbers for these runs.")
-    else:
-        st.plotly_chart(metric_bars_figure(bars, wanted), width="stretch", key="lb_bars")
-    if "unieval_engagingness" not in set(bars["metric"]):
-        reason = next((why for why, names in unavailable_by_reason(board).items()
-                       if "unieval_engagingness" in names), "not scored in this profile")
-        st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
 
 
 def demo_story_panel(story: Any) -> None:
