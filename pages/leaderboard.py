@@ -192,7 +192,8 @@ if by_reason := unavailable_by_reason(board):
             + "  \n".join(f"**{md_escape(', '.join(metrics))}**: {md_escape(reason, max_chars=300)}"
                            for reason, metrics in by_reason.items()))
 st.subheader("Export this board")
-board_downloads(board, f"persobench-{dataset}-{mode}-{profile}-{invalid}", key_prefix="lb")
+board_downloads(board, f"persobench-{dataset}-{mode}-{profile}-{invalid}", key_prefix="lb",
+                overall=overall if has_overall else None, rank_by=rank_by)
 report_download(home, ReportOptions(datasets=(dataset,), modes=(mode,), profile=profile, invalid=invalid,
                                     side_by_side=side_by_side, all_samples=all_samples),
                 f"persobench-report-{dataset}-{mode}-{profile}-{invalid}.html", key="lb_report")

@@ -114,9 +114,11 @@ def test_the_downloads_deliver_export_board_of_the_board_on_screen(app_home, mon
     for label, fmt in (("CSV (long)", "csv"), ("JSON", "json"), ("Markdown", "markdown"), ("LaTeX", "latex")):
         data, kwargs = captured[label]
         assert callable(data) and kwargs["on_click"] == "ignore"  # made on the click, no rerun for it
-        assert data().decode("utf-8") == export_board(board, fmt), label
+        assert data().decode("utf-8") == export_board(board, fmt, rank_by="dist2"), label
     csv = pd.read_csv(io.StringIO(captured["CSV (long)"][0]().decode("utf-8")))
     assert set(csv["model"]) == set(models) and set(csv["mode"]) == {"cot"}
+    # ranked as the screen ranks it, not by the export's own default
+    assert set(csv["rank_by"]) == {"dist2"}
     assert captured["HTML report"][1]["on_click"] == "ignore"
 
 

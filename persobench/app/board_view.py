@@ -151,14 +151,15 @@ def time_failures_panel(board: Any) -> None:
         st.caption(f"Engagingness: unavailable ({md_escape(reason, max_chars=300)}).")
 
 
-def export_bytes(board: Any, fmt: str) -> bytes:
-    """``aggregate.export_board(board, fmt)`` as the bytes a download delivers."""
-    return export_board(board, fmt).encode("utf-8")
+def export_bytes(board: Any, fmt: str, overall: Any = None, rank_by: str | None = None) -> bytes:
+    """``aggregate.export_board(board, fmt, overall=..., rank_by=...)`` as the bytes a download delivers."""
+    return export_board(board, fmt, overall=overall, rank_by=rank_by).encode("utf-8")
 
 
-def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
+def board_downloads(board: Any, stem: str, *, key_prefix: str, overall: Any = None, rank_by: str | None = None) -> None:
     """CSV, JSON, Markdown and LaTeX downloads of exactly the board shown (``aggregate.export_board``),
-    each made when clicked.
+    ranked as the screen ranks it (``rank_by``; ``overall``: the overall scores with their CIs, when
+    the profile has them), each made when clicked.
 
     A click does not rerun the page (``on_click="ignore"``): with the default rerun, a download clicked
     while the page was still rerunning (a filter just changed) was lost two times in three in Chromium
@@ -166,7 +167,7 @@ def board_downloads(board: Any, stem: str, *, key_prefix: str) -> None:
     import streamlit as st
 
     for column, (label, fmt, suffix, mime) in zip(st.columns(len(DOWNLOADS)), DOWNLOADS):
-        column.download_button(label, functools.partial(export_bytes, board, fmt), file_name=f"{stem}.{suffix}",
+        column.download_button(label, functools.partial(export_bytes, board, fmt, overall, rank_by), file_name=f"{stem}.{suffix}",
                                mime=mime, key=f"{key_prefix}_{suffix}", on_click="ignore", width="stretch")
 
 
