@@ -40,7 +40,7 @@ from persobench.llm.response_cache import GroupCommitCache
 from persobench.llm.retry import CallOutcome
 from persobench.llm.session import FailFast, LLMSession, run_coroutine
 from persobench.providers.base import Completion, Request
-from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
+from persobench.run_records import ConcurrencyRecord, GenerationRecord, PacingRecord, RunExtra, Usage
 from persobench.secrets import scrub
 from persobench.store import Run, RunStore
 from persobench.records import Sample
@@ -85,8 +85,10 @@ def run_generation(
         plan = plan_generation(config, store=store, samples=samples)
     # auto starts where the last run against this server held (remembered per public base URL)
     memory = LevelMemory(store.home, plan.spec.provider, plan.spec.base_url) if config.concurrency == "auto" else None
+    # paced by the limits the server states, in a budget every run of this store on the same key shares
     session = LLMSession(plan.spec, policy=config.retry, concurrency=config.concurrency,
-                         max_concurrency=config.max_concurrency, api_key=api_key, memory=memory)
+                         max_concurrency=config.max_concurrency, api_key=api_key, memory=memory,
+                         pacing_home=store.home)
     if plan.n_requests:  # a fully cached run needs neither a key nor a server
         session.connect()
     run = store.create(plan.manifest)
@@ -422,7 +424,12 @@ class Runner:
         concurrency = None
         if self.limit is not None:  # --concurrency auto: how the limit moved
             concurrency = ConcurrencyRecord.from_dict({"mode": "auto", **dataclasses.asdict(self.limit.stats())})
-        extra = RunExtra(generation=record, counts=counts, concurrency=concurrency).to_extra()
+        pacing = None
+        stats = self.session.pacer.stats if self.session.pacer is not None else None
+        if stats is not None and stats.limits:  # the server stated its rate limits: how they paced the run
+            pacing = PacingRecord(limits=dict(stats.limits), paced=stats.paced, waited_s=round(stats.waited_s, 3),
+                                  refused=stats.refused)
+        extra = RunExtra(generation=record, counts=counts, concurrency=concurrency, pacing=pacing).to_extra()
         try:
             self.run.update(status=status, extra=extra)
         except StoreWriteError as exc:  # the manifest stays "running": the run reads as interrupted

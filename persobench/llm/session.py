@@ -35,11 +35,12 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from persobench.errors import ErrorKind, PersoBenchError, ProviderError
 from persobench.files import write_refused
 from persobench.llm.concurrency import AdaptiveLimit, LevelMemory
+from persobench.llm.pacing import Pacer, Ticket, request_cost, server_pacer
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, sleep_or_stop, wait_note
 from persobench.llm.spend import SpendLedger
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
@@ -166,6 +167,7 @@ async def call_with_retries(
     provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
     rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
     limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda *_: None,
+    pacer: Pacer | None = None, cost: Mapping[str, float] | None = None,
 ) -> CallOutcome | None:
     """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
     stopping before the request could finish. ``on_attempt`` is called before each attempt (the
@@ -173,7 +175,9 @@ async def call_with_retries(
     ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish.
     With ``limit`` (``--concurrency auto``) each attempt waits for a slot and reports back how it went.
     ``on_wait(seconds, why)`` is told of a wait worth announcing (:func:`wait_note`) before it starts,
-    and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why."""
+    and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why.
+    With ``pacer``, each attempt first waits for the server's stated budgets to hold ``cost``
+    (:meth:`Pacer.admit`) and then tells the pacer how it went (headers, usage)."""
     interrupt = stopping if interrupt is None else interrupt
     attempt = 0
     while True:
@@ -187,6 +191,14 @@ async def call_with_retries(
             await gate.wait(stopping)  # after the slot: a Retry-After may have come in meanwhile
             if stopping.is_set():
                 return None
+            ticket: Ticket | None = None
+            if pacer is not None:  # last before sending: the budget is taken when the request leaves
+                try:
+                    ticket = await pacer.admit(cost or {}, stopping, on_wait)
+                except ProviderError as exc:  # the stated limits leave no room within max_retry_after
+                    return CallOutcome(None, exc, 0.0, attempt)
+                if ticket is None:
+                    return None
             attempt += 1
             on_attempt()
             started = time.monotonic()
@@ -199,14 +211,20 @@ async def call_with_retries(
                 # Token counts are checked here, once for every provider: unusable ones refuse the reply.
                 completion = check_usage(completion)
                 latency = time.monotonic() - started
+                if ticket is not None and pacer is not None:
+                    pacer.settle(ticket, completion.rate_headers, (completion.prompt_tokens, completion.completion_tokens))
                 return CallOutcome(completion, None, latency, attempt)
             except Stopped:  # cancelled in flight: the sample stays pending (resumable)
                 started = None  # tells the limit nothing
+                if ticket is not None and pacer is not None:
+                    pacer.settle(ticket, None, failed=True)
                 return None
             except ProviderError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001 - an adapter bug must cost one sample, not the run
                 error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
+            if ticket is not None and pacer is not None:
+                pacer.settle(ticket, error.rate_headers, failed=True, refused=error.status_code == 429)
             latency = time.monotonic() - started
         finally:
             if limit is not None:
@@ -294,7 +312,7 @@ class LLMSession:
                  max_concurrency: int = 32, cache: "ResponseCache | None" = None, api_key: str | None = None,
                  ledger: SpendLedger | None = None, budget_tokens: int | None = None,
                  provider: Provider | None = None, limit_start: int | None = None,
-                 memory: LevelMemory | None = None) -> None:
+                 memory: LevelMemory | None = None, pacing_home: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
         self.policy = policy or RetryPolicy()
         self.concurrency = concurrency
@@ -320,6 +338,10 @@ class LLMSession:
         self.memory = memory
         """Where ``auto`` remembers the level that held for this server (``None``: nothing remembered)."""
         """Where ``auto`` starts (e.g. a level remembered for this server); ``None``: the limit's default."""
+        self.pacing_home = pacing_home
+        """The store whose budget files this session shares with other processes (``None``: its own only)."""
+        self.pacer: Pacer | None = None
+        """The budgets of the server's stated rate limits (:mod:`persobench.llm.pacing`), made by :meth:`connect`."""
 
     # -- provider resolution --------------------------------------------------------------------
 
@@ -330,11 +352,16 @@ class LLMSession:
 
             self.provider = make_provider(self.spec, api_key=self.api_key, timeout=self.policy.timeout)
             self.provider.check()
-        self.secrets = known_secrets(api_keys=getattr(self.provider, "_secrets", ()) or (),
-                                     base_url=self.spec.base_url, options=self.spec.options)
+        keys = getattr(self.provider, "_secrets", ()) or ()
+        self.secrets = known_secrets(api_keys=keys, base_url=self.spec.base_url, options=self.spec.options)
+        if self.pacer is None:  # paced only once the server states limits (an in-process model never does)
+            self.pacer = server_pacer(self.pacing_home, self.spec.provider, self.spec.base_url, self.spec.model,
+                                      next((k for k in keys if k), None), max_wait=self.policy.max_retry_after)
         return self.provider
 
     async def aclose(self) -> None:
+        if self.pacer is not None:
+            self.pacer.close()
         if self.provider is not None:
             await self.provider.aclose()
 
@@ -451,7 +478,8 @@ class LLMSession:
             outcome = await call_with_retries(
                 self.provider, request, policy=self.policy, gate=self.gate, stopping=self.stopping, rng=self.rng,
                 on_attempt=self._count_attempt(on_attempt), interrupt=self.interrupt, limit=self.limit,
-                on_wait=on_wait or (lambda *_: None),
+                on_wait=on_wait or (lambda *_: None), pacer=self.pacer,
+                cost=request_cost(prompt_estimate, self._budget(request)) if self.pacer is not None else None,
             )
         finally:
             cost = self._account(request, outcome, prompt_estimate)
