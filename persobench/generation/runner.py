@@ -97,7 +97,10 @@ def run_generation(
     with hold_run_lock(run.path):
         write_resume_file(run, plan, store.home)
         clear_cancel(run.path)
-        run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
+        # Scoring reads these inputs, whatever happens to the dataset later. Written beside the first
+        # requests (pandas' import and the Parquet write take about a round of requests); the run
+        # waits for it before it finishes.
+        recording = Background(run.record_samples, plan.samples)
         run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
                                                     dataset_file=plan.dataset_file).to_extra())
         # The batch API first (run --batch, or a batch an earlier one left): its replies are then cache hits.
@@ -108,9 +111,12 @@ def run_generation(
         try:
             with frozen_heap():
                 run_coroutine(runner.main())
+            recording.result()
         except BaseException as exc:
             # Ctrl-C or a bug: keep what was received (it is cached anyway) and say what happened.
             status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+            with contextlib.suppress(BaseException):
+                recording.result()
             runner.finish(status, reason=f"{type(exc).__name__}: {exc}" if status == "failed" else None)
             raise
         if runner.write_failure:
@@ -121,6 +127,30 @@ def run_generation(
             raise RunAborted(runner.abort_reason, run)
         runner.finish("cancelled" if runner.cancelled and runner.pending else "completed")
     return run
+
+
+class Background:
+    """``function(*args)`` in a thread of its own, started now; :meth:`result` waits for it and
+    returns its value or raises its exception."""
+
+    def __init__(self, function: Callable[..., Any], *args: Any) -> None:
+        self._outcome: list[Any] = []
+
+        def target() -> None:
+            try:
+                self._outcome.append((True, function(*args)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+                self._outcome.append((False, exc))
+
+        self._thread = threading.Thread(target=target, name="persobench-background", daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        ok, value = self._outcome[0]
+        if not ok:
+            raise value
+        return value
 
 
 @contextlib.contextmanager
