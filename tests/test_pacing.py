@@ -18,7 +18,7 @@ import pytest
 from persobench.cli import main as cli_main
 from persobench.errors import ProviderError
 from persobench.generation import run_generation
-from persobench.llm.pacing import BUDGET_DIR, Bucket, Pacer, budget_path, refill_rate, request_cost
+from persobench.llm.pacing import BUDGET_DIR, Bucket, Pacer, budget_path, parse_budget, refill_rate, request_cost
 from persobench.llm.ratelimits import StatedLimit, format_duration, parse_duration, parse_reset, read_stated_limits
 from persobench.providers import make_provider, parse_spec
 from persobench.providers.base import GenerationParams, Request
@@ -254,9 +254,9 @@ def test_a_budget_file_that_cannot_be_read_or_written_costs_the_sharing_not_the_
 
     assert asyncio.run(scenario()) is not None
     assert pacer.path is None and pacer._memory["requests"].level == pytest.approx(99, abs=0.5)
-    garbled = tmp_path / "garbled.json"
-    garbled.write_text('{"version": 1, "buckets": {"requests": [600, 10, ')
-    assert Pacer(garbled)._read()[1] == {}
+    assert parse_budget(b'{"version": 1, "buckets": {"requests": [600, 10, ') == {}  # half written
+    assert parse_budget(b"") == {} and parse_budget(b"\xff\xfe") == {}
+    assert parse_budget(b'{"version": 1, "buckets": {"requests": [600, -10, 5, 1e9], "x": [1, 1, 1, 1]}}') == {}
 
 
 _SHARED_SENDER = """
@@ -377,22 +377,22 @@ def test_a_429_stating_an_empty_budget_holds_the_next_sends_back(tmp_path, monke
 
 def test_two_run_commands_on_one_key_share_the_budget(tmp_path, monkeypatch, capsys):
     """Two ``run`` processes against one server whose request bucket holds 6 and refills 3 a second:
-    with one budget between them they are refused at most once or twice (the first replies' race);
+    with one budget between them they are refused at most once (their first 2 + 2 requests fit);
     each believing the limit its own would meet the empty bucket again and again."""
     limits = RateLimits(rpm=180, start={"requests": 6})
     with FakeLLMServer("openai", latency=0.05, limits=limits) as server:
         env = {**os.environ, "OPENAI_API_KEY": OPENAI_SECRET, "PYTHONPATH": str(REPO)}
         procs = [subprocess.Popen(
             [sys.executable, "-m", "persobench", "--home", str(tmp_path), "run", "--dataset", "sample", "--limit",
-             "10", "--seed", str(seed), "--model", "openai:fake", "--base-url", server.base_url, "--no-progress",
-             "--concurrency", "4"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             "12", "--seed", str(seed), "--model", "openai:fake", "--base-url", server.base_url, "--no-progress",
+             "--concurrency", "2"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for seed in (1, 2)]
         outputs = [p.communicate(timeout=120) for p in procs]
         refused = len(server.refusals)
         replies = server.replies_sent
     assert [p.returncode for p in procs] == [0, 0], outputs
-    assert replies == 20
-    assert refused <= 2, refused
+    assert replies == 24
+    assert refused <= 1, refused
     assert all("paced by the server's stated limits (180 requests a minute)" in out for out, _ in outputs)
     assert len(list((tmp_path / BUDGET_DIR).glob("*.json"))) == 1
 

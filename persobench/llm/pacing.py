@@ -43,7 +43,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from persobench.errors import ErrorKind, ProviderError
 from persobench.llm.ratelimits import KINDS, StatedLimit, read_stated_limits
@@ -165,61 +165,72 @@ class Pacer:
         self._known = False
         self._sent = dict.fromkeys(KINDS, 0.0)
         self._line: asyncio.Lock | None = None
-        self._lock_file: IO[bytes] | None = None
+        self._line_loop: asyncio.AbstractEventLoop | None = None
+        self._fd: int | None = None
+        self._pending: list[tuple[Ticket, dict[str, StatedLimit], dict[str, float], float]] = []
+        """What replies taught since the last change of the buckets (applied with the next one, so a
+        request costs one locked read and write of the shared file, not two)."""
 
     # -- the state: in this object, or in the shared file under its lock -------------------------
 
     def known(self) -> bool:
         """Whether some limit is known (then sends are paced)."""
         if not self._known:
-            self._known = bool(self._memory) if self.path is None else self.path.exists()
+            self._known = bool(self._memory or self._pending) if self.path is None else self.path.exists()
         return self._known
+
+    def _open(self) -> int | None:
+        """The shared file, opened once (again when someone deleted it); ``None``: it cannot be."""
+        assert self.path is not None
+        if self._fd is not None and os.fstat(self._fd).st_nlink == 0:  # deleted: others use a new one
+            os.close(self._fd)
+            self._fd = None
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._fd
 
     @contextlib.contextmanager
     def _state(self) -> Iterator[dict[str, Bucket]]:
-        if self.path is not None and self._lock_file is None:
+        """The buckets, with what the replies since the last time taught applied, for one change."""
+        fd = None
+        if self.path is not None:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._lock_file = open(self.path.with_name(self.path.name + ".lock"), "a+b")
+                fd = self._open()
             except OSError:
                 self.path = None  # a store that cannot be written costs the sharing, never the run
-        if self.path is None or self._lock_file is None:
+        if fd is None:
+            self._apply_pending(self._memory)
             yield self._memory
             return
-        fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            before, buckets = self._read()
+            # One read and one write at the same offset on a descriptor kept open, under the lock:
+            # every reader holds it, and a file a crash left half written reads as empty (the next
+            # reply's headers fill it again). No fsync: it is rewritten at every send.
+            raw = os.pread(fd, 1 << 16, 0)
+            buckets = parse_budget(raw)
+            self._apply_pending(buckets)
             yield buckets
             self._memory = buckets
-            after = json.dumps({"version": 1, "server": self.server, "model": self.model,
-                                "buckets": {k: b.to_json() for k, b in buckets.items()}})
-            if after != before:
-                # Plain rewrite, no fsync: every reader holds the lock, and a file a crash left half
-                # written reads as empty (the next reply's headers fill it again).
+            data = json.dumps({"version": 1, "server": self.server, "model": self.model,
+                               "buckets": {k: b.to_json() for k, b in buckets.items()}}).encode("utf-8")
+            if data != raw:
                 with contextlib.suppress(OSError):
-                    self.path.write_text(after, encoding="utf-8")
+                    os.pwrite(fd, data, 0)
+                    if len(data) < len(raw):
+                        os.ftruncate(fd, len(data))
         finally:
-            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
-
-    def _read(self) -> tuple[str, dict[str, Bucket]]:
-        assert self.path is not None
-        try:
-            text = self.path.read_text(encoding="utf-8")
-            data = json.loads(text)
-            raw = data.get("buckets") if isinstance(data, dict) and data.get("version") == 1 else None
-        except (OSError, ValueError):
-            return "", {}
-        buckets = {}
-        for kind, value in (raw.items() if isinstance(raw, dict) else ()):
-            bucket = Bucket.from_json(value)
-            if kind in KINDS and bucket is not None:
-                buckets[kind] = bucket
-        return text, buckets
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        if self._lock_file is not None:
-            self._lock_file.close()
-            self._lock_file = None
+        """Write down what the last replies taught, and let go of the file."""
+        if self._pending:
+            with contextlib.suppress(OSError), self._state():
+                pass
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     # -- before a send ----------------------------------------------------------------------------
 
@@ -231,9 +242,8 @@ class Pacer:
         if not self.known():
             return self._count(cost, frozenset())
         loop = asyncio.get_running_loop()
-        if self._line is None or getattr(self._line, "_persobench_loop", None) is not loop:
-            self._line = asyncio.Lock()
-            self._line._persobench_loop = loop  # type: ignore[attr-defined]
+        if self._line is None or self._line_loop is not loop:  # a lock belongs to one event loop
+            self._line, self._line_loop = asyncio.Lock(), loop
         async with self._line:
             announced = False
             started = time.monotonic()
@@ -284,22 +294,22 @@ class Pacer:
                *, failed: bool = False, refused: bool = False) -> None:
         """Learn from the attempt ``ticket`` admitted: its reply's (or failure's) rate-limit
         ``headers``, its ``usage`` (prompt, completion tokens), whether it ``failed`` (no reply:
-        its tokens come back) or was ``refused`` (a 429, counted)."""
+        its tokens come back) or was ``refused`` (a 429, counted). Applied to the buckets with their
+        next change (the next send, a waiting send's next look, or :meth:`close`)."""
         if refused:
             self.stats.refused += 1
         stated = read_stated_limits(headers)
         correction = self._correction(ticket, usage, failed)
         if not stated and not correction:
             return
-        with self._state() as buckets:
-            now = time.time()
-            for kind, amount in correction.items():
-                bucket = buckets.get(kind)
-                if bucket is not None:
-                    bucket.advance(now)
-                    bucket.level = min(bucket.capacity, bucket.level + amount)
-            for kind, limit in stated.items():
-                self._believe(buckets, kind, limit, ticket, now)
+        for kind, limit in stated.items():
+            self.stats.limits[kind] = refill_rate(limit) * WINDOW_S
+        self._pending.append((ticket, stated, correction, time.time()))
+        if self.path is None:  # nothing to save a file write for
+            self._apply_pending(self._memory)
+        elif not stated.keys() <= self._memory.keys():  # a limit first heard of: tell the others at once
+            with contextlib.suppress(OSError), self._state():
+                pass
         if stated:
             self._known = True
 
@@ -315,13 +325,27 @@ class Pacer:
         real = _usage_cost(usage[0], usage[1])
         return {k: ticket.cost.get(k, 0.0) - real[k] for k in charged if ticket.cost.get(k, 0.0) != real[k]}
 
-    def _believe(self, buckets: dict[str, Bucket], kind: str, limit: StatedLimit, ticket: Ticket, now: float) -> None:
+    def _apply_pending(self, buckets: dict[str, Bucket]) -> None:
+        pending, self._pending = self._pending, []
+        now = time.time()
+        for ticket, stated, correction, seen in pending:
+            for kind, amount in correction.items():
+                bucket = buckets.get(kind)
+                if bucket is not None:
+                    bucket.advance(now)
+                    bucket.level = min(bucket.capacity, bucket.level + amount)
+            for kind, limit in stated.items():
+                self._believe(buckets, kind, limit, ticket, seen, now)
+
+    def _believe(self, buckets: dict[str, Bucket], kind: str, limit: StatedLimit, ticket: Ticket, seen: float,
+                 now: float) -> None:
+        """Take ``limit``, stated at ``seen``, into the bucket of ``kind``: its size and refill, and its
+        ``remaining`` refilled since ``seen`` when that is below the bucket's level."""
         # The server counted the request when it arrived: what this process sent after it may not be
         # in ``remaining`` yet (other processes' sends are in the shared level already).
         sent_after = self._sent[kind] - ticket.sent_before.get(kind, 0.0) - ticket.cost.get(kind, 0.0)
-        level = limit.remaining - max(0.0, sent_after)
         rate = refill_rate(limit)
-        self.stats.limits[kind] = rate * WINDOW_S
+        level = min(limit.limit, limit.remaining + rate * max(0.0, now - seen)) - max(0.0, sent_after)
         bucket = buckets.get(kind)
         if bucket is None:
             buckets[kind] = Bucket(limit.limit, rate, level, now)
@@ -329,6 +353,21 @@ class Pacer:
         bucket.advance(now)
         bucket.capacity, bucket.rate = limit.limit, rate
         bucket.level = min(bucket.level, level, limit.limit)
+
+
+def parse_budget(raw: bytes) -> dict[str, Bucket]:
+    """The buckets of a budget file's bytes; nothing for bytes that are not one (empty, half written)."""
+    try:
+        data = json.loads(raw)
+        found = data.get("buckets") if isinstance(data, dict) and data.get("version") == 1 else None
+    except ValueError:
+        return {}
+    buckets = {}
+    for kind, value in (found.items() if isinstance(found, dict) else ()):
+        bucket = Bucket.from_json(value)
+        if kind in KINDS and bucket is not None:
+            buckets[kind] = bucket
+    return buckets
 
 
 def budget_path(home: str | os.PathLike[str], provider: str, base_url: str | None, model: str,
