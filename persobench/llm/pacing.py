@@ -167,6 +167,8 @@ class Pacer:
         self._line: asyncio.Lock | None = None
         self._line_loop: asyncio.AbstractEventLoop | None = None
         self._fd: int | None = None
+        self._checked = 0.0  # when the file was last checked for having been deleted
+        self._written = b""  # what this process last wrote to it
         self._pending: list[tuple[Ticket, dict[str, StatedLimit], dict[str, float], float]] = []
         """What replies taught since the last change of the buckets (applied with the next one, so a
         request costs one locked read and write of the shared file, not two)."""
@@ -182,9 +184,12 @@ class Pacer:
     def _open(self) -> int | None:
         """The shared file, opened once (again when someone deleted it); ``None``: it cannot be."""
         assert self.path is not None
-        if self._fd is not None and os.fstat(self._fd).st_nlink == 0:  # deleted: others use a new one
-            os.close(self._fd)
-            self._fd = None
+        now = time.monotonic()
+        if self._fd is not None and now > self._checked + POLL_S:  # deleted? others use a new one
+            self._checked = now
+            if os.fstat(self._fd).st_nlink == 0:
+                os.close(self._fd)
+                self._fd = None
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -193,28 +198,31 @@ class Pacer:
     @contextlib.contextmanager
     def _state(self) -> Iterator[dict[str, Bucket]]:
         """The buckets, with what the replies since the last time taught applied, for one change."""
-        fd = None
+        fd, raw = None, b""
         if self.path is not None:
             try:
                 fd = self._open()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                # One read and one write at the same offset on a descriptor kept open, under the
+                # lock: every reader holds it, and a file a crash left half written reads as empty
+                # (the next reply's headers fill it again). No fsync: it is rewritten at every send.
+                raw = os.pread(fd, 1 << 16, 0)
             except OSError:
-                self.path = None  # a store that cannot be written costs the sharing, never the run
+                self._give_up_sharing()  # a store that cannot be used costs the sharing, never the run
+                fd = None
         if fd is None:
             self._apply_pending(self._memory)
             yield self._memory
             return
-        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            # One read and one write at the same offset on a descriptor kept open, under the lock:
-            # every reader holds it, and a file a crash left half written reads as empty (the next
-            # reply's headers fill it again). No fsync: it is rewritten at every send.
-            raw = os.pread(fd, 1 << 16, 0)
-            buckets = parse_budget(raw)
+            # What this process wrote last, unchanged since: its buckets as they are, not parsed again.
+            buckets = self._memory if raw and raw == self._written else parse_budget(raw)
             self._apply_pending(buckets)
             yield buckets
             self._memory = buckets
             data = json.dumps({"version": 1, "server": self.server, "model": self.model,
                                "buckets": {k: b.to_json() for k, b in buckets.items()}}).encode("utf-8")
+            self._written = data
             if data != raw:
                 with contextlib.suppress(OSError):
                     os.pwrite(fd, data, 0)
@@ -222,6 +230,13 @@ class Pacer:
                         os.ftruncate(fd, len(data))
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _give_up_sharing(self) -> None:
+        self.path = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # closing releases a lock held on it too
+            self._fd = None
 
     def close(self) -> None:
         """Write down what the last replies taught, and let go of the file."""
