@@ -214,9 +214,9 @@ def test_a_stated_remaining_below_the_budget_is_believed_and_one_above_is_not():
 def test_a_wait_longer_than_max_retry_after_fails_the_request_as_a_rate_limit():
     pacer = Pacer(max_wait=5)
     pacer._memory["requests"] = Bucket(capacity=10, rate=10 / 86_400, level=0, at=time.time())  # 10 a day, spent
-    with pytest.raises(ProviderError) as failed:
-        asyncio.run(pacer.admit(request_cost(1, 1), asyncio.Event()))
-    assert failed.value.kind.value == "rate_limit" and "max_retry_after" in str(failed.value)
+    failed = asyncio.run(pacer.admit(request_cost(1, 1), asyncio.Event()))
+    assert isinstance(failed, ProviderError)
+    assert failed.kind.value == "rate_limit" and "max_retry_after" in str(failed)
 
 
 def test_a_stop_ends_a_wait_at_once():

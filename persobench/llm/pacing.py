@@ -43,11 +43,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 from persobench.errors import ErrorKind, ProviderError
 from persobench.llm.ratelimits import KINDS, StatedLimit, read_stated_limits
 from persobench.llm.retry import ANNOUNCE_BACKOFF_S, sleep_or_stop
+from persobench.providers.spec import ModelSpec
 from persobench.secrets import public_url
 
 #: Folder of the shared budget files under the store home.
@@ -133,6 +134,18 @@ class Ticket:
     """This process's sends counted before this one (to tell what was sent after it)."""
     charged: frozenset[str] = frozenset()
     """The buckets it was taken from (none when no limit was known yet)."""
+    pacer: "Pacer | None" = field(default=None, compare=False, repr=False)
+    """The pacer that admitted it (``None``: :data:`UNPACED`)."""
+
+    def settle(self, headers: Mapping[str, str] | None, usage: tuple[int | None, int | None] | None = None,
+               *, failed: bool = False, refused: bool = False) -> None:
+        """:meth:`Pacer.settle` of this attempt (nothing without a pacer)."""
+        if self.pacer is not None:
+            self.pacer.settle(self, headers, usage, failed=failed, refused=refused)
+
+
+#: The ticket of an attempt sent without a pacer.
+UNPACED = Ticket({}, {})
 
 
 @dataclass
@@ -250,10 +263,10 @@ class Pacer:
     # -- before a send ----------------------------------------------------------------------------
 
     async def admit(self, cost: Mapping[str, float], stopping: asyncio.Event,
-                    on_wait: Callable[[float, str], None] = lambda *_: None) -> Ticket | None:
-        """Wait until every known budget holds ``cost``, then take it; ``None`` when the run stops
-        first. Sends of this process queue in order (one waits at a time). Raises
-        :class:`ProviderError` (rate limit) when the wait would pass ``max_wait``."""
+                    on_wait: Callable[[float, str], None] = lambda *_: None) -> Ticket | ProviderError | None:
+        """Wait until every known budget holds ``cost``, then take it: the attempt's ticket; ``None``
+        when the run stops first; a :class:`ProviderError` (rate limit, the attempt's outcome) when
+        the wait would pass ``max_wait``. Sends of this process queue in order (one waits at a time)."""
         if not self.known():
             return self._count(cost, frozenset())
         loop = asyncio.get_running_loop()
@@ -273,7 +286,7 @@ class Pacer:
                             charged = frozenset(buckets)
                             break
                     if wait > self.max_wait:
-                        raise ProviderError(
+                        return ProviderError(
                             ErrorKind.RATE_LIMIT, f"the server's stated rate limits leave no room for {wait:.0f} s "
                             f"({self._describe()}), more than max_retry_after", status_code=429, retry_after=wait)
                     if not announced and wait >= ANNOUNCE_BACKOFF_S:
@@ -293,7 +306,7 @@ class Pacer:
             return self._count(cost, charged)
 
     def _count(self, cost: Mapping[str, float], charged: frozenset[str]) -> Ticket:
-        ticket = Ticket(cost, dict(self._sent), charged)
+        ticket = Ticket(cost, dict(self._sent), charged, self)
         for kind in KINDS:
             self._sent[kind] += cost.get(kind, 0.0)
         return ticket
@@ -396,9 +409,11 @@ def budget_path(home: str | os.PathLike[str], provider: str, base_url: str | Non
     return Path(home) / BUDGET_DIR / f"{hashlib.sha256(identity.encode('utf-8')).hexdigest()[:32]}.json"
 
 
-def server_pacer(home: str | os.PathLike[str] | None, provider: str, base_url: str | None, model: str,
-                 key: str | None, *, max_wait: float = 600.0) -> Pacer:
-    """The pacer of one server, key and model: shared through ``home`` (``None``: this process only)."""
-    server = public_url(base_url).rstrip("/") if base_url else f"{provider}:default"
-    path = budget_path(home, provider, base_url, model, key) if home is not None else None
-    return Pacer(path, server=server, model=model, max_wait=max_wait)
+def server_pacer(home: str | os.PathLike[str] | None, spec: ModelSpec, keys: Sequence[str | None] = (), *,
+                 max_wait: float = 600.0) -> Pacer:
+    """The pacer of the server, key (the first of ``keys``) and model of ``spec``: shared through
+    ``home`` (``None``: this process only)."""
+    key = next((k for k in keys if k), None)
+    server = public_url(spec.base_url).rstrip("/") if spec.base_url else f"{spec.provider}:default"
+    path = budget_path(home, spec.provider, spec.base_url, spec.model, key) if home is not None else None
+    return Pacer(path, server=server, model=spec.model, max_wait=max_wait)

@@ -8,7 +8,8 @@ An :class:`LLMSession` resolves the provider (key, reachability), runs the worke
 1. stop before sending when the run it is for was deleted (:func:`sending_for`) or the session stops;
 2. reserve the request's upper-bound cost from the :class:`~persobench.llm.spend.SpendLedger` (not
    sent when it does not fit under the cap);
-3. :func:`call_with_retries`, below (Retry-After pause gate, backoff, deadline, usage check);
+3. :func:`call_with_retries`, below (Retry-After pause gate, pacing by the server's stated rate
+   limits (:mod:`persobench.llm.pacing`), backoff, deadline, usage check);
 4. scrub every known credential from the reply, then write it to the response cache BEFORE the
    caller parses it (a reply that does not parse is counted by the caller, never a traceback of this
    layer). With a plain :class:`~persobench.llm.response_cache.ResponseCache` the write is committed
@@ -40,7 +41,7 @@ from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequen
 from persobench.errors import ErrorKind, PersoBenchError, ProviderError
 from persobench.files import write_refused
 from persobench.llm.concurrency import AdaptiveLimit, LevelMemory
-from persobench.llm.pacing import Pacer, Ticket, request_cost, server_pacer
+from persobench.llm.pacing import UNPACED, Pacer, Ticket, request_cost, server_pacer
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, sleep_or_stop, wait_note
 from persobench.llm.spend import SpendLedger
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
@@ -191,14 +192,10 @@ async def call_with_retries(
             await gate.wait(stopping)  # after the slot: a Retry-After may have come in meanwhile
             if stopping.is_set():
                 return None
-            ticket: Ticket | None = None
-            if pacer is not None:  # last before sending: the budget is taken when the request leaves
-                try:
-                    ticket = await pacer.admit(cost or {}, stopping, on_wait)
-                except ProviderError as exc:  # the stated limits leave no room within max_retry_after
-                    return CallOutcome(None, exc, 0.0, attempt)
-                if ticket is None:
-                    return None
+            # last before sending: the stated limits' budget is taken when the request leaves
+            ticket = UNPACED if pacer is None else await pacer.admit(cost or {}, stopping, on_wait)
+            if not isinstance(ticket, Ticket):  # stopped, or no room within max_retry_after
+                return None if ticket is None else CallOutcome(None, ticket, 0.0, attempt)
             attempt += 1
             on_attempt()
             started = time.monotonic()
@@ -211,20 +208,17 @@ async def call_with_retries(
                 # Token counts are checked here, once for every provider: unusable ones refuse the reply.
                 completion = check_usage(completion)
                 latency = time.monotonic() - started
-                if ticket is not None and pacer is not None:
-                    pacer.settle(ticket, completion.rate_headers, (completion.prompt_tokens, completion.completion_tokens))
+                ticket.settle(completion.rate_headers, (completion.prompt_tokens, completion.completion_tokens))
                 return CallOutcome(completion, None, latency, attempt)
             except Stopped:  # cancelled in flight: the sample stays pending (resumable)
                 started = None  # tells the limit nothing
-                if ticket is not None and pacer is not None:
-                    pacer.settle(ticket, None, failed=True)
+                ticket.settle(None, failed=True)
                 return None
             except ProviderError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001 - an adapter bug must cost one sample, not the run
                 error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
-            if ticket is not None and pacer is not None:
-                pacer.settle(ticket, error.rate_headers, failed=True, refused=error.status_code == 429)
+            ticket.settle(error.rate_headers, failed=True, refused=error.status_code == 429)
             latency = time.monotonic() - started
         finally:
             if limit is not None:
@@ -338,10 +332,8 @@ class LLMSession:
         self.memory = memory
         """Where ``auto`` remembers the level that held for this server (``None``: nothing remembered)."""
         """Where ``auto`` starts (e.g. a level remembered for this server); ``None``: the limit's default."""
-        self.pacing_home = pacing_home
-        """The store whose budget files this session shares with other processes (``None``: its own only)."""
-        self.pacer: Pacer | None = None
-        """The budgets of the server's stated rate limits (:mod:`persobench.llm.pacing`), made by :meth:`connect`."""
+        self.pacing_home = pacing_home  # the store whose budget files this session shares (None: its own only)
+        self.pacer: Pacer | None = None  # the stated rate limits' budgets (llm/pacing.py), made by connect()
 
     # -- provider resolution --------------------------------------------------------------------
 
@@ -354,9 +346,8 @@ class LLMSession:
             self.provider.check()
         keys = getattr(self.provider, "_secrets", ()) or ()
         self.secrets = known_secrets(api_keys=keys, base_url=self.spec.base_url, options=self.spec.options)
-        if self.pacer is None:  # paced only once the server states limits (an in-process model never does)
-            self.pacer = server_pacer(self.pacing_home, self.spec.provider, self.spec.base_url, self.spec.model,
-                                      next((k for k in keys if k), None), max_wait=self.policy.max_retry_after)
+        # paced once the server states its rate limits (an in-process model never does)
+        self.pacer = self.pacer or server_pacer(self.pacing_home, self.spec, keys, max_wait=self.policy.max_retry_after)
         return self.provider
 
     async def aclose(self) -> None:
