@@ -47,7 +47,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from persobench.errors import ErrorKind, ProviderError
 from persobench.llm.ratelimits import KINDS, StatedLimit, read_stated_limits
-from persobench.llm.retry import ANNOUNCE_BACKOFF_S, sleep_or_stop
+from persobench.llm.retry import ANNOUNCE_BACKOFF_S
 from persobench.providers.spec import ModelSpec
 from persobench.secrets import public_url
 
@@ -55,8 +55,8 @@ from persobench.secrets import public_url
 BUDGET_DIR = "ratelimits"
 #: A stated limit refills at ``limit`` per this many seconds unless its reset says slower.
 WINDOW_S = 60.0
-#: A waiting send rereads a shared budget at least this often (another process may have given
-#: tokens back meanwhile).
+#: A waiting send looks again at least this often: at a shared budget (another process may have
+#: given tokens back meanwhile) and at whether the run stops.
 POLL_S = 0.5
 #: Token kinds (everything but ``requests``): corrected by a reply's usage.
 TOKEN_KINDS = KINDS[1:]
@@ -293,7 +293,9 @@ class Pacer:
                         announced = True
                         on_wait(wait, f"waiting {wait:.0f} s: the server's stated rate limits are used up "
                                       f"({self._describe()}; runs on the same key share them)")
-                    await sleep_or_stop(min(wait, POLL_S) if self.path is not None else wait, stopping)
+                    # A plain sleep, the stop looked at every POLL_S: a task waiting for the stop
+                    # event per wait cost more loop steps than the send itself.
+                    await asyncio.sleep(min(wait, POLL_S))
                     if stopping.is_set():
                         return None
             finally:
