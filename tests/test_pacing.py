@@ -234,6 +234,23 @@ def test_a_stop_ends_a_wait_at_once():
     assert ticket is None and waited < 2
 
 
+def test_a_long_wait_for_the_budget_is_announced_with_the_stated_limits_and_cleared():
+    pacer = Pacer()
+    pacer._memory["requests"] = Bucket(capacity=60, rate=1, level=-29, at=time.time())  # 30 s to the next one
+    pacer.stats.limits["requests"] = 60.0
+    said: list[tuple[float, str]] = []
+
+    async def scenario():
+        stopping = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.3, stopping.set)
+        return await pacer.admit(request_cost(1, 1), stopping, lambda seconds, note: said.append((seconds, note)))
+
+    assert asyncio.run(scenario()) is None
+    assert said[0][0] == pytest.approx(30, abs=0.5)
+    assert said[0][1].startswith("waiting 30 s: the server's stated rate limits are used up (60 requests a minute")
+    assert said[-1] == (0.0, "")
+
+
 def test_the_budget_file_names_no_key_and_differs_per_key_server_and_model(tmp_path):
     path = budget_path(tmp_path, "openai", "http://user:pw@127.0.0.1:9/v1?api_key=zzz", "m", OPENAI_SECRET)
     assert path.parent == tmp_path / BUDGET_DIR and OPENAI_SECRET not in str(path)
