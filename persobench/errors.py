@@ -20,6 +20,7 @@ configuration and dataset errors still works. Specific classes (``MissingKeyErro
 from __future__ import annotations
 
 import enum
+from typing import Mapping
 
 
 class PersoBenchError(Exception):
@@ -89,7 +90,7 @@ class ProviderError(PersoBenchError):
 
     def __init__(
         self, kind: ErrorKind, message: str, *, status_code: int | None = None, retry_after: float | None = None,
-        head: str | None = None,
+        head: str | None = None, rate_headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
@@ -97,6 +98,9 @@ class ProviderError(PersoBenchError):
         self.retry_after = retry_after
         self.head = head
         """The start of a reply that could not be used whole (``too_large``), kept for the Failures page."""
+        self.rate_headers = rate_headers
+        """The rate-limit headers of the error response (a 429 states where the client stands), for
+        the LLM layer's pacing; never written anywhere."""
 
     @property
     def retryable(self) -> bool:

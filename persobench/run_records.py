@@ -8,7 +8,8 @@ still works); these frozen dataclasses are how the library reads and writes them
 - :class:`ImportRecord` (import): where published replies came from, with checksums;
 - :class:`ProfileScores` per scoring profile (metrics): one :class:`MetricProvenance` per metric;
 - :class:`ConcurrencyRecord` (generation with ``--concurrency auto``): how the adaptive limit moved;
-- :class:`DatasetFileRecord` (generation from a user file): its absolute path and checksum.
+- :class:`DatasetFileRecord` (generation from a user file): its absolute path and checksum;
+- :class:`PacingRecord` (generation against a server that states its rate limits): how they paced it.
 
 :class:`RunExtra` is all of it, read with :meth:`RunExtra.from_extra` (``RunManifest.details``).
 Reading is lossless: a key this version does not model is kept in ``other`` and written back as
@@ -249,6 +250,23 @@ class ConcurrencyRecord(_OpenRecord):
 
 
 @dataclass(frozen=True)
+class PacingRecord(_OpenRecord):
+    """How a run was paced by the rate limits its server states (``extra["pacing"]``,
+    :mod:`persobench.llm.pacing`); written when the server stated some."""
+
+    limits: Mapping[str, float] = field(default_factory=dict)
+    """The last stated limit per kind ("requests", "tokens", "input_tokens", "output_tokens"), per minute."""
+    paced: int | None = None
+    """Requests that waited for the budget before they were sent."""
+    waited_s: float | None = None
+    """Seconds those requests waited, summed."""
+    refused: int | None = None
+    """Attempts the server refused with HTTP 429."""
+    other: Mapping[str, Any] = field(default_factory=dict)
+    """Keys this version does not model, kept as read."""
+
+
+@dataclass(frozen=True)
 class DatasetFileRecord(_OpenRecord):
     """The user file a generated run's samples came from (``extra["dataset_file"]``)."""
 
@@ -280,6 +298,8 @@ class RunExtra:
     """How the adaptive concurrency limit moved; ``None`` unless the run used ``--concurrency auto``."""
     dataset_file: DatasetFileRecord | None = None
     """The user file the samples came from; ``None`` for registered datasets and imports."""
+    pacing: PacingRecord | None = None
+    """How the server's stated rate limits paced the run; ``None`` when it stated none."""
     other: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version does not model (other stages' notes), kept as read."""
 
@@ -301,7 +321,9 @@ class RunExtra:
         scores = extra.get("scores")
         concurrency = extra.get("concurrency")
         dataset_file = extra.get("dataset_file")
-        typed = {"dataset_file": isinstance(dataset_file, Mapping), "concurrency": isinstance(concurrency, Mapping)}
+        pacing = extra.get("pacing")
+        typed = {"dataset_file": isinstance(dataset_file, Mapping), "concurrency": isinstance(concurrency, Mapping),
+                 "pacing": isinstance(pacing, Mapping)}
         other = {k: v for k, v in extra.items()
                  if k not in (*_GENERATION_KEYS, "counts", "import", "scores") and not typed.get(k)}
         return cls(
@@ -312,6 +334,7 @@ class RunExtra:
                     if isinstance(scores, Mapping) else None),
             concurrency=ConcurrencyRecord.from_dict(concurrency) if typed["concurrency"] else None,
             dataset_file=DatasetFileRecord.from_dict(dataset_file) if typed["dataset_file"] else None,
+            pacing=PacingRecord.from_dict(pacing) if typed["pacing"] else None,
             other=other,
         )
 
@@ -330,6 +353,8 @@ class RunExtra:
             data["concurrency"] = self.concurrency.to_dict()
         if self.dataset_file is not None:
             data["dataset_file"] = self.dataset_file.to_dict()
+        if self.pacing is not None:
+            data["pacing"] = self.pacing.to_dict()
         return {**data, **self.other}
 
     def profile_scores(self, profile: str) -> ProfileScores:

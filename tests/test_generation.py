@@ -470,3 +470,24 @@ def test_the_heap_is_frozen_during_the_run_and_given_back_after(openai_server, t
         assert gc.get_freeze_count() > frozen // 2  # not given back (frozen objects freed meanwhile leave it)
     finally:
         gc.unfreeze()
+
+
+def test_the_samples_written_beside_the_first_requests_are_on_disk_when_the_run_ends(openai_server, tmp_path):
+    """The samples table is written in a thread while the first requests are in flight: the finished
+    run has it, and a write the disk refuses fails the run (its replies cached, not paid twice)."""
+    done = run(openai_server, tmp_path, limit=6)
+    recorded = done.recorded_samples()
+    assert recorded is not None and sorted(recorded) == sorted(table(done).index)
+
+    plan_home = tmp_path / "refused"
+    from persobench.generation import GenerationConfig, plan_generation
+
+    config = GenerationConfig(dataset="sample", model="openai:fake", base_url=openai_server.base_url, limit=4)
+    run_path = RunStore(plan_home).run_path(plan_generation(config, store=RunStore(plan_home)).run_id)
+    (run_path / "samples.parquet").mkdir(parents=True)  # a folder where the table goes: the write fails
+    sent = len(openai_server.requests)
+    with pytest.raises(Exception, match="samples.parquet"):
+        run_generation(config, home=plan_home, retry=FAST)
+    assert len(openai_server.requests) == sent + 4
+    assert RunStore(plan_home).get(run_path.name).manifest.status == "failed"
+    assert len(ResponseCache(plan_home / "responses")) == 4  # every reply kept

@@ -236,7 +236,8 @@ def test_openai_adapter_round_trip(openai_server):
 def test_openai_adapter_sends_what_the_sdks_create_sends(openai_server, params):
     """The adapter posts its plain-JSON body without the SDK's parameter transform (a fifth of the SDK's
     CPU per request): the server must see the same body and the same auth and SDK headers as from
-    chat.completions.create with the same fields (extra_body merged in as the SDK merges it)."""
+    chat.completions.with_raw_response.create with the same fields (extra_body merged in as the SDK
+    merges it; the raw response carries the rate-limit headers the pacing reads)."""
     import openai
 
     from persobench.providers.openai_provider import request_fields
@@ -253,7 +254,7 @@ def test_openai_adapter_sends_what_the_sdks_create_sends(openai_server, params):
     async def through_create():
         client = openai.AsyncOpenAI(api_key=OPENAI_SECRET, base_url=openai_server.base_url, max_retries=0)
         try:
-            await client.chat.completions.create(**expected, extra_body={"top_k": 7})
+            await client.chat.completions.with_raw_response.create(**expected, extra_body={"top_k": 7})
         finally:
             await client.close()
 

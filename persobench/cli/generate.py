@@ -207,6 +207,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  requests: {usage.requests}  cached: {usage.cached}  "
           f"tokens: {usage.prompt_tokens} in / {usage.completion_tokens} out"
           + (f"  est. cost: ${cost:.4f}" if cost is not None else ""))
+    pacing = details.pacing
+    if pacing is not None and pacing.limits:
+        names = {"requests": "requests", "tokens": "tokens", "input_tokens": "input tokens", "output_tokens": "output tokens"}
+        stated = ", ".join(f"{float(v):,.0f} {names.get(k, k)}" for k, v in pacing.limits.items())
+        print(f"  paced by the server's stated limits ({stated} a minute): {pacing.paced or 0} request(s) waited "
+              f"{float(pacing.waited_s or 0):.1f} s in all; {pacing.refused or 0} refused (HTTP 429)")
     batch = (manifest.extra or {}).get("batch")
     if isinstance(batch, dict) and batch.get("batch_ids"):
         batch_cost = batch.get("cost_usd")

@@ -41,7 +41,7 @@ from persobench.llm.response_cache import GroupCommitCache
 from persobench.llm.retry import CallOutcome
 from persobench.llm.session import FailFast, LLMSession, run_coroutine
 from persobench.providers.base import Completion, Request
-from persobench.run_records import ConcurrencyRecord, GenerationRecord, RunExtra, Usage
+from persobench.run_records import ConcurrencyRecord, GenerationRecord, PacingRecord, RunExtra, Usage
 from persobench.secrets import scrub
 from persobench.store import Run, RunStore
 from persobench.records import Sample
@@ -86,8 +86,10 @@ def run_generation(
         plan = plan_generation(config, store=store, samples=samples)
     # auto starts where the last run against this server held (remembered per public base URL)
     memory = LevelMemory(store.home, plan.spec.provider, plan.spec.base_url) if config.concurrency == "auto" else None
+    # paced by the limits the server states, in a budget every run of this store on the same key shares
     session = LLMSession(plan.spec, policy=config.retry, concurrency=config.concurrency,
-                         max_concurrency=config.max_concurrency, api_key=api_key, memory=memory)
+                         max_concurrency=config.max_concurrency, api_key=api_key, memory=memory,
+                         pacing_home=store.home)
     if plan.n_requests:  # a fully cached run needs neither a key nor a server
         session.connect()
     run = store.create(plan.manifest)
@@ -100,7 +102,10 @@ def run_generation(
         if not waiting:
             write_resume_file(run, plan, store.home)
         clear_cancel(run.path)
-        run.record_samples(plan.samples)  # scoring reads these inputs, whatever happens to the dataset later
+        # Scoring reads these inputs, whatever happens to the dataset later. Written beside the first
+        # requests (pandas' import and the Parquet write take about a round of requests); the run
+        # waits for it before it finishes.
+        recording = Background(run.record_samples, plan.samples)
         run.update(status="running", extra=RunExtra(generation=GenerationRecord(started_at=utc_now()),
                                                     dataset_file=plan.dataset_file).to_extra())
         # The batch API first (run --batch, or a batch an earlier one left): its replies are then cache hits.
@@ -113,9 +118,12 @@ def run_generation(
         try:
             with frozen_heap():
                 run_coroutine(runner.main())
+            recording.result()
         except BaseException as exc:
             # Ctrl-C or a bug: keep what was received (it is cached anyway) and say what happened.
             status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+            with contextlib.suppress(BaseException):
+                recording.result()
             runner.finish(status, reason=f"{type(exc).__name__}: {exc}" if status == "failed" else None)
             raise
         if runner.write_failure:
@@ -126,6 +134,30 @@ def run_generation(
             raise RunAborted(runner.abort_reason, run)
         runner.finish("cancelled" if runner.cancelled and runner.pending else "completed")
     return run
+
+
+class Background:
+    """``function(*args)`` in a thread of its own, started now; :meth:`result` waits for it and
+    returns its value or raises its exception."""
+
+    def __init__(self, function: Callable[..., Any], *args: Any) -> None:
+        self._outcome: list[Any] = []
+
+        def target() -> None:
+            try:
+                self._outcome.append((True, function(*args)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+                self._outcome.append((False, exc))
+
+        self._thread = threading.Thread(target=target, name="persobench-background", daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        ok, value = self._outcome[0]
+        if not ok:
+            raise value
+        return value
 
 
 @contextlib.contextmanager
@@ -427,7 +459,12 @@ class Runner:
         concurrency = None
         if self.limit is not None:  # --concurrency auto: how the limit moved
             concurrency = ConcurrencyRecord.from_dict({"mode": "auto", **dataclasses.asdict(self.limit.stats())})
-        extra = RunExtra(generation=record, counts=counts, concurrency=concurrency).to_extra()
+        pacing = None
+        stats = self.session.pacer.stats if self.session.pacer is not None else None
+        if stats is not None and stats.limits:  # the server stated its rate limits: how they paced the run
+            pacing = PacingRecord(limits=dict(stats.limits), paced=stats.paced, waited_s=round(stats.waited_s, 3),
+                                  refused=stats.refused)
+        extra = RunExtra(generation=record, counts=counts, concurrency=concurrency, pacing=pacing).to_extra()
         try:
             self.run.update(status=status, extra=extra)
         except StoreWriteError as exc:  # the manifest stays "running": the run reads as interrupted

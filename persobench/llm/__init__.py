@@ -10,6 +10,9 @@ One concern per module:
 ``response_cache``  :class:`ResponseCache` and :func:`cache_key`: every reply stored before it is parsed
 ``usage``           the one check of reported token counts, the prompt estimate, :class:`UsageTotals`
 ``spend``           :class:`SpendLedger`, the cost cap shared by every process and Ray actor of an invocation
+``ratelimits``      the rate limits a reply's headers state (OpenAI's ``x-ratelimit-*``, Anthropic's)
+``pacing``          :class:`~persobench.llm.pacing.Pacer`: request and token budgets per server, key and model,
+                    shared by the processes of a store, that sends wait for
 
 Importing this package is cheap: the providers, diskcache and the SDKs load when a session connects.
 """

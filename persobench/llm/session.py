@@ -9,7 +9,8 @@ An :class:`LLMSession` resolves the provider (key, reachability), runs the worke
 2. reserve the request's upper-bound cost from the :class:`~persobench.llm.spend.SpendLedger` (not
    sent when it does not fit under the cap; while only reservations in flight keep it out, it waits
    for them to settle); a retry after a timeout reserves again;
-3. :func:`call_with_retries`, below (Retry-After pause gate, backoff, deadline, usage check);
+3. :func:`call_with_retries`, below (Retry-After pause gate, pacing by the server's stated rate
+   limits (:mod:`persobench.llm.pacing`), backoff, deadline, usage check);
 4. scrub every known credential from the reply, then write it to the response cache BEFORE the
    caller parses it (a reply that does not parse is counted by the caller, never a traceback of this
    layer). With a plain :class:`~persobench.llm.response_cache.ResponseCache` the write is committed
@@ -39,11 +40,12 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from persobench.errors import ErrorKind, PersoBenchError, ProviderError
 from persobench.files import write_refused
 from persobench.llm.concurrency import AdaptiveLimit, LevelMemory
+from persobench.llm.pacing import UNPACED, Pacer, Ticket, request_cost, server_pacer
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, sleep_or_stop, wait_note
 from persobench.llm.spend import SpendLedger, Spending
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
@@ -171,6 +173,7 @@ async def call_with_retries(
     rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
     limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda *_: None,
     may_retry: Callable[[ProviderError], bool] = lambda _: True,
+    pacer: Pacer | None = None, cost: Mapping[str, float] | None = None,
 ) -> CallOutcome | None:
     """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
     stopping before the request could finish. ``on_attempt`` is called before each attempt (the
@@ -180,7 +183,9 @@ async def call_with_retries(
     ``on_wait(seconds, why)`` is told of a wait worth announcing (:func:`wait_note`) before it starts,
     and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why.
     ``may_retry(error)`` is asked before a retry; False ends the request with ``error`` (the spend
-    cap: a retry after a timeout needs a reservation of its own)."""
+    cap: a retry after a timeout needs a reservation of its own).
+    With ``pacer``, each attempt first waits for the server's stated budgets to hold ``cost``
+    (:meth:`Pacer.admit`) and then tells the pacer how it went (headers, usage)."""
     interrupt = stopping if interrupt is None else interrupt
     attempt = 0
     while True:
@@ -194,6 +199,10 @@ async def call_with_retries(
             await gate.wait(stopping)  # after the slot: a Retry-After may have come in meanwhile
             if stopping.is_set():
                 return None
+            # last before sending: the stated limits' budget is taken when the request leaves
+            ticket = UNPACED if pacer is None else await pacer.admit(cost or {}, stopping, on_wait)
+            if not isinstance(ticket, Ticket):  # stopped, or no room within max_retry_after
+                return None if ticket is None else CallOutcome(None, ticket, 0.0, attempt)
             attempt += 1
             on_attempt()
             started = time.monotonic()
@@ -206,14 +215,17 @@ async def call_with_retries(
                 # Token counts are checked here, once for every provider: unusable ones refuse the reply.
                 completion = check_usage(completion)
                 latency = time.monotonic() - started
+                ticket.settle(completion.rate_headers, (completion.prompt_tokens, completion.completion_tokens))
                 return CallOutcome(completion, None, latency, attempt)
             except Stopped:  # cancelled in flight: the sample stays pending (resumable)
                 started = None  # tells the limit nothing
+                ticket.settle(None, failed=True)
                 return None
             except ProviderError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001 - an adapter bug must cost one sample, not the run
                 error = ProviderError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}")
+            ticket.settle(error.rate_headers, failed=True, refused=error.status_code == 429)
             latency = time.monotonic() - started
         finally:
             if limit is not None:
@@ -302,7 +314,7 @@ class LLMSession:
                  max_concurrency: int = 32, cache: "ResponseCache | None" = None, api_key: str | None = None,
                  ledger: SpendLedger | None = None, budget_tokens: int | None = None,
                  provider: Provider | None = None, limit_start: int | None = None,
-                 memory: LevelMemory | None = None) -> None:
+                 memory: LevelMemory | None = None, pacing_home: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
         self.policy = policy or RetryPolicy()
         self.concurrency = concurrency
@@ -330,6 +342,8 @@ class LLMSession:
         self.memory = memory
         """Where ``auto`` remembers the level that held for this server (``None``: nothing remembered)."""
         """Where ``auto`` starts (e.g. a level remembered for this server); ``None``: the limit's default."""
+        self.pacing_home = pacing_home  # the store whose budget files this session shares (None: its own only)
+        self.pacer: Pacer | None = None  # the stated rate limits' budgets (llm/pacing.py), made by connect()
 
     # -- provider resolution --------------------------------------------------------------------
 
@@ -340,11 +354,15 @@ class LLMSession:
 
             self.provider = make_provider(self.spec, api_key=self.api_key, timeout=self.policy.timeout)
             self.provider.check()
-        self.secrets = known_secrets(api_keys=getattr(self.provider, "_secrets", ()) or (),
-                                     base_url=self.spec.base_url, options=self.spec.options)
+        keys = getattr(self.provider, "_secrets", ()) or ()
+        self.secrets = known_secrets(api_keys=keys, base_url=self.spec.base_url, options=self.spec.options)
+        # paced once the server states its rate limits (an in-process model never does)
+        self.pacer = self.pacer or server_pacer(self.pacing_home, self.spec, keys, max_wait=self.policy.max_retry_after)
         return self.provider
 
     async def aclose(self) -> None:
+        if self.pacer is not None:
+            self.pacer.close()
         if self.provider is not None:
             await self.provider.aclose()
 
@@ -465,6 +483,8 @@ class LLMSession:
                 self.provider, request, policy=self.policy, gate=self.gate, stopping=self.stopping, rng=self.rng,
                 on_attempt=self._count_attempt(on_attempt), interrupt=self.interrupt, limit=self.limit,
                 on_wait=on_wait or (lambda *_: None), may_retry=held.may_retry if held else lambda _: True,
+                pacer=self.pacer,
+                cost=request_cost(prompt_estimate, self._budget(request)) if self.pacer is not None else None,
             )
             if outcome is not None and outcome.completion is not None:
                 completion = self.scrubbed(outcome.completion)

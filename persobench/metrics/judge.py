@@ -333,7 +333,10 @@ class JudgeLabeller:
         config = self.config
         session = LLMSession(config.spec, policy=self.policy, concurrency=config.concurrency,
                              max_concurrency=config.max_concurrency, cache=cache, api_key=config.api_key,
-                             ledger=self.ledger, budget_tokens=self.params.max_tokens)
+                             ledger=self.ledger, budget_tokens=self.params.max_tokens,
+                             # the store's budgets (the cache is <home>/responses): a judge on the key of
+                             # a run that is generating shares its stated rate limits
+                             pacing_home=self.cache_dir.parent)
         try:
             session.connect()
         except ConfigurationError as exc:  # no key, unreachable server: every pair would fail alike

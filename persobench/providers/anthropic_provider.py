@@ -14,6 +14,7 @@ from persobench.providers.base import (
     Completion,
     Request,
     check_reachable,
+    rate_limit_headers,
     resolve_api_key,
 )
 
@@ -76,8 +77,9 @@ class AnthropicProvider:
         if params.response_schema is not None:
             kwargs["output_config"] = {"format": structured_output_format(params.response_schema)}
         with translated_sdk_errors(anthropic, self._secrets):
-            response = await self.client.messages.create(**kwargs)
-        return _to_completion(response, self._secrets)
+            raw = await self.client.messages.with_raw_response.create(**kwargs)  # the headers state the limits
+            response = await raw.parse()
+        return _to_completion(response, self._secrets, raw.headers)
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -94,7 +96,8 @@ def structured_output_format(schema: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "json_schema", "schema": anthropic.transform_schema(dict(schema))}
 
 
-def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Completion:
+def _to_completion(response: Any, secrets: tuple[str | None, ...] = (), headers: Mapping[str, str] | None = None
+                   ) -> Completion:
     try:
         blocks = response.content
         text = "".join(getattr(b, "text", "") or "" for b in blocks if getattr(b, "type", None) == "text")
@@ -110,4 +113,5 @@ def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Compl
         prompt_tokens=getattr(usage, "input_tokens", None) if usage else None,
         completion_tokens=getattr(usage, "output_tokens", None) if usage else None,
         model=getattr(response, "model", None),
+        rate_headers=rate_limit_headers(headers),
     )

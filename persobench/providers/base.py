@@ -13,7 +13,7 @@ import email.utils
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
@@ -119,6 +119,9 @@ class Completion:
     """Output tokens as reported by the provider."""
     model: str | None = None
     """The model name the server says answered (may differ from the requested alias)."""
+    rate_headers: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    """The reply's rate-limit headers (:func:`rate_limit_headers`), read by the LLM layer's pacing;
+    not part of the reply: never cached, compared or written."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -199,7 +202,21 @@ def error_from_http(
     body_text = body if isinstance(body, str) else json.dumps(body, default=str) if body is not None else ""
     kind = kind_for_status(status, f"{body_text} {message}")
     retry_after = parse_retry_after(headers)
-    return ProviderError(kind, scrub(message, secrets), status_code=status, retry_after=retry_after)
+    return ProviderError(kind, scrub(message, secrets), status_code=status, retry_after=retry_after,
+                         rate_headers=rate_limit_headers(headers))
+
+
+#: Response headers that state rate limits: OpenAI's (and the servers that copy it) and Anthropic's.
+RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+
+
+def rate_limit_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The rate-limit headers among ``headers`` (names lower-case), or ``None`` when there are
+    none: what a provider hands the LLM layer with each reply (``Completion.rate_headers``) and error."""
+    if not headers:
+        return None
+    found = {name.lower(): value for name, value in headers.items() if name.lower().startswith(RATE_LIMIT_PREFIXES)}
+    return found or None
 
 
 @runtime_checkable

@@ -18,6 +18,7 @@ from persobench.providers.base import (
     Request,
     check_reachable,
     raw_prompt_text,
+    rate_limit_headers,
     resolve_api_key,
 )
 from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
@@ -26,6 +27,10 @@ from persobench.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
 
 #: Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK insists on a non-empty one.
 PLACEHOLDER_KEY = "not-needed"
+
+#: The request header by which the SDK's ``with_raw_response`` asks for the raw response (headers
+#: and all) instead of the parsed body; ``client.post`` takes it as a request option.
+_RAW_RESPONSE = {"X-Stainless-Raw-Response": "true"}
 
 #: Spec options consumed here rather than sent in the request body.
 _TRANSPORT_OPTIONS = frozenset(
@@ -107,19 +112,23 @@ class OpenAIProvider:
     async def _send_text(self, kwargs: Mapping[str, Any]) -> Completion:
         """``/v1/completions``: the prompt as raw text, no chat template on either side."""
         with translated_sdk_errors(openai, self._secrets):
-            response = await self.client.completions.create(**kwargs)
-        return _text_completion(response)
+            raw = await self.client.completions.with_raw_response.create(**kwargs)
+            response = raw.parse()
+        return _text_completion(response, raw.headers)
 
     async def _send(self, kwargs: Mapping[str, Any]) -> Completion:
         # What chat.completions.create sends, without its transform of typed parameters: the body is
         # plain JSON already (request_fields), and the transform re-walked every message of every
         # request, about a fifth of the SDK's CPU per request. extra_body merges into the body as the
         # SDK merges it; the same endpoint, auth, response type and errors.
+        # The raw response (as ``with_raw_response`` asks for it) carries the headers: the rate limits
+        # the server states go to the LLM layer's pacing with the completion.
         body = {**{k: v for k, v in kwargs.items() if k != "extra_body"}, **kwargs.get("extra_body", {})}
         with translated_sdk_errors(openai, self._secrets):
-            response = await self.client.post("/chat/completions", body=body, cast_to=ChatCompletion,
-                                              options={"security": {"bearer_auth": True}})
-        return _to_completion(response, self._secrets)
+            raw = await self.client.post("/chat/completions", body=body, cast_to=ChatCompletion,
+                                         options={"security": {"bearer_auth": True}, "headers": _RAW_RESPONSE})
+            response = raw.parse()
+        return _to_completion(response, self._secrets, raw.headers)
 
     @property
     def structured_form(self) -> str | None:
@@ -185,8 +194,10 @@ def request_fields(model: str, request: Request, max_tokens_param: str = "max_to
     return fields
 
 
-def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Completion:
-    """Read the first choice; anything not shaped like a chat completion is a bad response."""
+def _to_completion(response: Any, secrets: tuple[str | None, ...] = (), headers: Mapping[str, str] | None = None
+                   ) -> Completion:
+    """Read the first choice; anything not shaped like a chat completion is a bad response.
+    ``headers``: the response's, whose rate limits the completion carries to the LLM layer."""
     try:
         choice = response.choices[0]
         message = choice.message
@@ -200,10 +211,11 @@ def _to_completion(response: Any, secrets: tuple[str | None, ...] = ()) -> Compl
     if refusal and not text:
         # Structured-output refusals come in their own field; keep the words as the raw text.
         text, finish_reason = refusal, "refusal"
-    return _completion(response, text, finish_reason)
+    return _completion(response, text, finish_reason, headers)
 
 
-def _completion(response: Any, text: str | None, finish_reason: str | None) -> Completion:
+def _completion(response: Any, text: str | None, finish_reason: str | None, headers: Mapping[str, str] | None = None
+                ) -> Completion:
     """The completion with the usage and model the response reports (chat or text completions alike)."""
     usage = getattr(response, "usage", None)
     return Completion(
@@ -212,10 +224,11 @@ def _completion(response: Any, text: str | None, finish_reason: str | None) -> C
         prompt_tokens=getattr(usage, "prompt_tokens", None) if usage else None,
         completion_tokens=getattr(usage, "completion_tokens", None) if usage else None,
         model=getattr(response, "model", None),
+        rate_headers=rate_limit_headers(headers),
     )
 
 
-def _text_completion(response: Any) -> Completion:
+def _text_completion(response: Any, headers: Mapping[str, str] | None = None) -> Completion:
     """Read the first choice of a text completion (``choices[0].text``)."""
     try:
         choice = response.choices[0]
@@ -224,7 +237,7 @@ def _text_completion(response: Any) -> Completion:
         raise ProviderError(
             ErrorKind.BAD_RESPONSE, f"response has no choices[0].text ({type(exc).__name__}): {str(response)[:200]}"
         ) from None
-    return _completion(response, text, finish_reason)
+    return _completion(response, text, finish_reason, headers)
 
 
 def _with_format(kwargs: Mapping[str, Any], schema: Mapping[str, Any], form: str) -> dict[str, Any]:

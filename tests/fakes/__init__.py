@@ -1,5 +1,6 @@
 """Test doubles that speak real protocols (HTTP on 127.0.0.1), never patched SDKs."""
 
+from tests.fakes.buckets import RateLimits
 from tests.fakes.servers import (
     Action,
     FakeLLMServer,
@@ -15,6 +16,6 @@ from tests.fakes.servers import (
 )
 
 __all__ = [
-    "Action", "FakeLLMServer", "RequestInfo", "default_text", "drip", "error", "hang", "malformed", "prompt_id",
+    "Action", "FakeLLMServer", "RateLimits", "RequestInfo", "default_text", "drip", "error", "hang", "malformed", "prompt_id",
     "reply", "reset",
 ]

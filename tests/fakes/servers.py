@@ -5,7 +5,9 @@ A script is a function ``RequestInfo -> Action | None`` (``None``: the default r
 :func:`reply` (optionally slow, cut off, refused), :func:`error` (any status, Retry-After),
 :func:`hang` (no answer until the client times out), :func:`reset` (TCP reset, no response),
 :func:`malformed` (HTTP 200 with a body that is not JSON), :func:`drip` (a valid reply sent one byte
-at a time, so no single read ever times out).
+at a time, so no single read ever times out). With ``limits`` (:mod:`tests.fakes.buckets`) the server
+also counts requests and tokens per minute, states them in its flavour's rate-limit headers and
+refuses (429, ``retry-after``) what its buckets cannot pay for.
 
 The server records every request (prompt, per-prompt attempt number, arrival time, headers) and
 the peak number of requests in flight, so tests assert on what the server saw, not on what the
@@ -14,11 +16,13 @@ client believes it sent.
 Standalone (used by the benchmark)::
 
     python -m tests.fakes --flavour openai --latency 0.1   # prints the base URL
+    python -m tests.fakes --latency 0.2 --rpm 600 --start requests=20 --tpm 40000   # rate-limited
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import socket
@@ -31,6 +35,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import BytesIO
 from typing import Any, Callable, Mapping
+
+from tests.fakes.buckets import RateLimits, count_tokens, prompt_tokens
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,8 @@ class FakeLLMServer:
 
     def __init__(self, flavour: str = "openai", *, script: Script | None = None, latency: float = 0.0,
                  port: int = 0, capacity: int | None = None, retry_after_ms: int | None = None,
-                 response_formats: tuple[str, ...] = ("json_schema", "json_object")) -> None:
+                 response_formats: tuple[str, ...] = ("json_schema", "json_object"),
+                 limits: RateLimits | None = None) -> None:
         if flavour not in ("openai", "anthropic"):
             raise ValueError(flavour)
         self.flavour = flavour
@@ -224,11 +231,18 @@ class FakeLLMServer:
         self.max_inflight = 0
         self.replies_sent = 0
         """Successful replies fully written to the socket."""
+        self.last_reply: float | None = None
+        """``time.monotonic()`` when the last successful reply was written."""
         self.capacity = capacity
         """When set, a request arriving while more than this many are in flight gets a 429 (like a
         provider's per-account limit on concurrent requests), with ``retry-after-ms`` when
         ``retry_after_ms`` is set."""
         self.retry_after_ms = retry_after_ms
+        self.limits = limits
+        """Requests and tokens per minute (:class:`~tests.fakes.buckets.RateLimits`): a request a
+        bucket cannot pay for gets a 429 with ``retry-after``; every reply states the buckets in the
+        headers of this server's flavour (unless the limits say nothing), and reports the fake's own
+        token counts as usage."""
         self.refusals: list[tuple[float, float]] = []
         """(monotonic time the 429 was sent, seconds its retry-after-ms asked to wait) per refusal."""
         self._lock = threading.Lock()
@@ -344,11 +358,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(*problem)
                 return
             action = None
+            admitted: int | None = None
             with fake._lock:
                 over = fake.capacity is not None and fake.inflight > fake.capacity
             if over:
                 wait = {"retry-after-ms": str(fake.retry_after_ms)} if fake.retry_after_ms is not None else {}
                 action = error(429, "too many requests in flight", headers=wait, delay=fake.latency / 10)
+            elif fake.limits is not None:
+                admitted, stated = fake.limits.admit(body)
+                if admitted is None:
+                    over = True
+                    action = error(429, "rate limit reached for requests or tokens per minute", headers=stated,
+                                   delay=fake.latency / 10)
             action = action or (fake.script(info) if fake.script else None) or reply()
             delay = fake.latency if action.delay is None else action.delay
             if action.kind == "hang":
@@ -367,12 +388,21 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(action.status, action.body if action.body is not None else self._error_body(action),
                                 action.headers)
                 if over:
+                    waited = float(action.headers.get("retry-after", (fake.retry_after_ms or 0) / 1000))
                     with fake._lock:
-                        fake.refusals.append((time.monotonic(), (fake.retry_after_ms or 0) / 1000))
+                        fake.refusals.append((time.monotonic(), waited))
             else:
-                self._send_json(200, self._reply_body(info, action))
+                stated: dict[str, str] = {}
+                if admitted is not None:
+                    assert fake.limits is not None
+                    text = action.text if action.text is not None else default_text(info)
+                    used = min(count_tokens(text), int(body.get("max_tokens") or body.get("max_completion_tokens") or 0))
+                    action = dataclasses.replace(action, text=text, usage=(prompt_tokens(body), used))
+                    stated = fake.limits.settle(admitted, used)
+                self._send_json(200, self._reply_body(info, action), stated)
                 with fake._lock:
                     fake.replies_sent += 1
+                    fake.last_reply = time.monotonic()
         finally:
             fake._leave()
 
@@ -468,16 +498,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=int, default=None,
                         help="answer 429 to a request arriving while more than this many are in flight")
     parser.add_argument("--retry-after-ms", type=int, default=None, help="retry-after-ms header on those 429s")
+    for kind, what in (("rpm", "requests"), ("tpm", "tokens (prompt + reply)"), ("itpm", "input tokens"),
+                       ("otpm", "output tokens")):
+        parser.add_argument(f"--{kind}", type=float, default=None, help=f"limit {what} per minute (a token bucket)")
+    parser.add_argument("--start", action="append", default=[], metavar="KIND=N",
+                        help="how full a bucket starts (requests, tokens, input_tokens, output_tokens); default full")
+    parser.add_argument("--silent-limits", action="store_true", help="enforce the limits but state them in no header")
     args = parser.parse_args(argv)
+    limits = None
+    if args.rpm or args.tpm or args.itpm or args.otpm:
+        start = {k: float(v) for k, v in (item.split("=", 1) for item in args.start)}
+        limits = RateLimits(rpm=args.rpm, tpm=args.tpm, itpm=args.itpm, otpm=args.otpm, start=start,
+                            dialect=args.flavour, state=not args.silent_limits)
     server = FakeLLMServer(args.flavour, latency=args.latency, port=args.port, capacity=args.capacity,
-                           retry_after_ms=args.retry_after_ms).start()
+                           retry_after_ms=args.retry_after_ms, limits=limits).start()
     print(server.base_url, flush=True)
     try:
         sys.stdin.read()  # the parent closes our stdin (or dies) to stop us
     except KeyboardInterrupt:
         pass
+    arrivals = [r.arrived for r in server.requests]
     print(json.dumps({"requests": len(server.requests), "max_inflight": server.max_inflight,
-                      "refused": len(server.refusals)}), flush=True)
+                      "refused": len(server.refusals), "replies": server.replies_sent,
+                      "first_arrival": min(arrivals, default=None), "last_reply": server.last_reply,
+                      "limits": limits.summary() if limits is not None else None}), flush=True)
     server.stop()
     return 0
 
