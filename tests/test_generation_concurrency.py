@@ -327,6 +327,21 @@ def test_memory_is_keyed_by_the_public_base_url_and_keeps_other_servers(tmp_path
     assert _memory(tmp_path, "http://127.0.0.1:8002/v1").load() is None
 
 
+def test_an_entry_an_older_version_wrote_under_a_credential_is_dropped_on_the_next_save(tmp_path):
+    """Before query parameters were dropped from the public form, ``?pw=...`` reached the file as part
+    of a key; carrying the other servers' entries over must not keep such a key forever."""
+    leaked = {"http://127.0.0.1:8000/v1?pw=hunter2&session_id=s3cr3t": {"level": 4},
+              "http://user:pa55word@127.0.0.1:8003/v1": {"level": 2},
+              "http://127.0.0.1:8001/v1": {"level": 3}, "anthropic:default": {"level": 5}}
+    (tmp_path / MEMORY_FILE).write_text(json.dumps({"version": 1, "servers": leaked}), encoding="utf-8")
+    _memory(tmp_path, "http://127.0.0.1:8002/v1").save(HeldLevel(6))
+    text = (tmp_path / MEMORY_FILE).read_text(encoding="utf-8")
+    for secret in ("hunter2", "s3cr3t", "pa55word", "user"):
+        assert secret not in text, secret
+    assert set(json.loads(text)["servers"]) == {"http://127.0.0.1:8001/v1", "anthropic:default",
+                                                "http://127.0.0.1:8002/v1"}
+
+
 def test_a_damaged_or_unwritable_memory_never_stops_a_run(tmp_path):
     (tmp_path / MEMORY_FILE).write_text("{not json", encoding="utf-8")
     limit = AdaptiveLimit(ceiling=32, memory=_memory(tmp_path))

@@ -127,6 +127,12 @@ def server_key(provider: str, base_url: str | None) -> str:
     return f"{provider}:default"
 
 
+def _is_public_key(key: str) -> bool:
+    """Whether ``key`` is a name :func:`server_key` gives (a provider's default endpoint, or a base
+    URL's public form), not one an older version wrote with user info or a secret query."""
+    return key.endswith(":default") and "/" not in key or public_url(key).rstrip("/") == key
+
+
 #: The most requests in flight a remembered level may name (a hint above it is ignored).
 _MOST_REMEMBERED = 1_000_000
 
@@ -186,7 +192,9 @@ class LevelMemory:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with hold_state_lock(self.path.parent, timeout=2.0):
-                servers = self._read_all()
+                # Only keys in public form are carried over: an older version keyed servers by a URL
+                # whose query could hold a credential (?pw=...), and carrying it over kept it forever.
+                servers = {key: value for key, value in self._read_all().items() if _is_public_key(key)}
                 servers[self.key] = entry
                 atomic_write_json(self.path, {"version": 1, "servers": servers}, durable=False)
         except (OSError, PersoBenchError):
