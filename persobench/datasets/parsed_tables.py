@@ -26,7 +26,7 @@ from typing import Any
 
 from persobench.datasets import parse_all
 from persobench.errors import PersoBenchError
-from persobench.files import atomic_write_text, file_version, sha256_file
+from persobench.files import atomic_write_text, file_version, module_sources, sha256_file
 from persobench.records import Sample
 
 __all__ = ["SAMPLES_DIR", "table_samples", "tables_dir_of_store"]
@@ -36,9 +36,10 @@ log = logging.getLogger(__name__)
 #: The store's folder of parsed prompt tables (``<home>/samples``).
 SAMPLES_DIR = "samples"
 
-#: Modules whose code decides what a table parses to (their source is part of every key).
-_PARSER_SOURCES = ("records.py", "csv_io.py", "datasets/__init__.py", "datasets/tables.py",
-                   "datasets/prompt_tables.py", "datasets/paper_cells.py")
+#: Modules whose code decides what a table parses to (their source is part of every key). Named by
+#: module, so a module that moves is still found, and one that vanishes fails loudly.
+PARSERS = ("persobench.records", "persobench.csv_io", "persobench.datasets", "persobench.datasets.tables",
+           "persobench.datasets.prompt_tables", "persobench.datasets.paper_cells")
 
 _LOADED: dict[str, list[Sample]] = {}
 _KEYS: dict[tuple[str, int, int, str], str] = {}
@@ -72,11 +73,10 @@ def table_samples(dataset: str, prompts_file: str | Path, cache_dir: Path | None
 
 @lru_cache(maxsize=1)
 def _parser_digest() -> str:
-    root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for name in _PARSER_SOURCES:
+    for name, path in zip(PARSERS, module_sources(PARSERS)):
         digest.update(name.encode())
-        digest.update((root / name).read_bytes())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
