@@ -165,7 +165,10 @@ class ScoringWorker:
             return JudgeGaveUp(self.judge_gave_up), None
         try:
             with labelling_with(self.labeller) if self.labeller is not None else contextlib.nullcontext():
-                result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
+                # Only the device is the actor's: the rest of the profile is the run's, as the plan
+                # resolved it (its input layout under the run's protocol, its judge, its overrides).
+                on_this_device = dataclasses.replace(work.profile, device=self.profile.device)
+                result, tally = compute_counted(dataclasses.replace(work, profile=on_this_device), metrics=metrics,
                                                 encoder=self.encoder)
         except JudgeError as exc:  # the judge cannot label at all: the driver stops, as a local score does
             self.judge_gave_up = str(exc)
