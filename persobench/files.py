@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import hashlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -180,8 +181,6 @@ def module_sources(modules: "Sequence[str]") -> list[Path]:
     them), for a cache key that changes with the code that built what it caches. A name that no
     longer resolves (a module moved or renamed) raises :class:`ModuleNotFoundError` at once, rather
     than quietly leaving that code out of the key."""
-    import importlib.util
-
     paths = []
     for name in modules:
         spec = importlib.util.find_spec(name)
