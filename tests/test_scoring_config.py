@@ -98,6 +98,30 @@ def get_key(config: ScoreConfig) -> str:
     return config.resolve_profile().key
 
 
+def test_a_judge_timeout_survives_job_json_from_the_cli_and_from_a_judge_step(tmp_path):
+    """JudgeConfig.to_dict dropped the retry policy: a judge timeout of 5 s came back from job.json as
+    the default 60 s deadline (retry None)."""
+    from persobench.cli import build_parser
+    from persobench.cli.score_command import score_config_from_args
+    from persobench.jobs.judging import judge_step
+    from persobench.metrics.judge import JudgeLabeller
+
+    args = build_parser().parse_args(["--home", str(tmp_path), "score", "--judge", "openai:judge-model",
+                                      "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-timeout", "5"])
+    config = score_config_from_args(args, tmp_path)
+    assert config.judge.retry.timeout == 5.0
+    step = judge_step(config.judge, home=tmp_path, runs=["some-run"])
+    stored = JobStep.from_dict(json.loads(json.dumps(step.to_dict())))  # job.json, written and read back
+    again = ScoreConfig.from_dict(stored.config, home=tmp_path, ignore=("runs",))
+    assert again.judge == config.judge and again.judge.retry.timeout == 5.0
+    policy = JudgeLabeller(again.judge).policy  # what the judge's requests are sent with
+    assert (policy.timeout, policy.timeout_flag) == (5.0, "--judge-timeout")
+    assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config
+    # without a timeout the judge keeps the default deadline, stored as none
+    plain = make_judge("openai:judge-model", cache_dir=str(tmp_path / "responses"))
+    assert plain.to_dict()["timeout"] is None and JudgeConfig.from_dict(plain.to_dict(), home=tmp_path).retry is None
+
+
 def test_an_old_loose_score_dict_still_loads_and_a_bad_one_fails_in_one_line(tmp_path):
     old = {"profile": "offline", "metrics": ["c_score", "ue_score"], "runs": "job",
            "judge": {"model": "openai:judge-model", "base_url": "http://127.0.0.1:9/v1", "concurrency": "auto",

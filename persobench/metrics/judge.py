@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
 from persobench.metrics.judge_config import (  # noqa: F401 - part of this module's interface
-    JUDGE_FLAGS, STRUCTURED_PROVIDERS, JudgeConfig, make_judge,
+    JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, JudgeConfig, make_judge,
 )
 from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
@@ -75,9 +75,6 @@ FAIL_FAST_AFTER = 20
 
 #: Characters per prompt token in the estimates (as generation's dry run).
 CHARS_PER_TOKEN = 4
-
-#: The ``score`` flag that sets a judge request's deadline (named when a request runs out of time).
-JUDGE_TIMEOUT_FLAG = "--judge-timeout"
 
 #: Seconds between two looks in the cache for a pair another labeller is asking for.
 CLAIM_RETRY_S = 0.1
