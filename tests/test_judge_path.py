@@ -6,7 +6,8 @@ every process through a ``sitecustomize`` on ``PYTHONPATH``: nothing in the libr
 records the call stack at the three moments the path moves on: the page starting the job process,
 the job process starting the step, and the step calling the provider's ``generate`` for a judge
 request (watched from the provider's reachability check on, in the thread that then sends). The repository files on those stacks are the path; docs/development.md
-("Following one request") lists them, and issue 24 asks for no more than 8.
+("Following one request") lists them. Their number is not a target (issue 38): the test keeps the
+documentation true.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from tests.test_app import open_page, wait_for
 from tests.test_judge import _sample_run
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_FILES = 8
 
 PROBE = '''
 import itertools, json, os, sys
@@ -152,5 +152,4 @@ def test_the_judges_path_from_the_metrics_page_to_the_request_is_the_documented_
     # The form builds the JudgeConfig before the click, so it is on no stack; the table lists it first.
     assert documented[:2] == ["pages/metrics.py", "persobench/app/judge_form.py"]
     assert set(documented) - {"persobench/app/judge_form.py"} == on_the_way, sorted(on_the_way)
-    assert len(documented) <= MAX_FILES
 

@@ -202,9 +202,9 @@ def test_the_report_carries_the_judge_counts_and_the_exit_status_is_the_same_on_
     assert "cost $0.0000" not in line
 
 
-def test_each_pass_reports_only_its_own_judge_work_though_the_labeller_lives_on(openai_server, tmp_path):
-    from persobench.metrics.judge import judge_labeller
-
+def test_each_pass_reports_only_its_own_judge_work(openai_server, tmp_path):
+    """Each pass opens a judge session of its own: its report counts what that pass did, nothing a
+    pass before it did (once read off a labeller that lived as long as the process)."""
     home = tmp_path / "home"
     store, _ = _sample_run(home)
     openai_server.script = judge_script({}, default="entailment")
@@ -214,8 +214,8 @@ def test_each_pass_reports_only_its_own_judge_work_though_the_labeller_lives_on(
     # Other metrics of the same run: the c_score pairs they share come from the response cache now.
     second = pipeline.score([RUN_ID], ScoreConfig(metrics=("ue_score",), judge=judge), home=home)
     assert second.judge.cached >= 1 and second.judge.sent == len(openai_server.requests) - first.judge.sent
-    process_wide = judge_labeller(judge).stats  # what the old report read: both passes added up
-    assert process_wide.pairs == first.judge.pairs + second.judge.pairs != second.judge.pairs
+    # ... and counts only them: the c_score pairs it shares (read from the cache) and its own (sent).
+    assert second.judge.cached == first.judge.pairs and second.judge.pairs == second.judge.cached + second.judge.sent
     assert pipeline.score([RUN_ID], ScoreConfig(metrics=("c_score",), judge=judge), home=home).judge.pairs == 0
 
 

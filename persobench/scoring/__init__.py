@@ -3,8 +3,11 @@
 - :mod:`~persobench.scoring.score_config`: :class:`ScoreConfig`, the typed request (``score``'s flags,
   a job's ``score`` step in ``job.json``).
 - :mod:`~persobench.scoring.work_plan`: the plan step (:func:`plan_run`) and a run's samples.
-- :mod:`~persobench.scoring.compute`: the compute step, pure (:func:`compute_run`), with what the
-  judge did meanwhile (:func:`compute_counted`); :func:`score_run` does all three for one run.
+- :mod:`~persobench.scoring.compute`: the compute step, pure (:func:`compute_run`); :func:`score_run`
+  does plan, label, compute and write for one run.
+- :mod:`~persobench.scoring.pass_steps`: the judge's label step (:func:`label_work`: each run's NLI
+  pairs asked through the pass's judge session before the run is computed) and what a pass hands an
+  executor.
 - :mod:`~persobench.scoring.writing`: the locked write (:func:`write_run`) and :class:`RunWork`.
 - :mod:`~persobench.scoring.score_pass`: one pass over many runs (:func:`score_runs`): plan here,
   compute on an executor, write here.

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import collections
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 from persobench.errors import PersoBenchError
 from persobench.scoring.work_plan import split_by_embedding, work_embedding_request
 from persobench.scoring.writing import RunWork
 from persobench.metrics.backends import Profile
-from persobench.metrics.scoring import ScoreResult
 from persobench.store import RunStore
 from persobench.metrics import lexical
 from persobench.metrics.encoder import TextEncoder, store_cache_root
@@ -23,37 +21,9 @@ from persobench.metrics.encoder import merged_request
 from persobench.metrics.family import Progress
 from persobench.metrics.judge import JudgeError
 from persobench.metrics.scoring import prepare_embeddings
-from persobench.scoring.compute import combine_results, compute_counted
-from persobench.scoring.outcome import judge_sum
+from persobench.scoring.compute import combine_results, compute_run
 from persobench.scoring.overlap import Stop
-
-
-#: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
-ScoreProgress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class Computed:
-    """One run's compute step, back from an executor."""
-
-    work: RunWork
-    """The run's planned work."""
-    result: "ScoreResult | None"
-    """The values it lacked (None when nothing was computed)."""
-    error: str = ""
-    """Why (part of) the compute failed, one line; the values that came back are still in ``result``."""
-    judge: Any = None
-    """What the judge did for this run (:class:`~persobench.metrics.judge.JudgeStats`; None without a judge)."""
-
-
-@dataclass(frozen=True)
-class WorkGroup:
-    """The planned runs of one dataset (their texts are embedded in one pass)."""
-
-    label: str
-    """The dataset and how many runs, for progress lines."""
-    works: tuple[RunWork, ...]
-    """The runs' work, in order."""
+from persobench.scoring.pass_steps import Computed, ScoreProgress, WorkGroup, staged
 
 
 class ScoreExecutor(Protocol):
@@ -69,13 +39,6 @@ class ScoreExecutor(Protocol):
     def compute(self, groups: Iterable[WorkGroup], progress: ScoreProgress | None) -> Iterator[Computed]:
         """Every work of ``groups`` computed, each as soon as it is done (any order)."""
         ...
-
-
-def staged(progress: ScoreProgress | None, label: str) -> ScoreProgress | None:
-    """``progress`` with ``label`` before each stage name."""
-    if progress is None:
-        return None
-    return lambda stage, done, total: progress(f"{label} {stage}", done, total)
 
 
 class LocalExecutor:
@@ -162,13 +125,12 @@ def _computed(work: RunWork, metrics: Sequence[str], encoder: Any, progress: Sco
     """``work``'s values of ``metrics``, or its one-line error (a judge error is raised: it is one
     line for the pass, not one per run)."""
     try:
-        result, tally = compute_counted(work, metrics=metrics, progress=staged(progress, work.run_id[:48]),
-                                        encoder=encoder)
+        result = compute_run(work, metrics=metrics, progress=staged(progress, work.run_id[:48]), encoder=encoder)
     except JudgeError:
         raise
     except PersoBenchError as exc:
-        return Computed(work, None, str(exc), getattr(exc, "judge_tally", None))
-    return Computed(work, result, "", tally)
+        return Computed(work, None, str(exc))
+    return Computed(work, result)
 
 
 def _computed_group(group: WorkGroup, encoder: Any, embedded: "Future[None]",
@@ -191,9 +153,7 @@ def _combined(work: RunWork, parts: Sequence[Computed]) -> Computed:
     if len(parts) == 1:
         return parts[0]
     results = [part.result for part in parts if part.result is not None]
-    tallies = [part.judge for part in parts if part.judge is not None]
-    return Computed(work, combine_results(results), "; ".join(part.error for part in parts if part.error),
-                    judge_sum(tallies) if tallies else None)
+    return Computed(work, combine_results(results), "; ".join(part.error for part in parts if part.error))
 
 
 class _PassStopped(PersoBenchError):

@@ -24,7 +24,6 @@ Ray is an optional extra (``pip install 'persobench[ray]'``), imported only here
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import uuid
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.metrics.backends import Profile
 from persobench.metrics.encoder import EmbeddingRequest, merged_request
-from persobench.scoring.executors import Computed, ScoreProgress, WorkGroup
+from persobench.scoring.pass_steps import Computed, ScoreProgress, WorkGroup
 from persobench.metrics.judge import JudgeStats
 from persobench.scoring.writing import RunWork
 from persobench.metrics.scoring import ScoreResult
@@ -46,9 +45,10 @@ from persobench.metrics.backends import default_device
 from persobench.metrics.encoder import TextEncoder
 from persobench.metrics.family import Progress
 from persobench.metrics.scoring import prepare_embeddings
-from persobench.scoring.compute import compute_counted
-from persobench.scoring.outcome import judge_to_dict
-from persobench.metrics.judge import JudgeError, JudgeLabeller, labelling_with
+from persobench.scoring.compute import compute_run
+from persobench.scoring.outcome import judge_counter, judge_to_dict
+from persobench.metrics.judge import JudgeError
+from persobench.metrics.judge_session import JudgeSession
 from persobench.llm.spend import SpendLedger
 from persobench.scoring.judge_estimate import JUDGED_METRICS
 import logging
@@ -132,10 +132,9 @@ class ScoringWorker:
         shared = bool(cache_root and probe and (Path(cache_root) / probe).is_file())
         self.encoder = TextEncoder(self.profile, Path(cache_root) if shared and cache_root else None)
         self.disk_cache = shared
-        # The invocation's spend ledger (a file every actor reserves from): the cost cap holds over all
-        # of them, not per actor.
-        self.labeller = (JudgeLabeller(self.profile.judge, ledger=ledger)
-                         if ledger is not None and self.profile.judge is not None else None)
+        # The actor's judge session, on the invocation's spend ledger (a file every actor reserves from)
+        # when there is a cost cap: the cap holds over all of them, not per actor.
+        self.judge = JudgeSession(self.profile.judge, ledger=ledger) if self.profile.judge is not None else None
         self.judge_gave_up = ""
         """Why this actor's judge gave up (its later judged shards give up at once), or ""."""
 
@@ -163,20 +162,19 @@ class ScoringWorker:
 
         if self.judge_gave_up and asks_judge(metrics):  # the same reason again, without a request
             return JudgeGaveUp(self.judge_gave_up), None
+        counted = judge_counter(self.judge.labeller.stats if self.judge is not None else None)
         try:
-            with labelling_with(self.labeller) if self.labeller is not None else contextlib.nullcontext():
-                # Only the device is the actor's: the rest of the profile is the run's, as the plan
-                # resolved it (its input layout under the run's protocol, its judge, its overrides).
-                on_this_device = dataclasses.replace(work.profile, device=self.profile.device)
-                result, tally = compute_counted(dataclasses.replace(work, profile=on_this_device), metrics=metrics,
-                                                encoder=self.encoder)
+            # Only the device is the actor's: the rest of the profile is the run's, as the plan
+            # resolved it (its input layout under the run's protocol, its judge, its overrides).
+            on_this_device = dataclasses.replace(work.profile, device=self.profile.device)
+            result = compute_run(dataclasses.replace(work, profile=on_this_device), metrics=metrics,
+                                 encoder=self.encoder, judge=self.judge)
         except JudgeError as exc:  # the judge cannot label at all: the driver stops, as a local score does
             self.judge_gave_up = str(exc)
-            return JudgeGaveUp(str(exc)), judge_to_dict(getattr(exc, "judge_tally", None))
+            return JudgeGaveUp(str(exc)), judge_to_dict(counted())
         except PersoBenchError as exc:
-            tally = getattr(exc, "judge_tally", None)
-            return str(exc), judge_to_dict(tally)
-        return result, judge_to_dict(tally)
+            return str(exc), judge_to_dict(counted())
+        return result, judge_to_dict(counted())
 
     def release(self) -> None:
         """Forget the dataset's in-memory embeddings (the disk cache stays)."""

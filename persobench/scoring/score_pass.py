@@ -11,23 +11,21 @@ the values it had not written.
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import threading
-from typing import Any, Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.gc_pace import fewer_collections
 from persobench.llm.spend import SpendLedger
-from persobench.scoring.executors import Computed, LocalExecutor, ScoreExecutor, ScoreProgress, WorkGroup, staged
-from persobench.scoring.outcome import RunScore, ScoreReport, judge_counter, judge_sum
+from persobench.scoring.executors import LocalExecutor, ScoreExecutor
+from persobench.scoring.outcome import RunScore, ScoreReport, judge_sum
 from persobench.scoring.overlap import Stop, ahead
-from persobench.scoring.work_plan import by_dataset, embeds_texts, items_nli_pairs, plan_run, run_samples, work_items
+from persobench.scoring.pass_steps import Computed, ScoreProgress, WorkGroup, label_group
+from persobench.scoring.work_plan import by_dataset, embeds_texts, plan_run, run_samples
 from persobench.scoring.writing import write_run
 from persobench.metrics.backends import Profile
-from persobench.metrics.family import Progress
-from persobench.metrics.judge import JudgeError, judge_labeller
-from persobench.llm.session import sending_for
+from persobench.metrics.judge_session import judge_session
 from persobench.records import Sample
 from persobench.scoring.score_config import ScoreConfig
 from persobench.store import Run, RunStore
@@ -150,11 +148,12 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
                             tallies.append(done.judge)
                         finish(_written(by_id[done.work.run_id], done))
                 else:
-                    with _remembering(prof), fewer_collections():
+                    with judge_session(prof.judge) as judge, fewer_collections():
                         planned: Iterable[WorkGroup] = _planned(chosen, prof, wanted, refused.append)
-                        if prof.judge is not None:  # every run planned, then its pairs labelled, then computed
-                            planned = list(planned)
-                            tallies.append(_label_first(planned, prof, by_id, progress))
+                        if judge is not None:  # every run planned, then its pairs labelled, then computed
+                            planned = [label_group(group, judge, lambda run_id: by_id[run_id].path, progress,
+                                                   refused.append) for group in planned]
+                            tallies.append(judge.stats)
                         _overlapped(executor, planned, progress, by_id, refused, finish, tallies)
             finish_refused()
     finally:
@@ -164,39 +163,6 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
     results.sort(key=lambda result: order[result.run_id])
     judge = judge_sum(tallies) if prof.judge is not None else None
     return ScoreReport(prof.key, device, tuple(results), unavailable, degraded, judge)
-
-
-def _remembering(profile: "Profile") -> ContextManager[Any]:
-    """A local pass with a judge keeps its answers in memory (:meth:`JudgeLabeller.remembering`)."""
-    return judge_labeller(profile.judge).remembering() if profile.judge is not None else contextlib.nullcontext()
-
-
-def _label_first(groups: Sequence[WorkGroup], profile: "Profile", by_id: dict[str, "Run"],
-                 progress: ScoreProgress | None) -> Any:
-    """The judge labels the NLI pairs of every planned run before anything is computed, each run's
-    requests stopping once it is deleted (:func:`~persobench.llm.session.sending_for`); the NLI
-    metric code then finds every answer in the labeller's memory. What the judge did, as
-    :class:`~persobench.metrics.judge.JudgeStats`.
-
-    Labelling is the pass's one network step, so it is done here, in one place, rather than from
-    inside a metric family; a run whose labelling fails for another reason than the judge itself
-    is left to its compute step, which meets the same error and reports it for that run."""
-    labeller = judge_labeller(profile.judge)
-    counted = judge_counter(labeller.stats)
-    for group in groups:
-        for work in group.works:
-            pairs = items_nli_pairs(work_items(work), tuple(work.todo), work.profile)
-            if not pairs:
-                continue
-            advance = Progress(staged(progress, work.run_id[:48])).stage("judge", len(pairs))
-            try:
-                with sending_for(by_id[work.run_id].path):
-                    labeller.predict(pairs, progress=advance)
-            except JudgeError:
-                raise  # no key, or a judge failing every request: one line for the pass
-            except PersoBenchError:
-                continue
-    return counted()
 
 
 def _overlapped(executor: ScoreExecutor, groups: Iterable[WorkGroup], progress: ScoreProgress | None,

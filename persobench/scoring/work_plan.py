@@ -19,12 +19,12 @@ from persobench.metrics.metric_registry import metric_info, metric_names, valida
 from persobench.metrics.nli_inputs import resolve_layout
 from persobench.metrics.unieval import PAPER_SCORER
 from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
+from persobench.metrics.scoring import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
 from persobench.metrics.stored import score_basis, stored_keys
 from persobench.scoring.writing import RunScoreSummary, RunWork
 from persobench.metrics.encoder import EmbeddingRequest
 from persobench.records import Sample
 from persobench.store import Run
-from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
 from persobench.datasets import samples_by_id
 from persobench.files import read_parquet_lists, sha256_file
 from persobench.importer import samples_for_run
@@ -165,17 +165,6 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
     items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
                    _paper_persona_texts(run, samples))
     return items_nli_pairs(items, tuple(work.todo), work.profile)
-
-
-def items_nli_pairs(items: Sequence[Item], metrics: Sequence[str], profile: "Profile") -> list[tuple[str, str]]:
-    """The (premise, hypothesis) pairs the NLI family labels for ``items`` when ``metrics`` are
-    scored under ``profile`` (its input layout already resolved for the run, :func:`plan_run`): the
-    one count behind ``score --judge --dry-run`` and the New run page's estimate."""
-    steps = {step.family.name: step for step in family_plan(tuple(metrics))}
-    if "nli" not in steps:
-        return []
-    step = steps["nli"]
-    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, profile.input_layout)[0]
 
 
 def _embeds(family: MetricFamily) -> bool:
