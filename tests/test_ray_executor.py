@@ -3,6 +3,7 @@ here, a killed Ray score resumed with only the missing values, and the one-line 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -228,12 +230,14 @@ def _stored_profile(home: Path) -> str:
     return key
 
 
-def test_a_judge_pass_on_ray_asks_what_the_local_one_asks_in_each_runs_input_layout(cluster, demo_store,
-                                                                                    openai_server, tmp_path):
+def test_a_judge_pass_on_ray_sends_what_the_local_one_sends_in_each_runs_input_layout(cluster, demo_store,
+                                                                                     openai_server, tmp_path):
     """The demo runs are under the paper's protocol, so their NLI inputs take the notebooks' layout.
     Ray actors used to replace the run's profile by their own (layout "auto", read as pairs): 16 of
     the notebook-layout inputs were never asked, and pairs-layout values were stored under the
-    notebook profile key, their provenance saying "pairs"."""
+    notebook profile key, their provenance saying "pairs". And each actor labelled its own shards:
+    the same pass sent 114 requests locally and 98 on Ray, and counted 196 pairs there. Now the
+    driver labels on both executors: the same requests, as many times, and the same counts."""
     from tests.fakes.judge import judge_script
 
     openai_server.script = judge_script(_VariedLabels())
@@ -242,6 +246,9 @@ def test_a_judge_pass_on_ray_asks_what_the_local_one_asks_in_each_runs_input_lay
     on_ray, ray_asked = _judged(ray_home, openai_server, "ray")
     assert local.complete and on_ray.complete and on_ray.device == "ray"
     assert set(ray_asked) == set(local_asked) and len(set(local_asked)) > 100
+    assert Counter(ray_asked) == Counter(local_asked)  # each request as many times (once)
+    assert dataclasses.asdict(on_ray.judge) == dataclasses.asdict(local.judge)
+    assert local.judge.sent == local.judge.pairs == len(local_asked)
     key = _stored_profile(local_home)
     assert key == _stored_profile(ray_home) and "+inputs=notebook" in key
     assert _assert_same_values(_scores(local_home, key), _scores(ray_home, key)) == local.new_values > 0

@@ -270,20 +270,31 @@ def test_the_cost_cap_holds_over_every_ray_actor(openai_server, tmp_path, monkey
     assert not list((ray_home / "spend").glob("*.json"))  # the invocation's ledger is removed
 
 
-def test_judge_counter_gives_what_the_judge_did_since_it_started():
-    """The labelling step and each compute step count their own judge work this way: counts
-    added since, an unknown cost staying unknown, the first new error; nothing without a judge."""
-    from persobench.metrics.judge import JudgeStats
-    from persobench.scoring.outcome import judge_counter
+def test_the_executor_is_found_by_name_in_its_registry_and_owns_the_pass(tmp_path):
+    """`score --executor` names a class in EXECUTORS; the pass asks it for nothing else by name (a
+    registered executor runs the pass and is a choice of the flag)."""
+    from persobench.cli import build_parser
+    from persobench.scoring.executors import LocalExecutor
+    from persobench.scoring.score_config import EXECUTORS
 
-    assert judge_counter(None)() is None
-    stats = JudgeStats(pairs=5, sent=3, cost_usd=0.5)
-    counted = judge_counter(stats)
-    stats.pairs += 4
-    stats.sent += 2
-    stats.cost_usd += 0.25
-    stats.first_error = "timeout"
-    since = counted()
-    assert (since.pairs, since.sent, since.cost_usd, since.first_error) == (4, 2, 0.25, "timeout")
-    stats.cost_usd = None
-    assert counted().cost_usd is None
+    store, _ = _sample_run(tmp_path / "home")
+    written: list[str] = []
+
+    class Recording(LocalExecutor):
+        def run_pass(self, steps, judge, progress):
+            for result in super().run_pass(steps, judge, progress):
+                written.append(result.run_id)
+                yield result
+
+    EXECUTORS.register("recording", Recording)
+    try:
+        report = pipeline.score([RUN_ID], store=store, metrics=["dist1"], executor="recording")
+        score = next(action for action in build_parser()._subparsers._group_actions[0].choices.values()
+                     if action.prog.endswith(" score"))
+        executor_flag = next(action for action in score._actions if action.dest == "executor")
+    finally:
+        EXECUTORS.unregister("recording")
+    assert report.complete and written == [RUN_ID] and report.runs[0].summary.computed == {"dist1": 3}
+    assert report.device == "cpu" and list(executor_flag.choices) == ["local", "ray", "recording"]
+    with pytest.raises(ConfigurationError, match="unknown executor 'recording'; known: local, ray"):
+        ScoreConfig(executor="recording")

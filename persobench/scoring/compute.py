@@ -9,6 +9,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any, Mapping, Sequence
 
+from persobench.errors import ScoringError
 from persobench.metrics.backends import Profile
 from persobench.metrics.family import ProgressFn
 from persobench.metrics.judge_session import JudgeSession, judge_session
@@ -25,24 +26,26 @@ from persobench.metrics.encoder import store_cache_root
 
 
 def compute_run(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
-                encoder: "TextEncoder | None" = None, judge: "JudgeSession | None" = None) -> "ScoreResult | None":
+                encoder: "TextEncoder | None" = None) -> "ScoreResult | None":
     """The compute step of :func:`score_run`: the values ``work`` lacks, of ``metrics`` only when given
-    (a shard of the work), or None when it lacks none. Pure: reads no store and writes nothing.
-
-    With a judge in the profile, the NLI family reads the answers the label step attached to
-    ``work``; a work without them is labelled through ``judge`` (or a session of this call's own).
+    (a shard of the work), or None when it lacks none. Pure: reads no store, writes nothing, sends
+    nothing: with a judge in the profile, the NLI family reads the answers the label step attached
+    to ``work`` (:func:`~persobench.scoring.pass_steps.label_work`), and a work without them is refused.
 
     Whatever the subset, each family sees the replies the whole run would give it, so a value is
     the same whether the run is scored at once or family by family (:mod:`persobench.scoring.ray_executor`)."""
     todo = [m for m in work.todo if metrics is None or m in metrics]
     if not todo:
         return None
+    if work.profile.judge is not None and work.nli_answers is None:
+        raise ScoringError(f"run {work.run_id}: the judge's answers are not in its work (label it first: "
+                           "persobench.scoring.pass_steps.label_work)")
     ids = work.sample_ids
     return family_scoring.score_samples(work.samples, {sid: work.replies[sid] for sid in ids}, profile=work.profile,
                                         metrics=todo, progress=progress, references=work.references,
                                         persona_texts=work.persona_texts, encoder=encoder,
                                         reference_note=work.reference_note, row_order=work.row_order or None,
-                                        judge=judge, nli_answers=work.nli_answers)
+                                        nli_answers=work.nli_answers)
 
 
 def combine_results(results: Sequence["ScoreResult"]) -> "ScoreResult | None":
