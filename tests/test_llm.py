@@ -233,6 +233,21 @@ def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path,
         assert report.judge.run_deleted >= 1 and report.judge.unanswered == 10 - asked and not report.complete
 
 
+def test_a_session_given_no_run_keeps_the_callers_deleted_run_check(openai_server, tmp_path):
+    """A caller's own sending_for block holds for a session asked without a run path."""
+    from persobench.llm.session import sending_for
+    from persobench.metrics.judge import UNANSWERED
+    from persobench.metrics.judge_session import JudgeSession
+
+    openai_server.script = judge_script({})
+    session = JudgeSession(_priced_judge(openai_server, tmp_path, max_cost=None))
+    with sending_for(tmp_path / "a-deleted-run"):
+        answers = session.label(_pairs(3))
+    assert openai_server.requests == [] and session.stats.run_deleted >= 1 and session.stats.unanswered == 3
+    assert {answers.label(pair) for pair in _pairs(3)} == {UNANSWERED}
+    assert [p.label for p in answers.predict(_pairs(3))] == [UNANSWERED] * 3
+
+
 # --- per-pass stats: a session of one's own, no process-wide counts ---------------------------------------
 
 

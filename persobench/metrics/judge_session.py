@@ -78,7 +78,8 @@ class JudgeSession:
         requests all failed for one reason, the spend ledger cannot be trusted)."""
         if not pairs:
             return NLIAnswers()
-        with sending_for(run_path):
+        # Without a run path, a caller's own sending_for block (if any) still holds.
+        with sending_for(run_path) if run_path is not None else contextlib.nullcontext():
             predictions = self.labeller.predict(pairs, progress=progress)
         return NLIAnswers({(pair[0], pair[1]): prediction.label for pair, prediction in zip(pairs, predictions)})
 
