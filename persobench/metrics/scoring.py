@@ -41,9 +41,9 @@ from persobench.store import Run, RunManifest
 from persobench.metrics.backends import BackendUnavailable
 from persobench.protocol import PAPER, protocol_of
 from persobench.datasets.paper_cells import paper_persona_text
-from persobench.metrics.judge_session import JudgeSession, NLIAnswers, judge_session
+from persobench.metrics.judge_session import JudgeSession, NLIAnswers
 from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
-from persobench.metrics.nli_inputs import AUTO, PAIRS
+from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -166,7 +166,7 @@ def prepare_embeddings(encoder: "TextEncoder", request: "EmbeddingRequest", prog
         pass
 
 
-def items_nli_pairs(items: Sequence[Item], metrics: Sequence[str], profile: Profile) -> list[tuple[str, str]]:
+def items_nli_pairs(items: Sequence[Item], metrics: Sequence[str], profile: Profile) -> "list[NLIInput]":
     """The (premise, hypothesis) pairs the NLI family labels for ``items`` when ``metrics`` are
     scored under ``profile`` (its input layout resolved for the run, as
     :func:`~persobench.scoring.work_plan.plan_run` does; an unresolved one reads as the pairs
@@ -189,11 +189,8 @@ def judge_answers(items: Sequence[Item], metrics: Sequence[str], profile: Profil
     pairs = items_nli_pairs(items, metrics, profile)
     if not pairs:
         return NLIAnswers()
-    advance = progress.stage("judge", len(pairs))
-    if judge is not None:
-        return judge.label(pairs, progress=advance)
-    with judge_session(profile.judge) as own:
-        return own.label(pairs, progress=advance)
+    session = judge if judge is not None else JudgeSession(profile.judge)
+    return session.label(pairs, progress=progress.stage("judge", len(pairs)))
 
 
 def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Generator, Iterable, Iterator, Protocol, Sequence
 
 from persobench.errors import PersoBenchError
 from persobench.gc_pace import fewer_collections
@@ -60,7 +60,7 @@ class ScoreExecutor(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
     def run_pass(self, steps: PassSteps, judge: JudgeSession | None,
-                 progress: ScoreProgress | None) -> Iterator[RunScore]:
+                 progress: ScoreProgress | None) -> Generator[RunScore, None, None]:
         """The pass: every run planned, labelled (with ``judge``), computed and written by ``steps``;
         each run's outcome as soon as it is written, runs a step refused among them."""
         ...
@@ -131,7 +131,7 @@ class LocalExecutor:
             self._pool = None
 
     def run_pass(self, steps: PassSteps, judge: JudgeSession | None,
-                 progress: ScoreProgress | None) -> Iterator[RunScore]:
+                 progress: ScoreProgress | None) -> Generator[RunScore, None, None]:
         """The pass as a bounded pipeline (:mod:`persobench.scoring.overlap`): a thread plans run N+1 and
         has it labelled, a thread computes run N, and this thread writes run N-1, each run under its
         lock, in the order computed. ``progress`` and the consumer of each outcome are called under

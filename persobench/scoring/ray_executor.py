@@ -31,7 +31,7 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.metrics.backends import Profile
@@ -370,7 +370,7 @@ class RayExecutor:
         self.pool.__exit__(*exc)
 
     def run_pass(self, steps: PassSteps, judge: "JudgeSession | None",
-                 progress: "ScoreProgress | None") -> Iterator[RunScore]:
+                 progress: "ScoreProgress | None") -> Generator[RunScore, None, None]:
         """Plan a dataset, label it, submit its shards, write what is back; at the end, write the rest
         as it comes back."""
         label = f"ray {self.pool.describe()}"

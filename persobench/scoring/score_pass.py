@@ -21,6 +21,7 @@ from persobench.metrics.backends import Profile
 from persobench.metrics.judge import JudgeStats
 from persobench.metrics.judge_session import judge_session
 from persobench.run_lookup import open_store, resolve_run, resolve_runs
+from persobench.scoring.executors import ScoreExecutor
 from persobench.scoring.outcome import RunScore, ScoreReport
 from persobench.scoring.pass_steps import PassSteps, ScoreProgress
 from persobench.scoring.score_config import EXECUTORS, ScoreConfig
@@ -70,7 +71,7 @@ def score_runs(runs: Sequence["Run"], config: "ScoreConfig", *, store: "RunStore
     Only values a run lacks are computed: a (sample, metric, profile) already stored from the same
     reply and inputs is kept. ``on_run`` is called after each run is written (or found unscorable).
     The report's judge counts are the pass's judge session's."""
-    executor_class: Any = EXECUTORS.get(config.executor)
+    executor_class: type[ScoreExecutor] = EXECUTORS.get(config.executor)
     wanted = config.checked_metrics()
     prof = profile if profile is not None else config.resolve_profile()
     device = executor_class.where(config, prof)  # before any work: one line when it cannot run here

@@ -16,7 +16,7 @@ from persobench.importer import run_reference_note, run_references
 from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, metric_names, validate_metric_names
-from persobench.metrics.nli_inputs import resolve_layout
+from persobench.metrics.nli_inputs import NLIInput, resolve_layout
 from persobench.metrics.unieval import PAPER_SCORER
 from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
 from persobench.metrics.scoring import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
@@ -153,7 +153,7 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
 
 def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
                   metrics: Sequence[str] | None = None,
-                  references: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+                  references: Mapping[str, str] | None = None) -> "list[NLIInput]":
     """The (premise, hypothesis) pairs :func:`score_run` would have labelled for ``run`` (only for the
     NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
 
