@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from persobench.llm.response_cache import default_cache_dir
     from persobench.errors import PersoBenchError
     from persobench.metrics.backends import HUB_NLI
-    from persobench.metrics.judge import agreement, judge_labeller, make_judge
+    from persobench.metrics.judge import JudgeLabeller, agreement, make_judge
     from persobench.store import default_home
 
     ref = reference_dir(args.reference)
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         except PersoBenchError as exc:
             print(f"error: {exc}")
             return 2
-        labeller = judge_labeller(config)
+        labeller = JudgeLabeller(config)
         est = labeller.estimate(pairs)
         cost = "unknown (no prices)" if est.cost_usd is None else f"at most ${est.cost_usd:,.4f}"
         print(f"judge {config.model_name}, prompt {labeller.template.version}: {est.cached} of {est.pairs} pairs "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import hashlib
+import importlib.util
 import json
 import os
 import stat
@@ -234,3 +235,17 @@ def read_parquet(path: Path, columns: "Sequence[str] | None" = None) -> "pd.Data
         return pd.read_parquet(path, columns=columns)
     except Exception as exc:  # pyarrow raises several unrelated types for damaged files
         raise StoreError(f"{path}: unreadable or corrupt Parquet table ({type(exc).__name__}: {exc})") from exc
+
+
+def module_sources(modules: "Sequence[str]") -> list[Path]:
+    """The source file of each module named in ``modules`` (dotted names, found without importing
+    them), for a cache key that changes with the code that built what it caches. A name that no
+    longer resolves (a module moved or renamed) raises :class:`ModuleNotFoundError` at once, rather
+    than quietly leaving that code out of the key."""
+    paths = []
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not Path(spec.origin).is_file():
+            raise ModuleNotFoundError(f"cache key: no source file for module {name!r}", name=name)
+        paths.append(Path(spec.origin))
+    return paths

@@ -65,11 +65,11 @@ from persobench.importer import dataset_for_folder, find_response_files  # noqa:
 from persobench.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
 from persobench.metrics.backends import get_profile  # noqa: F401
-from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, judge_labeller, make_judge  # noqa: F401
+from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, JudgeLabeller, make_judge  # noqa: F401
 from persobench.metrics.judge_batch import pending_note as judge_batch_note  # noqa: F401
 from persobench.scoring.judge_estimate import (  # noqa: F401
     JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
-from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of  # noqa: F401
+from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of, judge_retry  # noqa: F401
 from persobench.metrics.judge_prompt import load_template  # noqa: F401
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
 from persobench.scoring.ray_executor import import_ray  # noqa: F401
@@ -257,8 +257,8 @@ def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator
             pipeline.generate(config, home=home)
             pipeline.score(None, profile="offline", home=home)
 
-    (:func:`score` itself is not wrapped: it is on the judge's path from the app to its requests,
-    which stays at 8 files, docs/development.md.)"""
+    (:func:`score` itself is not wrapped: it is called as it is on the judge's path from the app to
+    its requests, docs/development.md.)"""
     store = RunStore(home) if home is not None else RunStore()
     before = store.fingerprint()
     yield

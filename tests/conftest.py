@@ -29,3 +29,25 @@ def store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("PERSOBENCH_HOME", str(home))
     return home
+
+
+@pytest.fixture()
+def scratch_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``write(text)``: the source of a module in a package of this test's own (importable for this
+    test only); returns its dotted name. Call again to change the code."""
+    import sys
+    import uuid
+
+    name = f"scratch_{uuid.uuid4().hex[:12]}"  # a package name no earlier test imported
+    package = tmp_path / name
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(text: str) -> str:
+        (package / "module.py").write_text(text, encoding="utf-8")
+        return f"{name}.module"
+
+    yield write
+    for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+        del sys.modules[module]

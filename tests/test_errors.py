@@ -213,6 +213,9 @@ INTERNAL_BUILTIN_RAISES = {
     # RowTable's dict methods that would skip its counts: the runner's own misuse, no user input reaches it
     ("persobench/generation/rows.py", "TypeError"): 1,  # reply_schema of a mode the CLI's choices exclude
     ("persobench/metrics/judge.py", "StopIteration"): 1,  # _Queue.__next__: the iterator protocol itself
+    # module_sources: a cache key's module list names a module that moved (a bug of the code, which the
+    # tests of both caches find; no user input reaches it)
+    ("persobench/files.py", "ModuleNotFoundError"): 1,
 }
 
 

@@ -21,9 +21,10 @@ from persobench.errors import ConfigurationError
 from persobench.metrics import score_samples
 from persobench.metrics.backends import get_profile
 from persobench.metrics.judge import (
-    DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeError, judge_labeller, judge_of_profile,
-    labeller_note, load_template, make_judge, parse_label,
+    DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeError, judge_of_profile, labeller_note,
+    load_template, make_judge, parse_label,
 )
+from persobench.metrics.judge_session import JudgeSession
 from persobench.records import PersonaSet, Sample, Turn
 from persobench.store import RunManifest, RunStore
 from tests.fakes.fixtures import anthropic_server, openai_server  # noqa: F401 - fixtures
@@ -131,6 +132,15 @@ def _samples() -> list[Sample]:
             sample("s:3", (), "Hi."), sample("s:4", P4, REF["s:4"])]
 
 
+def _judged(judge, metrics, samples=None):
+    """``score_samples`` under the offline profile with ``judge``, through a session of its own: the
+    result and what the session's judge did."""
+    session = JudgeSession(judge)
+    result = score_samples(_samples() if samples is None else samples, R, profile=get_profile("offline", judge=judge),
+                           metrics=metrics, judge=session)
+    return result, session.stats
+
+
 def _values(result, metric: str) -> dict[str, float]:
     rows = result.scores[result.scores["metric"] == metric]
     return dict(zip(rows["sample_id"], rows["value"]))
@@ -141,7 +151,7 @@ def test_scores_equal_the_values_computed_by_hand_from_the_label_map(openai_serv
     judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path / "responses"),
                        concurrency=4)
     profile = get_profile("offline", judge=judge)
-    result = score_samples(_samples(), R, profile=profile, metrics=NLI_METRICS)
+    result, stats = _judged(judge, NLI_METRICS)
     for metric, expected in EXPECTED.items():
         assert _values(result, metric) == pytest.approx(expected), metric
     assert result.profile == profile.key
@@ -153,7 +163,6 @@ def test_scores_equal_the_values_computed_by_hand_from_the_label_map(openai_serv
     assert body["response_format"]["json_schema"]["schema"] == LABEL_SCHEMA
     assert body["temperature"] == 0 and body["max_tokens"] == load_template().max_tokens
     # The malformed answers are counted, and the samples they feed get no value (never a guess).
-    stats = judge_labeller(judge).stats
     assert (stats.unparseable, stats.sent, stats.cached) == (2, DISTINCT_PAIRS, 0)
     for metric in ("c_score", "p_consistency", "ue_score", "persona_coverage"):
         prov = result.provenance[metric]
@@ -162,20 +171,24 @@ def test_scores_equal_the_values_computed_by_hand_from_the_label_map(openai_serv
     details = result.persona_details.set_index(["sample_id", "persona_index"])["nli_label"]
     assert details[("s:4", 1)] == UNPARSEABLE and details[("s:0", 1)] == "neutral"
 
-    # An identical rerun sends nothing: every answer comes from the response cache.
-    again = score_samples(_samples(), R, profile=profile, metrics=NLI_METRICS)
+    # An identical rerun (a session of its own) sends nothing: every answer comes from the response cache.
+    again, stats = _judged(judge, NLI_METRICS)
     assert len(openai_server.requests) == DISTINCT_PAIRS
     assert _values(again, "c_score") == _values(result, "c_score")
-    assert stats.cached == DISTINCT_PAIRS and stats.unparseable == 4  # the cached malformed answers count again
+    assert (stats.cached, stats.sent, stats.unparseable) == (DISTINCT_PAIRS, 0, 2)  # cached malformed answers count
+    # Without a session given, the call opens one of its own: the same values, nothing more sent.
+    assert _values(score_samples(_samples(), R, profile=profile, metrics=NLI_METRICS), "c_score") == \
+        _values(result, "c_score")
+    assert len(openai_server.requests) == DISTINCT_PAIRS
 
 
 def test_plain_answers_are_bare_words_read_strictly(openai_server, tmp_path):
     openai_server.script = judge_script(LABEL_MAP)
     judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path), plain=True)
-    result = score_samples(_samples(), R, profile=get_profile("offline", judge=judge), metrics=["c_score"])
+    result, stats = _judged(judge, ["c_score"])
     assert _values(result, "c_score") == EXPECTED["c_score"]
     assert all("response_format" not in r.body for r in openai_server.requests)
-    assert judge_labeller(judge).stats.unparseable == 1
+    assert stats.unparseable == 1
 
 
 def test_a_judge_failing_every_request_stops_with_one_line(openai_server, tmp_path, capsys):
@@ -194,8 +207,7 @@ def test_the_cost_cap_stops_sending_and_leaves_the_rest_unlabelled(openai_server
     # A request's bound: ~(prompt chars / 4 + 16) tokens x $0.001 ~= $0.18; each answer reports 125 tokens
     # ($0.125). Under a $0.35 cap: $0.125 spent, then $0.125 + 0.18 fits, then $0.25 + 0.18 does not.
     judge = make_judge("priced", models_file=str(models), cache_dir=str(tmp_path / "r"), concurrency=1, max_cost=0.35)
-    result = score_samples(_samples(), R, profile=get_profile("offline", judge=judge), metrics=["c_score"])
-    stats = judge_labeller(judge).stats
+    result, stats = _judged(judge, ["c_score"])
     assert len(openai_server.requests) == stats.sent == 2 and stats.unanswered == 2
     assert stats.cost_usd == pytest.approx(0.25)
     assert _values(result, "c_score") == {"s:0": 1.0, "s:1": -1.0}
@@ -363,9 +375,8 @@ def test_rate_limited_judge_requests_are_retried_by_the_one_retry_loop(openai_se
     openai_server.script = first_refused
     judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path),
                        concurrency="auto")
-    result = score_samples(_samples(), R, profile=get_profile("offline", judge=judge), metrics=["c_score"])
+    result, stats = _judged(judge, ["c_score"])
     assert _values(result, "c_score") == EXPECTED["c_score"]
-    stats = judge_labeller(judge).stats
     assert stats.attempts == len(openai_server.requests) == 2 * 4 and stats.unanswered == 0
     assert set(openai_server.counts.values()) == {2}  # each pair: refused once, answered on the retry
 
@@ -386,7 +397,7 @@ def test_a_judge_echoing_the_key_never_gets_it_on_disk(openai_server, tmp_path):
 
     openai_server.script = lambda info: reply(f"entailment {OPENAI_SECRET}")
     judge = make_judge("openai:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path / "responses"))
-    result = score_samples(_samples()[:1], R, profile=get_profile("offline", judge=judge), metrics=["c_score"])
-    assert result.scores.empty and judge_labeller(judge).stats.unparseable == 1  # and not guessed "entailment"
+    result, stats = _judged(judge, ["c_score"], _samples()[:1])
+    assert result.scores.empty and stats.unparseable == 1  # and not guessed "entailment"
     on_disk = b"".join(p.read_bytes() for p in (tmp_path / "responses").rglob("*") if p.is_file())
     assert b"entailment" in on_disk and OPENAI_SECRET.encode() not in on_disk

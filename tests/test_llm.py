@@ -233,13 +233,28 @@ def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path,
         assert report.judge.run_deleted >= 1 and report.judge.unanswered == 10 - asked and not report.complete
 
 
-# --- per-invocation stats: a labeller of one's own, no process-wide counts ---------------------------------
+def test_a_session_given_no_run_keeps_the_callers_deleted_run_check(openai_server, tmp_path):
+    """A caller's own sending_for block holds for a session asked without a run path."""
+    from persobench.llm.session import sending_for
+    from persobench.metrics.judge import UNANSWERED
+    from persobench.metrics.judge_session import JudgeSession
+
+    openai_server.script = judge_script({})
+    session = JudgeSession(_priced_judge(openai_server, tmp_path, max_cost=None))
+    with sending_for(tmp_path / "a-deleted-run"):
+        answers = session.label(_pairs(3))
+    assert openai_server.requests == [] and session.stats.run_deleted >= 1 and session.stats.unanswered == 3
+    assert {answers.label(pair) for pair in _pairs(3)} == {UNANSWERED}
+    assert [p.label for p in answers.predict(_pairs(3))] == [UNANSWERED] * 3
 
 
-def test_an_invocation_owns_its_labeller_stats_and_ledger(openai_server, tmp_path):
+# --- per-pass stats: a session of one's own, no process-wide counts ---------------------------------------
+
+
+def test_a_session_owns_its_labeller_stats_and_ledger(openai_server, tmp_path):
     from persobench.metrics import score_samples
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.judge import judge_labeller, labelling_with
+    from persobench.metrics.judge_session import JudgeSession
     from persobench.records import PersonaSet, Sample, Turn
 
     openai_server.script = judge_script({})
@@ -250,18 +265,24 @@ def test_an_invocation_owns_its_labeller_stats_and_ledger(openai_server, tmp_pat
     replies = {"s:0": "I drink tea.", "s:1": "My cat sleeps."}
     profile = get_profile("offline", judge=judge)
     ledger = SpendLedger.for_invocation(tmp_path / "home", judge.max_cost, "score-1")
-    mine = JudgeLabeller(judge, ledger=ledger)
-    with labelling_with(mine):
-        score_samples(samples, replies, profile=profile, metrics=["c_score"])
+    mine = JudgeSession(judge, ledger=ledger)
+    score_samples(samples, replies, profile=profile, metrics=["c_score"], judge=mine)
     sent = len(openai_server.requests)
-    assert sent > 0 and mine.stats.sent == sent and mine.stats.cost_usd == pytest.approx(sent * ANSWER_COST)
-    assert judge_labeller(judge).stats.sent == 0  # the process-wide one saw nothing
-    assert ledger.totals().spent_usd == pytest.approx(mine.stats.cost_usd)
+    stats = mine.stats
+    assert sent > 0 and stats.sent == sent and stats.cost_usd == pytest.approx(sent * ANSWER_COST)
+    assert ledger.totals().spent_usd == pytest.approx(stats.cost_usd)
     assert ledger.path == tmp_path / "home" / "spend" / "score-1.json"
-    # Counts from several labellers (Ray actors) add up on the driver.
-    total = type(mine.stats).from_dict(mine.stats.to_dict())
-    total.add(mine.stats)
-    assert total.sent == 2 * sent and total.cost_usd == pytest.approx(2 * mine.stats.cost_usd)
+    # The same pairs again through the session: answered from its memory, nothing read, sent or counted.
+    score_samples(samples, replies, profile=profile, metrics=["c_score"], judge=mine)
+    assert mine.stats == stats and len(openai_server.requests) == sent
+    # Another session counts only its own work (the response cache answers it).
+    other = JudgeSession(judge)
+    score_samples(samples, replies, profile=profile, metrics=["c_score"], judge=other)
+    assert (other.stats.cached, other.stats.sent) == (sent, 0) and mine.stats == stats
+    # Counts from several labellers (processes) add up.
+    total = type(stats).from_dict(stats.to_dict())
+    total.add(stats)
+    assert total.sent == 2 * sent and total.cost_usd == pytest.approx(2 * stats.cost_usd)
 
 
 def test_score_against_a_judge_reporting_negative_usage_keeps_the_cap_and_says_why(openai_server, tmp_path, capsys,

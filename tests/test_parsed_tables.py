@@ -96,3 +96,19 @@ def test_a_store_that_cannot_keep_the_table_still_gets_its_samples(tmp_path, par
     blocked.write_text("a file where the folder would be", encoding="utf-8")
     samples = table_samples("focus", folder / "Prompts" / "FoCus.csv", blocked / "samples")
     assert [s.id for s in samples] == ["focus:0", "focus:1", "focus:2"] and parses == ["focus"]
+
+
+def test_the_parser_key_reads_each_parser_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module):
+    from persobench.files import module_sources
+
+    assert [p.name for p in module_sources(parsed_tables.PARSERS)] == [
+        "records.py", "csv_io.py", "__init__.py", "tables.py", "prompt_tables.py", "paper_cells.py"]
+    monkeypatch.setattr(parsed_tables, "PARSERS", (*parsed_tables.PARSERS, scratch_module("SEPARATOR = ','\n")))
+    digest = parsed_tables._parser_digest.__wrapped__  # worked out once per process otherwise
+    before = digest()
+    scratch_module("SEPARATOR = ';'\n")
+    assert digest() != before  # a changed parser: every kept table is parsed again
+
+    monkeypatch.setattr(parsed_tables, "PARSERS", ("persobench.csv_io_moved_away",))
+    with pytest.raises(ModuleNotFoundError, match="persobench.csv_io_moved_away"):
+        digest()

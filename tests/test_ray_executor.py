@@ -3,6 +3,8 @@ here, a killed Ray score resumed with only the missing values, and the one-line 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import shutil
 import signal
@@ -10,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +21,7 @@ import pytest
 from persobench import pipeline
 from persobench.scoring.ray_executor import ActorSlot, FamilyGroup, family_groups, plan_actors
 from persobench.store import RunStore
+from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-6
@@ -194,6 +198,63 @@ def test_an_address_nothing_answers_on_is_one_line_at_once(demo_store, tmp_path)
         f"error: cannot reach Ray at 127.0.0.1:{port}: Connection refused; start it with `ray start --head` "
         "or give its address with --ray-address"]
     assert not _scores(home)
+
+
+# --- The judge on Ray: the runs' own input layout ----------------------------------------------------
+
+JUDGED = ("c_score", "ue_score", "persona_coverage")
+
+
+class _VariedLabels(dict):
+    """A judge's label map answering each pair with a label of its own (entailment, neutral or
+    contradiction by the pair's hash), so values computed from other inputs differ."""
+
+    def get(self, pair, default=None):  # noqa: ARG002 - every pair has a label
+        return ("entailment", "neutral", "contradiction")[hashlib.sha256("|".join(pair).encode()).digest()[0] % 3]
+
+
+def _judged(home: Path, server, executor: str):
+    """A judge pass over every run of ``home`` on ``executor``: its report and the requests it sent."""
+    from persobench.metrics.judge import make_judge
+    from tests.fakes.fixtures import OPENAI_SECRET
+
+    judge = make_judge("openai:judge-model", base_url=server.base_url, concurrency=1, home=home,
+                       cache_dir=str(home / "responses"), api_key=OPENAI_SECRET)  # the key goes to the actors too
+    before = len(server.requests)
+    report = pipeline.score(home=home, metrics=list(JUDGED), judge=judge, executor=executor)
+    return report, [(info.system, info.prompt) for info in server.requests[before:]]
+
+
+def _stored_profile(home: Path) -> str:
+    (key,) = {key for run in RunStore(home).runs() for key in run.manifest.extra.get("scores", {})}
+    return key
+
+
+def test_a_judge_pass_on_ray_sends_what_the_local_one_sends_in_each_runs_input_layout(cluster, demo_store,
+                                                                                     openai_server, tmp_path):
+    """The demo runs are under the paper's protocol, so their NLI inputs take the notebooks' layout.
+    Ray actors used to replace the run's profile by their own (layout "auto", read as pairs): 16 of
+    the notebook-layout inputs were never asked, and pairs-layout values were stored under the
+    notebook profile key, their provenance saying "pairs". And each actor labelled its own shards:
+    the same pass sent 114 requests locally and 98 on Ray, and counted 196 pairs there. Now the
+    driver labels on both executors: the same requests, as many times, and the same counts."""
+    from tests.fakes.judge import judge_script
+
+    openai_server.script = judge_script(_VariedLabels())
+    local_home, ray_home = _copy(demo_store, tmp_path / "local"), _copy(demo_store, tmp_path / "ray")
+    local, local_asked = _judged(local_home, openai_server, "local")
+    on_ray, ray_asked = _judged(ray_home, openai_server, "ray")
+    assert local.complete and on_ray.complete and on_ray.device == "ray"
+    assert set(ray_asked) == set(local_asked) and len(set(local_asked)) > 100
+    assert Counter(ray_asked) == Counter(local_asked)  # each request as many times (once)
+    assert dataclasses.asdict(on_ray.judge) == dataclasses.asdict(local.judge)
+    assert local.judge.sent == local.judge.pairs == len(local_asked)
+    key = _stored_profile(local_home)
+    assert key == _stored_profile(ray_home) and "+inputs=notebook" in key
+    assert _assert_same_values(_scores(local_home, key), _scores(ray_home, key)) == local.new_values > 0
+    provenance = _provenance(ray_home, key)
+    assert provenance == _provenance(local_home, key)
+    assert {run[m]["input_layout"] for run in provenance.values() for m in ("c_score", "ue_score")} == {"notebook"}
 
 
 # --- A killed Ray score resumes ------------------------------------------------------------------

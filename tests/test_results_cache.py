@@ -278,3 +278,29 @@ def test_one_datasets_results_are_the_whole_tables_rows_of_it(store):
     names = sorted(p.name for p in (store.home / disk_cache.CACHE_DIR).glob("results-*.parquet"))
     assert len(names) == 2 and any("focus" in n for n in names)  # its own file; the whole table's is kept
     assert aggregate.load_results(store, dataset="focus", cache=False).frame.shape == focus.frame.shape
+
+
+@pytest.fixture()
+def fresh_code_key():
+    """code_fingerprint() is worked out once per process: forgotten before and after the test."""
+    disk_cache.code_fingerprint.cache_clear()
+    yield
+    disk_cache.code_fingerprint.cache_clear()
+
+
+def test_the_code_key_reads_each_builder_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module,
+                                                                                 fresh_code_key):
+    from persobench.files import module_sources
+
+    assert [p.name for p in module_sources(disk_cache.BUILDERS)] == ["protocol.py", "run_records.py", "store.py",
+                                                                     "stats.py"]
+    monkeypatch.setattr(disk_cache, "BUILDERS", (*disk_cache.BUILDERS, scratch_module("WORST = 0\n")))
+    before = disk_cache.code_fingerprint()
+    scratch_module("WORST = 1\n")
+    disk_cache.code_fingerprint.cache_clear()
+    assert disk_cache.code_fingerprint() != before  # a changed builder: tables built before are stale
+
+    monkeypatch.setattr(disk_cache, "BUILDERS", ("persobench.stats_moved_away",))
+    disk_cache.code_fingerprint.cache_clear()
+    with pytest.raises(ModuleNotFoundError, match="persobench.stats_moved_away"):
+        disk_cache.code_fingerprint()

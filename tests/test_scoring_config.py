@@ -98,6 +98,30 @@ def get_key(config: ScoreConfig) -> str:
     return config.resolve_profile().key
 
 
+def test_a_judge_timeout_survives_job_json_from_the_cli_and_from_a_judge_step(tmp_path):
+    """JudgeConfig.to_dict dropped the retry policy: a judge timeout of 5 s came back from job.json as
+    the default 60 s deadline (retry None)."""
+    from persobench.cli import build_parser
+    from persobench.cli.score_command import score_config_from_args
+    from persobench.jobs.judging import judge_step
+    from persobench.metrics.judge import JudgeLabeller
+
+    args = build_parser().parse_args(["--home", str(tmp_path), "score", "--judge", "openai:judge-model",
+                                      "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-timeout", "5"])
+    config = score_config_from_args(args, tmp_path)
+    assert config.judge.retry.timeout == 5.0
+    step = judge_step(config.judge, home=tmp_path, runs=["some-run"])
+    stored = JobStep.from_dict(json.loads(json.dumps(step.to_dict())))  # job.json, written and read back
+    again = ScoreConfig.from_dict(stored.config, home=tmp_path, ignore=("runs",))
+    assert again.judge == config.judge and again.judge.retry.timeout == 5.0
+    policy = JudgeLabeller(again.judge).policy  # what the judge's requests are sent with
+    assert (policy.timeout, policy.timeout_flag) == (5.0, "--judge-timeout")
+    assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config
+    # without a timeout the judge keeps the default deadline, stored as none
+    plain = make_judge("openai:judge-model", cache_dir=str(tmp_path / "responses"))
+    assert plain.to_dict()["timeout"] is None and JudgeConfig.from_dict(plain.to_dict(), home=tmp_path).retry is None
+
+
 def test_an_old_loose_score_dict_still_loads_and_a_bad_one_fails_in_one_line(tmp_path):
     old = {"profile": "offline", "metrics": ["c_score", "ue_score"], "runs": "job",
            "judge": {"model": "openai:judge-model", "base_url": "http://127.0.0.1:9/v1", "concurrency": "auto",
@@ -178,9 +202,9 @@ def test_the_report_carries_the_judge_counts_and_the_exit_status_is_the_same_on_
     assert "cost $0.0000" not in line
 
 
-def test_each_pass_reports_only_its_own_judge_work_though_the_labeller_lives_on(openai_server, tmp_path):
-    from persobench.metrics.judge import judge_labeller
-
+def test_each_pass_reports_only_its_own_judge_work(openai_server, tmp_path):
+    """Each pass opens a judge session of its own: its report counts what that pass did, nothing a
+    pass before it did (once read off a labeller that lived as long as the process)."""
     home = tmp_path / "home"
     store, _ = _sample_run(home)
     openai_server.script = judge_script({}, default="entailment")
@@ -190,8 +214,8 @@ def test_each_pass_reports_only_its_own_judge_work_though_the_labeller_lives_on(
     # Other metrics of the same run: the c_score pairs they share come from the response cache now.
     second = pipeline.score([RUN_ID], ScoreConfig(metrics=("ue_score",), judge=judge), home=home)
     assert second.judge.cached >= 1 and second.judge.sent == len(openai_server.requests) - first.judge.sent
-    process_wide = judge_labeller(judge).stats  # what the old report read: both passes added up
-    assert process_wide.pairs == first.judge.pairs + second.judge.pairs != second.judge.pairs
+    # ... and counts only them: the c_score pairs it shares (read from the cache) and its own (sent).
+    assert second.judge.cached == first.judge.pairs and second.judge.pairs == second.judge.cached + second.judge.sent
     assert pipeline.score([RUN_ID], ScoreConfig(metrics=("c_score",), judge=judge), home=home).judge.pairs == 0
 
 
@@ -246,20 +270,31 @@ def test_the_cost_cap_holds_over_every_ray_actor(openai_server, tmp_path, monkey
     assert not list((ray_home / "spend").glob("*.json"))  # the invocation's ledger is removed
 
 
-def test_judge_counter_gives_what_the_judge_did_since_it_started():
-    """The labelling step and each compute step count their own judge work this way: counts
-    added since, an unknown cost staying unknown, the first new error; nothing without a judge."""
-    from persobench.metrics.judge import JudgeStats
-    from persobench.scoring.outcome import judge_counter
+def test_the_executor_is_found_by_name_in_its_registry_and_owns_the_pass(tmp_path):
+    """`score --executor` names a class in EXECUTORS; the pass asks it for nothing else by name (a
+    registered executor runs the pass and is a choice of the flag)."""
+    from persobench.cli import build_parser
+    from persobench.scoring.executors import LocalExecutor
+    from persobench.scoring.score_config import EXECUTORS
 
-    assert judge_counter(None)() is None
-    stats = JudgeStats(pairs=5, sent=3, cost_usd=0.5)
-    counted = judge_counter(stats)
-    stats.pairs += 4
-    stats.sent += 2
-    stats.cost_usd += 0.25
-    stats.first_error = "timeout"
-    since = counted()
-    assert (since.pairs, since.sent, since.cost_usd, since.first_error) == (4, 2, 0.25, "timeout")
-    stats.cost_usd = None
-    assert counted().cost_usd is None
+    store, _ = _sample_run(tmp_path / "home")
+    written: list[str] = []
+
+    class Recording(LocalExecutor):
+        def run_pass(self, steps, judge, progress):
+            for result in super().run_pass(steps, judge, progress):
+                written.append(result.run_id)
+                yield result
+
+    EXECUTORS.register("recording", Recording)
+    try:
+        report = pipeline.score([RUN_ID], store=store, metrics=["dist1"], executor="recording")
+        score = next(action for action in build_parser()._subparsers._group_actions[0].choices.values()
+                     if action.prog.endswith(" score"))
+        executor_flag = next(action for action in score._actions if action.dest == "executor")
+    finally:
+        EXECUTORS.unregister("recording")
+    assert report.complete and written == [RUN_ID] and report.runs[0].summary.computed == {"dist1": 3}
+    assert report.device == "cpu" and list(executor_flag.choices) == ["local", "ray", "recording"]
+    with pytest.raises(ConfigurationError, match="unknown executor 'recording'; known: local, ray"):
+        ScoreConfig(executor="recording")

@@ -15,7 +15,7 @@ from persobench import pipeline
 from persobench.datasets import load_dataset
 from persobench.errors import StoreWriteError
 from persobench.metrics import lexical
-from persobench.scoring import score_pass
+from persobench.scoring import pass_steps
 from persobench.scoring.compute import compute_run, score_run
 from persobench.scoring.overlap import Stop, ahead
 from persobench.scoring.work_plan import plan_run, run_samples
@@ -129,14 +129,14 @@ def test_a_failed_write_loses_no_other_runs_values(tmp_path, in_workers, monkeyp
     expected = _tables(_sequential(tmp_path / "one-by-one"))
     store = _store(tmp_path / "overlapped")
     failing = sorted(expected)[2]
-    real_write = score_pass.write_run
+    real_write = pass_steps.write_run
 
     def write(run, work, result):
         if run.run_id == failing:
             raise StoreWriteError(f"{run.table_path('scores')}: cannot write: the disk is full")
         return real_write(run, work, result)
 
-    monkeypatch.setattr(score_pass, "write_run", write)
+    monkeypatch.setattr(pass_steps, "write_run", write)
     report = pipeline.score(metrics=METRICS, store=store)
 
     errors = {r.run_id: r.error for r in report.runs if not r.ok}
@@ -264,7 +264,7 @@ def test_the_next_datasets_texts_are_embedded_while_this_datasets_runs_are_compu
     store = _datasets_store(tmp_path / "overlapped")
     profile = get_profile("offline")
     runs = sorted(store.runs(), key=lambda run: run.run_id)
-    groups = list(score_pass._planned(runs, profile, EMBEDDED, lambda refused: None))
+    groups = list(pass_steps.PassSteps(runs, profile, tuple(EMBEDDED)).planned())
     assert [len(g.works) for g in groups] == [2, 2, 2]
     events: list[tuple[str, int, int]] = []
     lock = threading.Lock()
@@ -309,7 +309,7 @@ def test_a_pass_stopped_while_the_next_dataset_is_embedded_ends_its_threads(tmp_
     store = _datasets_store(tmp_path / "store", datasets=3)
     profile = get_profile("offline")
     runs = sorted(store.runs(), key=lambda run: run.run_id)
-    groups = score_pass._planned(runs, profile, EMBEDDED, lambda refused: None)
+    groups = pass_steps.PassSteps(runs, profile, tuple(EMBEDDED)).planned()
     with LocalExecutor(profile, store, embeds=True) as executor:
         results = executor.compute(groups, None)
         assert next(results).work.run_id.startswith("set0")

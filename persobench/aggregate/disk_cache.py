@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from persobench.store import RunStore
 from persobench import __version__
-from persobench.files import atomic_write_bytes
+from persobench.files import atomic_write_bytes, module_sources
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,9 +45,9 @@ CACHE_DIR = "aggregate"
 #: Bumped when the file layout changes.
 FORMAT_VERSION = 1
 _METADATA_KEY = b"persobench.cache"
-#: Modules whose code decides what a cached table holds (paths inside the persobench package; every
-#: module of this package counts too).
-_BUILDERS = ("protocol.py", "run_records.py", "store.py", "stats.py")
+#: Modules whose code decides what a cached table holds (every module of this package counts too).
+#: Named by module, so a module that moves is still found, and one that vanishes fails loudly.
+BUILDERS = ("persobench.protocol", "persobench.run_records", "persobench.store", "persobench.stats")
 
 
 @functools.lru_cache(maxsize=1)
@@ -56,7 +56,7 @@ def code_fingerprint() -> str:
 
     digest = hashlib.sha1(f"{FORMAT_VERSION} {__version__}".encode())
     package = Path(__file__).parent
-    for path in [*sorted(package.glob("*.py")), *(package.parent / name for name in _BUILDERS)]:
+    for path in [*sorted(package.glob("*.py")), *module_sources(BUILDERS)]:
         try:
             digest.update(path.name.encode() + path.read_bytes())
         except OSError:

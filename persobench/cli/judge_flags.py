@@ -15,9 +15,9 @@ from persobench.cli import CLIError
 from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
 from persobench.cli.generate import _concurrency, add_batch_arguments
 from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
-from persobench.pipeline import JUDGE_TIMEOUT_FLAG, RetryPolicy, default_cache_dir, make_judge
+from persobench.pipeline import default_cache_dir, judge_retry, make_judge
 from persobench.pipeline import number_argument
-from persobench.pipeline import judge_batch_note, judge_labeller
+from persobench.pipeline import JudgeLabeller, judge_batch_note
 from persobench.pipeline import batch_cost
 from persobench.pipeline import supports_batch
 from persobench.pipeline import load_template
@@ -69,16 +69,14 @@ def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
 
     values = {name: getattr(args, flag.lstrip("-").replace("-", "_")) for name, flag in JUDGE_FLAGS.items()}
     if values["model"] is None:
-        given = [JUDGE_FLAGS[name] for name in ("base_url", "max_cost", "prompt", "plain") if values[name]]
-        given += [flag for flag, value in (("--dry-run", args.dry_run), ("--judge-timeout", args.judge_timeout),
-                                           ("--batch", args.batch),
+        given = [JUDGE_FLAGS[name] for name in ("base_url", "max_cost", "timeout", "prompt", "plain") if values[name]]
+        given += [flag for flag, value in (("--dry-run", args.dry_run), ("--batch", args.batch),
                                            ("--batch-fallback", args.batch_fallback != "stop")) if value]
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
 
-    retry = None if args.judge_timeout is None else RetryPolicy(timeout=args.judge_timeout,
-                                                                 timeout_flag=JUDGE_TIMEOUT_FLAG)
+    retry = judge_retry(values.pop("timeout"))
     batch = batch_settings_of(values.pop("batch"), values.pop("batch_wait"), values.pop("batch_poll"),
                               values.pop("batch_fallback"))
     return make_judge(values.pop("model"), **values, cache_dir=str(default_cache_dir(home)), home=home,
@@ -93,7 +91,7 @@ def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], me
     """Print the judge, its prompt, and per run and in total the pairs, tokens and cost; send nothing."""
 
     judge = profile.judge
-    template = judge_labeller(judge).template
+    template = judge.template
     form = "structured output: JSON {\"label\": enum}" if judge.structured else "one-word answer"
     print(f"judge {judge.model_name}, prompt {template.version} ({template.sha256}), {form}; "
           f"profile key {profile.key}")
@@ -113,7 +111,7 @@ def dry_run(profile: Any, runs: list[Any], samples_for: Callable[[Any], Any], me
               + (", this command: --batch)" if judge.batch is not None else "; add --batch)"))
     if judge.max_cost is not None and total.cost_usd is not None and total.cost_usd > judge.max_cost:
         print(f"note: above --judge-max-cost {_money(judge.max_cost)}: the judge would stop at the cap")
-    if supports_batch(judge.spec.provider) and (note := judge_batch_note(judge_labeller(judge))):
+    if supports_batch(judge.spec.provider) and (note := judge_batch_note(JudgeLabeller(judge))):
         print(note)  # pairs a batch of this judge still holds
     print("dry run: nothing sent, nothing written")
     return 0

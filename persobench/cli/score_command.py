@@ -8,7 +8,7 @@ from typing import Any
 
 from persobench.cli import CLIError, store_from_args, warn_skipped
 from persobench.cli import judge_flags
-from persobench.pipeline import INPUT_LAYOUTS, SCORE_FLAGS, UNIEVAL_SCORERS, ScoreConfig
+from persobench.pipeline import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, UNIEVAL_SCORERS, ScoreConfig
 from persobench import pipeline
 from persobench.pipeline import public_address
 from persobench.pipeline import import_ray
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="arithmetic of the embedding models (BERTScore, persona similarity): float32 "
                             "(default), or bfloat16, about 3x faster on CPUs with AMX/AVX512-BF16, values "
                             "within ~1e-3, stored under a profile key of their own")
-    score.add_argument("--executor", choices=("local", "ray"), default="local",
+    score.add_argument("--executor", choices=EXECUTORS.in_order(), default="local",
                        help="where the values are computed: local (this process, default) or ray (actors on a "
                             "Ray cluster, one per CPU or GPU; needs pip install 'persobench[ray]'); results are "
                             "written here either way, so the two are interchangeable and resumable")

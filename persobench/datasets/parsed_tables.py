@@ -29,7 +29,7 @@ from typing import Any
 
 from persobench.datasets import parse_all
 from persobench.errors import PersoBenchError
-from persobench.files import atomic_write_bytes, file_version, sha256_file
+from persobench.files import atomic_write_bytes, file_version, module_sources, sha256_file
 from persobench.records import Sample
 
 __all__ = ["SAMPLES_DIR", "table_samples", "tables_dir_of_store"]
@@ -42,9 +42,10 @@ SAMPLES_DIR = "samples"
 #: then the body (the samples as JSON). Files of another format are parsed again and replaced.
 _FORMAT = 2
 
-#: Modules whose code decides what a table parses to (their source is part of every key).
-_PARSER_SOURCES = ("records.py", "csv_io.py", "datasets/__init__.py", "datasets/tables.py",
-                   "datasets/prompt_tables.py", "datasets/paper_cells.py")
+#: Modules whose code decides what a table parses to (their source is part of every key). Named by
+#: module, so a module that moves is still found, and one that vanishes fails loudly.
+PARSERS = ("persobench.records", "persobench.csv_io", "persobench.datasets", "persobench.datasets.tables",
+           "persobench.datasets.prompt_tables", "persobench.datasets.paper_cells")
 
 _LOADED: dict[str, list[Sample]] = {}
 _KEYS: dict[tuple[str, int, int, str], str] = {}
@@ -78,11 +79,10 @@ def table_samples(dataset: str, prompts_file: str | Path, cache_dir: Path | None
 
 @lru_cache(maxsize=1)
 def _parser_digest() -> str:
-    root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for name in _PARSER_SOURCES:
+    for name, path in zip(PARSERS, module_sources(PARSERS)):
         digest.update(name.encode())
-        digest.update((root / name).read_bytes())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

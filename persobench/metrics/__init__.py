@@ -49,6 +49,7 @@ from persobench.metrics.metric_registry import (
     validate_metric_names,
 )
 from persobench.metrics.backends import Profile
+from persobench.metrics.judge_session import JudgeSession
 from persobench.metrics.scoring import ScoreResult
 from persobench.records import Sample
 from persobench.metrics.backends import get_profile as _get_profile
@@ -82,11 +83,15 @@ def score_samples(
     overrides: Mapping[str, str] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     references: Mapping[str, str] | None = None,
+    judge: "JudgeSession | None" = None,
 ) -> "ScoreResult":
-    """Score ``replies`` (sample id -> reply text) for ``samples``; see :mod:`persobench.metrics.scoring`."""
+    """Score ``replies`` (sample id -> reply text) for ``samples``; see :mod:`persobench.metrics.scoring`.
+    With a judge in the profile its NLI pairs are labelled through ``judge`` (a
+    :class:`~persobench.metrics.judge_session.JudgeSession`, whose ``stats`` say what it did), else
+    through a session of this call's own."""
 
     return _score_samples(samples, replies, profile=profile, metrics=metrics, overrides=overrides,
-                          progress=progress, references=references)
+                          progress=progress, references=references, judge=judge)
 
 
 __all__ = [

@@ -109,6 +109,10 @@ class FamilyBatch:
     row_order: tuple[str, ...] = ()
     """Every sample id of the run in its rows' order, valid reply or not (the paper's UniEval scorer
     batches by row position); empty: the items' own order."""
+    nli_answers: Any = None
+    """With a judge in the profile: its answers to this batch's NLI pairs
+    (:class:`persobench.metrics.judge_session.NLIAnswers`), which the NLI family reads in place of the
+    classifier (it never sends); None without a judge."""
 
     def text_encoder(self) -> Any:
         """:attr:`encoder`, or a new one without a disk cache."""

@@ -3,8 +3,11 @@
 The NLI-based metrics (``c_score``, ``p_consistency``, ``ue_score`` and the NLI persona coverage) need a
 label -- entailment, neutral or contradiction -- for (premise, hypothesis) pairs. The ``nli`` slot's
 classifier gives them (:mod:`persobench.metrics.nli`); ``score --judge PROVIDER:MODEL`` gives them
-from an LLM instead. :class:`JudgeLabeller` plays the classifier's role (``predict(pairs)``), so the
-metric code is the same for both.
+from an LLM instead. :class:`JudgeLabeller` labels pairs (``predict(pairs)``, the classifier's
+signature). A scoring pass labels through a session of its own
+(:class:`~persobench.metrics.judge_session.JudgeSession`: its labeller, ledger and counts, nothing
+process-wide) before it computes, and the NLI family reads the session's answers where it would run
+the classifier, so the metric code is the same for both.
 
 The judge's prompt is a versioned template in the package (``judge_templates/<version>.toml``). It
 asks for the label through structured output (a JSON schema whose ``label`` is an enum of the three
@@ -17,7 +20,7 @@ response cache (written the moment a reply arrives and before it is parsed, so a
 --judge`` resumes without paying twice and an identical rerun sends nothing), the retry loop (with
 its Retry-After pause gate and the ``--judge-timeout`` deadline), ``--concurrency auto``, the usage
 check (a server reporting unusable token counts is refused, never used for cost) and the spend
-ledger that keeps ``--judge-max-cost`` over every process and Ray actor of a ``score`` invocation.
+ledger that keeps ``--judge-max-cost`` over every process of a ``score`` invocation.
 Queued requests for a run are not sent once the run is deleted (:func:`persobench.llm.session.sending_for`).
 
 Provenance: judge-labelled scores are stored under a profile key of their own, ``<profile>+judge=
@@ -30,18 +33,15 @@ Cheap to import: the providers, the cache and the asyncio machinery load when a 
 from __future__ import annotations
 
 import collections
-import contextlib
-import contextvars
 import dataclasses
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
 from persobench.metrics.judge_config import (  # noqa: F401 - part of this module's interface
-    JUDGE_FLAGS, STRUCTURED_PROVIDERS, JudgeConfig, make_judge,
+    JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, JudgeConfig, make_judge,
 )
 from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
@@ -76,9 +76,6 @@ FAIL_FAST_AFTER = 20
 #: Characters per prompt token in the estimates (as generation's dry run).
 CHARS_PER_TOKEN = 4
 
-#: The ``score`` flag that sets a judge request's deadline (named when a request runs out of time).
-JUDGE_TIMEOUT_FLAG = "--judge-timeout"
-
 #: Seconds between two looks in the cache for a pair another labeller is asking for.
 CLAIM_RETRY_S = 0.1
 
@@ -105,13 +102,21 @@ def labeller_note(profile_key: str, nli_model_ids: Sequence[str] = ()) -> str:
     return f"NLI labels by NLI model {', '.join(ids)}" if ids else ""
 
 
+def judge_provenance(config: JudgeConfig) -> tuple[str, str, str]:
+    """``(model_id, revision, backend)`` of the metrics ``config``'s judge labels."""
+    how = "structured output (label enum)" if config.structured else "one-word answer"
+    template = config.template
+    return (config.model_id, f"prompt {template.version} {template.sha256}",
+            f"LLM judge via provider {config.spec.provider}, {how}")
+
+
 # --- Labelling ----------------------------------------------------------------------------------------
 
 
 @dataclass
 class JudgeStats:
     """What one labeller did (the ``score`` command prints it). Each :class:`JudgeLabeller` owns its
-    own; a Ray actor's come back to the driver as :meth:`to_dict` and add up with :meth:`add`."""
+    own; counts of several labellers (processes) travel as :meth:`to_dict` and add up with :meth:`add`."""
 
     pairs: int = 0
     """Pairs asked for (duplicates counted once per call)."""
@@ -186,10 +191,11 @@ class JudgeLabeller:
     Requests go through :class:`~persobench.llm.session.LLMSession`. ``ledger``: the spend ledger the
     cost cap is kept in; give every labeller of one invocation the same
     :meth:`SpendLedger.for_invocation <persobench.llm.spend.SpendLedger.for_invocation>` (it pickles to
-    Ray actors and worker processes) so the cap holds over all of them. Default: this labeller's own,
-    capped at ``config.max_cost``. :attr:`stats` counts what this labeller did."""
+    worker processes) so the cap holds over all of them. Default: this labeller's own, capped at
+    ``config.max_cost``. :attr:`stats` counts what this labeller did. ``remember``: keep every answer
+    for the labeller's life, so a pair asked again is neither sent, read nor counted twice."""
 
-    def __init__(self, config: JudgeConfig, *, ledger: "SpendLedger | None" = None) -> None:
+    def __init__(self, config: JudgeConfig, *, ledger: "SpendLedger | None" = None, remember: bool = False) -> None:
 
         self.config = config
         self.template = config.template
@@ -203,31 +209,16 @@ class JudgeLabeller:
         self.policy = dataclasses.replace(config.retry or RetryPolicy(), timeout_flag=JUDGE_TIMEOUT_FLAG)
         self.ledger = ledger if ledger is not None else SpendLedger(config.max_cost)
         self.stats = JudgeStats()
-        # Inside remembering(): each key's outcome (label, UNPARSEABLE or UNANSWERED) this pass has had.
-        self._remembered: dict[str, str] | None = None
-
-    @contextlib.contextmanager
-    def remembering(self) -> Iterator["JudgeLabeller"]:
-        """Inside this block every answer is kept in memory and counted once: a scoring pass labels
-        its planned pairs first (:func:`persobench.scoring.score_pass.score_runs`), then the NLI
-        metric code asks again for the same pairs and gets them with nothing sent, read or counted.
-        A pair left unanswered stays so for the block (the next command asks again)."""
-        if self._remembered is not None:  # an enclosing pass already remembers
-            yield self
-            return
-        self._remembered = {}
-        try:
-            yield self
-        finally:
-            self._remembered = None
+        # With ``remember`` (a scoring pass's session): each key's outcome (label, UNPARSEABLE or
+        # UNANSWERED) this labeller has had, asked again with nothing sent, read or counted. A pair left
+        # unanswered stays so for the labeller's life (the next command asks again).
+        self._remembered: dict[str, str] | None = {} if remember else None
 
     # -- identity ------------------------------------------------------------------------------
 
     def provenance(self) -> tuple[str, str, str]:
         """``(model_id, revision, backend)`` of the metrics it labels."""
-        how = "structured output (label enum)" if self.config.structured else "one-word answer"
-        return (self.name, f"prompt {self.template.version} {self.template.sha256}",
-                f"LLM judge via provider {self.config.spec.provider}, {how}")
+        return judge_provenance(self.config)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -427,46 +418,6 @@ class _Queue:
 
     def later(self, key: str) -> None:
         self._keys.append(key)
-
-
-_LABELLERS: dict[tuple, JudgeLabeller] = {}
-_LABELLERS_LOCK = threading.Lock()
-#: The labeller the metric code uses inside :func:`labelling_with` (instead of the per-process one).
-_ACTIVE: contextvars.ContextVar[JudgeLabeller | None] = contextvars.ContextVar("persobench_judge", default=None)
-
-
-@contextlib.contextmanager
-def labelling_with(labeller: JudgeLabeller) -> Iterator[JudgeLabeller]:
-    """Inside this block, the metric code asking for a judge with ``labeller.config`` gets ``labeller``:
-    one ``score`` invocation (or one Ray actor) owns its labeller, its :attr:`~JudgeLabeller.stats`
-    and its ledger, with no process-wide state::
-
-        ledger = SpendLedger.for_invocation(home, judge.max_cost)   # the driver, once
-        labeller = JudgeLabeller(judge, ledger=ledger)              # each process / actor
-        with labelling_with(labeller):
-            score_run(...)
-        labeller.stats                                              # this invocation's counts
-        ledger.totals().spent_usd                                   # the real total of all of them
-    """
-    token = _ACTIVE.set(labeller)
-    try:
-        yield labeller
-    finally:
-        _ACTIVE.reset(token)
-
-
-def judge_labeller(config: JudgeConfig, *, ledger: "SpendLedger | None" = None) -> JudgeLabeller:
-    """The labeller of ``config``: the one :func:`labelling_with` set when it has this config, else the
-    one of this process (its stats add up over the runs of a command; with ``ledger``, that ledger's)."""
-    active = _ACTIVE.get()
-    if active is not None and active.config == config:
-        return active
-    key = (config.identity, str(config.cache_dir), config.concurrency, config.max_concurrency, config.max_cost,
-           config.retry, config.batch, str(ledger.path) if ledger is not None else None)
-    with _LABELLERS_LOCK:
-        if key not in _LABELLERS:
-            _LABELLERS[key] = JudgeLabeller(config, ledger=ledger)
-        return _LABELLERS[key]
 
 
 # --- Calibration ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -32,9 +33,11 @@ STRUCTURED_PROVIDERS = frozenset({"openai", "anthropic", "local"})
 #: The CLI reads the judge from these flags, the app's form offers the same fields, ``job.json``
 #: stores them; ``max_concurrency`` has no flag (the default), ``cache_dir`` is the store's.
 JUDGE_FLAGS = {"model": "--judge", "base_url": "--judge-base-url", "concurrency": "--judge-concurrency",
-               "max_cost": "--judge-max-cost", "prompt": "--judge-prompt", "plain": "--judge-plain",
-               "batch": "--batch", "batch_wait": "--batch-wait", "batch_poll": "--batch-poll",
-               "batch_fallback": "--batch-fallback"}
+               "max_cost": "--judge-max-cost", "timeout": "--judge-timeout", "prompt": "--judge-prompt",
+               "plain": "--judge-plain", "batch": "--batch", "batch_wait": "--batch-wait",
+               "batch_poll": "--batch-poll", "batch_fallback": "--batch-fallback"}
+#: The ``score`` flag that sets a judge request's deadline (named when a request runs out of time).
+JUDGE_TIMEOUT_FLAG = JUDGE_FLAGS["timeout"]
 #: Stored fields with no flag.
 _UNFLAGGED = ("max_concurrency",)
 
@@ -115,11 +118,13 @@ class JudgeConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (``job.json``): the :data:`JUDGE_FLAGS` fields, the base URL in its public
-        form (credentials come from the environment), never the key."""
+        form (credentials come from the environment), never the key. Of the retry policy it keeps the
+        request deadline (``timeout``, ``--judge-timeout``), the one retry setting ``score`` offers."""
 
         batch = self.batch
         return {"model": self.model, "base_url": public_url(self.spec.base_url) if self.spec.base_url else None,
-                "concurrency": self.concurrency, "max_cost": self.max_cost, "prompt": self.prompt,
+                "concurrency": self.concurrency, "max_cost": self.max_cost,
+                "timeout": self.retry.timeout if self.retry is not None else None, "prompt": self.prompt,
                 "plain": self.plain, "max_concurrency": self.max_concurrency, "batch": batch is not None,
                 "batch_wait": batch.wait if batch is not None else None,
                 "batch_poll": batch.poll if batch is not None else None,
@@ -141,9 +146,23 @@ class JudgeConfig:
         given = {k: v for k, v in data.items() if v is not None}
         given["base_url"] = url_with_credentials(given.get("base_url")) or None
         given["plain"] = bool(given.get("plain", False))
+        given["retry"] = judge_retry(given.pop("timeout", None))
         given["batch"] = batch_settings_of(given.pop("batch", None), given.pop("batch_wait", None),
                                            given.pop("batch_poll", None), given.pop("batch_fallback", None))
         return make_judge(str(given.pop("model")), cache_dir=str(default_cache_dir(home)), home=home, **given)
+
+
+def judge_retry(timeout: Any) -> "RetryPolicy | None":
+    """The judge's retry policy for a request deadline of ``timeout`` seconds (``--judge-timeout``, a
+    stored judge's ``timeout``); ``None`` (the default deadline) without one. One-line
+    :class:`ConfigurationError` for a value that is not a finite number > 0."""
+    if timeout is None:
+        return None
+    number = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise ConfigurationError(f"judge_timeout must be a finite number > 0 (seconds for the whole request), "
+                                 f"got {timeout!r} ({JUDGE_TIMEOUT_FLAG})")
+    return RetryPolicy(timeout=number, timeout_flag=JUDGE_TIMEOUT_FLAG)
 
 
 def batch_settings_of(batch: Any, wait: Any = None, poll: Any = None, fallback: Any = None) -> "BatchSettings | None":

@@ -33,7 +33,7 @@ from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFam
 from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput, build_nli_inputs
 from persobench.metrics.nli_labels import LABELS, NLIPrediction, normalise_label
 import logging
-from persobench.metrics.judge import judge_labeller
+from persobench.metrics.judge import judge_provenance
 
 
 class NLIModel:
@@ -147,16 +147,6 @@ def nli_pairs(items: Sequence[Item], metrics: Sequence[str], need_labels: bool,
     return build_nli_inputs(items, metrics, need_labels, layout)
 
 
-def _judge_loader(judge: Any) -> Any:
-    """A loader (``(spec, device) -> labeller``) that hands out the judge's labeller."""
-
-    def load(spec: SlotModel, device: str) -> Any:  # noqa: ARG001 - the NLI loader's signature
-
-        return judge_labeller(judge)
-
-    return load
-
-
 def nli_identity(spec: SlotModel, model: NLIModel) -> tuple[str, str]:
     return model_identity(spec, model.model)
 
@@ -196,9 +186,15 @@ class NLIMetrics(MetricFamily):
         need_labels = SENTENCE_LABELS in batch.outputs_wanted
         result = FamilyResult()
         judge = batch.profile.judge
-        # The judge's labeller takes the NLI model's place: same predict(), same metric code below.
-        loader = load_nli if judge is None else _judge_loader(judge)
-        model, reason = batch.load_model("nli", loader, result)
+        # The judge's answers take the NLI model's place: same predict(), same metric code below. They
+        # were asked before this batch was computed (JudgeSession.label); the family never sends.
+        if judge is None:
+            model, reason = batch.load_model("nli", load_nli, result)
+        else:
+            model, reason = batch.nli_answers, ""
+            if model is None:
+                reason = "the judge's answers to this batch's NLI pairs were not given (label them first)"
+                result.unavailable(metrics, reason, judge.model_id)
         if model is None:
             if need_labels:
                 result.outputs[SENTENCE_LABELS] = SentenceLabels(None, reason=reason)
@@ -222,7 +218,7 @@ class NLIMetrics(MetricFamily):
             model_id, revision = nli_identity(batch.profile.spec("nli"), model)
             backend = f"transformers sequence classification on {batch.profile.device}"
         else:
-            model_id, revision, backend = model.provenance()
+            model_id, revision, backend = judge_provenance(judge)
         counts = dict.fromkeys(metrics, 0)
         missing = dict.fromkeys(metrics, 0)  # samples left without a value: a pair had no label
         for it in persona_items:

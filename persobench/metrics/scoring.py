@@ -41,6 +41,9 @@ from persobench.store import Run, RunManifest
 from persobench.metrics.backends import BackendUnavailable
 from persobench.protocol import PAPER, protocol_of
 from persobench.datasets.paper_cells import paper_persona_text
+from persobench.metrics.judge_session import JudgeSession, NLIAnswers
+from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
+from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -163,9 +166,36 @@ def prepare_embeddings(encoder: "TextEncoder", request: "EmbeddingRequest", prog
         pass
 
 
+def items_nli_pairs(items: Sequence[Item], metrics: Sequence[str], profile: Profile) -> "list[NLIInput]":
+    """The (premise, hypothesis) pairs the NLI family labels for ``items`` when ``metrics`` are
+    scored under ``profile`` (its input layout resolved for the run, as
+    :func:`~persobench.scoring.work_plan.plan_run` does; an unresolved one reads as the pairs
+    layout, as the family does): what a judge is asked before the family runs, and the one count
+    behind ``score --judge --dry-run`` and the New run page's estimate."""
+    steps = {step.family.name: step for step in family_plan(tuple(metrics))}
+    if "nli" not in steps:
+        return []
+    step = steps["nli"]
+    layout = profile.input_layout if profile.input_layout != AUTO else PAIRS
+    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, layout)[0]
+
+
+def judge_answers(items: Sequence[Item], metrics: Sequence[str], profile: Profile, judge: "JudgeSession | None",
+                  progress: Progress) -> "NLIAnswers | None":
+    """The judge's answers to the NLI pairs of ``items`` (None without a judge in ``profile``), asked
+    through ``judge``, or through a session of this call's own when it is None."""
+    if profile.judge is None:
+        return None
+    pairs = items_nli_pairs(items, metrics, profile)
+    if not pairs:
+        return NLIAnswers()
+    session = judge if judge is not None else JudgeSession(profile.judge)
+    return session.label(pairs, progress=progress.stage("judge", len(pairs)))
+
+
 def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
                   progress: Progress, encoder: "TextEncoder | None" = None,
-                  row_order: tuple[str, ...] = ()) -> FamilyResult:
+                  row_order: tuple[str, ...] = (), nli_answers: "NLIAnswers | None" = None) -> FamilyResult:
     """Every family of the plan in order, each given the outputs it requires; results concatenated.
     The texts the families embed are embedded first, in one pass (``encoder``: a new one when None)."""
 
@@ -177,7 +207,7 @@ def _run_families(items: list[Item], wanted: tuple[str, ...], profile: Profile,
         family = step.family
         inputs = {req.output: delivered[(req.family, req.output)] for req in family.requires}
         result = family.score(FamilyBatch(items, step.metrics, profile, progress, inputs, step.outputs_wanted,
-                                          encoder, row_order))
+                                          encoder, row_order, nli_answers))
         missing = sorted(step.outputs_wanted - set(result.outputs))
         if missing:
             raise MetricRegistryError(f"metric family {family.name!r} did not deliver {', '.join(missing)}")
@@ -284,6 +314,8 @@ def score_samples(
     encoder: "TextEncoder | None" = None,
     reference_note: str | None = None,
     row_order: Sequence[str] | None = None,
+    judge: "JudgeSession | None" = None,
+    nli_answers: "NLIAnswers | None" = None,
 ) -> ScoreResult:
     """Score each sample's reply (``replies``: sample id -> text; missing or blank = invalid, unscored).
 
@@ -298,6 +330,11 @@ def score_samples(
     sample(s)"; the scorer of a stored run passes where its default reference came from).
     ``row_order``: every sample id of the run in its rows' order (default: ``samples``' order), read
     by the paper's UniEval scorer (``Profile.unieval_scorer``), which batches by row position.
+
+    With a judge in the profile, the NLI pairs are labelled first: ``nli_answers`` when given (a
+    scoring pass labels each run before it is computed), else through ``judge`` (a
+    :class:`~persobench.metrics.judge_session.JudgeSession`: read its ``stats`` afterwards), else
+    through a session of this call's own.
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
     if isinstance(profile, Profile) and overrides:
@@ -308,8 +345,10 @@ def score_samples(
     personas = any(getattr(step.family, "reads_personas", lambda _metrics: True)(step.metrics)
                    for step in family_plan(wanted))
     items = _items(samples, replies, references, persona_texts, personas=personas)
+    if nli_answers is None:
+        nli_answers = judge_answers(items, wanted, prof, judge, Progress(progress))
     scored = _run_families(items, wanted, prof, Progress(progress), encoder,
-                           tuple(row_order) if row_order is not None else tuple(s.id for s in samples))
+                           tuple(row_order) if row_order is not None else tuple(s.id for s in samples), nli_answers)
     scores, details = _frames(scored.columns, scored.details)
     provenance = {m: scored.provenance[m] for m in wanted if m in scored.provenance}
     for m in provenance:

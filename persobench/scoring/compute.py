@@ -1,24 +1,26 @@
 """The compute step of scoring a stored run: its planned work in, the values it lacks out. Pure: it
-reads no store and writes nothing, so it runs in this process or on a Ray actor alike; what the
-LLM judge did while it ran is measured here and returned with the values (:func:`compute_counted`).
+reads no store, writes nothing and sends nothing (a judge's answers come with the work, asked by the
+label step before: :func:`persobench.scoring.pass_steps.label_work`), so it runs in this process or
+on a Ray actor alike.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Mapping, Sequence
 
-from persobench.llm.session import sending_for
+from persobench.errors import ScoringError
 from persobench.metrics.backends import Profile
 from persobench.metrics.family import ProgressFn
+from persobench.metrics.judge_session import JudgeSession, judge_session
 import persobench.metrics.scoring as family_scoring  # by module: a test spies on score_samples
 from persobench.metrics.scoring import ScoreResult
-from persobench.scoring.outcome import judge_counter
+from persobench.scoring.pass_steps import label_work
 from persobench.scoring.work_plan import plan_run
 from persobench.scoring.writing import RunScoreSummary, RunWork, write_run
 from persobench.metrics.encoder import TextEncoder
 from persobench.records import Sample
 from persobench.store import Run
-from persobench.metrics.judge import judge_labeller
 from persobench.metrics.encoder import store_cache_root
 
 
@@ -26,18 +28,24 @@ from persobench.metrics.encoder import store_cache_root
 def compute_run(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
                 encoder: "TextEncoder | None" = None) -> "ScoreResult | None":
     """The compute step of :func:`score_run`: the values ``work`` lacks, of ``metrics`` only when given
-    (a shard of the work), or None when it lacks none. Pure: reads no store and writes nothing.
+    (a shard of the work), or None when it lacks none. Pure: reads no store, writes nothing, sends
+    nothing: with a judge in the profile, the NLI family reads the answers the label step attached
+    to ``work`` (:func:`~persobench.scoring.pass_steps.label_work`), and a work without them is refused.
 
     Whatever the subset, each family sees the replies the whole run would give it, so a value is
     the same whether the run is scored at once or family by family (:mod:`persobench.scoring.ray_executor`)."""
     todo = [m for m in work.todo if metrics is None or m in metrics]
     if not todo:
         return None
+    if work.profile.judge is not None and work.nli_answers is None:
+        raise ScoringError(f"run {work.run_id}: the judge's answers are not in its work (label it first: "
+                           "persobench.scoring.pass_steps.label_work)")
     ids = work.sample_ids
     return family_scoring.score_samples(work.samples, {sid: work.replies[sid] for sid in ids}, profile=work.profile,
                                         metrics=todo, progress=progress, references=work.references,
                                         persona_texts=work.persona_texts, encoder=encoder,
-                                        reference_note=work.reference_note, row_order=work.row_order or None)
+                                        reference_note=work.reference_note, row_order=work.row_order or None,
+                                        nli_answers=work.nli_answers)
 
 
 def combine_results(results: Sequence["ScoreResult"]) -> "ScoreResult | None":
@@ -56,30 +64,6 @@ def combine_results(results: Sequence["ScoreResult"]) -> "ScoreResult | None":
                        provenance, results[0].profile)
 
 
-def judge_stats(profile: Profile) -> Any:
-    """The running counts of ``profile``'s judge in this process (None without a judge)."""
-    if profile.judge is None:
-        return None
-
-    return judge_labeller(profile.judge).stats
-
-
-def compute_counted(work: RunWork, *, metrics: Sequence[str] | None = None, progress: ProgressFn | None = None,
-                    encoder: "TextEncoder | None" = None) -> tuple["ScoreResult | None", Any]:
-    """:func:`compute_run`, and what the profile's judge did meanwhile (a
-    :class:`~persobench.metrics.judge.JudgeStats` of this step only; None without a judge). When the
-    compute fails, the exception carries those counts as ``judge_tally``."""
-    stats = judge_stats(work.profile)
-    counted = judge_counter(stats)
-    try:
-        result = compute_run(work, metrics=metrics, progress=progress, encoder=encoder)
-    except Exception as exc:
-        if stats is not None:
-            exc.judge_tally = counted()  # type: ignore[attr-defined]
-        raise
-    return result, counted()
-
-
 def score_run(
     run: "Run",
     samples_by_id: Mapping[str, "Sample"],
@@ -90,9 +74,11 @@ def score_run(
     progress: ProgressFn | None = None,
     references: Mapping[str, str] | None = None,
     encoder: "TextEncoder | None" = None,
+    judge: "JudgeSession | None" = None,
 ) -> RunScoreSummary:
     """Score the ``ok`` rows of ``run``'s generations table that lack the requested scores:
-    :func:`plan_run`, :func:`compute_run` in this process, then :func:`write_run`.
+    :func:`plan_run`, the judge's label step when the profile has one (through ``judge``, else a
+    session of this call's own), :func:`compute_run` in this process, then :func:`write_run`.
 
     Under the paper's protocol (template family ``paper``, imported published runs included) the
     persona metrics read the paper's ``personas`` cell, as its evaluation did
@@ -112,8 +98,10 @@ def score_run(
         if encoder is None:  # the store's embedding cache; the memory is given back after this run
 
             encoder = run_encoder = TextEncoder(work.profile, store_cache_root(run.path.parent.parent))
-        with sending_for(run.path):  # a judge sends nothing more for this run once it is deleted
-            result = compute_run(work, progress=progress, encoder=encoder)
+        with judge_session(work.profile.judge) if judge is None else nullcontext(judge) as session:
+            # a judge sends nothing more for this run once it is deleted
+            work = label_work(work, session, run_path=run.path, progress=progress)
+        result = compute_run(work, progress=progress, encoder=encoder)
         if run_encoder is not None:
             run_encoder.release()
     return write_run(run, work, result)

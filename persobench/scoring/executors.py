@@ -1,81 +1,78 @@
-"""Where the compute step of a scoring pass runs: one small interface (:class:`ScoreExecutor`),
-two executors: this process (:class:`LocalExecutor`) and Ray actors
-(:class:`~persobench.scoring.ray_executor.RayExecutor`). An executor only computes: the pass
-(:func:`persobench.scoring.score_pass.score_runs`) plans and writes.
+"""Who runs a scoring pass: one small interface (:class:`ScoreExecutor`), registered by name in
+:data:`~persobench.scoring.score_config.EXECUTORS` (``score --executor``): this process
+(:class:`LocalExecutor`) and Ray actors (:class:`~persobench.scoring.ray_executor.RayExecutor`).
+
+An executor owns the pass (:meth:`ScoreExecutor.run_pass`): it decides when and where each step runs,
+and takes every step the same way, through :class:`~persobench.scoring.pass_steps.PassSteps`: plan
+and label in the driver, compute (here or on actors), write in the driver. So the judge is sent the
+same requests, the stored values are the same and the report counts the same, whichever executor ran.
 """
 
 from __future__ import annotations
 
 import collections
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Generator, Iterable, Iterator, Protocol, Sequence
 
 from persobench.errors import PersoBenchError
-from persobench.scoring.work_plan import split_by_embedding, work_embedding_request
+from persobench.gc_pace import fewer_collections
+from persobench.scoring.work_plan import embeds_texts, split_by_embedding, work_embedding_request
 from persobench.scoring.writing import RunWork
 from persobench.metrics.backends import Profile
-from persobench.metrics.scoring import ScoreResult
-from persobench.store import RunStore
+from persobench.metrics.judge_session import JudgeSession
+from persobench.store import Run, RunStore
 from persobench.metrics import lexical
 from persobench.metrics.encoder import TextEncoder, store_cache_root
 from persobench.metrics.encoder import merged_request
 from persobench.metrics.family import Progress
 from persobench.metrics.judge import JudgeError
 from persobench.metrics.scoring import prepare_embeddings
-from persobench.scoring.compute import combine_results, compute_counted
-from persobench.scoring.outcome import judge_sum
-from persobench.scoring.overlap import Stop
-
-
-#: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
-ScoreProgress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class Computed:
-    """One run's compute step, back from an executor."""
-
-    work: RunWork
-    """The run's planned work."""
-    result: "ScoreResult | None"
-    """The values it lacked (None when nothing was computed)."""
-    error: str = ""
-    """Why (part of) the compute failed, one line; the values that came back are still in ``result``."""
-    judge: Any = None
-    """What the judge did for this run (:class:`~persobench.metrics.judge.JudgeStats`; None without a judge)."""
-
-
-@dataclass(frozen=True)
-class WorkGroup:
-    """The planned runs of one dataset (their texts are embedded in one pass)."""
-
-    label: str
-    """The dataset and how many runs, for progress lines."""
-    works: tuple[RunWork, ...]
-    """The runs' work, in order."""
+from persobench.scoring.compute import combine_results, compute_run
+from persobench.scoring.outcome import RunScore
+from persobench.scoring.overlap import Stop, ahead
+from persobench.scoring.pass_steps import Computed, PassSteps, ScoreProgress, WorkGroup, staged
+from persobench.scoring.score_config import ScoreConfig
 
 
 class ScoreExecutor(Protocol):
-    """Where the compute step runs (a context manager: models and actors live while it is open)."""
+    """Runs a scoring pass (a context manager: models and actors live while it is open). A class of
+    its own per executor, registered in :data:`~persobench.scoring.score_config.EXECUTORS`."""
 
     device: str
     """Where the models run, for the report ("cpu", "cuda", "ray")."""
+
+    @classmethod
+    def where(cls, config: ScoreConfig, profile: Profile) -> str:
+        """Where a pass of ``config`` would compute (the report's device), after checking that this
+        executor can run here at all: a one-line :class:`~persobench.errors.ConfigurationError`
+        before any work (Ray not installed) otherwise."""
+        ...
+
+    @classmethod
+    def open(cls, config: ScoreConfig, profile: Profile, store: RunStore,
+             runs: Sequence[Run]) -> "ScoreExecutor":
+        """An executor for a pass of ``config`` over ``runs``, sized for them (enter it to start it)."""
+        ...
 
     def __enter__(self) -> "ScoreExecutor": ...
 
     def __exit__(self, *exc: object) -> None: ...
 
-    def compute(self, groups: Iterable[WorkGroup], progress: ScoreProgress | None) -> Iterator[Computed]:
-        """Every work of ``groups`` computed, each as soon as it is done (any order)."""
+    def run_pass(self, steps: PassSteps, judge: JudgeSession | None,
+                 progress: ScoreProgress | None) -> Generator[RunScore, None, None]:
+        """The pass: every run planned, labelled (with ``judge``), computed and written by ``steps``;
+        each run's outcome as soon as it is written, runs a step refused among them."""
         ...
 
 
-def staged(progress: ScoreProgress | None, label: str) -> ScoreProgress | None:
-    """``progress`` with ``label`` before each stage name."""
-    if progress is None:
-        return None
-    return lambda stage, done, total: progress(f"{label} {stage}", done, total)
+def _valid_replies(run: "Run") -> int:
+    """The run's valid replies as its manifest counts them (0 when it does not say)."""
+    counts = run.manifest.extra.get("counts") or {}
+    try:
+        return int(counts.get("ok", 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 class LocalExecutor:
@@ -102,6 +99,20 @@ class LocalExecutor:
         self._encoders: list[Any] = []
         self._running: list[tuple[Stop, ThreadPoolExecutor]] = []  # passes computing now: stopped on exit
 
+    @classmethod
+    def where(cls, config: ScoreConfig, profile: Profile) -> str:  # noqa: ARG003 - the protocol's signature
+        return profile.device
+
+    @classmethod
+    def open(cls, config: ScoreConfig, profile: Profile, store: RunStore, runs: Sequence[Run]) -> "LocalExecutor":
+        """Sized for ``runs``: the lexical worker pool for their valid replies when lexical metrics are
+        asked, a second encoder only when something is embedded."""
+        wanted = config.checked_metrics()
+        lexical_wanted = wanted is None or any(m in wanted for m in (*lexical.REFERENCE_LEXICAL,
+                                                                     *lexical.REPLY_LEXICAL))
+        return cls(profile, store, sum(_valid_replies(r) for r in runs) if lexical_wanted else 0,
+                   embeds=embeds_texts(wanted))
+
     def __enter__(self) -> "LocalExecutor":
 
         root = store_cache_root(self.store.home)
@@ -119,7 +130,35 @@ class LocalExecutor:
             self._pool.__exit__(*exc)
             self._pool = None
 
+    def run_pass(self, steps: PassSteps, judge: JudgeSession | None,
+                 progress: ScoreProgress | None) -> Generator[RunScore, None, None]:
+        """The pass as a bounded pipeline (:mod:`persobench.scoring.overlap`): a thread plans run N+1 and
+        has it labelled, a thread computes run N, and this thread writes run N-1, each run under its
+        lock, in the order computed. ``progress`` and the consumer of each outcome are called under
+        one lock, never at once. Fewer garbage-collector passes meanwhile (:func:`fewer_collections`)."""
+        said = threading.Lock()
+        told = None
+        if progress is not None:
+            def told(stage: str, done: int, total: int) -> None:
+                with said:
+                    progress(stage, done, total)
+
+        stop = Stop()
+        with fewer_collections():
+            try:
+                planned = ahead((steps.labelled(group, judge, told) for group in steps.planned()), stop,
+                                name="persobench-plan")
+                for done in ahead(self.compute(planned, told), stop, name="persobench-compute"):
+                    written = steps.written(done)
+                    with said:
+                        yield from steps.refusals()
+                        yield written
+                yield from steps.refusals()
+            finally:
+                stop.set()  # the threads end at their next item; the executor's exit cancels queued chunks
+
     def compute(self, groups: Iterable[WorkGroup], progress: ScoreProgress | None) -> Iterator[Computed]:
+        """Every work of ``groups`` computed, each as soon as it is done."""
         if len(self._encoders) < 2:
             for group in groups:
                 _embed_group(self.encoder, group, progress)
@@ -162,13 +201,12 @@ def _computed(work: RunWork, metrics: Sequence[str], encoder: Any, progress: Sco
     """``work``'s values of ``metrics``, or its one-line error (a judge error is raised: it is one
     line for the pass, not one per run)."""
     try:
-        result, tally = compute_counted(work, metrics=metrics, progress=staged(progress, work.run_id[:48]),
-                                        encoder=encoder)
+        result = compute_run(work, metrics=metrics, progress=staged(progress, work.run_id[:48]), encoder=encoder)
     except JudgeError:
         raise
     except PersoBenchError as exc:
-        return Computed(work, None, str(exc), getattr(exc, "judge_tally", None))
-    return Computed(work, result, "", tally)
+        return Computed(work, None, str(exc))
+    return Computed(work, result)
 
 
 def _computed_group(group: WorkGroup, encoder: Any, embedded: "Future[None]",
@@ -191,9 +229,7 @@ def _combined(work: RunWork, parts: Sequence[Computed]) -> Computed:
     if len(parts) == 1:
         return parts[0]
     results = [part.result for part in parts if part.result is not None]
-    tallies = [part.judge for part in parts if part.judge is not None]
-    return Computed(work, combine_results(results), "; ".join(part.error for part in parts if part.error),
-                    judge_sum(tallies) if tallies else None)
+    return Computed(work, combine_results(results), "; ".join(part.error for part in parts if part.error))
 
 
 class _PassStopped(PersoBenchError):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, Sequence
 from persobench.metrics.backends import Profile
 from persobench.metrics.judge import JudgeConfig, JudgeEstimate
 from persobench.records import Sample
-from persobench.metrics.judge import judge_labeller
+from persobench.metrics.judge import JudgeLabeller
 from persobench.scoring.work_plan import items_nli_pairs, run_nli_pairs
 from dataclasses import replace
 from persobench.metrics.backends import get_profile
@@ -31,7 +31,7 @@ def estimate_runs(profile: "Profile", runs: Iterable[Any], samples_for: Callable
     """The judge's estimate for every NLI pair the runs still lack (duplicates across runs counted
     once); ``samples_for(run)`` gives a run's samples by id, ``show`` gets one line per run."""
 
-    labeller = judge_labeller(profile.judge)
+    labeller = JudgeLabeller(profile.judge)
     every: dict[tuple[str, str], None] = {}
     for run in runs:
         if not run.has_table("generations"):
@@ -63,7 +63,7 @@ def estimate_new_runs(judge: "JudgeConfig", samples: Sequence["Sample"], runs: i
     stand_in = {s.id: s.reference or "A reply." for s in samples}
     items = _items(samples, stand_in, None, _paper_persona_texts(planned, samples))
     pairs = items_nli_pairs(items, validate_metric_names(list(metrics)), profile)
-    one = judge_labeller(judge).estimate(pairs)
+    one = JudgeLabeller(judge).estimate(pairs)
     n = max(0, int(runs))
     cost = None if one.cost_usd is None else round(one.cost_usd * n, 6)
     # Distinct pairs, as the judge sends them (a one-sentence persona's sentence pair is its

@@ -2,78 +2,18 @@
 LLM judge did (its :class:`~persobench.metrics.judge.JudgeStats`, for this pass only), whichever
 executor computed the values.
 
-The judge's counts travel with the values: each compute step measures what its judge did while it
-ran (:func:`persobench.scoring.compute.compute_counted`), a Ray actor sends that back with its
-shard, and the driver adds them up. So ``score --executor ray`` reports (and exits on) the same
-counts as a local score; nothing reads a process-wide counter after the fact.
+The judge's counts are the pass's judge session's own
+(:attr:`persobench.metrics.judge_session.JudgeSession.stats`): only the driver of a pass sends judge
+requests, on the local executor and on Ray alike, so ``score --executor ray`` reports (and exits on)
+the same counts as a local score, and nothing is read off a counter another pass shares.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Mapping
 from persobench.metrics.judge import JudgeStats
 from persobench.scoring.writing import RunScoreSummary
-
-
-
-def judge_delta(before: "JudgeStats", after: "JudgeStats") -> "JudgeStats":
-    """What a judge's running counts (:class:`~persobench.metrics.judge.JudgeStats`) gained from
-    ``before`` (a copy taken earlier) to ``after``: the judge's work in between."""
-    return _combined(after, before, -1)
-
-
-def judge_counter(stats: "JudgeStats | None") -> "Callable[[], JudgeStats | None]":
-    """Start counting what a judge does from now on: the returned call gives its work since (a
-    :func:`judge_delta` of ``stats``, the judge's running counts); None without a judge."""
-    if stats is None:
-        return lambda: None
-    before = copy.copy(stats)
-    return lambda: judge_delta(before, stats)
-
-
-def judge_sum(parts: "Iterable[JudgeStats]") -> "JudgeStats":
-    """Several processes' (or compute steps') judge counts as one."""
-
-    total = JudgeStats()
-    for part in parts:
-        total = _combined(total, part, 1)
-    return total
-
-
-def _combined(a: "JudgeStats", b: "JudgeStats", sign: int) -> "JudgeStats":
-    """``a + sign * b`` field by field: counts add, an unknown cost (None) stays unknown, the first
-    error is kept (of ``a``, else of ``b`` when adding; only a new one when subtracting)."""
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, str) or isinstance(y, str):
-            values[f.name] = (x or y) if sign > 0 else (x if not y else "")
-        elif x is None or y is None:
-            values[f.name] = None
-        elif isinstance(x, bool) or not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
-            values[f.name] = x  # not a count: kept as ``a`` has it
-        elif isinstance(x, float) or isinstance(y, float):
-            values[f.name] = round(x + sign * y, 6)
-        else:
-            values[f.name] = x + sign * y
-    return type(a)(**values)
-
-
-def judge_to_dict(stats: "JudgeStats | None") -> dict[str, Any] | None:
-    """JSON-ready counts (what a Ray actor sends back)."""
-    return dataclasses.asdict(stats) if stats is not None else None
-
-
-def judge_from_dict(data: Mapping[str, Any] | None) -> "JudgeStats | None":
-    """The counts :func:`judge_to_dict` made (fields this version does not know are left out)."""
-    if data is None:
-        return None
-
-    known = {f.name for f in dataclasses.fields(JudgeStats)}
-    return JudgeStats(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -108,7 +48,7 @@ class ScoreReport:
     """Metric -> why its numbers come from a fallback (stored, labelled in the provenance)."""
     judge: "JudgeStats | None" = None
     """What the LLM judge did in this pass (pairs, cached, sent, requests, unparseable, unanswered,
-    tokens, cost), summed over every process that computed; ``None`` without a judge."""
+    tokens, cost): its session's counts; ``None`` without a judge."""
 
     @property
     def failures(self) -> int:

@@ -10,10 +10,13 @@ dataset's texts in one pass before its runs (as the local path does) and emptied
 Groups with a torch model ask for a GPU each when the cluster has GPUs; everything else takes one
 CPU. Each family sees the replies the whole run would give it, so the values equal the local ones.
 
-The driver alone writes: when every shard of a run is back it merges them into the run through
-:func:`~persobench.scoring.writing.write_run` under the run's lock, exactly as a local score
-does. So a Ray score and a local one are interchangeable, and a killed one resumes with only the
-values it had not written.
+The driver alone plans, labels and writes (:class:`~persobench.scoring.pass_steps.PassSteps`, as on
+the local executor): each dataset's runs are planned, their NLI pairs asked of the pass's judge in
+the driver (the answers travel inside each run's work, so no actor sends a judge request), then
+their shards are submitted; when every shard of a run is back the driver merges them into the run
+through :func:`~persobench.scoring.writing.write_run` under the run's lock, exactly as a local score
+does. So a Ray score and a local one send the judge the same requests, store the same values and
+report the same counts, and a killed one resumes with only the values it had not written.
 
 Embeddings on disk: the driver writes a probe file in the store's embedding cache; an actor that
 reads it (same machine, or the store on a shared filesystem) uses that cache, others keep their
@@ -24,18 +27,16 @@ Ray is an optional extra (``pip install 'persobench[ray]'``), imported only here
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.metrics.backends import Profile
 from persobench.metrics.encoder import EmbeddingRequest, merged_request
-from persobench.scoring.executors import Computed, ScoreProgress, WorkGroup
-from persobench.metrics.judge import JudgeStats
+from persobench.scoring.pass_steps import Computed, PassSteps, ScoreProgress
 from persobench.scoring.writing import RunWork
 from persobench.metrics.scoring import ScoreResult
 import os
@@ -46,16 +47,17 @@ from persobench.metrics.backends import default_device
 from persobench.metrics.encoder import TextEncoder
 from persobench.metrics.family import Progress
 from persobench.metrics.scoring import prepare_embeddings
-from persobench.scoring.compute import compute_counted
-from persobench.scoring.outcome import judge_to_dict
-from persobench.metrics.judge import JudgeError, JudgeLabeller, labelling_with
-from persobench.llm.spend import SpendLedger
-from persobench.scoring.judge_estimate import JUDGED_METRICS
+from persobench.scoring.compute import compute_run
+from persobench.metrics.judge_session import JudgeSession
+from persobench.metrics.encoder import store_cache_root
+from persobench.metrics.metric_registry import validate_metric_names
+from persobench.scoring.outcome import RunScore
+from persobench.scoring.score_config import ScoreConfig
+from persobench.store import Run, RunStore
 import logging
 import persobench
 from persobench.scoring.work_plan import GPU_SLOTS, FamilyGroup, family_groups, work_embedding_request  # noqa: F401 - re-exported
 from persobench.scoring.compute import combine_results
-from persobench.scoring.outcome import judge_from_dict, judge_sum
 from persobench.secrets import public_text
 
 
@@ -111,33 +113,18 @@ def _spread(group_ids: list[int], slots: int) -> list[tuple[int, ...]]:
 # --- The actor ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JudgeGaveUp:
-    """What an actor sends back when its judge cannot label at all (no key, unknown model)."""
-
-    message: str
-    """The judge's one-line reason."""
-
-
-
 class ScoringWorker:
     """The body of a scoring actor (wrapped by ``ray.remote`` at run time): one profile, one text
-    encoder, models loaded once per process by the backends' cache. Calls run in submission order."""
+    encoder, models loaded once per process by the backends' cache. Calls run in submission order.
+    It never sends a judge request: a judged run's answers come inside its work."""
 
-    def __init__(self, profile: "Profile", cache_root: str | None, probe: str | None,
-                 ledger: "SpendLedger | None" = None) -> None:
+    def __init__(self, profile: "Profile", cache_root: str | None, probe: str | None) -> None:
 
         # The actor's own device: Ray shows it the GPU it was given (CUDA_VISIBLE_DEVICES).
         self.profile = dataclasses.replace(profile, device=default_device())
         shared = bool(cache_root and probe and (Path(cache_root) / probe).is_file())
         self.encoder = TextEncoder(self.profile, Path(cache_root) if shared and cache_root else None)
         self.disk_cache = shared
-        # The invocation's spend ledger (a file every actor reserves from): the cost cap holds over all
-        # of them, not per actor.
-        self.labeller = (JudgeLabeller(self.profile.judge, ledger=ledger)
-                         if ledger is not None and self.profile.judge is not None else None)
-        self.judge_gave_up = ""
-        """Why this actor's judge gave up (its later judged shards give up at once), or ""."""
 
     def describe(self) -> dict[str, Any]:
         """Where this actor runs and whether it reads the store's embedding cache."""
@@ -152,28 +139,14 @@ class ScoringWorker:
 
     def score(self, work: "RunWork", metrics: tuple[str, ...]) -> "ScoreResult | str | None":
         """One shard: ``work``'s missing values of ``metrics``; a deliberate error comes back as its line."""
-        value = self.score_counted(work, metrics)[0]
-        return value.message if isinstance(value, JudgeGaveUp) else value
-
-    def score_counted(self, work: "RunWork",
-                      metrics: tuple[str, ...]) -> "tuple[ScoreResult | JudgeGaveUp | str | None, dict | None]":
-        """:meth:`score`, and what this actor's judge did for the shard (:class:`~persobench.metrics.judge.JudgeStats`
-        as a dict; None without a judge), which the driver adds up."""
-
-
-        if self.judge_gave_up and asks_judge(metrics):  # the same reason again, without a request
-            return JudgeGaveUp(self.judge_gave_up), None
+        # Only the device is the actor's: the rest of the profile is the run's, as the plan resolved
+        # it (its input layout under the run's protocol, its judge, its overrides).
+        on_this_device = dataclasses.replace(work.profile, device=self.profile.device)
         try:
-            with labelling_with(self.labeller) if self.labeller is not None else contextlib.nullcontext():
-                result, tally = compute_counted(dataclasses.replace(work, profile=self.profile), metrics=metrics,
-                                                encoder=self.encoder)
-        except JudgeError as exc:  # the judge cannot label at all: the driver stops, as a local score does
-            self.judge_gave_up = str(exc)
-            return JudgeGaveUp(str(exc)), judge_to_dict(getattr(exc, "judge_tally", None))
+            return compute_run(dataclasses.replace(work, profile=on_this_device), metrics=metrics,
+                               encoder=self.encoder)
         except PersoBenchError as exc:
-            tally = getattr(exc, "judge_tally", None)
-            return str(exc), judge_to_dict(tally)
-        return result, judge_to_dict(tally)
+            return str(exc)
 
     def release(self) -> None:
         """Forget the dataset's in-memory embeddings (the disk cache stays)."""
@@ -197,8 +170,6 @@ class ShardsDone:
     """The shards' values combined (None when none came back)."""
     error: str = ""
     """Why a shard failed (one line), or ""; the values of the other shards are in ``result``."""
-    judge: "JudgeStats | None" = None
-    """What the actors' judge did for this run's shards, summed; None without a judge."""
 
 
 class RayScoring:
@@ -207,9 +178,8 @@ class RayScoring:
     values as its shards finish. Leaving it stops the actors, and Ray when it started it."""
 
     def __init__(self, profile: "Profile", wanted: Sequence[str], *, address: str | None = None,
-                 cache_root: Path | None = None, runs: int | None = None, ledger: "SpendLedger | None" = None) -> None:
+                 cache_root: Path | None = None, runs: int | None = None) -> None:
         self.profile = profile
-        self.ledger = ledger
         self.runs = runs
         self.groups = family_groups(wanted)
         self.address = address
@@ -220,9 +190,11 @@ class RayScoring:
         self._started_ray = False
         self._probe: Path | None = None
         self._pending: dict[Any, tuple[str, int]] = {}  # shard ref -> (run id, group)
-        # run id -> (work, shards still out, results back, errors back, judge tallies back)
-        self._runs: dict[str, tuple["RunWork", int, list[Any], list[str], list[Any]]] = {}
+        # run id -> (work, shards still out, results back, errors back)
+        self._runs: dict[str, tuple["RunWork", int, list[Any], list[str]]] = {}
         self._next: dict[int, int] = {}
+        self._submitted = 0  # shards submitted so far
+        self._back = 0  # shards back so far
 
     def __enter__(self) -> "RayScoring":
         ray = self.ray
@@ -244,7 +216,7 @@ class RayScoring:
             # the CPU actors (which take every CPU) and the pool never waits for itself.
             options = {"num_cpus": 0, "num_gpus": 1} if slot.gpu else {"num_cpus": 1}
             self.actors.append(actor_class.options(**options).remote(
-                self.profile, str(self.cache_root) if self.cache_root else None, probe, self.ledger))
+                self.profile, str(self.cache_root) if self.cache_root else None, probe))
         return self
 
     def _connect(self) -> None:
@@ -292,7 +264,7 @@ class RayScoring:
             if not work.todo:
                 continue
             needed = [g for g, group in enumerate(self.groups) if any(m in work.todo for m in group.metrics)]
-            self._runs[work.run_id] = (work, len(needed), [], [], [])
+            self._runs[work.run_id] = (work, len(needed), [], [])
             for g in needed:
                 pool = self.actors_of(g)
                 turn = self._next.get(g, 0)
@@ -303,59 +275,39 @@ class RayScoring:
             if request.pairs or request.sentences:
                 self.actors[k].prepare.remote(request)
             for work, g in mine:
-                self._pending[self.actors[k].score_counted.remote(work, self.groups[g].metrics)] = (work.run_id, g)
+                self._pending[self.actors[k].score.remote(work, self.groups[g].metrics)] = (work.run_id, g)
+                self._submitted += 1
             self.actors[k].release.remote()
         return idle
 
-    @property
-    def shards_left(self) -> int:
-        return len(self._pending)
-
-    def finished(self, progress: Callable[[int, int], None] | None = None) -> Iterator[ShardsDone]:
-        """Each run's values as soon as all its shards are back; ``progress(done, total)`` per shard."""
+    def finished(self, progress: Callable[[int, int], None] | None = None, *,
+                 wait: bool = True) -> Iterator[ShardsDone]:
+        """Each run's values as soon as all its shards are back; without ``wait``, only those back
+        already. ``progress(back, submitted)`` per shard, over every shard submitted so far."""
 
         ray = self.ray
-        total, done = len(self._pending), 0
         while self._pending:
-            ready, _ = ray.wait(list(self._pending), num_returns=1)
+            ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=None if wait else 0)
+            if not ready:
+                return
             ref = ready[0]
             run_id, g = self._pending.pop(ref)
-            work, expected, results, errors, tallies = self._runs[run_id]
+            work, expected, results, errors = self._runs[run_id]
             try:
-                value, tally = ray.get(ref)
+                value = ray.get(ref)
             except ray.exceptions.RayError as exc:  # an actor died (out of memory, node lost ...)
-                value, tally = f"Ray could not score {', '.join(self.groups[g].families)}: {_one_line(exc)}", None
-            if tally is not None:
-                tallies.append(judge_from_dict(tally))
-            if isinstance(value, JudgeGaveUp):
-                self._judges_finish()
-                raise JudgeError(value.message)  # one line for the whole command, not one per run
+                value = f"Ray could not score {', '.join(self.groups[g].families)}: {_one_line(exc)}"
             if isinstance(value, ScoreResult):
                 results.append(value)
             elif isinstance(value, str):
                 errors.append(value)
-            done += 1
+            self._back += 1
             if progress is not None:
-                progress(done, total)
-            self._runs[run_id] = (work, expected - 1, results, errors, tallies)
+                progress(self._back, self._submitted)
+            self._runs[run_id] = (work, expected - 1, results, errors)
             if expected == 1:  # the run's last shard
                 del self._runs[run_id]
-                judged = judge_sum(tallies) if tallies else None
-                yield ShardsDone(work, combine_results(results), errors[0] if errors else "", judged)
-
-    def _judges_finish(self) -> None:
-        """Wait for the shards still out that may be sending judge requests before the pool is torn
-        down (which kills the actors): a reply in flight was paid for, and its actor caches it first.
-        Each of them ends soon: its judge meets the same reason at its next request (a damaged or
-        vanished spend ledger, a bad key), and its actor's later judged shards give up at once."""
-        out = [ref for ref, (_, g) in self._pending.items() if asks_judge(self.groups[g].metrics)]
-        if out:
-            self.ray.wait(out, num_returns=len(out))
-
-
-def asks_judge(metrics: Sequence[str]) -> bool:
-    """Whether a shard of ``metrics`` asks the judge (when the profile has one)."""
-    return any(m in JUDGED_METRICS for m in metrics)
+                yield ShardsDone(work, combine_results(results), errors[0] if errors else "")
 
 
 def _check_reachable(address: str | None) -> None:
@@ -387,15 +339,28 @@ def _one_line(exc: BaseException) -> str:
 
 
 class RayExecutor:
-    """The :class:`~persobench.scoring.executors.ScoreExecutor` on a Ray cluster: every dataset's
-    shards are queued at once (the actors never wait for the driver), each run comes back when its
-    last shard does, with the judge's counts of its actors."""
+    """The :class:`~persobench.scoring.executors.ScoreExecutor` on a Ray cluster: the driver plans and
+    labels each dataset's runs and submits their shards at once (the actors never wait for the
+    driver), writes each run when its last shard is back, and writes those already back between two
+    datasets."""
 
     device = "ray"
 
     def __init__(self, profile: "Profile", wanted: Sequence[str], *, address: str | None = None,
-                 cache_root: Path | None = None, runs: int | None = None, ledger: "SpendLedger | None" = None) -> None:
-        self.pool = RayScoring(profile, wanted, address=address, cache_root=cache_root, runs=runs, ledger=ledger)
+                 cache_root: Path | None = None, runs: int | None = None) -> None:
+        self.pool = RayScoring(profile, wanted, address=address, cache_root=cache_root, runs=runs)
+
+    @classmethod
+    def where(cls, config: ScoreConfig, profile: "Profile") -> str:  # noqa: ARG003 - the protocol's signature
+        import_ray()  # before any work: without Ray, one line saying what to install
+        return cls.device
+
+    @classmethod
+    def open(cls, config: ScoreConfig, profile: "Profile", store: RunStore, runs: Sequence[Run]) -> "RayExecutor":
+        """Joins ``config.ray_address`` when entered; as many actors as the cluster and ``runs`` call for."""
+        wanted = config.checked_metrics()
+        return cls(profile, validate_metric_names(list(wanted) if wanted is not None else None),
+                   address=config.ray_address, cache_root=store_cache_root(store.home), runs=len(runs))
 
     def __enter__(self) -> "RayExecutor":
         self.pool.__enter__()
@@ -404,12 +369,23 @@ class RayExecutor:
     def __exit__(self, *exc: object) -> None:
         self.pool.__exit__(*exc)
 
-    def compute(self, groups: Iterable["WorkGroup"], progress: "ScoreProgress | None") -> Iterator["Computed"]:
-
-        for group in groups:
-            for work in self.pool.submit(group.works):  # nothing to compute: written at once
-                yield Computed(work, None)
+    def run_pass(self, steps: PassSteps, judge: "JudgeSession | None",
+                 progress: "ScoreProgress | None") -> Generator[RunScore, None, None]:
+        """Plan a dataset, label it, submit its shards, write what is back; at the end, write the rest
+        as it comes back."""
         label = f"ray {self.pool.describe()}"
         report = (lambda done, total: progress(label, done, total)) if progress is not None else None
+
+        def written(done: ShardsDone) -> RunScore:
+            return steps.written(Computed(done.work, done.result, done.error))
+
+        for group in steps.planned():
+            group = steps.labelled(group, judge, progress)
+            yield from steps.refusals()
+            for work in self.pool.submit(group.works):  # nothing to compute: written at once
+                yield steps.written(Computed(work, None))
+            for done in self.pool.finished(report, wait=False):
+                yield written(done)
+        yield from steps.refusals()
         for done in self.pool.finished(report):
-            yield Computed(done.work, done.result, done.error, done.judge)
+            yield written(done)

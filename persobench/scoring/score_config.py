@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from persobench.errors import ConfigurationError
+from persobench.registry import Registry
 from persobench.metrics.backends import Profile
 from persobench.metrics.judge_config import JudgeConfig
 from persobench.metrics.backends import get_profile
@@ -20,8 +21,12 @@ from persobench.metrics.unieval import UPSTREAM, check_scorer
 
 #: ``--nli-inputs`` choices: :data:`~persobench.metrics.nli_inputs.AUTO` then the layouts.
 INPUT_LAYOUTS = (AUTO, *LAYOUTS)
-#: Where the values are computed: in this process, or on a Ray cluster.
-EXECUTORS = ("local", "ray")
+#: Who runs a pass (``--executor``): name -> its :class:`~persobench.scoring.executors.ScoreExecutor`
+#: class, imported on first use. A new executor is one line here and the class.
+EXECUTORS: Registry[Any] = Registry("executor")
+EXECUTORS.register("local", "persobench.scoring.executors:LocalExecutor", description="this process")
+EXECUTORS.register("ray", "persobench.scoring.ray_executor:RayExecutor",
+                   description="actors on a Ray cluster (pip install 'persobench[ray]')")
 #: Field -> its ``score`` flag (the judge's own flags: :data:`persobench.metrics.judge_config.JUDGE_FLAGS`).
 SCORE_FLAGS = {"profile": "--profile", "metrics": "--metrics", "overrides": "--model", "precision": "--precision",
                "judge": "--judge", "executor": "--executor", "ray_address": "--ray-address",
@@ -58,7 +63,7 @@ class ScoreConfig:
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
-            raise ConfigurationError(f"unknown executor {self.executor!r}; known: {', '.join(EXECUTORS)}")
+            raise ConfigurationError(f"unknown executor {self.executor!r}; known: {', '.join(EXECUTORS.in_order())}")
         if self.ray_address and self.executor != "ray":
             raise ConfigurationError("a Ray address (--ray-address) needs the ray executor (--executor ray)")
         check_layout(self.input_layout)

@@ -16,15 +16,15 @@ from persobench.importer import run_reference_note, run_references
 from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, metric_names, validate_metric_names
-from persobench.metrics.nli_inputs import resolve_layout
+from persobench.metrics.nli_inputs import NLIInput, resolve_layout
 from persobench.metrics.unieval import PAPER_SCORER
 from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
+from persobench.metrics.scoring import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
 from persobench.metrics.stored import score_basis, stored_keys
 from persobench.scoring.writing import RunScoreSummary, RunWork
 from persobench.metrics.encoder import EmbeddingRequest
 from persobench.records import Sample
 from persobench.store import Run
-from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
 from persobench.datasets import samples_by_id
 from persobench.files import read_parquet_lists, sha256_file
 from persobench.importer import samples_for_run
@@ -153,7 +153,7 @@ def run_embedding_request(run: "Run", samples_by_id: Mapping[str, "Sample"], *,
 
 def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str | Profile" = "offline",
                   metrics: Sequence[str] | None = None,
-                  references: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+                  references: Mapping[str, str] | None = None) -> "list[NLIInput]":
     """The (premise, hypothesis) pairs :func:`score_run` would have labelled for ``run`` (only for the
     NLI-based scores it lacks), so ``score --judge --dry-run`` can count and price them."""
 
@@ -165,17 +165,6 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
     items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
                    _paper_persona_texts(run, samples))
     return items_nli_pairs(items, tuple(work.todo), work.profile)
-
-
-def items_nli_pairs(items: Sequence[Item], metrics: Sequence[str], profile: "Profile") -> list[tuple[str, str]]:
-    """The (premise, hypothesis) pairs the NLI family labels for ``items`` when ``metrics`` are
-    scored under ``profile`` (its input layout already resolved for the run, :func:`plan_run`): the
-    one count behind ``score --judge --dry-run`` and the New run page's estimate."""
-    steps = {step.family.name: step for step in family_plan(tuple(metrics))}
-    if "nli" not in steps:
-        return []
-    step = steps["nli"]
-    return nli_pairs(items, step.metrics, SENTENCE_LABELS in step.outputs_wanted, profile.input_layout)[0]
 
 
 def _embeds(family: MetricFamily) -> bool:

@@ -81,6 +81,10 @@ class RunWork:
     row_order: tuple[str, ...] = ()
     """Every sample id of the generations table in its order, valid or not (the paper's UniEval
     scorer batches replies by row position)."""
+    nli_answers: Any = None
+    """With a judge in the profile: its answers to the run's NLI pairs
+    (:class:`~persobench.metrics.judge_session.NLIAnswers`), attached by the pass's label step
+    (:func:`persobench.scoring.pass_steps.label_work`) before the run is computed; None until then."""
 
     @property
     def sample_ids(self) -> set[str]:

@@ -1,0 +1,103 @@
+"""The flags of ``run`` and ``score`` (and the global ones) are a public interface: every flag's name,
+destination, default, choices, metavar, help and arity is compared with a snapshot
+(tests/fixtures/cli_flags.json), so a parser built another way (issue 38: generated from the
+configurations' field tables) cannot change what a user types or reads without the change showing here.
+
+After a deliberate change, rewrite the snapshot and review its diff::
+
+    .venv/bin/python tests/test_cli_flags.py --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOT = ROOT / "tests" / "fixtures" / "cli_flags.json"
+#: The commands whose flags are snapshotted (the configurations' front ends), besides the global flags.
+COMMANDS = ("run", "score")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it (a default or choice that JSON cannot hold is kept as its repr)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return repr(value)
+
+
+def _kind(action: argparse.Action) -> str:
+    """The action as ``add_argument(action=...)`` names it: store, store_true, append, help, version."""
+    name = type(action).__name__.strip("_")
+    name = name[:-len("Action")] if name.endswith("Action") else name
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
+    return [{"flags": list(action.option_strings), "dest": action.dest, "kind": _kind(action),
+             "default": _plain(action.default), "choices": _plain(list(action.choices)) if action.choices else None,
+             "metavar": _plain(action.metavar), "nargs": _plain(action.nargs), "required": action.required,
+             "help": action.help}
+            for action in parser._actions if not isinstance(action, argparse._SubParsersAction)]
+
+
+def flag_table() -> dict[str, list[dict[str, Any]]]:
+    """The global flags and those of :data:`COMMANDS`, as the CLI's parser builds them now."""
+    from persobench.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return {"global": _actions(parser), **{name: _actions(commands[name]) for name in COMMANDS}}
+
+
+def differences(actual: dict[str, list[dict[str, Any]]], expected: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per flag added, removed, changed or moved in --help between two flag tables."""
+    found = [f"command {name} added or removed" for name in sorted(set(actual) ^ set(expected))]
+    for command in sorted(set(actual) & set(expected)):
+        have = {"/".join(row["flags"]) or row["dest"]: row for row in actual[command]}
+        want = {"/".join(row["flags"]) or row["dest"]: row for row in expected[command]}
+        found += [f"{command} {flag}: added" for flag in have if flag not in want]
+        found += [f"{command} {flag}: removed" for flag in want if flag not in have]
+        for flag in want.keys() & have.keys():
+            changed = sorted(key for key in want[flag].keys() | have[flag].keys()
+                             if want[flag].get(key) != have[flag].get(key))
+            if changed:
+                found.append(f"{command} {flag}: {', '.join(changed)} changed")
+        if not found and list(have) != list(want):
+            found.append(f"{command}: the flags' order in --help changed")
+    return found
+
+
+def test_the_flags_of_run_and_score_are_the_snapshot():
+    expected = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    assert differences(flag_table(), expected) == [], "rewrite the snapshot (see the module docstring) if deliberate"
+
+
+def test_a_changed_default_help_or_flag_is_reported():
+    expected = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    changed = json.loads(json.dumps(expected))
+    row = next(row for row in changed["score"] if row["flags"] == ["--judge-concurrency"])
+    row["default"], row["help"] = 4, "another text"
+    changed["run"] = [row for row in changed["run"] if row["flags"] != ["--timeout"]]
+    assert differences(changed, expected) == ["run --timeout: removed",
+                                              "score --judge-concurrency: default, help changed"]
+    moved = json.loads(json.dumps(expected))
+    moved["score"].reverse()
+    assert differences(moved, expected) == ["score: the flags' order in --help changed"]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: tests/test_cli_flags.py --write   (rewrites tests/fixtures/cli_flags.json)")
+    sys.path.insert(0, str(ROOT))
+    table = flag_table()
+    lines = ",\n".join(f"  {json.dumps(command)}: [\n" + ",\n".join(f"    {json.dumps(row, ensure_ascii=False)}"
+                                                                 for row in rows) + "\n  ]"
+                       for command, rows in table.items())
+    SNAPSHOT.write_text("{\n" + lines + "\n}\n", encoding="utf-8")  # one flag a line: a change is a one-line diff
+    print(f"wrote {SNAPSHOT.relative_to(ROOT)}")
