@@ -435,7 +435,7 @@ def test_lexical_score_plans_each_run_once_and_hashes_each_sample_once(tmp_path,
 
     from persobench import pipeline, records
     from persobench.datasets import load_dataset
-    from persobench.scoring import score_pass, work_plan
+    from persobench.scoring import score_pass, work_plan  # noqa: F401  (loads the pass's modules)
     from persobench.store import RunManifest, RunStore
 
     samples = load_dataset("sample", limit=4)
@@ -450,7 +450,11 @@ def test_lexical_score_plans_each_run_once_and_hashes_each_sample_once(tmp_path,
     planned: list[str] = []
     real_plan = work_plan.plan_run
     counted = lambda run, *a, **k: planned.append(run.run_id) or real_plan(run, *a, **k)  # noqa: E731
-    for module in (work_plan, score_pass):  # every caller of the plan step, wherever it imported it
+    import sys
+    callers = [m for name, m in list(sys.modules.items())  # every caller of the plan step, wherever it imported it
+               if name.startswith("persobench.") and getattr(m, "plan_run", None) is real_plan]
+    assert work_plan in callers and len(callers) >= 2
+    for module in callers:
         monkeypatch.setattr(module, "plan_run", counted)
     dumps: list[int] = []  # records.py serialises only the input hash
     real_json = records.json
