@@ -289,6 +289,21 @@ def test_chart_titles_are_readable_with_units(report_file):
     assert "Failure ratio (share of replies, lower is better)" in text
 
 
+def test_the_apps_charts_have_the_reports_readable_titles():
+    """The app draws the same figures as the report: its facets read ``metric=response_time`` while the
+    report's read words with units (the report rewrote titles only on its own page)."""
+    import pandas as pd
+
+    from persobench.report.charts import failure_bars_figure, metric_bars_figure
+
+    bars = pd.DataFrame({"model": ["a", "b"] * 2, "metric": ["response_time"] * 2 + ["bleu"] * 2,
+                         "mean": [1.0, 2.0, 0.1, 0.2], "ci_low": [0.5, 1.5, 0.0, 0.1], "ci_high": [1.5, 2.5, 0.2, 0.3]})
+    titles = [note.text for note in metric_bars_figure(bars, ["response_time", "bleu"]).layout.annotations]
+    assert titles == ["Response time (seconds, lower is better)", "bleu"]
+    counts = pd.DataFrame({"model": ["a"], "mode": ["cot"], "status": ["invalid_json"], "count": [3]})
+    assert [n.text for n in failure_bars_figure(counts).layout.annotations][:1] == ["Chain-of-thought prompting"]
+
+
 def _hostile_run(store, *, dataset, label, ids, replies, rouge):
     import pandas as pd
 

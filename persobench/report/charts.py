@@ -85,11 +85,25 @@ def _in_order(values: "pd.Series") -> list[str]:
     return list(dict.fromkeys(values))
 
 
+#: A metric facet's title where the name alone hides its unit or which way is better.
+METRIC_TITLES = {"response_time": "Response time (seconds, lower is better)",
+                 "failure_ratio": "Failure ratio (share of replies, lower is better)",
+                 "unieval_engagingness": "Engagingness (UniEval score, higher is better)"}
+MODE_TITLES = {"vanilla": "Vanilla prompting", "cot": "Chain-of-thought prompting"}
+
+
+def facet_title(facet: str, name: str) -> str:
+    """A facet's title as words (``response_time`` with its unit, ``cot`` spelt out), the same in the
+    app and the report; other names as they are."""
+    titles = METRIC_TITLES if facet == "metric" else MODE_TITLES if facet == "mode" else {}
+    return titles.get(name, name)
+
+
 def _facets(names: Sequence[str], facet: str) -> "go.Figure":
-    """One subplot per name side by side, titled ``facet=name`` (plotly.express's facet titles)."""
+    """One subplot per name side by side, titled by :func:`facet_title`."""
     from plotly.subplots import make_subplots
 
-    return make_subplots(rows=1, cols=max(1, len(names)), subplot_titles=[f"{facet}={n}" for n in names],
+    return make_subplots(rows=1, cols=max(1, len(names)), subplot_titles=[facet_title(facet, n) for n in names],
                          horizontal_spacing=min(0.08, 1 / max(1, len(names))))
 
 

@@ -39,11 +39,6 @@ PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "showSendToCloud": Fa
                  "toImageButtonOptions": {"format": "png", "scale": 2}}
 #: Characters of a reply, context turn or raw output shown before the rest is folded away.
 SHOWN_CHARS = 700
-#: What a chart's facet title says about a metric: its unit and which way is better.
-METRIC_TITLES = {"response_time": "Response time (seconds, lower is better)",
-                 "failure_ratio": "Failure ratio (share of replies, lower is better)",
-                 "unieval_engagingness": "Engagingness (UniEval score, higher is better)"}
-MODE_TITLES = {"vanilla": "Vanilla prompting", "cot": "Chain-of-thought prompting"}
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; padding: 0 1em; color: #222; }
@@ -142,18 +137,6 @@ def _long_text(text: str, css: str = "text") -> str:
             f'characters</summary><div class="{css}">{esc(rest)}</div></details>')
 
 
-def _readable_titles(figure: "go.Figure") -> "go.Figure":
-    """Facet titles ``metric=response_time`` / ``mode=cot`` (the shared figures' plotly.express style)
-    as words with units: :data:`METRIC_TITLES`, :data:`MODE_TITLES`."""
-    def title(text: str) -> str:
-        facet, _, value = str(text).partition("=")
-        if facet == "metric":
-            return METRIC_TITLES.get(value, value.replace("_", " "))
-        return MODE_TITLES.get(value, value) if facet == "mode" else text
-
-    return figure.for_each_annotation(lambda note: note.update(text=title(note.text)))
-
-
 def _figure(figure: "go.Figure", chart_ids: Iterator[int]) -> str:
     import plotly.io as pio
 
@@ -161,7 +144,7 @@ def _figure(figure: "go.Figure", chart_ids: Iterator[int]) -> str:
     config = {**PLOTLY_CONFIG, "toImageButtonOptions": {**PLOTLY_CONFIG["toImageButtonOptions"],
                                                         "filename": f"persobench-chart-{chart}"}}
     return '<div class="chart">' + pio.to_html(
-        _readable_titles(figure), full_html=False, include_plotlyjs=False, div_id=f"chart-{chart}",
+        figure, full_html=False, include_plotlyjs=False, div_id=f"chart-{chart}",
         config=config) + "</div>"
 
 
