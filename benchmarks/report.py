@@ -46,13 +46,13 @@ TARGET_S = 3.0
 TARGET_MB = 250.0
 
 
-def build_paper_store(home: Path, reference: Path) -> tuple[int, int]:
-    """``benchmarks/app.py``'s store (imported and scored once, reused): (runs, replies)."""
+def app_benchmark():
+    """``benchmarks/app.py`` as a module: its paper store and its command-line arguments."""
     spec = importlib.util.spec_from_file_location("bench_app", ROOT / "benchmarks" / "app.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.build_store(home, reference)
+    return module
 
 
 def unpack(rev: str, into: Path) -> Path:
@@ -83,17 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per tree and state (median reported)")
     parser.add_argument("--baseline", default=BASELINE, help=f"revision to compare with (default {BASELINE}); none: skip")
-    parser.add_argument("--home", default=os.environ.get("PERSOBENCH_BENCH_HOME") or str(ROOT / "cache" / "bench-app"))
-    parser.add_argument("--reference", default=os.environ.get("PERSOBENCH_REFERENCE")
-                        or str(ROOT.parent / "shared" / "persobench-reference"))
+    bench_app = app_benchmark()
+    bench_app.add_store_arguments(parser)
     args = parser.parse_args(argv)
-    reference = Path(args.reference)
-    if not (reference / "Prompts").is_dir():
-        print(f"skipped: the paper's published data is not at {reference} (set PERSOBENCH_REFERENCE)")
+    reference = bench_app.paper_reference(args)
+    if reference is None:
         return 0
     os.environ["PERSOBENCH_REFERENCE"] = str(reference)  # the dialogues' texts come from its prompt tables
     home = Path(args.home).resolve()
-    runs, replies = build_paper_store(home, reference)
+    runs, replies = bench_app.build_store(home, reference)
     print(f"store: {home}, {runs} runs, {replies:,} replies")
     work = Path(tempfile.mkdtemp(prefix="persobench-bench-report-"))
     try:
