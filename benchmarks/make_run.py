@@ -10,8 +10,8 @@ Each line ``make`` prints is timestamped; a phase starts at the first line match
 :data:`PHASES` (the commands ``make`` echoes, and the markers the Makefile prints), so the same
 script reads the Makefile before and after a change. Two moments are watched from outside: **app
 answers**, when ``GET /_stcore/health`` on the port first returns 200 (polled every 0.2 s), and
-**demo ready**, when the demo command prints ``demo ready`` (the landing page then tells the demo's
-story, not its progress). CPU seconds are those of ``make`` and every process below it (running or
+**demo ready**, when the demo command prints ``demo ready`` or the store's ``demo.json`` says
+``ready`` (the landing page then tells the demo's story, not its progress). CPU seconds are those of ``make`` and every process below it (running or
 ended), read from ``/proc`` at each phase's start: on a shared machine they show the work when wall
 time shows the wait for a core.
 
@@ -25,6 +25,7 @@ keeps them). Exits 1 when the app never answers within ``--timeout``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -49,6 +50,7 @@ PHASES = (
     ("bytecode", re.compile(r"^touch .*installed|compileall")),
     ("demo", re.compile(r"persobench demo")),
     ("streamlit", re.compile(r"streamlit run")),
+    ("app and demo", re.compile(r"make run: starting the app")),
 )
 #: Target of issue 41: a fresh clone's ``make run`` to the app answering, on 2 quiet cores.
 TARGET_S = 150.0
@@ -103,6 +105,14 @@ def answers(port: int) -> bool:
         return False
 
 
+def demo_ready(home: Path) -> bool:
+    """The store's ``demo.json`` says the demo is ready (a Makefile that prepares it behind the app)."""
+    try:
+        return json.loads((home / "demo.json").read_text(encoding="utf-8")).get("state") == "ready"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def clone(rev: str, into: Path) -> str:
     """A fresh clone of this repository at ``rev`` in ``into``; the commit's id."""
     sha = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
@@ -145,6 +155,8 @@ def make_run(folder: Path, *, port: int, pip_cache: str, timeout: float, echo: b
         while time.perf_counter() - timeline.started < timeout and process.poll() is None:
             if timeline.answered is None and answers(port):
                 timeline.answered = now()
+            if timeline.demo_ready is None and demo_ready(folder / "cache"):
+                timeline.demo_ready = now()
             if timeline.answered is not None and timeline.demo_ready is not None:
                 break
             time.sleep(0.2)
