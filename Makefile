@@ -51,8 +51,11 @@ run: $(STAMP) bytecode
 	trap 'kill $$demo 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m streamlit run app.py --server.port $(PORT) --server.address $(ADDRESS) --server.headless true
 
+# One test worker per core (TEST_WORKERS=1 for a single process); a file's tests stay on one worker, so
+# a module's server, browser or store is built once.
+TEST_WORKERS ?= auto
 test: $(STAMP) bytecode browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP) bytecode
 	$(PY) benchmarks/generation.py
