@@ -149,16 +149,29 @@ def prepare(home: Path) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes of each kind (median reported)")
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--home`` (the benchmark store) and ``--reference`` (the paper's published data)."""
     parser.add_argument("--home", default=os.environ.get("PERSOBENCH_BENCH_HOME") or str(ROOT / "cache" / "bench-app"))
     parser.add_argument("--reference", default=os.environ.get("PERSOBENCH_REFERENCE")
                         or str(ROOT.parent / "shared" / "persobench-reference"))
-    args = parser.parse_args(argv)
+
+
+def paper_reference(args: argparse.Namespace) -> Path | None:
+    """The paper's published data of ``--reference``, or None (said on stdout) when it is not there."""
     reference = Path(args.reference)
     if not (reference / "Prompts").is_dir():
         print(f"skipped: the paper's published data is not at {reference} (set PERSOBENCH_REFERENCE)")
+        return None
+    return reference
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes of each kind (median reported)")
+    add_store_arguments(parser)
+    args = parser.parse_args(argv)
+    reference = paper_reference(args)
+    if reference is None:
         return 0
     logging.disable(logging.WARNING)
     import compileall

@@ -18,7 +18,7 @@ from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.links import copy_link, flag, many, publish, seed, seed_flag, seed_many
 from persobench.app.loaders import runs_table
 from persobench.app.text import md_escape
-from persobench.app.widgets import demo_story_panel, structured_board_notes
+from persobench.app.widgets import demo_progress_panel, demo_story_panel, structured_board_notes
 
 page_setup()
 st.title("Leaderboard")
@@ -26,12 +26,10 @@ st.title("Leaderboard")
 home, sig = current_state()
 runs = runs_table(home, sig)
 profiles = load_or_stop(available_profiles, home, sig)
-if runs.empty:
-    empty_store_notice()
-    st.stop()
-if not profiles:
-    st.info("The store has runs but none is scored yet. Score them with "
-            "`python -m persobench score --profile offline` (packaged models, no network), then reload.")
+demo = demo_progress_panel(home, empty=runs.empty)  # while `make run` prepares the demo behind the app
+if runs.empty or not profiles:
+    if demo is None:
+        empty_store_notice(unscored=not runs.empty)
     st.stop()
 
 if story := load_or_stop(demo_story_for, home, sig):  # the demo's store: its story before any filter

@@ -53,7 +53,6 @@ def read_csv_rows(text: str, origin: str) -> list[tuple[int, list[str]]]:
     Raises :class:`CSVFormatError` for an unclosed quote or a stray quote that would hide rows.
     """
     raise_field_limit()
-    lines = io.StringIO(text, newline="").readlines()
     records: list[tuple[int, list[str]]] = []
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     start = 1
@@ -70,19 +69,22 @@ def read_csv_rows(text: str, origin: str) -> list[tuple[int, list[str]]]:
             ) from None
         records.append((start, values))
         start = reader.line_num + 1
-    _check_multiline_records(records, lines, origin)
+    _check_multiline_records(records, text, reader.line_num, origin)
     return records
 
 
-def _check_multiline_records(records: list[tuple[int, list[str]]], lines: list[str], origin: str) -> None:
-    """Reject a lone multi-line record whose continuation lines are complete rows on their own."""
+def _check_multiline_records(records: list[tuple[int, list[str]]], text: str, line_count: int, origin: str) -> None:
+    """Reject a lone multi-line record whose continuation lines are complete rows on their own.
+    ``line_count``: the lines of ``text`` (the reader's count once it has read them all); the lines
+    themselves are split only for that lone record (a copy of a 4 MB table held beside it otherwise)."""
     spans = []
     for index, (first_line, _values) in enumerate(records):
-        last_line = records[index + 1][0] - 1 if index + 1 < len(records) else len(lines)
+        last_line = records[index + 1][0] - 1 if index + 1 < len(records) else line_count
         if last_line > first_line:
             spans.append((index, first_line, last_line))
     if len(spans) != 1 or not records:
         return
+    lines = io.StringIO(text, newline="").readlines()
     width = len(records[0][1])
     index, first_line, last_line = spans[0]
     for line_number in range(first_line + 1, last_line + 1):

@@ -52,7 +52,7 @@ from persobench.generation import (  # noqa: F401
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
 from persobench.generation.progress import STARTING, every_reply_failed, run_state  # noqa: F401
 from persobench.generation.demo import (  # noqa: F401
-    DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, demo_runs)
+    DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, DemoState, demo_configs, demo_runs, read_demo_state, write_demo_state)
 from persobench.generation.batch_run import BatchPending, batch_notes, waiting_batch  # noqa: F401
 from persobench.generation.lock import interruption  # noqa: F401
 from persobench.generation.numbers import check_number, number_argument  # noqa: F401

@@ -263,3 +263,20 @@ def test_sample_hash_is_the_dataclass_hash_computed_once_and_never_pickled() -> 
     copy = pickle.loads(pickle.dumps(sample))
     assert "_hash" not in copy.__dict__ and copy == sample and hash(copy) == expected
     assert len({sample: 1, twin: 2, other: 3}) == 2
+
+
+@pytest.mark.reference
+def test_some_samples_parses_only_the_rows_asked_for(reference_dir: Path) -> None:
+    """A report's few dialogues of a paper table: only their rows are parsed, into the samples the
+    whole table gives (an id the table lacks is left out); a dataset already parsed is served from
+    that parse, and a file dataset is loaded whole."""
+    from persobench import datasets
+
+    datasets._CACHE.pop(("pec", ()), None)
+    wanted = ["pec:3", "pec:0", "pec:999", "pec:5000", "focus:1", "pec:x"]
+    some = datasets.some_samples("pec", wanted)
+    assert ("pec", ()) not in datasets._CACHE, "the whole table was parsed"
+    whole = datasets.samples_by_id("pec")
+    assert some == {i: whole[i] for i in ("pec:0", "pec:3", "pec:999")}
+    assert datasets.some_samples("pec", ["pec:7"]) == {"pec:7": whole["pec:7"]}
+    assert datasets.some_samples("sample", ["sample:2", "sample:999"]).keys() == {"sample:2"}

@@ -4,10 +4,12 @@ SmolLM2 as asked fails the format, SmolLM2 with structured output produces score
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -32,6 +34,13 @@ def test_demo_is_cached_second_call_is_a_fast_no_op(tmp_path):
         ("baseline:reference", "vanilla"), ("baseline:reference", "cot"),
         ("baseline:persona-echo", "vanilla"), ("baseline:persona-echo", "cot")}
     assert all("offline" in r.manifest.extra["scores"] for r in runs)
+    from persobench.generation.demo import read_demo_state
+
+    state = read_demo_state(home)  # what the app reads while `make run` prepares the demo behind it
+    assert state is not None and state.state == "ready" and not state.preparing
+    assert set(state.runs) == {r.run_id for r in runs}
+    assert state.labels[0] == "baseline:reference · vanilla"
+
     def snapshot() -> dict[str, int]:
         return {str(p.relative_to(home)): p.stat().st_mtime_ns for p in (home / "runs").rglob("*") if p.is_file()}
 
@@ -120,3 +129,116 @@ def test_demo_runs_are_recognised_from_their_manifests_and_need_both_smollm2_run
     assert demo_runs([*others, dataclasses.replace(paper, status="completed")]) == {}  # not the demo's template
     full = dataclasses.replace(plan_generation(demo_configs(limit=6)[-1], store=store).manifest, status="completed")
     assert demo_runs([*manifests, full])[("local:smollm2", True, "cot")] == full.run_id  # the larger run wins
+
+
+# ---- the demo prepared behind the app (`make run`) ----------------------------------------------
+
+APP = str(ROOT / "app.py")
+
+
+@pytest.fixture()
+def demo_process():
+    """A live process whose command line is the demo command's, standing in for it (its pid goes into
+    ``demo.json``); killed at the end."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "-m", "persobench", "demo"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def landing(home: Path, monkeypatch) -> Any:
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def state_of(home: Path, pid: int, stage: str) -> None:
+    """``demo.json`` as the demo command writes it while it generates SmolLM2's first run, from ``pid``."""
+    import json
+
+    from persobench.generation import plan_generation
+    from persobench.generation.demo import DEMO_STATE_FILE, demo_configs, write_demo_state
+    from persobench.store import RunStore
+
+    plans = [plan_generation(config, store=RunStore(home)) for config in demo_configs(limit=3)]
+    write_demo_state(home, "preparing", stage, [p.run_id for p in plans],
+                     labels=[f"{p.manifest.model_label} · {p.template.mode}" for p in plans])
+    path = home / DEMO_STATE_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "pid": pid}))
+
+
+def test_landing_follows_the_demo_prepared_behind_the_app(tmp_path, monkeypatch, demo_process):
+    """``make run`` starts the app and the demo together: the landing page shows the baselines' board as
+    soon as they are scored, with the demo's progress above it (each run waiting, generating or scored),
+    says so when the demo was interrupted, and shows neither once the demo is ready."""
+    home = tmp_path / "demo"
+    assert demo(home, "--no-local", "--limit", "3").returncode == 0  # the baselines, generated and scored
+    state_of(home, demo_process.pid, "generating local:smollm2 · vanilla (SmolLM2 loads first)")
+    at = landing(home, monkeypatch)
+    panel = [shown(m.value) for m in at.markdown if "Preparing the offline demo" in str(m.value)]
+    assert panel and "SmolLM2 loads first" in panel[0]
+    bars = [(p.proto.value, shown(p.proto.text)) for p in at.get("progress")]
+    assert len(bars) == 8
+    assert bars[0] == (100, "baseline:reference · vanilla: 3 replies, scored")
+    assert bars[-1] == (0, "local:smollm2 +structured · cot: waiting")
+    assert {m for m in ranking_models(at)} == {"baseline:reference", "baseline:persona-echo"}  # their board
+
+    demo_process.kill()
+    demo_process.wait()
+    text = " ".join(shown(i.value) for i in landing(home, monkeypatch).info)
+    assert "The offline demo was interrupted while generating local:smollm2" in text and "resumes it" in text
+
+    assert demo(home, "--no-local", "--limit", "3").returncode == 0  # cached: the demo (of 3 baselines) is ready
+    at = landing(home, monkeypatch)
+    assert not at.get("progress") and "offline demo" not in " ".join(str(i.value) for i in [*at.info, *at.warning])
+
+
+def test_landing_of_an_empty_store_waits_for_the_demo_to_start(tmp_path, monkeypatch, demo_process):
+    """The app may draw its first page before the demo command wrote anything: the empty store's notice,
+    then the demo's progress without any reload (the page watches for it)."""
+    home = tmp_path / "demo"
+    home.mkdir()
+    at = landing(home, monkeypatch)
+    assert any("No runs in the store yet" in str(i.value) for i in at.info)
+    state_of(home, demo_process.pid, "generating baseline:reference · vanilla")
+    at.run()  # what the watcher's rerun does
+    assert any("Preparing the offline demo" in str(m.value) for m in at.markdown)
+    assert not any("No runs in the store yet" in str(i.value) for i in at.info)
+    assert [shown(p.proto.text) for p in at.get("progress")][0] == "baseline:reference · vanilla: waiting"
+
+
+def test_a_demo_that_cannot_finish_says_why_in_the_store_and_on_the_landing_page(tmp_path, monkeypatch):
+    """Another process generating one of the demo's runs stops the demo with a one-line error: the
+    command exits 2, ``demo.json`` keeps the reason, and the landing page shows it with how to resume."""
+    from persobench.generation import plan_generation
+    from persobench.generation.demo import demo_configs, read_demo_state
+    from persobench.generation.lock import hold_run_lock
+    from persobench.store import RunStore
+
+    home = tmp_path / "demo"
+    plan = plan_generation(demo_configs(limit=3, local=False)[0], store=RunStore(home))
+    folder = RunStore(home).runs_dir / plan.run_id
+    folder.mkdir(parents=True)
+    with hold_run_lock(folder):
+        done = demo(home, "--no-local", "--limit", "3")
+    assert done.returncode == 2 and "is being generated by process" in done.stderr
+    state = read_demo_state(home)
+    assert state is not None and state.state == "failed" and not state.preparing
+    assert f"run {plan.run_id} is being generated by process {os.getpid()}" in state.message
+    warnings = " ".join(shown(w.value) for w in landing(home, monkeypatch).warning)
+    assert "The offline demo stopped" in warnings and "is being generated by process" in warnings
+
+
+def shown(markdown: object) -> str:
+    """Markdown source as the page shows it (the app escapes punctuation in labels)."""
+    return str(markdown).replace("\\", "")
+
+
+def ranking_models(at) -> list[str]:
+    for frame in at.dataframe:
+        if {"model", "rank"} <= set(frame.value.columns):
+            return list(frame.value["model"])
+    raise AssertionError("no ranking table on the page")

@@ -169,3 +169,31 @@ def test_paired_comparison_does_not_import_scipy_stats():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr
     assert 0.0 <= float(done.stdout) <= 1.0
+
+
+def test_bootstrap_cis_are_the_same_bits_whatever_the_blas_thread_count():
+    """The resampled means are one product on one BLAS thread: OpenBLAS splits a product between
+    threads by their number, which moves the last bits of the sums (2 threads against 1 did), so a
+    CI was not the same number on machines with other core counts. It is the product of the float64
+    counts, and the process's BLAS keeps its own thread count afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    before = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    rng = np.random.default_rng(7)
+    matrix = rng.random((980, 9))
+    diff = rng.normal(size=300)
+    cis, paired = [], []
+    for threads in (2, 1, 4):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            cis.append(stats.bootstrap_mean_cis(matrix))
+            result = stats.paired_comparison(diff, np.zeros(300), metric="m", run_a="a", run_b="b")
+            paired.append((result.ci_low, result.ci_high))
+    with threadpool_limits(limits=1, user_api="blas"):
+        means = stats.resample_counts(980) @ matrix / 980
+        boot = stats.resample_counts(300) @ diff / 300
+    alpha = (1.0 - stats.DEFAULT_LEVEL) / 2.0
+    expected = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
+    for low, high in cis:
+        assert np.array_equal(low, expected[0]) and np.array_equal(high, expected[1])
+    assert set(paired) == {tuple(float(v) for v in np.quantile(boot, [alpha, 1.0 - alpha]))}
+    assert [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"] == before

@@ -111,10 +111,14 @@ def sidebar_store_summary() -> None:
                     st.text(f"{path}: {reason}")
 
 
-def empty_store_notice() -> None:
-    """What to do when the store has no runs yet."""
+def empty_store_notice(*, unscored: bool = False) -> None:
+    """What to do when the store has no runs yet (``unscored``: runs, but none scored)."""
     import streamlit as st
 
+    if unscored:
+        st.info("The store has runs but none is scored yet. Score them with "
+                "`python -m persobench score --profile offline` (packaged models, no network), then reload.")
+        return
     st.info(
         "No runs in the store yet. Prepare the offline demo with `python -m persobench demo` "
         "(or `make run`), launch one from **New run**, or import the paper's published replies on the "

@@ -1,6 +1,6 @@
 """Reusable widgets: a dataset sample, the card of a background job (New run and Data pages), the
-leaderboard's notes on structured runs and the demo's story (the leaderboard's own panels are in
-:mod:`persobench.app.board_view`)."""
+leaderboard's notes on structured runs, the demo's story and its progress while ``make run`` prepares
+it (the leaderboard's own panels are in :mod:`persobench.app.board_view`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from persobench.app.chrome import app_environment
 from persobench.app.text import format_seconds, md_escape, model_kind, safe_message
 from persobench.errors import PersoBenchError
 from persobench.jobs import JobManager, JobStatus, local_time, seconds_between
-from persobench.pipeline import STARTING
+from persobench.pipeline import DEMO_PROFILE, STARTING, DemoState, RunStore, StoreError, read_demo_state, read_progress
 from persobench.pipeline import structured_note
 from persobench.pipeline import modes_figure
 
@@ -193,3 +193,74 @@ def demo_story_panel(story: Any) -> None:
             st.plotly_chart(modes_figure(table[["model", "mode", "mean"]], metric=metric, height=300),
                             width="stretch", key="lb_demo_chart")
         st.dataframe(wide, hide_index=True, width="stretch", column_config=config)
+
+
+def demo_progress_panel(home: str, *, empty: bool = False) -> DemoState | None:
+    """While ``make run`` prepares the demo behind the app (``<home>/demo.json`` of a live ``demo``
+    command): what it does now and each of its runs' replies, redrawn every 2 s, and the whole page
+    drawn again when the demo reaches its next stage (the baselines scored: their board appears; a
+    SmolLM2 run done; ready: the story appears). A demo that stopped says why and how to resume it.
+    Returns the state it showed, or None when there is nothing to show (no demo command ran here, or
+    the demo is ready). On an ``empty`` store it watches for a demo starting (``make run`` starts the
+    app and the demo together, and the app may draw its first page first)."""
+    import streamlit as st
+
+    state = read_demo_state(home)
+    if state is None and empty:
+        _watch_for_demo(home)
+    if state is None or state.state == "ready":
+        return None
+    if state.state == "failed":
+        st.warning(f"The offline demo stopped: {safe_message(state.message)}. `python -m persobench demo` "
+                   "(or `make run`) finishes it: replies already made are reused.")
+    elif not state.alive:
+        st.info(f"The offline demo was interrupted while {md_escape(state.stage)}. `python -m persobench demo` "
+                "(or `make run`) resumes it: replies already made are reused.")
+    else:
+        _demo_progress(home, state.stage)
+    return state
+
+
+def _watch_for_demo(home: str) -> None:
+    import streamlit as st
+
+    @st.fragment(run_every=2.0)
+    def watch() -> None:
+        if read_demo_state(home) is not None:
+            st.rerun()
+
+    watch()
+
+
+def _demo_progress(home: str, drawn_stage: str) -> None:
+    import streamlit as st
+
+    @st.fragment(run_every=2.0)
+    def progress() -> None:
+        state = read_demo_state(home)
+        if state is None or not state.preparing or state.stage != drawn_stage:
+            st.rerun()  # the next stage: new runs on the board, or the demo ready (its story) or stopped
+        store = RunStore(home)
+        with st.container(border=True):
+            st.markdown(f"**Preparing the offline demo** · {md_escape(state.stage)}")
+            st.caption("`make run` prepares it behind the app: the baselines first (their board appears below as "
+                       "soon as they are scored), then SmolLM2 as asked and with structured output, a few minutes "
+                       "on 2 cores. This panel follows it; the page redraws itself at each step.")
+            for run_id, label in zip(state.runs, state.labels or state.runs):
+                st.progress(*_run_progress(store, run_id, md_escape(label)))
+
+    progress()
+
+
+def _run_progress(store: "RunStore", run_id: str, label: str) -> tuple[float, str]:
+    """(share done, label) of one demo run: its replies so far, or done and scored."""
+    try:
+        run = store.get(run_id)
+    except StoreError:  # not started yet: the demo plans every run, makes them one by one
+        return 0.0, f"{label}: waiting"
+    if run.manifest.status == "completed":
+        scored = bool(run.manifest.details.profile_scores(DEMO_PROFILE).metrics)
+        return 1.0, f"{label}: {len(run.manifest.sample_ids)} replies" + (", scored" if scored else ", scoring next")
+    progress = read_progress(run.path) or {}
+    total, done = int(progress.get("total") or len(run.manifest.sample_ids)), int(progress.get("done") or 0)
+    return (min(done / total, 1.0) if total else 0.0), f"{label}: {done}/{total} replies"

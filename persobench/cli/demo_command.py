@@ -26,14 +26,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from persobench.cli import CLIError, store_from_args
 from persobench.pipeline import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
 from persobench.pipeline import StoreError
 from persobench.pipeline import metric_names
 from persobench import pipeline
-from persobench.errors import ConfigurationError, RunAborted
+from persobench.errors import ConfigurationError, PersoBenchError, RunAborted
 from persobench.pipeline import ProgressBar
 
 #: SmolLM2-135M's decoding speed on 2 idle cores in batches of 8, new tokens per second summed over
@@ -101,9 +101,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if limit is not None and limit < 1:
         raise CLIError("--limit must be at least 1")
     plans = [pipeline.plan(config, store=store) for config in demo_configs(limit=limit, local=not args.no_local)]
+    run_ids = [p.run_id for p in plans]
+    labels = [f"{p.manifest.model_label} · {p.template.mode}" for p in plans]
     to_generate = [p for p in plans if not _generated(store, p.run_id)]
     to_score = [p for p in plans if not _scored(store, p.run_id)]
     if not to_generate and not to_score:
+        known = pipeline.read_demo_state(store.home)
+        if known is None or (known.state, known.runs) != ("ready", tuple(run_ids)):
+            pipeline.write_demo_state(store.home, "ready", "ready", run_ids, labels=labels)
         print(f"demo ready (cached): {len(plans)} runs of the {DEMO_DATASET!r} dataset in {store.runs_dir}, "
               f"scored with the {DEMO_PROFILE} profile ({time.monotonic() - started:.1f} s)")
         return 0
@@ -119,34 +124,66 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"~{FIXED_SECONDS:.0f} s loading models, baselines and scoring. Longer on a busy machine; "
               "Ctrl-C is safe: run the demo again to resume.")
 
-    bar = _Bar(total=sum(len(p.samples) for p in to_generate), desc="generating", disabled=args.no_progress)
-    offset = 0
+    def stage(text: str) -> None:
+        pipeline.write_demo_state(store.home, "preparing", text, run_ids, labels=labels)
+
     try:
-        for plan in to_generate:
-            bar.set_description(f"{plan.manifest.model_label} {plan.template.mode}")
-
-            def on_progress(info: Any, base: int = offset) -> None:
-                bar.update_to(base + info.done)
-
-            try:
-                pipeline.generate(plan.config, store=store, progress=on_progress)
-            except ConfigurationError as exc:
-                raise CLIError(f"{plan.spec.name}: {exc}") from None
-            except RunAborted as exc:
-                raise CLIError(f"{plan.spec.name}: run stopped: {exc}") from None
-            offset += len(plan.samples)
-            bar.update_to(offset)
-    finally:
-        bar.close()
-
-    failures = _score(store, [p.run_id for p in plans if not _scored(store, p.run_id)], args.no_progress)
+        failures = _prepare(store, plans, {p.run_id for p in to_generate}, stage, args.no_progress)
+    except PersoBenchError as exc:
+        pipeline.write_demo_state(store.home, "failed", "stopped", run_ids, labels=labels, message=str(exc))
+        raise
     elapsed = time.monotonic() - started
     for line in _story(store, plans):
         print(line)
+    if failures:
+        pipeline.write_demo_state(store.home, "failed", "stopped", run_ids, labels=labels,
+                                  message=f"{failures} run(s) could not be scored")
+    else:
+        pipeline.write_demo_state(store.home, "ready", "ready", run_ids, labels=labels)
     print(f"demo ready: {len(plans)} runs in {store.runs_dir} in {_minutes(elapsed)}"
           + (f" (estimate: {_minutes(estimate)} on 2 idle cores)" if local_replies else "")
           + ". Start the app with: streamlit run app.py")
     return 1 if failures else 0
+
+
+def _prepare(store: Any, plans: list[Any], to_generate: set[str], stage: Callable[[str], None],
+             no_progress: bool) -> int:
+    """Generate and score the baselines first, then SmolLM2's runs: while ``make run`` prepares the
+    demo behind the app, the landing page has the baselines' board within seconds and SmolLM2's story
+    when its runs are scored. Scoring loads its models once for both groups. How many runs could not
+    be scored."""
+    failures = 0
+    groups = (("the baselines", [p for p in plans if p.spec.provider != "local"]),
+              ("SmolLM2's runs", [p for p in plans if p.spec.provider == "local"]))
+    for name, group in groups:
+        pending = [p for p in group if p.run_id in to_generate]
+        bar = _Bar(total=sum(len(p.samples) for p in pending), desc="generating", disabled=no_progress)
+        offset = 0
+        try:
+            for plan in pending:
+                label = f"{plan.manifest.model_label} {plan.template.mode}"
+                bar.set_description(label)
+                stage(f"generating {label}" + (" (SmolLM2 loads first)" if plan.spec.provider == "local" and
+                                               plan is pending[0] else ""))
+
+                def on_progress(info: Any, base: int = offset, bar: _Bar = bar) -> None:
+                    bar.update_to(base + info.done)
+
+                try:
+                    pipeline.generate(plan.config, store=store, progress=on_progress)
+                except ConfigurationError as exc:
+                    raise CLIError(f"{plan.spec.name}: {exc}") from None
+                except RunAborted as exc:
+                    raise CLIError(f"{plan.spec.name}: run stopped: {exc}") from None
+                offset += len(plan.samples)
+                bar.update_to(offset)
+        finally:
+            bar.close()
+        unscored = [p.run_id for p in group if not _scored(store, p.run_id)]
+        if unscored:
+            stage(f"scoring {name} ({DEMO_PROFILE} profile)")
+            failures += _score(store, unscored, no_progress)
+    return failures
 
 
 def _story(store: Any, plans: list[Any]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Collection
 
 from persobench.datasets.prompt_tables import parse_prompt_row
 from persobench.records import Sample
@@ -53,17 +54,20 @@ def prompt_table_rows(path: Path) -> list[dict[str, str]]:
 
 def read_prompt_table(
     path: Path, *, dataset: str, unlabelled_owner: str, labels_name_owner: bool = True,
+    rows: Collection[int] | None = None,
 ) -> list[Sample]:
-    """Annotate every row of one prompt-table CSV; the row index is the sample's source index."""
+    """Annotate every row of one prompt-table CSV (``rows``: only the rows of these source indices);
+    the row index is the sample's source index."""
     return [
         parse_prompt_row(row, dataset=dataset, index=index, source=str(path), unlabelled_owner=unlabelled_owner,
                          labels_name_owner=labels_name_owner)
-        for index, row in enumerate(prompt_table_rows(path))
+        for index, row in enumerate(prompt_table_rows(path)) if rows is None or index in rows
     ]
 
 
 def load_paper_table(
     *, dataset: str, file_stem: str, unlabelled_owner: str, labels_name_owner: bool = True, source: str | None = None,
+    rows: Collection[int] | None = None,
 ) -> list[Sample]:
 
     path = Path(source) if source else tables_dir() / f"{file_stem}.csv"
@@ -74,5 +78,5 @@ def load_paper_table(
             "or PERSOBENCH_PROMPTS to the Prompts folder."
         )
     return read_prompt_table(
-        path, dataset=dataset, unlabelled_owner=unlabelled_owner, labels_name_owner=labels_name_owner
+        path, dataset=dataset, unlabelled_owner=unlabelled_owner, labels_name_owner=labels_name_owner, rows=rows
     )

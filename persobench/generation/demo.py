@@ -14,8 +14,14 @@ demo store: a store holding SmolLM2's plain and structured demo runs *is* one.
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Iterable
+from persobench.files import atomic_write_json, utc_now
 from persobench.generation.config import GenerationConfig
+from persobench.processes import pid_alive
 from persobench.store import RunManifest
 
 
@@ -74,3 +80,65 @@ def demo_runs(manifests: Iterable["RunManifest"]) -> dict[tuple[str, bool, str],
     if story != {(STORY_MODEL, False), (STORY_MODEL, True)}:
         return {}
     return {slot: manifest.run_id for slot, manifest in found.items()}
+
+
+#: The demo command's account of itself in the store (``<home>/demo.json``), for the app.
+DEMO_STATE_FILE = "demo.json"
+#: What the demo command's command line contains (guards its pid against a recycled one).
+DEMO_MARKER = "persobench"
+DEMO_STATES = ("preparing", "ready", "failed")
+
+
+@dataclass(frozen=True)
+class DemoState:
+    """What the demo command is doing, as ``<home>/demo.json`` says: ``make run`` prepares the demo
+    in the background while the app is already up, and the landing page shows this until it is ready."""
+
+    state: str
+    """One of :data:`DEMO_STATES`."""
+    stage: str
+    """What it does now, in words (``generating local:smollm2 +structured cot``); the app redraws the
+    page when it changes."""
+    runs: tuple[str, ...]
+    """The demo's run ids, in the order they are made."""
+    pid: int
+    """The demo command's process."""
+    labels: tuple[str, ...] = ()
+    """What each run is (``local:smollm2 +structured · cot``), in the order of ``runs``."""
+    message: str = ""
+    """Why a failed demo stopped (one line)."""
+    updated_at: str = ""
+    """When the file was written (UTC, ISO 8601)."""
+    alive: bool = True
+    """Whether the process still runs (read, not stored): a "preparing" demo whose process is gone
+    was interrupted, and ``python -m persobench demo`` resumes it."""
+
+    @property
+    def preparing(self) -> bool:
+        """The demo is being prepared right now."""
+        return self.state == "preparing" and self.alive
+
+
+def write_demo_state(home: str | os.PathLike[str], state: str, stage: str, runs: Iterable[str], *,
+                     labels: Iterable[str] = (), message: str = "") -> None:
+    """Replace ``<home>/demo.json`` atomically (not fsynced: a power cut leaves an interrupted demo
+    whatever it says)."""
+    record = DemoState(state, stage, tuple(runs), os.getpid(), tuple(labels), message, utc_now())
+    fields = {key: value for key, value in asdict(record).items() if key != "alive"}
+    Path(home).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(Path(home) / DEMO_STATE_FILE, fields, durable=False)
+
+
+def read_demo_state(home: str | os.PathLike[str]) -> DemoState | None:
+    """The demo's state in the store at ``home``; None when no demo command wrote one, or the file is
+    not one (a damaged file is ignored: it only ever adds a progress note)."""
+    try:
+        data = json.loads((Path(home) / DEMO_STATE_FILE).read_text(encoding="utf-8"))
+        state = DemoState(str(data["state"]), str(data["stage"]), tuple(map(str, data["runs"])), int(data["pid"]),
+                          tuple(map(str, data.get("labels") or ())), str(data.get("message") or ""),
+                          str(data.get("updated_at") or ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if state.state not in DEMO_STATES:
+        return None
+    return replace(state, alive=pid_alive(state.pid, marker=DEMO_MARKER))

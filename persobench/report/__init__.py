@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from persobench.report.build import Dialogue, Reply, Report, ReportOptions, build_report, failure_taxonomy
-from persobench.report.page import render_report
+from persobench.report.page import render_report, render_report_bytes
 from persobench.store import RunStore
 from persobench.files import write_output
 
@@ -36,5 +36,5 @@ def write_report(store: "RunStore", options: ReportOptions, path: str | os.PathL
     half-written file never replaces a good one; into a device or FIFO); returns what it holds."""
 
     report = build_report(store, options)
-    write_output(Path(path), render_report(report).encode("utf-8"))
+    write_output(Path(path), render_report_bytes(report))
     return report

@@ -15,10 +15,12 @@ from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.records import natural_key
 from persobench.secrets import redact
 from persobench.store import RunStore
-from persobench.datasets import reference_dir, samples_by_id
+from persobench.files import read_arrow
+from persobench.datasets import reference_dir, some_samples
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from persobench.aggregate import Results
 
@@ -131,7 +133,8 @@ def build_report(store: "RunStore", options: ReportOptions) -> Report:
         raise ConfigurationError(f"no completed runs with generations in {store.runs_dir}; "
                                  "import (import-persobench) or generate runs first")
     frame = results.frame
-    known = sorted(set(frame["dataset"].astype(str)))
+    boards_present = {(str(d), str(m)) for d, m in frame[["dataset", "mode"]].drop_duplicates().itertuples(index=False)}
+    known = sorted({dataset for dataset, _ in boards_present})
     for dataset in options.datasets:
         if dataset not in known:
             raise ConfigurationError(f"dataset {dataset!r}: no runs; runs exist for: {', '.join(known)}")
@@ -141,7 +144,7 @@ def build_report(store: "RunStore", options: ReportOptions) -> Report:
     boards = []
     for dataset in datasets:
         for mode in modes:
-            if not ((frame["dataset"] == dataset) & (frame["mode"] == mode)).any():
+            if (dataset, mode) not in boards_present:
                 continue
             arguments = dict(dataset=dataset, mode=mode, invalid=options.invalid, profile=options.profile,
                              side_by_side=options.side_by_side, all_samples=options.all_samples)
@@ -223,7 +226,8 @@ def failure_taxonomy(results: "Results", datasets: list[str], modes: list[str]) 
     frame = results.frame
     keys = ["dataset", "mode", "protocol", "model", "run_id"]
     rows = frame[frame["dataset"].isin(datasets) & frame["mode"].isin(modes)]
-    rows = rows[keys + ["sample_id", "status"]].astype(str).drop_duplicates(["run_id", "sample_id"])
+    # One row per reply before anything becomes text: the results table has a row per metric too.
+    rows = rows[keys + ["sample_id", "status"]].drop_duplicates(["run_id", "sample_id"]).astype(str)
     counts = pd.crosstab([rows[k] for k in keys], rows["status"])
     seen = list(counts.columns)
     columns = [s for s in STATUS_ORDER if s in seen] + sorted(s for s in seen if s not in STATUS_ORDER)
@@ -235,22 +239,25 @@ def failure_taxonomy(results: "Results", datasets: list[str], modes: list[str]) 
 
 
 def _dialogues(store: "RunStore", boards: list["pd.DataFrame"], options: ReportOptions) -> list[Dialogue]:
-    """The chosen dialogues of each reported dataset with every reported run's reply."""
+    """The chosen dialogues of each reported dataset with every reported run's reply. The dialogues are
+    chosen on the sample ids each run answered; only their replies are read and redacted (a report
+    shows a few dialogues of runs that answered thousands)."""
     import pandas as pd
 
     runs = pd.concat(boards, ignore_index=True).drop_duplicates("run_id")
-    replies = {run.run_id: _replies(store, run.run_id) for run in runs.itertuples()}
+    answered = {run.run_id: _answered(store, run.run_id) for run in runs.itertuples()}
     wanted = list(dict.fromkeys(options.sample_ids))
     found: set[str] = set()
     dialogues: list[Dialogue] = []
     for dataset, group in runs.groupby("dataset", sort=False):
-        answered = [set(replies[run_id]) for run_id in group["run_id"]]
+        sets = [answered[run_id] for run_id in group["run_id"]]
         if wanted:
-            ids = [i for i in wanted if any(i in ids for ids in answered)]
+            ids = [i for i in wanted if any(i in ids for ids in sets)]
         else:
-            common = set.intersection(*answered) if answered else set()
-            ids = sorted(common or set.union(*answered), key=natural_key)[:options.dialogues]
+            common = set.intersection(*sets) if sets else set()
+            ids = sorted(common or set.union(*sets), key=natural_key)[:options.dialogues]
         found.update(ids)
+        replies = {run_id: _replies(store, run_id, ids) for run_id in group["run_id"]} if ids else {}
         texts, note = _sample_texts(str(dataset), ids)
         for sample_id in ids:
             answers = tuple(
@@ -265,19 +272,36 @@ def _dialogues(store: "RunStore", boards: list["pd.DataFrame"], options: ReportO
     return dialogues
 
 
-def _replies(store: "RunStore", run_id: str) -> dict[str, tuple[str, str, str]]:
-    """sample id -> (status, reply text, raw output of an invalid reply) of one run's generations
-    (empty when unreadable)."""
+def _generations(store: "RunStore", run_id: str, columns: list[str]) -> "pa.Table | None":
+    """Those of ``columns`` a run's generations table has, as Arrow (``None`` when unreadable)."""
     try:
-        table = store.get(run_id).read_table("generations")
+        return read_arrow(store.get(run_id).table_path("generations"), columns)
     except PersoBenchError:
+        return None
+
+
+def _answered(store: "RunStore", run_id: str) -> set[str]:
+    """The sample ids a run has a reply for (empty when its table is unreadable)."""
+    table = _generations(store, run_id, ["sample_id"])
+    return set() if table is None else set(map(str, table.column("sample_id").to_pylist()))
+
+
+def _replies(store: "RunStore", run_id: str, ids: list[str]) -> dict[str, tuple[str, str, str]]:
+    """sample id -> (status, reply text, raw output of an invalid reply) of one run's generations, for
+    the samples ``ids`` (a sample's last row counts; empty when unreadable)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = _generations(store, run_id, ["sample_id", "status", "response", "raw_text"])
+    if table is None or "sample_id" not in table.column_names:
         return {}
-    table = table.drop_duplicates("sample_id", keep="last")
-    nothing = [None] * len(table)
-    texts = table["response"] if "response" in table.columns else nothing
-    raws = table["raw_text"] if "raw_text" in table.columns else nothing
+    sample_ids = table.column("sample_id").cast(pa.string())
+    rows = table.filter(pc.is_in(sample_ids, value_set=pa.array(ids, type=pa.string()))).to_pydict()
+    nothing = [None] * len(rows["sample_id"])
+    statuses = rows.get("status", nothing)
     return {str(sid): (str(status), _text(text), "" if status == "ok" else _text(raw))
-            for sid, status, text, raw in zip(table["sample_id"], table["status"], texts, raws)}
+            for sid, status, text, raw in zip(rows["sample_id"], statuses, rows.get("response", nothing),
+                                              rows.get("raw_text", nothing))}
 
 
 def _text(value: Any) -> str:
@@ -290,7 +314,7 @@ def _sample_texts(dataset: str, ids: list[str]) -> tuple[dict[str, tuple], str]:
         return {}, ""
 
     try:
-        samples = samples_by_id(dataset)
+        samples = some_samples(dataset, ids)
     except PersoBenchError as exc:  # its message names local files: the note says what to do instead
         hint = ("set PERSOBENCH_REFERENCE to the paper's data when making the report" if "PERSOBENCH_REFERENCE"
                 in str(exc) else "make the report where the dataset's file can be read")
