@@ -223,7 +223,7 @@ def bench_client(args: argparse.Namespace) -> bool:
     import asyncio
 
     from persobench.generation import GenerationConfig, plan_generation
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     n = args.client_prompts
     samples = make_samples(n)

@@ -49,7 +49,7 @@ def _runs(ref: Path | None, home: Path, dataset: str, limit: int) -> str:
 
 
 def _values(home: Path) -> dict[tuple[str, str, str], float]:
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     out: dict[tuple[str, str, str], float] = {}
     for run in RunStore(home).runs():

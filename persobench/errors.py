@@ -125,4 +125,4 @@ class RunAborted(PersoBenchError, RuntimeError):
     def __init__(self, reason: str, run: object) -> None:
         super().__init__(reason)
         self.run = run
-        """The :class:`~persobench.store.Run` that stopped (its finished rows are on disk)."""
+        """The :class:`~persobench.store.run_store.Run` that stopped (its finished rows are on disk)."""

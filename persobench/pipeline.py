@@ -11,9 +11,9 @@ jobs, the demo and the app alike.
     board = pipeline.leaderboard(home="cache", dataset="sample")
     print(board.table)
 
-Every call takes the store as ``home`` (a folder) or ``store`` (a :class:`~persobench.store.RunStore`);
+Every call takes the store as ``home`` (a folder) or ``store`` (a :class:`~persobench.store.run_store.RunStore`);
 every change it makes to a run is a read-merge-write under the run's state lock
-(:meth:`persobench.store.Run.update`), so a ``score`` beside a running generation, or two scores
+(:meth:`persobench.store.run_store.Run.update`), so a ``score`` beside a running generation, or two scores
 at once, never lose each other's values.
 """
 
@@ -31,7 +31,7 @@ from persobench.errors import ConfigurationError, StoreError  # noqa: F401 - the
 from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
 from persobench.scoring.score_config import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig  # noqa: F401
 from persobench.metrics.unieval import UNIEVAL_SCORERS  # noqa: F401 - score --unieval-scorer choices
-from persobench.store import Run, RunStore
+from persobench.store.run_store import Run, RunStore
 
 # --- What the front ends use besides the calls below ---------------------------------------------------
 # The CLI, the jobs, the demo and the app import the library only through this module (plus the record
@@ -39,14 +39,14 @@ from persobench.store import Run, RunStore
 # The aggregate stage loads pandas: its names are handed out on first use (``__getattr__`` below), which
 # keeps the CLI's start-up light.
 from persobench.llm.response_cache import default_cache_dir  # noqa: F401
-from persobench.console import EscapingStream, ProgressBar, is_terminal, printable  # noqa: F401
-from persobench.csv_io import csv_text  # noqa: F401
+from persobench.core.console import EscapingStream, ProgressBar, is_terminal, printable  # noqa: F401
+from persobench.store.csv_io import csv_text  # noqa: F401
 from persobench.datasets import (  # noqa: F401
     DatasetError, dataset_names, get_dataset_info, load_all, load_dataset, reference_dir, samples_by_id)
 from persobench.datasets.tables import tables_dir  # noqa: F401
 from persobench.datasets.paper_archive import (  # noqa: F401
     PAPER_ARCHIVE, ArchiveLimits, download_progress, fetched_reference, paper_manifest)
-from persobench.files import atomic_write_json, atomic_write_text, utc_now, write_output, write_refused  # noqa: F401
+from persobench.store.files import atomic_write_json, atomic_write_text, utc_now, write_output, write_refused  # noqa: F401
 from persobench.generation import (  # noqa: F401
     COLUMNS, TABLE, GenerationConfig, RetryPolicy, read_progress, request_cancel)
 from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
@@ -61,31 +61,31 @@ from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succe
 from persobench.llm.batch_driver import (  # noqa: F401
     BatchSettings, batch_cost, estimated_max_batch_cost, pending_batches)
 from persobench.llm.batch_driver import FALLBACKS, BatchFailed, batch_listing  # noqa: F401
-from persobench.importer import dataset_for_folder, find_response_files  # noqa: F401
-from persobench.locks import lock_holder  # noqa: F401
+from persobench.generation.importer import dataset_for_folder, find_response_files  # noqa: F401
+from persobench.store.locks import lock_holder  # noqa: F401
 from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
 from persobench.metrics.backends import get_profile  # noqa: F401
-from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, JudgeLabeller, make_judge  # noqa: F401
-from persobench.metrics.judge_batch import pending_note as judge_batch_note  # noqa: F401
+from persobench.metrics.judge.labeller import JUDGE_TIMEOUT_FLAG, JudgeLabeller, make_judge  # noqa: F401
+from persobench.metrics.judge.judge_batch import pending_note as judge_batch_note  # noqa: F401
 from persobench.scoring.judge_estimate import (  # noqa: F401
     JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
-from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of, judge_retry  # noqa: F401
-from persobench.metrics.judge_prompt import load_template  # noqa: F401
+from persobench.metrics.judge.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of, judge_retry  # noqa: F401
+from persobench.metrics.judge.judge_prompt import load_template  # noqa: F401
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
 from persobench.scoring.ray_executor import import_ray  # noqa: F401
-from persobench.models_registry import find_registry_file, load_registry, resolve_model  # noqa: F401
-from persobench.presets import PAPER_PRESETS  # noqa: F401
-from persobench.processes import pid_alive  # noqa: F401
-from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, get_template  # noqa: F401
-from persobench.protocol import paper_protocol, protocol_of  # noqa: F401
+from persobench.providers.models_registry import find_registry_file, load_registry, resolve_model  # noqa: F401
+from persobench.providers.presets import PAPER_PRESETS  # noqa: F401
+from persobench.core.processes import pid_alive  # noqa: F401
+from persobench.prompts.templates import DEFAULT_TEMPLATE, TemplateError, build_messages, get_template  # noqa: F401
+from persobench.prompts.protocol import paper_protocol, protocol_of  # noqa: F401
 from persobench.providers import PROVIDERS, key_requirement, missing_key_env  # noqa: F401
 from persobench.providers.batch_api import supports_batch  # noqa: F401
-from persobench.secrets import (  # noqa: F401
+from persobench.core.secrets import (  # noqa: F401
     credentials_environment, is_secret_name, key_allowed, public_address, public_text, public_url, redact,
     remember_url,
     secret_environment, url_with_credentials)
-from persobench.store import StoreProblem, default_home  # noqa: F401
-from persobench.structured import LABEL_SUFFIX, structured_label  # noqa: F401
+from persobench.store.run_store import StoreProblem, default_home  # noqa: F401
+from persobench.core.structured import LABEL_SUFFIX, structured_label  # noqa: F401
 from persobench.generation import GenerationPlan, ProgressInfo
 from persobench.metrics.backends import Profile
 from persobench.records import Sample
@@ -94,9 +94,9 @@ from persobench.generation import run_generation
 from persobench.scoring.work_plan import run_samples as _run_samples
 from persobench.scoring.score_pass import score, score_runs  # noqa: F401 - the front door's scoring
 from persobench.scoring.executors import ScoreProgress  # noqa: F401
-from persobench.run_lookup import open_store, resolve_run, resolve_runs  # noqa: F401
+from persobench.store.run_lookup import open_store, resolve_run, resolve_runs  # noqa: F401
 from persobench.datasets.paper_archive import fetch_paper
-from persobench.importer import import_persobench
+from persobench.generation.importer import import_persobench
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -293,6 +293,6 @@ def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[
                      store: RunStore | None = None, datasets: Sequence[str] | None = None,
                      models: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Any:
     """Import published replies laid out like the paper's repository: one run per dataset, model
-    and mode (idempotent); returns the :class:`~persobench.importer.ImportReport`."""
+    and mode (idempotent); returns the :class:`~persobench.generation.importer.ImportReport`."""
 
     return import_persobench(open_store(home, store), folder, datasets=datasets, models=models, modes=modes)

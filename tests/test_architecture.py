@@ -18,17 +18,13 @@ PACKAGE = ROOT / "persobench"
 # Generation parses each reply as it arrives, so postprocess (which imports nothing of persobench)
 # sits in the generation stage; the importer builds the same run tables from published replies.
 STAGES: dict[str, tuple[str, ...]] = {
-    "foundation": ("persobench", "persobench.errors", "persobench.records",
-                   "persobench.registry", "persobench.secrets", "persobench.csv_io", "persobench.run_records",
-                   "persobench.stats", "persobench.processes", "persobench.structured", "persobench.store", "persobench.console", "persobench.locks",
-                   "persobench.ngram_kernels", "persobench.gc_pace", "persobench.run_lookup",
-                   "persobench.files"),
+    "foundation": ("persobench", "persobench.errors", "persobench.records", "persobench.core", "persobench.store"),
     "datasets": ("persobench.datasets",),
-    "prompts": ("persobench.prompts", "persobench.protocol"),
+    "prompts": ("persobench.prompts",),
     # The one layer that sends prompts to a model (provider resolution, response cache, retries, adaptive
     # concurrency, usage and spend cap): generation and the LLM judge both call it.
-    "llm": ("persobench.providers", "persobench.presets", "persobench.models_registry", "persobench.llm"),
-    "generation": ("persobench.generation", "persobench.postprocess", "persobench.importer"),
+    "llm": ("persobench.providers", "persobench.llm"),
+    "generation": ("persobench.generation",),
     "metrics": ("persobench.metrics",),
     # Scoring stored runs (plan, compute, write; local or Ray) over the metric families.
     "scoring": ("persobench.scoring",),
@@ -210,8 +206,11 @@ def _module_graph(root: Path) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                # `from a.b import c` imports a.b, and a.b.c when c is a module
-                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                # `from a.b import c` imports a.b.c when c is a module (the package's names are not
+                # used then), else a name of a.b
+                submodules = [f"{node.module}.{alias.name}" for alias in node.names
+                              if f"{node.module}.{alias.name}" in known]
+                names = [*submodules] if len(submodules) == len(node.names) else [node.module, *submodules]
             for name in names:
                 if name in known and name not in (here, "persobench"):
                     targets.add(name)
@@ -281,8 +280,8 @@ def test_the_cycle_check_finds_a_cycle_hidden_in_a_function(tmp_path):
 
 #: What a front end (the CLI, the background jobs, the app and its pages) may import from the library:
 #: the front door, the record types and the registries. Everything else comes through the pipeline.
-FRONT_DOOR_ALLOWED = ("persobench", "persobench.pipeline", "persobench.records", "persobench.run_records",
-                      "persobench.errors", "persobench.registry", "persobench.metrics.metric_registry")
+FRONT_DOOR_ALLOWED = ("persobench", "persobench.pipeline", "persobench.records", "persobench.store.run_records",
+                      "persobench.errors", "persobench.core.registry", "persobench.metrics.metric_registry")
 #: Third-party libraries heavy enough to import inside the function that needs them, so that
 #: `import persobench` and the CLI's start-up stay light (tests/test_imports.py). Anything else,
 #: the package's own modules first, is imported at the top of the file.

@@ -16,7 +16,7 @@ import pytest
 from persobench.llm.response_cache import ResponseCache
 from persobench.cli import main
 from persobench.llm.batch_driver import STATE_FILE, BatchState
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.batch_servers import FakeBatchServer
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET
 
@@ -583,7 +583,7 @@ def test_runs_tells_how_to_collect_a_pending_batch(tmp_path, capsys):
 
 def test_a_judges_batch_setting_survives_job_json_and_old_ones_still_load(tmp_path):
     from persobench.llm.batch_driver import BatchSettings
-    from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, make_judge
+    from persobench.metrics.judge.judge_config import JUDGE_FLAGS, JudgeConfig, make_judge
     from persobench.scoring.score_config import ScoreConfig
 
     judge = make_judge("openai:gpt-4o-mini", home=tmp_path, batch=BatchSettings(wait=5.0, poll=2.0))

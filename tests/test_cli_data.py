@@ -50,7 +50,7 @@ def test_show_json_is_machine_readable(tmp_path: Path) -> None:
     assert set(items[0]) == {"sample", "messages"} and items[0]["sample"]["id"].startswith("sample:")
     # Exactly the messages a run would send: the same text the generation plan builds.
     from persobench.generation import GenerationConfig, plan_generation
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     plan = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", mode="cot", limit=3), store=RunStore(tmp_path))
     assert [item["messages"] for item in items] == plan.messages
@@ -75,7 +75,7 @@ def test_unknown_dataset_is_a_one_line_error(tmp_path: Path) -> None:
 def test_runs_lists_store_and_says_when_empty(tmp_path: Path) -> None:
     empty = cli("runs", home=tmp_path)
     assert empty.returncode == 0 and "no runs" in empty.stdout
-    from persobench.store import RunManifest, RunStore
+    from persobench.store.run_store import RunManifest, RunStore
 
     RunStore(tmp_path).create(RunManifest(run_id="r1", dataset="sample", sample_ids=("sample:0",),
                                           model={"provider": "baseline", "model": "reference"}, mode="vanilla",

@@ -16,8 +16,8 @@ from pathlib import Path
 from persobench.llm.response_cache import ResponseCache
 from persobench.cli import main as cli_main
 from persobench.generation.lock import hold_run_lock
-from persobench.locks import lock_holder
-from persobench.store import RunStore
+from persobench.store.locks import lock_holder
+from persobench.store.run_store import RunStore
 from tests.fakes import hang, reply
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
 

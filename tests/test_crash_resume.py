@@ -16,7 +16,7 @@ import pytest
 
 from persobench.llm.response_cache import ResponseCache
 from persobench.generation import read_progress
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]

@@ -213,7 +213,7 @@ def test_refetch_replaces_the_reference_atomically_and_cli_imports(reference_dir
     assert "unpacked 6 files" in out and "not verified" in out
     # FoCus: gpt-4o-mini vanilla + cot, Gemma vanilla (raw file parsed with the paper's policy)
     assert "3 run(s)" in out and "3 created" in out
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     runs = RunStore(home).runs()
     assert {r.manifest.model_label for r in runs} == {"gpt-4o-mini", "Gemma-7B-Instruct"}

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from persobench import pipeline
-from persobench.gc_pace import PASS_THRESHOLD, fewer_collections, give_back_memory
+from persobench.core.gc_pace import PASS_THRESHOLD, fewer_collections, give_back_memory
 from persobench.metrics import MetricInfo, lexical, register_family, unregister_family
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 
 @pytest.fixture()
@@ -151,7 +151,7 @@ def test_memory_freed_between_datasets_goes_back_to_the_system():
 
 
 def test_an_encoder_released_between_datasets_gives_memory_back(monkeypatch):
-    from persobench.metrics import encoder as encoder_module
+    from persobench.metrics.encoders import encoder as encoder_module
     from persobench.metrics.backends import get_profile
 
     calls = []

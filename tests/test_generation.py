@@ -22,8 +22,8 @@ from persobench.generation import (
     request_cancel,
     run_generation,
 )
-from persobench.prompts import build_messages, get_template
-from persobench.store import RunStore
+from persobench.prompts.templates import build_messages, get_template
+from persobench.store.run_store import RunStore
 from tests.fakes import error, hang, malformed, reply, reset
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET, anthropic_server, openai_server  # noqa: F401
 

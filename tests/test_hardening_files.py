@@ -18,8 +18,8 @@ import pytest
 
 from persobench.datasets import parsed_tables
 from persobench.datasets.parsed_tables import table_samples, tables_dir_of_store
-from persobench.importer import import_persobench, samples_for_run
-from persobench.store import RunStore
+from persobench.generation.importer import import_persobench, samples_for_run
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
 from tests.test_importer import make_paper_folder
 
@@ -334,7 +334,7 @@ def _stored_secrets(*folders: Path) -> list[str]:
 
 
 def test_public_url_keeps_only_the_query_parameters_known_to_be_public():
-    from persobench.secrets import public_text, public_url, url_without_credentials
+    from persobench.core.secrets import public_text, public_url, url_without_credentials
 
     url = _query_url("http://user:pw0rd@host.example:8000/v1")
     assert public_url(url) == "http://host.example:8000/v1?api-version=2"
@@ -425,7 +425,7 @@ def test_a_mirror_urls_query_never_reaches_the_download_files(mirror):
 def test_a_mirror_urls_query_never_reaches_job_json_and_the_job_still_gets_it(mirror):
     from persobench.jobs import JobManager, fetch_paper_steps
     from persobench.jobs.manager import step_base_urls
-    from persobench.secrets import URL_CREDENTIALS_ENV, credentials_environment
+    from persobench.core.secrets import URL_CREDENTIALS_ENV, credentials_environment
     from tests.test_app import wait_for
 
     home, _, server = mirror

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from persobench.cli import main as cli_main
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes import drip, error, reply
 from tests.fakes.fixtures import anthropic_server, openai_server  # noqa: F401
 
@@ -70,7 +70,7 @@ def test_long_echoed_key_never_stored_even_in_part(openai_server, tmp_path, monk
 
 
 def test_scrub_masks_long_runs_of_a_secret_and_shorten_masks_before_cutting():
-    from persobench.secrets import scrub, shorten
+    from persobench.core.secrets import scrub, shorten
 
     key = LONG_KEY
     assert key[:174] not in scrub("error: " + key[:174], [key])  # a cut copy
@@ -89,7 +89,7 @@ QUERY_TOKEN = "qtok-93fj2k-secretvalue"
 
 
 def test_public_url_strips_user_info_and_secret_query_parameters():
-    from persobench.secrets import public_text, public_url
+    from persobench.core.secrets import public_text, public_url
 
     url = f"http://user:{URL_PASSWORD}@host.example:8000/v1?api-key={QUERY_TOKEN}&api-version=2024-06&token=t0k3n"
     clean = public_url(url)
@@ -103,7 +103,7 @@ def test_public_url_strips_user_info_and_secret_query_parameters():
 
 
 def test_url_credentials_travel_in_the_environment_only():
-    from persobench.secrets import URL_CREDENTIALS_ENV, credentials_environment, public_url, url_with_credentials
+    from persobench.core.secrets import URL_CREDENTIALS_ENV, credentials_environment, public_url, url_with_credentials
 
     url = f"http://user:{URL_PASSWORD}@host.example/v1?api-key={QUERY_TOKEN}"
     env = credentials_environment([url, "http://plain.example/v1"])
@@ -259,7 +259,7 @@ def test_the_size_cap_and_deadline_are_shared_by_the_anthropic_provider(anthropi
 
 
 def test_remember_url_keeps_the_full_url_in_memory_only():
-    from persobench.secrets import URL_CREDENTIALS_ENV, credentials_environment, remember_url, url_with_credentials
+    from persobench.core.secrets import URL_CREDENTIALS_ENV, credentials_environment, remember_url, url_with_credentials
 
     url = f"https://u:{URL_PASSWORD}@gw.example/v1?token={QUERY_TOKEN}"
     public = remember_url(url)
@@ -296,7 +296,7 @@ def test_nul_byte_in_a_csv_cell_is_reported_with_its_row(tmp_path):
 
 def test_every_template_field_is_rendered_and_unknown_placeholders_are_errors(tmp_path):
     from persobench.datasets import load_dataset
-    from persobench.prompts import TemplateError, build_messages, load_template
+    from persobench.prompts.templates import TemplateError, build_messages, load_template
 
     good = tmp_path / "good.toml"
     good.write_text('mode = "vanilla"\nsystem = "You are {responder}. Personas:\\n{personas}"\n'

@@ -20,7 +20,7 @@ from persobench.generation.config import GenerationConfig
 from persobench.generation.plan import plan_generation
 from persobench.generation.recovery import keep_reply, recovery_paths, restore_replies
 from persobench.providers.base import Completion
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from persobench.cli import main as cli_main
-from persobench.csv_io import CSVFormatError, csv_text, neutralize_cell, read_csv_rows
+from persobench.store.csv_io import CSVFormatError, csv_text, neutralize_cell, read_csv_rows
 from persobench.datasets.user_files import DatasetFileError, load_user_file
 from tests.fakes import reply
 from tests.fakes.fixtures import openai_server  # noqa: F401

@@ -20,13 +20,13 @@ from persobench.cli import main as cli_main
 from persobench.errors import ConfigurationError
 from persobench.metrics import score_samples
 from persobench.metrics.backends import get_profile
-from persobench.metrics.judge import (
+from persobench.metrics.judge.labeller import (
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeError, judge_of_profile, labeller_note,
     load_template, make_judge, parse_label,
 )
-from persobench.metrics.judge_session import JudgeSession
+from persobench.metrics.judge.judge_session import JudgeSession
 from persobench.records import PersonaSet, Sample, Turn
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 from tests.fakes.fixtures import anthropic_server, openai_server  # noqa: F401 - fixtures
 from tests.fakes.judge import judge_script, pair_of
 from tests.fakes.servers import error, hang
@@ -319,7 +319,7 @@ def test_boards_keep_judge_and_nli_model_numbers_apart_and_say_who_labelled(open
 def test_agreement_matches_scikit_learn_and_counts_unlabelled_pairs():
     from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
-    from persobench.metrics.judge import UNANSWERED, agreement
+    from persobench.metrics.judge.labeller import UNANSWERED, agreement
     from persobench.metrics.nli import LABELS
 
     reference = ["entailment", "neutral", "contradiction", "neutral", "entailment", "neutral", "contradiction"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from persobench.cli import main as cli_main
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes import error, reply
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
 
@@ -100,7 +100,7 @@ def test_typed_base_url_gets_no_operator_key_unless_allowed(openai_server, tmp_p
 
 
 def test_key_allowed_rules():
-    from persobench.secrets import key_allowed
+    from persobench.core.secrets import key_allowed
 
     assert key_allowed(None)
     assert not key_allowed("http://evil.example/v1", env={})

@@ -16,7 +16,7 @@ import pytest
 from persobench.llm.response_cache import ResponseCache
 from persobench.llm.retry import RetryPolicy
 from persobench.llm.spend import SpendLedger
-from persobench.metrics.judge import UNANSWERED, UNPARSEABLE, JudgeLabeller, make_judge
+from persobench.metrics.judge.labeller import UNANSWERED, UNPARSEABLE, JudgeLabeller, make_judge
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
 from tests.fakes.servers import hang, nested, reply
@@ -128,7 +128,7 @@ def test_counts_an_older_version_cached_unchecked_are_dropped_not_a_crash(openai
     from persobench.generation import plan_generation
     from persobench.generation.config import GenerationConfig
     from persobench.providers.base import Completion
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     config = GenerationConfig(dataset="sample", model="openai:fake", base_url=openai_server.base_url, limit=2)
     plan = plan_generation(config, store=RunStore(tmp_path))
@@ -197,7 +197,7 @@ def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path,
     from persobench.errors import PersoBenchError
     from persobench.metrics.backends import get_profile
     from persobench.scoring import score_run
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     store = RunStore(tmp_path / "home")
     openai_server.script = None
@@ -236,8 +236,8 @@ def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path,
 def test_a_session_given_no_run_keeps_the_callers_deleted_run_check(openai_server, tmp_path):
     """A caller's own sending_for block holds for a session asked without a run path."""
     from persobench.llm.session import sending_for
-    from persobench.metrics.judge import UNANSWERED
-    from persobench.metrics.judge_session import JudgeSession
+    from persobench.metrics.judge.labeller import UNANSWERED
+    from persobench.metrics.judge.judge_session import JudgeSession
 
     openai_server.script = judge_script({})
     session = JudgeSession(_priced_judge(openai_server, tmp_path, max_cost=None))
@@ -254,7 +254,7 @@ def test_a_session_given_no_run_keeps_the_callers_deleted_run_check(openai_serve
 def test_a_session_owns_its_labeller_stats_and_ledger(openai_server, tmp_path):
     from persobench.metrics import score_samples
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.judge_session import JudgeSession
+    from persobench.metrics.judge.judge_session import JudgeSession
     from persobench.records import PersonaSet, Sample, Turn
 
     openai_server.script = judge_script({})

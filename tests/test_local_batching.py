@@ -21,8 +21,8 @@ from persobench.generation import RetryPolicy, run_generation
 from persobench.errors import ErrorKind, ProviderError
 from persobench.providers import PROVIDERS, Completion, GenerationParams, Request
 from persobench.providers.base import BatchingProvider
-from persobench.store import RunStore
-from persobench.structured import reply_schema
+from persobench.store.run_store import RunStore
+from persobench.core.structured import reply_schema
 from tests.fakes.tiny_models import build_tiny_causal_lm
 
 FAST = RetryPolicy(base_delay=0.01, max_delay=0.05, timeout=30.0)

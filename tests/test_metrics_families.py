@@ -10,9 +10,9 @@ from persobench.scoring import score_run
 from persobench.cli import main as cli_main
 from persobench.metrics import MetricInfo, MetricRegistryError, register_family, unregister_family
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
-from persobench.metrics.scoring import family_plan
+from persobench.metrics.sample_scores import family_plan
 from persobench.records import PersonaSet, Sample, Turn
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 
 def _samples() -> list[Sample]:
@@ -242,10 +242,10 @@ def test_dependency_errors_are_named(chained):
 
 
 def test_families_use_the_package_registry_and_needs_follow_the_slots():
-    """One registry mechanism: the metric families sit on persobench.registry.Registry, loaded lazily in
+    """One registry mechanism: the metric families sit on persobench.core.registry.Registry, loaded lazily in
     registration order, and a metric's ``needs`` is 'none' or exactly one of the profiles' slots."""
     from persobench.metrics import backends, metric_registry
-    from persobench.registry import Registry
+    from persobench.core.registry import Registry
 
     assert isinstance(metric_registry.FAMILIES, Registry)
     assert metric_registry.FAMILIES.in_order()[:3] == ("lexical", "meteor", "bertscore")

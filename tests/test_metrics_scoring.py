@@ -14,9 +14,9 @@ import pytest
 from persobench import metrics
 from persobench.scoring import score_run
 from persobench.errors import ScoringError
-from persobench.metrics import backends, scoring
+from persobench.metrics import backends, sample_scores as scoring
 from persobench.records import PersonaSet, Sample, Turn
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 # --- Registry ------------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from persobench.llm.response_cache import ResponseCache
 from persobench.llm.retry import RetryPolicy
 from persobench.llm.spend import SpendLedger
 from persobench.llm.usage import estimate_prompt_tokens
-from persobench.metrics.judge import UNANSWERED, JudgeLabeller, load_template, make_judge
+from persobench.metrics.judge.labeller import UNANSWERED, JudgeLabeller, load_template, make_judge
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script, pair_of
 from tests.fakes.servers import Action, RequestInfo, hang, reply

@@ -11,11 +11,11 @@ import pytest
 
 from persobench.cli import main as cli_main
 from persobench.errors import ConfigurationError
-from persobench.importer import import_persobench, samples_for_run
-from persobench.metrics.judge import make_judge
+from persobench.generation.importer import import_persobench, samples_for_run
+from persobench.metrics.judge.labeller import make_judge
 from persobench.pipeline import estimate_new_runs
 from persobench.scoring import score_run
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script, pair_of
 from tests.test_importer import PROMPTS, _write_csv  # the importer's published folder, FoCus-like

@@ -11,8 +11,8 @@ import pytest
 
 from persobench.datasets import load_all, parsed_tables
 from persobench.datasets.parsed_tables import table_samples, tables_dir_of_store
-from persobench.importer import import_persobench, samples_for_run
-from persobench.store import RunStore
+from persobench.generation.importer import import_persobench, samples_for_run
+from persobench.store.run_store import RunStore
 from tests.test_importer import make_paper_folder
 
 
@@ -99,7 +99,7 @@ def test_a_store_that_cannot_keep_the_table_still_gets_its_samples(tmp_path, par
 
 
 def test_the_parser_key_reads_each_parser_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module):
-    from persobench.files import module_sources
+    from persobench.store.files import module_sources
 
     assert [p.name for p in module_sources(parsed_tables.PARSERS)] == [
         "records.py", "csv_io.py", "__init__.py", "tables.py", "prompt_tables.py", "paper_cells.py"]

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from persobench.console import ProgressBar
+from persobench.core.console import ProgressBar
 
 REPO = Path(__file__).resolve().parents[1]
 

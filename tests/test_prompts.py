@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from persobench.datasets import load_dataset
-from persobench.prompts import (
+from persobench.prompts.templates import (
     BUILTIN_TEMPLATES, TemplateError, build_messages, get_template, load_template, template_family,
 )
 from persobench.records import PersonaSet, Sample, Turn

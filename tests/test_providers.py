@@ -22,7 +22,7 @@ from persobench.providers import (
     missing_key_env,
     parse_spec,
 )
-from persobench.models_registry import resolve_model
+from persobench.providers.models_registry import resolve_model
 from persobench.providers.base import kind_for_status, parse_retry_after
 from persobench.errors import ErrorKind, ProviderError
 from persobench.records import PersonaSet, Sample, Turn
@@ -346,9 +346,9 @@ def test_providers_never_import_the_registry_file_module():
     for path in sorted((REPO / "persobench" / "providers").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            assert not any(n.startswith("persobench.models_registry") for n in names), f"{path.name} imports models_registry"
-    for first in ("persobench.models_registry", "persobench.providers.spec", "persobench.providers"):
-        code = f"import {first}\nfrom persobench.models_registry import resolve_model\nprint(resolve_model('baseline:reference').name)"
+            assert not any(n.startswith("persobench.providers.models_registry") for n in names), f"{path.name} imports models_registry"
+    for first in ("persobench.providers.models_registry", "persobench.providers.spec", "persobench.providers"):
+        code = f"import {first}\nfrom persobench.providers.models_registry import resolve_model\nprint(resolve_model('baseline:reference').name)"
         out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and out.stdout.strip() == "baseline:reference", out.stderr
 
@@ -356,7 +356,7 @@ def test_providers_never_import_the_registry_file_module():
 def test_light_imports():
     code = (
         "import sys, persobench, persobench.providers, persobench.generation, persobench.llm.response_cache, "
-        "persobench.models_registry, persobench.cli.generate\n"
+        "persobench.providers.models_registry, persobench.cli.generate\n"
         "print(sorted(m for m in ('openai', 'anthropic', 'torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

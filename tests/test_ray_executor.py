@@ -20,7 +20,7 @@ import pytest
 
 from persobench import pipeline
 from persobench.scoring.ray_executor import ActorSlot, FamilyGroup, family_groups, plan_actors
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,7 +215,7 @@ class _VariedLabels(dict):
 
 def _judged(home: Path, server, executor: str):
     """A judge pass over every run of ``home`` on ``executor``: its report and the requests it sent."""
-    from persobench.metrics.judge import make_judge
+    from persobench.metrics.judge.labeller import make_judge
     from tests.fakes.fixtures import OPENAI_SECRET
 
     judge = make_judge("openai:judge-model", base_url=server.base_url, concurrency=1, home=home,
@@ -332,7 +332,7 @@ def test_ray_values_equal_local_values_on_published_focus_runs(cluster, referenc
 def test_an_actor_embeds_each_distinct_text_of_a_dataset_once_and_uses_the_disk_cache_only_when_it_sees_it(
         demo_store, tmp_path):
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.encoder import EmbeddingRequest
+    from persobench.metrics.encoders.encoder import EmbeddingRequest
     from persobench.scoring.ray_executor import ScoringWorker
     from persobench.scoring.work_plan import plan_run, work_embedding_request
 

@@ -1,9 +1,9 @@
-"""Unit tests of persobench.secrets: the one place credentials are scrubbed, redacted and kept off disk."""
+"""Unit tests of persobench.core.secrets: the one place credentials are scrubbed, redacted and kept off disk."""
 
 from __future__ import annotations
 
-from persobench import secrets
-from persobench.secrets import redact, scrub, secret_environment, strip_secrets
+from persobench.core import secrets
+from persobench.core.secrets import redact, scrub, secret_environment, strip_secrets
 
 
 def test_redact_removes_keys_and_env_secrets(monkeypatch):
@@ -58,7 +58,7 @@ def test_registered_secret_needs_eight_characters():
 def test_every_piece_of_a_key_is_masked_at_every_offset():
     """scrub checks a few blocks of each key before looking for its pieces (the usual reply holds
     none): a piece of SECRET_RUN characters or more starting anywhere in the key is still masked."""
-    from persobench.secrets import SECRET_RUN, scrub
+    from persobench.core.secrets import SECRET_RUN, scrub
 
     secret = "sk-proj-Zq8XmV2pL0aB7cD4eF6gH9iJ1kL3mN5oP7"
     for start in range(len(secret) - SECRET_RUN + 1):

@@ -35,7 +35,7 @@ row carries the ``model_id`` its metric was computed with, so a display can warn
 same comparison used different models.
 
 A board compares like with like: one dataset, one mode and one protocol
-(:func:`persobench.protocol.protocol_of`: template family, max tokens, temperature, parse policy,
+(:func:`persobench.prompts.protocol.protocol_of`: template family, max tokens, temperature, parse policy,
 structured output). Runs under different protocols land on separate boards (the ``board`` column),
 or on one board with the protocol in the row label when asked (``side_by_side=True``). Runs of one
 board that answered different sample sets are compared on the sample ids common to all of them

@@ -29,8 +29,8 @@ BATCH_HELP = ("Send the judge's requests through the provider's batch API (OpenA
 
 def judge_form(prefix: str) -> Any:
     """A toggle and, when on, a widget per field of the judge (the fields ``score --judge`` takes:
-    :data:`~persobench.metrics.judge_config.JUDGE_FLAGS`); the checked
-    :class:`~persobench.metrics.judge_config.JudgeConfig`, or None (off, no model, or a bad field,
+    :data:`~persobench.metrics.judge.judge_config.JUDGE_FLAGS`); the checked
+    :class:`~persobench.metrics.judge.judge_config.JudgeConfig`, or None (off, no model, or a bad field,
     said in a warning). Widget keys: ``<prefix>_judge_on``, ``_judge_model``, ``_judge_base_url``,
     ``_judge_concurrency``, ``_judge_max_cost``, ``_judge_batch``."""
     import streamlit as st

@@ -16,7 +16,7 @@ from persobench.pipeline import RunStore
 from persobench.pipeline import Run, StoreProblem
 from persobench.pipeline import StoreError
 from persobench.pipeline import samples_by_id
-from persobench.run_records import RunExtra
+from persobench.store.run_records import RunExtra
 from persobench.pipeline import cached_table
 from persobench.app.page_cache import current_home
 from persobench import __version__

@@ -52,7 +52,7 @@ def store_home(home: str | os.PathLike[str] | None = None) -> Path:
 
 
 def store_signature(home: str | os.PathLike[str] | None = None) -> str:
-    """The store's fingerprint (:meth:`persobench.store.RunStore.fingerprint`, the same one the
+    """The store's fingerprint (:meth:`persobench.store.run_store.RunStore.fingerprint`, the same one the
     aggregate's disk cache keys on): it changes whenever a run's files change."""
 
     return RunStore(store_home(home)).fingerprint()

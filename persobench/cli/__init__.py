@@ -130,7 +130,7 @@ def write_stdout(text: str, *, data: bool = False) -> None:
     """Write ``text`` to standard output whole, or fail: a short write (full disk, file size limit)
     is an error naming standard output, so a redirected export never ends cut with exit 0.
 
-    Its control characters are escaped (:func:`~persobench.console.printable`), except for
+    Its control characters are escaped (:func:`~persobench.core.console.printable`), except for
     ``data`` (csv, json: a file's exact content) written anywhere but a terminal.
 
     Python's buffered stdout drops the rest of a short write silently; the bytes go out with

@@ -64,8 +64,8 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
 
 
 def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
-    """The :class:`~persobench.metrics.judge_config.JudgeConfig` of ``--judge`` and its flags (None
-    without it), field by field through :data:`~persobench.metrics.judge_config.JUDGE_FLAGS`."""
+    """The :class:`~persobench.metrics.judge.judge_config.JudgeConfig` of ``--judge`` and its flags (None
+    without it), field by field through :data:`~persobench.metrics.judge.judge_config.JUDGE_FLAGS`."""
 
     values = {name: getattr(args, flag.lstrip("-").replace("-", "_")) for name, flag in JUDGE_FLAGS.items()}
     if values["model"] is None:

@@ -20,10 +20,10 @@ from typing import Any, Callable, Mapping
 
 from persobench.errors import DatasetError
 from persobench.records import Sample
-from persobench.registry import Registry, UnknownNameError
+from persobench.core.registry import Registry, UnknownNameError
 from persobench.datasets.paper_archive import fetched_reference
 from persobench.datasets.user_files import load_user_file
-from persobench.registry import load_object
+from persobench.core.registry import load_object
 
 __all__ = [
     "DatasetInfo", "DatasetError", "REGISTRY", "dataset_names", "get_dataset_info", "load_dataset",

@@ -54,9 +54,9 @@ from typing import Any, Callable, Mapping
 from persobench.datasets.archive_members import (ArchiveLimits, ArchiveTooLargeError, PaperArchiveError, check_declared,
                                                   copy_member, list_members, safe_parts)
 from persobench import __version__
-from persobench.store import default_home
-from persobench.files import sha256_file, utc_now
-from persobench.secrets import public_url
+from persobench.store.run_store import default_home
+from persobench.store.files import sha256_file, utc_now
+from persobench.core.secrets import public_url
 
 __all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchiveLimits", "ArchivePin", "ArchiveTooLargeError", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
            "fetch_paper", "fetched_reference", "download_progress", "paper_manifest"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable
 from persobench.generation.config import GenerationConfig
-from persobench.store import RunManifest
+from persobench.store.run_store import RunManifest
 
 
 DEMO_DATASET = "sample"

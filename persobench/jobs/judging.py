@@ -1,6 +1,6 @@
 """An LLM judge in app-launched jobs: the ``score --judge`` step and its estimate before launch,
 for runs about to be generated (New run page) and for the runs already stored (Metrics page). The
-judge is a :class:`~persobench.metrics.judge_config.JudgeConfig` throughout (the app's form builds one)."""
+judge is a :class:`~persobench.metrics.judge.judge_config.JudgeConfig` throughout (the app's form builds one)."""
 
 from __future__ import annotations
 

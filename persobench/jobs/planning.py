@@ -157,7 +157,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
     configuration the plan estimated, then one ``score`` step for the runs the job completes.
     ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's);
     ``limit`` and ``seed`` apply to rows planned without a configuration. ``judge`` (a
-    :class:`~persobench.metrics.judge_config.JudgeConfig`): a last score step with the LLM judge for the
+    :class:`~persobench.metrics.judge.judge_config.JudgeConfig`): a last score step with the LLM judge for the
     NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from persobench.errors import PersoBenchError
-from persobench.files import atomic_write_json
+from persobench.store.files import atomic_write_json
 
 #: The state file of a run's batches, in the run folder.
 STATE_FILE = "batch.json"

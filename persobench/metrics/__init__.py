@@ -49,11 +49,11 @@ from persobench.metrics.metric_registry import (
     validate_metric_names,
 )
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge_session import JudgeSession
-from persobench.metrics.scoring import ScoreResult
+from persobench.metrics.judge.judge_session import JudgeSession
+from persobench.metrics.sample_scores import ScoreResult
 from persobench.records import Sample
 from persobench.metrics.backends import get_profile as _get_profile
-from persobench.metrics.scoring import score_samples as _score_samples
+from persobench.metrics.sample_scores import score_samples as _score_samples
 
 
 
@@ -85,9 +85,9 @@ def score_samples(
     references: Mapping[str, str] | None = None,
     judge: "JudgeSession | None" = None,
 ) -> "ScoreResult":
-    """Score ``replies`` (sample id -> reply text) for ``samples``; see :mod:`persobench.metrics.scoring`.
+    """Score ``replies`` (sample id -> reply text) for ``samples``; see :mod:`persobench.metrics.sample_scores`.
     With a judge in the profile its NLI pairs are labelled through ``judge`` (a
-    :class:`~persobench.metrics.judge_session.JudgeSession`, whose ``stats`` say what it did), else
+    :class:`~persobench.metrics.judge.judge_session.JudgeSession`, whose ``stats`` say what it did), else
     through a session of this call's own."""
 
     return _score_samples(samples, replies, profile=profile, metrics=metrics, overrides=overrides,

@@ -2,7 +2,7 @@
 
 A model is named by a spec ``"provider:model"`` (``openai:gpt-4o-mini``, ``anthropic:claude-3-5-haiku-latest``,
 ``openai:llama3.1:8b`` with ``base_url`` for Ollama, ``local:smollm2``, ``baseline:reference``);
-:func:`persobench.models_registry.resolve_model` also accepts names from the model registry file
+:func:`persobench.providers.models_registry.resolve_model` also accepts names from the model registry file
 (that module depends on this one, never the reverse). ``import persobench.providers`` imports no
 SDK: the adapter module loads when :func:`make_provider` builds it.
 """
@@ -21,7 +21,7 @@ from persobench.providers.base import (
     key_requirement_of,
 )
 from persobench.providers.spec import NON_OUTPUT_OPTIONS, ModelSpec
-from persobench.registry import Registry, UnknownNameError
+from persobench.core.registry import Registry, UnknownNameError
 from persobench.providers.base import check_options, parse_base_url
 import os
 

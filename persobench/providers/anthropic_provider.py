@@ -18,7 +18,7 @@ from persobench.providers.base import (
     resolve_api_key,
 )
 
-from persobench.secrets import shorten
+from persobench.core.secrets import shorten
 
 _TRANSPORT_OPTIONS = frozenset({"timeout", "headers", "max_reply_bytes"})
 

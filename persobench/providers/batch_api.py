@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
-from persobench.files import jsonl_lines
+from persobench.store.files import jsonl_lines
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request, error_from_http, resolve_api_key
-from persobench.secrets import scrub, shorten
+from persobench.core.secrets import scrub, shorten
 from persobench.providers.spec import ModelSpec
 import importlib
 from persobench.providers import provider_class

@@ -14,7 +14,7 @@ from persobench.providers.batch_api import (
     scrubbed_text,
 )
 from persobench.providers.openai_provider import _TRANSPORT_OPTIONS, _with_format, request_fields
-from persobench.structured import FORMS, JSON_SCHEMA
+from persobench.core.structured import FORMS, JSON_SCHEMA
 
 #: The official API's root, when a spec names no server.
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -22,8 +22,8 @@ from persobench.providers.base import (
     resolve_api_key,
 )
 from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
-from persobench.secrets import shorten
-from persobench.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
+from persobench.core.secrets import shorten
+from persobench.core.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
 
 #: Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK insists on a non-empty one.
 PLACEHOLDER_KEY = "not-needed"

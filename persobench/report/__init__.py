@@ -18,8 +18,8 @@ from pathlib import Path
 
 from persobench.report.build import Dialogue, Reply, Report, ReportOptions, build_report, failure_taxonomy
 from persobench.report.page import render_report
-from persobench.store import RunStore
-from persobench.files import write_output
+from persobench.store.run_store import RunStore
+from persobench.store.files import write_output
 
 
 __all__ = ["Dialogue", "Reply", "Report", "ReportOptions", "build_report", "failure_taxonomy", "render_report",
@@ -32,7 +32,7 @@ def report_html(store: "RunStore", options: ReportOptions) -> str:
 
 
 def write_report(store: "RunStore", options: ReportOptions, path: str | os.PathLike[str]) -> Report:
-    """Write the report to ``path`` (:func:`persobench.files.write_output`: a file atomically, so a
+    """Write the report to ``path`` (:func:`persobench.store.files.write_output`: a file atomically, so a
     half-written file never replaces a good one; into a device or FIFO); returns what it holds."""
 
     report = build_report(store, options)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.records import natural_key
-from persobench.secrets import redact
-from persobench.store import RunStore
+from persobench.core.secrets import redact
+from persobench.store.run_store import RunStore
 from persobench.datasets import reference_dir, samples_by_id
 
 if TYPE_CHECKING:

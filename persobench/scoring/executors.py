@@ -16,18 +16,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generator, Iterable, Iterator, Protocol, Sequence
 
 from persobench.errors import PersoBenchError
-from persobench.gc_pace import fewer_collections
+from persobench.core.gc_pace import fewer_collections
 from persobench.scoring.work_plan import embeds_texts, split_by_embedding, work_embedding_request
 from persobench.scoring.writing import RunWork
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge_session import JudgeSession
-from persobench.store import Run, RunStore
+from persobench.metrics.judge.judge_session import JudgeSession
+from persobench.store.run_store import Run, RunStore
 from persobench.metrics import lexical
-from persobench.metrics.encoder import TextEncoder, store_cache_root
-from persobench.metrics.encoder import merged_request
+from persobench.metrics.encoders.encoder import TextEncoder, store_cache_root
+from persobench.metrics.encoders.encoder import merged_request
 from persobench.metrics.family import Progress
-from persobench.metrics.judge import JudgeError
-from persobench.metrics.scoring import prepare_embeddings
+from persobench.metrics.judge.labeller import JudgeError
+from persobench.metrics.sample_scores import prepare_embeddings
 from persobench.scoring.compute import combine_results, compute_run
 from persobench.scoring.outcome import RunScore
 from persobench.scoring.overlap import Stop, ahead

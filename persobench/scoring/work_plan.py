@@ -12,22 +12,22 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from persobench.errors import PersoBenchError, ScoringError, StoreError
 from persobench.metrics.backends import Profile, get_profile
-from persobench.importer import run_reference_note, run_references
+from persobench.generation.importer import run_reference_note, run_references
 from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, metric_names, validate_metric_names
 from persobench.metrics.nli_inputs import NLIInput, resolve_layout
 from persobench.metrics.unieval import PAPER_SCORER
-from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
-from persobench.metrics.scoring import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
+from persobench.metrics.sample_scores import _items, _paper_persona_texts, embedding_request, family_plan
+from persobench.metrics.sample_scores import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
 from persobench.metrics.stored import score_basis, stored_keys
 from persobench.scoring.writing import RunScoreSummary, RunWork
-from persobench.metrics.encoder import EmbeddingRequest
+from persobench.metrics.encoders.encoder import EmbeddingRequest
 from persobench.records import Sample
-from persobench.store import Run
+from persobench.store.run_store import Run
 from persobench.datasets import samples_by_id
-from persobench.files import read_parquet_lists, sha256_file
-from persobench.importer import samples_for_run
+from persobench.store.files import read_parquet_lists, sha256_file
+from persobench.generation.importer import samples_for_run
 
 
 

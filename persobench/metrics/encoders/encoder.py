@@ -39,13 +39,13 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from persobench.gc_pace import give_back_memory
+from persobench.core.gc_pace import give_back_memory
 from persobench.metrics.backends import BackendUnavailable, Profile, model_identity, package_version
-from persobench.metrics.embedding_shelf import EmbeddingShelf, backend_key, text_key
+from persobench.metrics.encoders.embedding_shelf import EmbeddingShelf, backend_key, text_key
 import contextlib
-from persobench.metrics.embedding_models import load_bertscorer
-from persobench.metrics.embedding_models import load_embedding
-from persobench.metrics.encoder_streams import forward_streams, run_in_streams
+from persobench.metrics.encoders.embedding_models import load_bertscorer
+from persobench.metrics.encoders.embedding_models import load_embedding
+from persobench.metrics.encoders.encoder_streams import forward_streams, run_in_streams
 
 BATCH_ROWS = 32
 LENGTH_STEP = 8

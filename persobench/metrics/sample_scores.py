@@ -35,13 +35,13 @@ from persobench.metrics.metric_registry import (
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
-from persobench.metrics.encoder import EmbeddingRequest, TextEncoder, merged_request
+from persobench.metrics.encoders.encoder import EmbeddingRequest, TextEncoder, merged_request
 from persobench.records import Sample
-from persobench.store import Run, RunManifest
+from persobench.store.run_store import Run, RunManifest
 from persobench.metrics.backends import BackendUnavailable
-from persobench.protocol import PAPER, protocol_of
+from persobench.prompts.protocol import PAPER, protocol_of
 from persobench.datasets.paper_cells import paper_persona_text
-from persobench.metrics.judge_session import JudgeSession, NLIAnswers
+from persobench.metrics.judge.judge_session import JudgeSession, NLIAnswers
 from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
 from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput
 
@@ -333,7 +333,7 @@ def score_samples(
 
     With a judge in the profile, the NLI pairs are labelled first: ``nli_answers`` when given (a
     scoring pass labels each run before it is computed), else through ``judge`` (a
-    :class:`~persobench.metrics.judge_session.JudgeSession`: read its ``stats`` afterwards), else
+    :class:`~persobench.metrics.judge.judge_session.JudgeSession`: read its ``stats`` afterwards), else
     through a session of this call's own.
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
