@@ -269,14 +269,14 @@ def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
     from persobench.metrics.lexical import LexicalMetrics, whitespace_tokens
     from persobench.metrics.meteor import resolve_wordnet
     from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD
-    from persobench.metrics.sample_scores import _items, _paper_persona_texts
+    from persobench.metrics.sample_scores import items_of, paper_persona_texts
 
     profile = get_profile("offline")
     generations = run.read_table("generations")
     ok = generations[generations["status"] == "ok"]
     replies = {str(s): str(r) for s, r in zip(ok["sample_id"], ok["response"]) if isinstance(r, str) and r.strip()}
     chosen = [samples[sid] for sid in replies]
-    items = _items(chosen, replies, None, _paper_persona_texts(run, chosen))
+    items = items_of(chosen, replies, None, paper_persona_texts(run, chosen))
     values: dict[tuple[str, str], float] = {}
     lexical = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap")
     result = LexicalMetrics().score(FamilyBatch(items, lexical, profile, Progress(None)))

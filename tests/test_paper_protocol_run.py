@@ -61,7 +61,7 @@ def _record_inputs(folder: Path) -> list[list[int]]:
 
     # as a paper-protocol run loads it: float32 (the paper's local mode)
     options = local.local_mode_options({}, paper_protocol=True)
-    loaded = local._load(local.resolve_local_model(str(folder), options), options)
+    loaded = local.load_model(local.resolve_local_model(str(folder), options), options)
     seen: list[list[int]] = []
 
     def hook(module, args, kwargs):  # noqa: ANN001

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from persobench.cli import store_from_args
+from persobench.cli.command_support import store_from_args
 from persobench.cli.generate import add_template_arguments
 from persobench.pipeline import DatasetError, get_dataset_info, load_all
 from persobench.pipeline import dataset_names

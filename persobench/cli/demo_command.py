@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args
+from persobench.cli.command_support import CLIError, store_from_args
 from persobench.pipeline import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
 from persobench.pipeline import StoreError
 from persobench.pipeline import metric_names

@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args, write_stdout
+from persobench.cli.command_support import CLIError, store_from_args, write_stdout
 from persobench.pipeline import GenerationConfig, RetryPolicy
 from persobench.pipeline import RUN_FLAGS
 from persobench.pipeline import url_with_credentials
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_template_arguments(run)
     run.add_argument("--limit", type=int, default=None, help="number of samples (deterministic subset)")
     run.add_argument("--seed", type=int, default=0, help="subset seed, and sampling seed when temperature > 0")
-    run.add_argument("--concurrency", type=_concurrency, default=8, metavar="N|auto",
+    run.add_argument("--concurrency", type=concurrency_value, default=8, metavar="N|auto",
                      help="maximum requests in flight (default 8), or auto: start at 2, raise while replies "
                           "come back, halve on a 429 or 5xx")
     run.add_argument("--max-concurrency", type=int, default=32, metavar="N",
@@ -130,7 +130,8 @@ def add_batch_arguments(parser: Any, batch_help: str, wait_help: str) -> None:
                              "line an error): stop (default: the command stops in one line naming the failure and "
                              "the command that sends them) or interactive (send them one by one, at full price)")
 
-def _concurrency(text: str) -> int | str:
+def concurrency_value(text: str) -> int | str:
+    """``--concurrency`` / ``--judge-concurrency``: a whole number of at least 1, or ``auto``."""
     if text.strip().lower() == "auto":
         return "auto"
     try:

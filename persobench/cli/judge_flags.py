@@ -11,9 +11,9 @@ import argparse
 import shlex
 from typing import Any, Callable
 
-from persobench.cli import CLIError
+from persobench.cli.command_support import CLIError
 from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
-from persobench.cli.generate import _concurrency, add_batch_arguments
+from persobench.cli.generate import concurrency_value, add_batch_arguments
 from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
 from persobench.pipeline import default_cache_dir, judge_retry, make_judge
 from persobench.pipeline import number_argument
@@ -37,7 +37,7 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
                        help="the judge: any model spec `run` takes (openai:gpt-4o-mini, a preset, a models-file name)")
     group.add_argument("--judge-base-url", default=None, metavar="URL",
                        help="server URL of an OpenAI-compatible judge (vLLM, Ollama, ...)")
-    group.add_argument("--judge-concurrency", type=_concurrency, default=8, metavar="N|auto",
+    group.add_argument("--judge-concurrency", type=concurrency_value, default=8, metavar="N|auto",
                        help="judge requests in flight, or auto (raised while replies come back, halved on 429/5xx); "
                             "default 8")
     group.add_argument("--judge-max-cost", type=float, default=None, metavar="USD",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from persobench.cli import store_from_args, warn_skipped, write_stdout
+from persobench.cli.command_support import store_from_args, warn_skipped, write_stdout
 from persobench import pipeline
 
 

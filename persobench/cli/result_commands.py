@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from persobench import pipeline
-from persobench.cli import CLIError, store_from_args, warn_skipped, write_stdout
+from persobench.cli.command_support import CLIError, store_from_args, warn_skipped, write_stdout
 from persobench.pipeline import PAPER_ARCHIVE, ArchiveLimits
 from persobench.pipeline import check_number
 from persobench.pipeline import reference_dir

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args, warn_skipped
+from persobench.cli.command_support import CLIError, store_from_args, warn_skipped
 from persobench.cli import judge_flags
 from persobench.pipeline import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, UNIEVAL_SCORERS, ScoreConfig
 from persobench import pipeline

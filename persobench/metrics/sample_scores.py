@@ -227,9 +227,9 @@ def _persona_pairs(sample: "Sample") -> tuple[tuple[str, str], ...]:
     return tuple([(p.speaker, s) for p in sample.personas for s in p.sentences if str(s).strip()])
 
 
-def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
-           references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None,
-           *, personas: bool = True) -> list[Item]:
+def items_of(samples: Sequence["Sample"], replies: Mapping[str, str],
+             references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None,
+             *, personas: bool = True) -> list[Item]:
     """The valid replies as items; without their persona sentences when not ``personas`` (no family
     of the pass reads them: collecting them was a third of a lexical pass's bookkeeping)."""
     items: list[Item] = []
@@ -344,7 +344,7 @@ def score_samples(
     # A registered family need not derive from MetricFamily: one without the method reads them.
     personas = any(getattr(step.family, "reads_personas", lambda _metrics: True)(step.metrics)
                    for step in family_plan(wanted))
-    items = _items(samples, replies, references, persona_texts, personas=personas)
+    items = items_of(samples, replies, references, persona_texts, personas=personas)
     if nli_answers is None:
         nli_answers = judge_answers(items, wanted, prof, judge, Progress(progress))
     scored = _run_families(items, wanted, prof, Progress(progress), encoder,
@@ -369,7 +369,7 @@ PAPER_PERSONA_INPUT = "paper personas cell"
 SENTENCES_PERSONA_INPUT = "persona sentences"
 
 
-def _paper_persona_texts(run: "Run | RunManifest", samples: Sequence["Sample"]) -> dict[str, str] | None:
+def paper_persona_texts(run: "Run | RunManifest", samples: Sequence["Sample"]) -> dict[str, str] | None:
     """Sample id -> the paper's persona text when ``run`` (a run, or the manifest of one being
     planned) is under the paper protocol, else None."""
 

@@ -18,7 +18,7 @@ from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, metric_names, validate_metric_names
 from persobench.metrics.nli_inputs import NLIInput, resolve_layout
 from persobench.metrics.unieval import PAPER_SCORER
-from persobench.metrics.sample_scores import _items, _paper_persona_texts, embedding_request, family_plan
+from persobench.metrics.sample_scores import items_of, paper_persona_texts, embedding_request, family_plan
 from persobench.metrics.sample_scores import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
 from persobench.metrics.stored import score_basis, stored_keys
 from persobench.scoring.writing import RunScoreSummary, RunWork
@@ -112,14 +112,14 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     lexical.send_ahead([present[s.id][0] for s in samples], [replies[s.id] for s in samples], todo)
     return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
                    dict(references) if references else None,
-                   _paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note,
+                   paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note,
                    tuple(str(sid) for sid in generations["sample_id"]))
 
 
 def work_items(work: RunWork) -> list[Item]:
     """The replies the compute step scores for ``work`` (every sample some metric still needs)."""
     ids = work.sample_ids
-    return _items(work.samples, {sid: work.replies[sid] for sid in ids}, work.references, work.persona_texts)
+    return items_of(work.samples, {sid: work.replies[sid] for sid in ids}, work.references, work.persona_texts)
 
 
 def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) -> "EmbeddingRequest":
@@ -162,8 +162,8 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
         return []
     ids = set().union(*work.todo.values())
     samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
-    items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
-                   _paper_persona_texts(run, samples))
+    items = items_of(samples, {sid: work.replies[sid] for sid in ids}, work.references,
+                   paper_persona_texts(run, samples))
     return items_nli_pairs(items, tuple(work.todo), work.profile)
 
 
