@@ -1,4 +1,5 @@
-"""The code passes the ruff configuration in pyproject.toml (rules and deliberate ignores live there)."""
+"""The checkers pass: ruff (its configuration in pyproject.toml) and the import contracts of
+.importlinter (lint-imports), each with a test that the contracts fail on the imports they forbid."""
 
 from __future__ import annotations
 
@@ -32,3 +33,70 @@ def test_ruff_configuration_is_in_pyproject():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
     selected = set(config["lint"]["select"])
     assert {"F", "E9", "B", "BLE"} <= selected  # real defects stay checked, whatever is ignored
+
+
+# --- Import contracts (.importlinter, custom types in tests/import_contracts.py) ----------------------
+
+#: lint-imports as its console script runs it; through the interpreter, so it works whatever the
+#: script's shebang says.
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", LINT_IMPORTS], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_import_contracts_hold():
+    pytest.importorskip("importlinter", reason="requirements.txt pins import-linter; `make install` installs it")
+    done = _lint_imports(ROOT)
+    assert done.returncode == 0, f"lint-imports found broken contracts:\n{done.stdout}{done.stderr}"
+    assert "0 broken" in done.stdout
+
+
+def test_pages_is_found_as_the_checkouts_folder():
+    """grimp finds ``pages`` (no ``__init__.py``) as a namespace package: an installed package of that
+    name would win over the folder, and the contracts would check someone else's code."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pages")
+    assert spec is not None and {Path(p) for p in spec.submodule_search_locations} == {ROOT / "pages"}
+
+
+def _copy_for_contracts(tmp_path: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "data", "judge_templates", "icon.png")
+    shutil.copytree(ROOT / "persobench", tmp_path / "persobench", ignore=ignore)
+    shutil.copytree(ROOT / "pages", tmp_path / "pages", ignore=ignore)
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "import_contracts.py", tmp_path / "tests")
+    shutil.copy(ROOT / ".importlinter", tmp_path)
+    return tmp_path
+
+
+#: (file, what is added to it, the contract that must break). Each line is a way round the layers the
+#: contracts exist to refuse.
+FORBIDDEN_IMPORTS = [
+    pytest.param("persobench/cli/data.py", "from ..scoring._secret import x\n",
+                 "A _module is imported only inside its package", id="relative-import-of-a-private-module"),
+    pytest.param("persobench/app/text.py",
+                 "import importlib\n\ndef later():\n    return importlib.import_module('persobench.scoring')\n",
+                 "Imports are statements", id="importlib"),
+    pytest.param("persobench/datasets/tables.py", "def later():\n    from persobench.metrics import METRICS\n",
+                 "Stages import only the stages below them", id="an-upward-import-inside-a-function"),
+    pytest.param("persobench/jobs/model.py", "from persobench.store.run_store import _slug\n",
+                 "A _name is used only inside its package", id="a-private-name-of-another-package"),
+    pytest.param("persobench/datasets/user_files.py", "def later():\n    from persobench.datasets import load_dataset\n",
+                 "A package's front never imports a module that imports the front", id="a-module-its-front-imports"),
+]
+
+
+@pytest.mark.parametrize("where,line,contract", FORBIDDEN_IMPORTS)
+def test_a_forbidden_import_breaks_the_contracts(tmp_path, where, line, contract):
+    pytest.importorskip("importlinter", reason="requirements.txt pins import-linter; `make install` installs it")
+    root = _copy_for_contracts(tmp_path)
+    (root / "persobench" / "scoring" / "_secret.py").write_text("x = 1\n", encoding="utf-8")
+    target = root / where
+    target.write_text(target.read_text(encoding="utf-8") + "\n" + line, encoding="utf-8")
+    done = _lint_imports(root)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{contract}" in done.stdout and "BROKEN" in done.stdout.split(contract, 1)[1].splitlines()[0], done.stdout
