@@ -22,6 +22,9 @@ from __future__ import annotations
 import enum
 from typing import Mapping
 
+__all__ = ["ConfigurationError", "DatasetError", "ErrorKind", "MetricError", "PersoBenchError", "ProviderError", "RETRYABLE_KINDS",
+           "RunAborted", "ScoringError", "StoreBusy", "StoreError", "StoreWriteError"]
+
 
 class PersoBenchError(Exception):
     """The base of every error PersoBench raises on purpose; ``str()`` is one line for a user."""

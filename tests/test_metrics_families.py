@@ -57,7 +57,7 @@ def toy_words():
 
 
 def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(toy_words, tmp_path, capsys):
-    assert metrics.METRIC_NAMES[-2:] == ("toy_reply_words", "toy_persona_count")
+    assert metrics.metric_names()[-2:] == ("toy_reply_words", "toy_persona_count")
     assert metrics.validate_metric_names(["toy_persona_count", "bleu"]) == ("bleu", "toy_persona_count")
     seen = []
     result = metrics.score_samples(_samples(), {"s:0": "I love cats", "s:1": "teaching is fun", "s:2": "ok"},

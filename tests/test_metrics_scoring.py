@@ -22,19 +22,19 @@ from persobench.store.run_store import RunManifest, RunStore
 
 
 def test_registry_names_and_info():
-    assert metrics.METRIC_NAMES == (
+    assert metrics.metric_names() == (
         "bleu", "rouge1", "rouge2", "rougeL", "meteor", "bertscore_p", "bertscore_r", "bertscore_f1", "dist1",
         "dist2", "ue_score", "unieval_coherence", "c_score", "p_consistency", "persona_distance", "idf_overlap",
         "unieval_groundedness", "unieval_naturalness", "unieval_engagingness", "unieval_understandability",
         "unieval_overall", "persona_coverage")
-    assert metrics.RUN_METRIC_NAMES == ("failure_ratio", "instructability", "response_time")
+    assert metrics.metric_names(level="run") == ("failure_ratio", "instructability", "response_time")
     c = metrics.metric_info("c_score")
     assert (c.dimension, c.range, c.worst_value, c.needs) == ("personalization", (-1.0, 1.0), -1.0, "nli")
     assert metrics.metric_info("ue_score").range == (0.0, 2.0)
     assert metrics.metric_info("dist2").dimension == "diversity"
     assert metrics.metric_info("response_time").higher_is_better is False
     assert metrics.metric_info("unieval_engagingness").range[1] is None
-    assert all(metrics.metric_info(n).worst_value == 0.0 for n in metrics.METRIC_NAMES if n != "c_score")
+    assert all(metrics.metric_info(n).worst_value == 0.0 for n in metrics.metric_names() if n != "c_score")
     with pytest.raises(metrics.UnknownMetricError, match="known metrics"):
         metrics.metric_info("nope")
     with pytest.raises(metrics.UnknownMetricError, match="run-level"):
@@ -43,7 +43,7 @@ def test_registry_names_and_info():
 
 
 def test_every_sample_metric_has_a_family_and_a_known_backend_slot():
-    infos = [metrics.metric_info(n) for n in metrics.METRIC_NAMES]
+    infos = [metrics.metric_info(n) for n in metrics.metric_names()]
     assert all(i.family in metrics.family_names() for i in infos)
     assert {i.slot for i in infos} - {None} <= set(backends.SLOTS)
     assert metrics.metric_info("meteor").slot == "wordnet" and metrics.metric_info("bleu").slot is None
@@ -51,9 +51,9 @@ def test_every_sample_metric_has_a_family_and_a_known_backend_slot():
     assert metrics.metric_names(needs="none") == ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2",
                                                   "idf_overlap")
     assert metrics.metric_names(family="nli") == ("ue_score", "c_score", "p_consistency")
-    assert {n for n in metrics.METRIC_NAMES if metrics.metric_info(n).needs_reference} == {
+    assert {n for n in metrics.metric_names() if metrics.metric_info(n).needs_reference} == {
         "bleu", "rouge1", "rouge2", "rougeL", "meteor", "bertscore_p", "bertscore_r", "bertscore_f1", "ue_score"}
-    assert {n for n in metrics.METRIC_NAMES if metrics.metric_info(n).needs_persona} == {
+    assert {n for n in metrics.metric_names() if metrics.metric_info(n).needs_persona} == {
         "c_score", "p_consistency", "ue_score", "persona_distance", "idf_overlap", "persona_coverage",
         "unieval_groundedness", "unieval_overall"}
 

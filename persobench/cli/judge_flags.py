@@ -20,7 +20,6 @@ from persobench.pipeline import number_argument
 from persobench.pipeline import JudgeLabeller, judge_batch_note
 from persobench.pipeline import batch_cost
 from persobench.pipeline import supports_batch
-from persobench.pipeline import load_template
 from persobench.pipeline import public_address, public_url
 
 #: Flags whose value may carry credentials: printed in their public form.
@@ -136,7 +135,7 @@ def report(profile: Any, scored: Any) -> int:
         return 0
 
     s = scored.judge
-    print(f"judge {profile.judge.model_name} (prompt {load_template(profile.judge.prompt).version}): {s.pairs} pair(s): "
+    print(f"judge {profile.judge.model_name} (prompt {profile.judge.template.version}): {s.pairs} pair(s): "
           f"{s.cached} from the response cache, {s.sent} answered now ({s.attempts} request(s)); "
           f"{s.unparseable} unparseable and {s.unanswered} unanswered (counted, no value); "
           f"~{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, cost {_money(s.cost_usd)}")

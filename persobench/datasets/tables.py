@@ -7,7 +7,7 @@ from pathlib import Path
 
 from persobench.datasets.prompt_tables import parse_prompt_row
 from persobench.records import Sample
-from persobench.datasets import reference_dir
+from persobench.datasets.paper_archive import reference_dir
 from persobench.store.csv_io import CSVFormatError, read_csv_rows
 from persobench.errors import DatasetError
 

@@ -255,7 +255,7 @@ def metric_info(name: str) -> MetricInfo:
 
 
 def validate_metric_names(names: "list[str] | tuple[str, ...] | None") -> tuple[str, ...]:
-    """``names`` checked against :data:`METRIC_NAMES` (``None`` = all), deduplicated, in display order."""
+    """``names`` checked against :func:`metric_names` (``None`` = all), deduplicated, in display order."""
     known = metric_names()
     if names is None:
         return known

@@ -31,7 +31,7 @@ from persobench.providers.base import Completion, Request, error_from_http, reso
 from persobench.core.secrets import scrub, shorten
 from persobench.providers.spec import ModelSpec
 from persobench.core.registry import Registry
-from persobench.providers import provider_class
+from persobench.providers.provider_registry import provider_class
 from persobench.providers.base import TOO_LARGE_HEAD_CHARS
 from datetime import datetime
 

@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from persobench.providers import PROVIDERS, checked_spec, parse_spec
+from persobench.providers.provider_registry import PROVIDERS, checked_spec, parse_spec
 from persobench.errors import ConfigurationError
 from persobench.providers.spec import ModelSpec
 from persobench.datasets.json_numbers import HugeInteger, max_digits

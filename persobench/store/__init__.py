@@ -8,3 +8,19 @@
 * :mod:`~persobench.store.files`: atomic writes, checksums, the one-line error for a refused write.
 * :mod:`~persobench.store.csv_io`: CSV in and out safely (strict quotes, no formula cells).
 """
+
+from persobench.store.csv_io import CSVFormatError, csv_text, read_csv_rows
+from persobench.store.files import (atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file, utc_now,
+                                    write_output, write_refused)
+from persobench.store.locks import lock_holder
+from persobench.store.run_lookup import open_store, resolve_run, resolve_runs
+from persobench.store.run_records import RunExtra
+from persobench.store.run_store import (Run, RunManifest, RunStore, StoreProblem, default_home,
+                                        make_run_id)
+
+__all__ = [
+    "CSVFormatError", "Run", "RunExtra", "RunManifest", "RunStore", "StoreProblem",
+    "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "csv_text", "default_home", "lock_holder",
+    "make_run_id", "open_store", "read_csv_rows", "resolve_run", "resolve_runs", "sha256_file", "utc_now",
+    "write_output", "write_refused",
+]
