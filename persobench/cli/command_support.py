@@ -10,7 +10,8 @@ import sys
 from typing import Iterable
 
 from persobench.errors import ConfigurationError, StoreWriteError
-from persobench.pipeline import EscapingStream, RunStore, is_terminal, printable, write_refused
+from persobench.core import EscapingStream, is_terminal, printable
+from persobench.store import RunStore, write_refused
 
 
 class CLIError(ConfigurationError):

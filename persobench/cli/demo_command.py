@@ -29,12 +29,12 @@ import time
 from typing import Any
 
 from persobench.cli.command_support import CLIError, store_from_args
-from persobench.pipeline import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
-from persobench.pipeline import StoreError
-from persobench.pipeline import metric_names
+from persobench.generation import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
+from persobench.errors import StoreError
+from persobench.metrics import metric_names
 from persobench import pipeline
 from persobench.errors import ConfigurationError, RunAborted
-from persobench.pipeline import ProgressBar
+from persobench.core import ProgressBar
 
 #: SmolLM2-135M's decoding speed on 2 idle cores in batches of 8, new tokens per second summed over
 #: the batch: ~24 tokens/s one at a time there, times the 2.3x that batches of 8 measured

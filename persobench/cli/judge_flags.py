@@ -12,15 +12,16 @@ import shlex
 from typing import Any, Callable
 
 from persobench.cli.command_support import CLIError
-from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
+from persobench.scoring import JUDGED_METRICS_TEXT, estimate_runs
 from persobench.cli.generate import concurrency_value, add_batch_arguments
-from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
-from persobench.pipeline import default_cache_dir, judge_retry, make_judge
-from persobench.pipeline import number_argument
-from persobench.pipeline import JudgeLabeller, judge_batch_note
-from persobench.pipeline import batch_cost
-from persobench.pipeline import supports_batch
-from persobench.pipeline import public_address, public_url
+from persobench.metrics import JUDGE_FLAGS, batch_settings_of
+from persobench.llm import default_cache_dir
+from persobench.metrics import judge_retry, make_judge
+from persobench.generation import number_argument
+from persobench.metrics import JudgeLabeller, judge_batch_note
+from persobench.llm import batch_cost
+from persobench.providers import supports_batch
+from persobench.core import public_address, public_url
 
 #: Flags whose value may carry credentials: printed in their public form.
 _PUBLIC_FORMS = {"--judge-base-url": public_url, "--ray-address": public_address}
