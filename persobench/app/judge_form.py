@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from persobench.app.text import md_escape
-from persobench.pipeline import JUDGED_METRICS_TEXT
+from persobench.scoring import JUDGED_METRICS_TEXT
 from persobench.app.page_cache import current_home
 from persobench.errors import PersoBenchError
-from persobench.pipeline import JudgeConfig
-from persobench.pipeline import redact
-from persobench.pipeline import batch_cost
+from persobench.metrics import JudgeConfig
+from persobench.core import redact
+from persobench.llm import batch_cost
 
 #: What the judge toggle's help says, on both pages.
 JUDGE_HELP = (f"Label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "

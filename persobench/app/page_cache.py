@@ -10,8 +10,8 @@ import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from persobench.pipeline import default_home
-from persobench.pipeline import RunStore
+from persobench.store import default_home
+from persobench.store import RunStore
 
 def cache_data(**kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``st.cache_data`` applied on first call, so importing a module does not import Streamlit."""

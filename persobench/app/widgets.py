@@ -10,9 +10,9 @@ from persobench.app.chrome import app_environment
 from persobench.app.text import format_seconds, md_escape, model_kind, safe_message
 from persobench.errors import PersoBenchError
 from persobench.jobs import JobManager, JobStatus, local_time, seconds_between
-from persobench.pipeline import STARTING
-from persobench.pipeline import structured_note
-from persobench.pipeline import modes_figure
+from persobench.generation import STARTING
+from persobench.aggregate import structured_note
+from persobench.report import modes_figure
 
 
 def show_sample(sample: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from persobench.errors import ConfigurationError
-from persobench.pipeline import RunStore
+from persobench.store import RunStore
 
 JOB_STATES = ("launching", "running", "completed", "failed", "cancelled", "interrupted")
 #: A lock without a pid yet is considered alive for this long (the launcher writes it first).
