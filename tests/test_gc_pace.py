@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from persobench import pipeline
+from persobench.datasets import load_dataset
 from persobench.core.gc_pace import PASS_THRESHOLD, fewer_collections, give_back_memory
 from persobench.metrics import MetricInfo, lexical, register_family, unregister_family
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
@@ -89,7 +90,7 @@ def pace_family():
 
 def _store(home) -> RunStore:
     store = RunStore(home)
-    samples = pipeline.load_dataset("sample")
+    samples = load_dataset("sample")
     run = store.create(RunManifest(run_id="sample__pace__vanilla__0", dataset="sample",
                                    sample_ids=tuple(s.id for s in samples), model={"label": "pace"},
                                    mode="vanilla", template="t", template_hash="h"))

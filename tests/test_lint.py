@@ -87,6 +87,14 @@ FORBIDDEN_IMPORTS = [
                  "A _name is used only inside its package", id="a-private-name-of-another-package"),
     pytest.param("persobench/datasets/user_files.py", "def later():\n    from persobench.datasets import load_dataset\n",
                  "A package's front never imports a module that imports the front", id="a-module-its-front-imports"),
+    pytest.param("pages/data.py", "from persobench import scoring\n",
+                 "Pages import the app, the jobs and the read-side public APIs only", id="a-page-imports-scoring"),
+    pytest.param("persobench/cli/data.py", "from persobench.store.run_store import RunStore\n",
+                 "The CLI, the jobs and the app import the library through package APIs only",
+                 id="a-front-end-imports-a-module"),
+    pytest.param("persobench/app/text.py", "from persobench.pipeline import open_store\n",
+                 "The CLI, the jobs and the app import the library through package APIs only",
+                 id="a-name-not-in-all"),
 ]
 
 
