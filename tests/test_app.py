@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from persobench.app.chrome import PAGES as NAVIGATION
 from tests.app_store import (
     EVIL_REPLY,
     EVIL_SAMPLE,
@@ -26,8 +27,9 @@ from tests.fakes.fixtures import OPENAI_SECRET
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-PAGES = ["pages/leaderboard.py", "pages/new_run.py", "pages/explore.py", "pages/failures.py",
-         "pages/compare.py", "pages/data.py", "pages/metrics.py"]
+#: Every page of the navigation (persobench.app.chrome.PAGES), the landing page first: a new page is tested
+#: here without touching this file.
+PAGES = [path for path, _title, _icon, _url in NAVIGATION]
 TIMEOUT = 120
 
 
