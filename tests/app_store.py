@@ -30,8 +30,6 @@ EVIL_REPLY = (
     '<a href="javascript:window.__pwned=4">link</a> :red[red] $x^2$ **bold** '
     '<iframe src="javascript:window.__pwned=5"></iframe>'
 )
-#: Marker words that must stay visible as text wherever the evil strings are shown.
-EVIL_MARKERS = ("<script>", "onerror", "javascript:", "![tracker]")
 
 FAKE_MODEL = "openai:fake-persona-7b"
 LEXICAL = ["bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap"]

@@ -20,11 +20,6 @@ MAX_PAGE_LINES = 200
 MAX_MODULE_LINES = 550
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _library_files() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 

@@ -29,7 +29,8 @@ def default_pace():
     gc.set_threshold(*before)
 
 
-def test_the_block_collects_less_often_and_the_pace_comes_back_even_on_an_error(default_pace):
+@pytest.mark.usefixtures("default_pace")
+def test_the_block_collects_less_often_and_the_pace_comes_back_even_on_an_error():
     with fewer_collections():
         assert gc.get_threshold() == (PASS_THRESHOLD, 10, 10)
     assert gc.get_threshold() == (700, 10, 10)
@@ -42,7 +43,8 @@ def test_the_block_collects_less_often_and_the_pace_comes_back_even_on_an_error(
     assert gc.get_threshold()[0] == 90_000
 
 
-def test_overlapping_blocks_restore_the_pace_when_the_last_one_ends(default_pace):
+@pytest.mark.usefixtures("default_pace")
+def test_overlapping_blocks_restore_the_pace_when_the_last_one_ends():
     entered, release = threading.Event(), threading.Event()
 
     def other_pass() -> None:
@@ -100,7 +102,8 @@ def _store(home) -> RunStore:
     return store
 
 
-def test_a_local_pass_scores_at_the_pass_pace_and_gives_the_pace_back(tmp_path, pace_family, default_pace):
+@pytest.mark.usefixtures("pace_family", "default_pace")
+def test_a_local_pass_scores_at_the_pass_pace_and_gives_the_pace_back(tmp_path):
     store = _store(tmp_path)
     report = pipeline.score(None, store=store, metrics=["toy_pace"])
     assert PaceSeen.seen == [PASS_THRESHOLD] and report.failures == 0 and report.new_values > 0

@@ -1,5 +1,6 @@
-"""The checkers pass: ruff (its configuration in pyproject.toml) and the import contracts of
-.importlinter (lint-imports), each with a test that the contracts fail on the imports they forbid."""
+"""The checkers pass: ruff (its configuration in pyproject.toml), the import contracts of
+.importlinter (lint-imports), each with a test that the contracts fail on the imports they forbid, and
+vulture (dead code; [tool.vulture] in pyproject.toml, its whitelist tests/vulture_whitelist.py)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,26 @@ def test_a_forbidden_import_breaks_the_contracts(tmp_path, where, line, contract
     done = _lint_imports(root)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{contract}" in done.stdout and "BROKEN" in done.stdout.split(contract, 1)[1].splitlines()[0], done.stdout
+
+
+# --- Dead code (vulture) ------------------------------------------------------------------------------
+
+
+def _vulture(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("vulture", reason="requirements.txt pins vulture; `make install` installs it")
+    return subprocess.run([sys.executable, "-m", "vulture", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_vulture_finds_nothing():
+    """Nothing unused in the library, the pages, the benchmarks or the tests (the tests count as users),
+    at [tool.vulture]'s confidence; what only a caller vulture cannot see uses is in the whitelist."""
+    done = _vulture()
+    assert done.returncode == 0 and done.stdout == "", f"vulture found dead code:\n{done.stdout}{done.stderr}"
+
+
+def test_vulture_reports_a_function_nobody_calls(tmp_path):
+    (tmp_path / "module.py").write_text("def used():\n    return 1\n\n\ndef forgotten():\n    return 2\n\n\n"
+                                        "print(used())\n", encoding="utf-8")
+    done = _vulture("module.py", "--min-confidence", "60", cwd=tmp_path)
+    assert done.returncode == 3 and "unused function 'forgotten'" in done.stdout and "'used'" not in done.stdout

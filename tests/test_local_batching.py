@@ -156,7 +156,8 @@ def one_torch_thread():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chat_template", [False, True])
-def test_smollm2_batched_equals_unbatched_on_the_demo_samples(tmp_path, chat_template, one_torch_thread):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_smollm2_batched_equals_unbatched_on_the_demo_samples(tmp_path, chat_template):
     """SmolLM2 (the demo's model), paper-open raw text and its chat template, 24 new tokens."""
     runs = {
         size: run_generation(dataset="sample", model="local:smollm2", home=tmp_path / f"b{size}", limit=DEMO_LIMIT,

@@ -56,7 +56,8 @@ def toy_words():
     unregister_family("toy_words")
 
 
-def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(toy_words, tmp_path, capsys):
+@pytest.mark.usefixtures("toy_words")
+def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(tmp_path, capsys):
     assert metrics.metric_names()[-2:] == ("toy_reply_words", "toy_persona_count")
     assert metrics.validate_metric_names(["toy_persona_count", "bleu"]) == ("bleu", "toy_persona_count")
     seen = []
@@ -91,7 +92,8 @@ def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(toy_
     assert "toy_reply_words" in capsys.readouterr().out
 
 
-def test_unregistering_removes_the_family_and_its_metrics(toy_words):
+@pytest.mark.usefixtures("toy_words")
+def test_unregistering_removes_the_family_and_its_metrics():
     assert "toy_words" in metrics.family_names()
     unregister_family("toy_words")
     try:
@@ -167,7 +169,8 @@ def chained():
     unregister_family("toy_counts")
 
 
-def test_a_family_runs_after_the_family_it_requires_and_gets_its_output(chained):
+@pytest.mark.usefixtures("chained")
+def test_a_family_runs_after_the_family_it_requires_and_gets_its_output():
     steps = family_plan(["toy_ratio"])
     assert [(s.family.name, s.metrics, set(s.outputs_wanted)) for s in steps] == [
         ("toy_counts", (), {"lengths"}), ("toy_ratio", ("toy_ratio",), set())]
@@ -222,7 +225,8 @@ class NeedsSilent(Ratio):
     requires = (Requirement("toy_silent", "lengths"),)
 
 
-def test_dependency_errors_are_named(chained):
+@pytest.mark.usefixtures("chained")
+def test_dependency_errors_are_named():
     register_family(Broken(), [_info("toy_broken", "toy_broken")])
     register_family(Silent(), [_info("toy_silent", "toy_silent")])
     register_family(NeedsSilent(), [_info("toy_needs_silent", "toy_needs_silent")])

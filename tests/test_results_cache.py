@@ -288,8 +288,8 @@ def fresh_code_key():
     disk_cache.code_fingerprint.cache_clear()
 
 
-def test_the_code_key_reads_each_builder_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module,
-                                                                                 fresh_code_key):
+@pytest.mark.usefixtures("fresh_code_key")
+def test_the_code_key_reads_each_builder_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module):
     from persobench.store.files import module_sources
 
     assert [p.name for p in module_sources(disk_cache.BUILDERS)] == ["protocol.py", "run_records.py", "run_store.py",

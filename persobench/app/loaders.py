@@ -7,7 +7,7 @@ until a run changes on disk. Text that could hold a credential is redacted here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.app.page_cache import cache_data, cache_resource
 from persobench.app.text import natural_key
@@ -16,7 +16,6 @@ from persobench.store import RunStore
 from persobench.store import Run, StoreProblem
 from persobench.errors import StoreError
 from persobench.datasets import samples_by_id
-from persobench.store import RunExtra
 from persobench.aggregate import cached_table
 from persobench.app.page_cache import current_home
 from persobench import __version__
@@ -120,11 +119,6 @@ def dataset_error(name: str) -> str:
     except Exception as exc:  # noqa: BLE001
         return redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     return ""
-
-
-def score_profiles(manifest: Mapping[str, Any]) -> list[str]:
-
-    return sorted(RunExtra.from_extra(manifest.get("extra")).scores or {})
 
 
 REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "completion_tokens",

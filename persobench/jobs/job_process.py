@@ -61,7 +61,7 @@ def run_job(folder: Path) -> int:
         state.update(changes, updated_at=utc_now())
         atomic_write_json(folder / "state.json", state)
 
-    def on_term(signum: int, frame: Any) -> None:  # noqa: ARG001
+    def on_term(_signum: int, _frame: Any) -> None:
         (folder / "cancel").write_text(utc_now())
 
     signal.signal(signal.SIGTERM, on_term)

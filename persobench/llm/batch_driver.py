@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 from persobench.errors import ConfigurationError, ErrorKind, PersoBenchError, ProviderError, StoreWriteError
 from persobench.store.files import utc_now, write_refused
 from persobench.llm.batch_state import (  # noqa: F401 - the state's names, where callers have found them
-    STATE_FILE, BatchEntry, BatchListing, BatchState, batch_listing, pending_batches, read_state,
+    STATE_FILE, BatchEntry, BatchListing, BatchState, batch_listing, read_state,
 )
 from persobench.llm.response_cache import ResponseCache
 from persobench.providers.models_registry import prices_for

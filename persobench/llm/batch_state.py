@@ -232,8 +232,3 @@ def batch_listing(home: str | Path) -> BatchListing:
                          "submitted": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(b.submitted_at)),
                          "updated": b.updated_at})
     return BatchListing(sorted(rows, key=lambda r: (r["collected"], r["submitted"])), problems)
-
-
-def pending_batches(home: str | Path) -> list[dict[str, Any]]:
-    """The rows of :func:`batch_listing` (unreadable state files left out)."""
-    return batch_listing(home).rows

@@ -172,7 +172,7 @@ class LocalExecutor:
         free = list(self._encoders)
         stop = Stop()
         embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="persobench-embed")
-        queued: "collections.deque[tuple[WorkGroup, Any, Future[None]]]" = collections.deque()
+        queued: collections.deque[tuple[WorkGroup, Any, Future[None]]] = collections.deque()
 
         def queue_next() -> None:
             group = next(planned, None)
@@ -209,7 +209,7 @@ def _computed(work: RunWork, metrics: Sequence[str], encoder: Any, progress: Sco
     return Computed(work, result)
 
 
-def _computed_group(group: WorkGroup, encoder: Any, embedded: "Future[None]",
+def _computed_group(group: WorkGroup, encoder: Any, embedded: Future[None],
                     progress: ScoreProgress | None) -> Iterator[Computed]:
     """The runs of ``group``: what needs no embedding while ``embedded`` (the group's texts) is
     still running, the rest once it is done; one :class:`Computed` per run, both parts combined."""

@@ -116,9 +116,6 @@ class EmbeddingShelf:
         self.refresh()
         return len(keys)
 
-    def drop_pending(self) -> None:
-        self._pending.clear()
-
     def drop_resident(self) -> None:
         """Give back the pages of the shards this process has read: :meth:`get` hands out copies,
         but a mapped page read once stays in the process's resident memory, so by the end of a pass

@@ -523,16 +523,3 @@ def merged_request(requests: Iterable["EmbeddingRequest | None"]) -> EmbeddingRe
 def store_cache_root(home: Path) -> Path:
     """Where a run store keeps embeddings: ``<home>/embeddings``."""
     return Path(home) / "embeddings"
-
-
-_ENCODERS: dict[tuple[str, str], TextEncoder] = {}
-_ENCODERS_LOCK = threading.Lock()
-
-
-def encoder_for(profile: Profile, cache_root: Path | None) -> TextEncoder:
-    """One encoder per (profile key, cache folder) in this process."""
-    key = (profile.key + "@" + profile.device, str(cache_root))
-    with _ENCODERS_LOCK:
-        if key not in _ENCODERS:
-            _ENCODERS[key] = TextEncoder(profile, cache_root)
-        return _ENCODERS[key]
