@@ -4,7 +4,7 @@ on-disk cache of aggregated tables, with the paper's published runs imported.
     python benchmarks/app.py [--repeats 3] [--home DIR] [--reference DIR]
 
 1. Builds (once; reused on later calls) a run store with every published run of the paper
-   imported by :func:`persobench.importer.import_persobench` from ``$PERSOBENCH_REFERENCE``
+   imported by :func:`persobench.generation.importer.import_persobench` from ``$PERSOBENCH_REFERENCE``
    (default ``../shared/persobench-reference``), about 60,000 replies, scored with the offline
    profile's lexical metrics (BLEU, ROUGE, Distinct, IDF overlap: no model needed). The store lives
    in ``$PERSOBENCH_BENCH_HOME`` (default ``cache/bench-app``).
@@ -51,10 +51,10 @@ TARGET_S = 1.0
 
 def build_store(home: Path, reference: Path) -> tuple[int, int]:
     """Import and score the published runs (skipped when already done); (runs, replies)."""
-    from persobench.importer import import_persobench
+    from persobench.generation.importer import import_persobench
     from persobench.metrics import metric_names
     from persobench.scoring import score_run
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     lexical = metric_names(needs="none")  # the metrics that need no model
     store = RunStore(home)
@@ -64,7 +64,7 @@ def build_store(home: Path, reference: Path) -> tuple[int, int]:
     print(f"import: {len(report.runs)} runs ({created} new or updated) in {time.perf_counter() - started:.1f} s")
     started = time.perf_counter()
     samples_cache: dict[str, dict] = {}
-    from persobench.importer import samples_for_run
+    from persobench.generation.importer import samples_for_run
 
     scored = 0
     for run in store.runs():
@@ -130,7 +130,7 @@ def first_renders(home: Path) -> tuple[dict[str, float], dict[str, float]]:
 PREPARE = """
 import sys, time
 from persobench.aggregate.landing import warm_landing
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 started = time.perf_counter()
 assert warm_landing(RunStore(sys.argv[1]))
 print(time.perf_counter() - started)

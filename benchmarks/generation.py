@@ -223,7 +223,7 @@ def bench_client(args: argparse.Namespace) -> bool:
     import asyncio
 
     from persobench.generation import GenerationConfig, plan_generation
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     n = args.client_prompts
     samples = make_samples(n)
@@ -319,7 +319,7 @@ def bench_local(args: argparse.Namespace) -> int:
     sizes = [int(x) for x in args.local_batch_sizes.split(",")]
     common = dict(dataset="sample", model="local:smollm2", limit=args.local_samples,
                   max_tokens=args.local_max_tokens, checkpoint_every=100)
-    local._load(local.resolve_local_model("smollm2", {}), {})  # load once, outside the timings
+    local.load_model(local.resolve_local_model("smollm2", {}), {})  # load once, outside the timings
     times: dict[str, float] = {}
     replies: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:

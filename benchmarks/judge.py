@@ -40,9 +40,9 @@ METRICS = ("c_score", "ue_score", "persona_coverage")
 def focus_pairs(ref: Path, n: int, seed: int) -> tuple[list[tuple[str, str]], int, int]:
     """``n`` distinct pairs drawn from those ``score`` labels on the published FoCus runs; also the
     number of runs and of distinct pairs they hold."""
-    from persobench.importer import import_persobench, samples_for_run
+    from persobench.generation.importer import import_persobench, samples_for_run
     from persobench.scoring.work_plan import run_nli_pairs
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "home")
@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     from persobench.llm.response_cache import default_cache_dir
     from persobench.errors import PersoBenchError
     from persobench.metrics.backends import HUB_NLI
-    from persobench.metrics.judge import JudgeLabeller, agreement, make_judge
-    from persobench.store import default_home
+    from persobench.metrics.judge.labeller import JudgeLabeller, agreement, make_judge
+    from persobench.store.run_store import default_home
 
     ref = reference_dir(args.reference)
     if ref is None:

@@ -82,7 +82,7 @@ def timed(argv: list[str], *, env: dict[str, str], cwd: Path) -> tuple[float, fl
 def focus_prompts(samples: int, home: Path) -> list[list[dict[str, str]]]:
     """The messages ``run --dataset focus --limit samples`` sends (planned here, nothing sent)."""
     from persobench.generation import GenerationConfig, plan_generation
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     config = GenerationConfig(dataset="focus", model=f"openai:{MODEL}", base_url="http://127.0.0.1:9/v1",
                               limit=samples, max_tokens=MAX_TOKENS)

@@ -97,7 +97,7 @@ def bench_bertscore(hyps: list[str], refs: list[str]) -> dict:
     import bert_score.utils  # noqa: F401 - imports paid before any timing, for both sides
 
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.embedding_models import load_bertscorer
+    from persobench.metrics.encoders.embedding_models import load_bertscorer
     from persobench.metrics.embeddings import bertscore
 
     spec = get_profile("offline").spec("bertscore")
@@ -197,8 +197,8 @@ def bench_lexical(ref: Path, repeats: int = 1) -> dict:
     import shutil
     import subprocess
 
-    from persobench.importer import run_references, samples_for_run
-    from persobench.store import RunStore
+    from persobench.generation.importer import run_references, samples_for_run
+    from persobench.store.run_store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:
         imported, home = Path(tmp) / "imported", Path(tmp) / "home"
@@ -262,20 +262,21 @@ def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
     """The offline profile of one run as PersoBench computed it before the encoder: (values, replies)."""
     from nltk.translate.meteor_score import meteor_score
 
-    from persobench.metrics import embedding_models, embeddings
+    from persobench.metrics.encoders import embedding_models
+    from persobench.metrics import embeddings
     from persobench.metrics.backends import get_profile
     from persobench.metrics.family import FamilyBatch, Progress
     from persobench.metrics.lexical import LexicalMetrics, whitespace_tokens
     from persobench.metrics.meteor import resolve_wordnet
     from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD
-    from persobench.metrics.scoring import _items, _paper_persona_texts
+    from persobench.metrics.sample_scores import items_of, paper_persona_texts
 
     profile = get_profile("offline")
     generations = run.read_table("generations")
     ok = generations[generations["status"] == "ok"]
     replies = {str(s): str(r) for s, r in zip(ok["sample_id"], ok["response"]) if isinstance(r, str) and r.strip()}
     chosen = [samples[sid] for sid in replies]
-    items = _items(chosen, replies, None, _paper_persona_texts(run, chosen))
+    items = items_of(chosen, replies, None, paper_persona_texts(run, chosen))
     values: dict[tuple[str, str], float] = {}
     lexical = ("bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap")
     result = LexicalMetrics().score(FamilyBatch(items, lexical, profile, Progress(None)))
@@ -306,7 +307,8 @@ def old_offline_run(run, samples) -> tuple[dict[tuple[str, str], float], int]:
 
 
 def warm_models() -> None:
-    from persobench.metrics import embedding_models, embeddings
+    from persobench.metrics.encoders import embedding_models
+    from persobench.metrics import embeddings
     from persobench.metrics.backends import get_profile
     from persobench.metrics.meteor import meteor, resolve_wordnet
 
@@ -323,8 +325,8 @@ def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, prec
     import shutil
     import subprocess
 
-    from persobench.importer import samples_for_run
-    from persobench.store import RunStore
+    from persobench.generation.importer import samples_for_run
+    from persobench.store.run_store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -389,9 +391,9 @@ def bench_offline(ref: Path, limit: int | None, dataset: str | None = None, prec
 def distinct_offline_texts(home: Path) -> tuple[list[str], int]:
     """Every distinct text ``score`` would embed for the runs in ``home`` (replies, references,
     persona sentences) and how many of them are replies."""
-    from persobench.importer import samples_for_run
+    from persobench.generation.importer import samples_for_run
     from persobench.scoring.work_plan import run_embedding_request
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     replies: dict[str, None] = {}
     others: dict[str, None] = {}
@@ -420,14 +422,14 @@ def bench_floor(ref: Path) -> dict:
 def floor_of_texts(texts: list[str]) -> dict:
     """The sentence model's forward passes alone over ``texts`` in the encoder's fixed-shape batches,
     each shape timed on the warm model two ways: one pass at a time with torch's threads
-    (``floor_s``), and as the encoder runs them, in :func:`~persobench.metrics.encoder_streams.forward_streams`
+    (``floor_s``), and as the encoder runs them, in :func:`~persobench.metrics.encoders.encoder_streams.forward_streams`
     single-threaded streams (``streams_floor_s``)."""
     import torch
 
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.encoder import BATCH_ROWS, fixed_batches, padded_length
-    from persobench.metrics.encoder_streams import forward_streams, run_in_streams
-    from persobench.metrics.embedding_models import load_embedding
+    from persobench.metrics.encoders.encoder import BATCH_ROWS, fixed_batches, padded_length
+    from persobench.metrics.encoders.encoder_streams import forward_streams, run_in_streams
+    from persobench.metrics.encoders.embedding_models import load_embedding
 
     model = load_embedding(get_profile("offline").spec("embedding"), "cpu")
     streams = forward_streams("cpu")

@@ -33,10 +33,11 @@ TOLERANCE = 1e-6
 def _runs(ref: Path | None, home: Path, dataset: str, limit: int) -> str:
     """Fill ``home`` with the runs to score; returns where they come from."""
     from persobench import pipeline
+    from persobench.store import open_store
 
     if ref is not None:
         pipeline.import_published(ref, home=home, datasets=[dataset])
-        store = pipeline.open_store(home)
+        store = open_store(home)
         for run in sorted(store.runs(), key=lambda r: r.run_id)[limit:]:
             shutil.rmtree(run.path)
         return f"the first {limit} published {dataset} runs (by id)"
@@ -49,7 +50,7 @@ def _runs(ref: Path | None, home: Path, dataset: str, limit: int) -> str:
 
 
 def _values(home: Path) -> dict[tuple[str, str, str], float]:
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     out: dict[tuple[str, str, str], float] = {}
     for run in RunStore(home).runs():

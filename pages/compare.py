@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.pipeline import structured_pairs
+from persobench.aggregate import structured_pairs
 from persobench.app.boards import available_profiles, comparison_table, paired_sample_values, results_frame
-from persobench.pipeline import win_tie_loss_figure
+from persobench.report import win_tie_loss_figure
 from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, load_or_stop, page_setup
 from persobench.app.loaders import run_replies, runs_table
 from persobench.app.text import md_escape, status_badge
 from persobench.app.links import copy_link, publish, seed
-from persobench.pipeline import LABEL_SUFFIX, compared_metrics, landing_dataset, run_row_labels
+from persobench.app.text import LABEL_SUFFIX
+from persobench.aggregate import compared_metrics, landing_dataset, run_row_labels
 
 page_setup()
 st.title("Compare two models")

@@ -13,7 +13,7 @@ from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.loaders import dataset_samples, dataset_table, import_preview, runs_table, store_problems
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card, show_sample
-from persobench.pipeline import PAPER_ARCHIVE, download_progress, fetched_reference, paper_manifest
+from persobench.datasets import PAPER_ARCHIVE, download_progress, fetched_reference, paper_manifest
 from persobench.jobs import JobManager, fetch_paper_steps, import_steps
 
 page_setup()

@@ -18,7 +18,7 @@ from persobench.app.explore_view import context_panel, personas_panel, reply_gri
 from persobench.app.links import copy_link, many, publish, seed, seed_many, seed_text
 from persobench.app.loaders import dataset_error, dataset_samples, dialogue_data, profiles_in_store, runs_table
 from persobench.app.text import md_escape
-from persobench.pipeline import landing_dataset, widest_spread
+from persobench.aggregate import landing_dataset, widest_spread
 
 page_setup()
 

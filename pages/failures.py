@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.pipeline import failure_bars_figure
+from persobench.report import failure_bars_figure
 from persobench.app.page_cache import current_state
 from persobench.app.chrome import empty_store_notice, page_setup
 from persobench.app.dialogues import prompt_text
 from persobench.app.links import copy_link, many, publish, seed, seed_many
 from persobench.app.loaders import failed_replies, status_counts
 from persobench.app.text import md_escape, natural_key, status_badge
-from persobench.pipeline import FAILURE_STATUSES, failure_summary, landing_dataset, redact, run_row_labels
+from persobench.aggregate import FAILURE_STATUSES, failure_summary, landing_dataset, run_row_labels
+from persobench.app.text import redact
 
 page_setup()
 st.title("Failures")

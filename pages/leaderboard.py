@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from persobench.pipeline import distribution_figure, landing_dataset, modes_figure
+from persobench.report import ReportOptions, distribution_figure, modes_figure
 from persobench.app.boards import (available_profiles, board_choices, board_for, board_statuses, demo_story_for,
                                    metric_cells, mode_differences, overall_with_ci, paper_ranks_for, sample_values,
                                    unavailable_by_reason)
@@ -35,8 +35,8 @@ if runs.empty or not profiles:
 if story := load_or_stop(demo_story_for, home, sig):  # the demo's store: its story before any filter
     demo_story_panel(story)
 
-from persobench.pipeline import OVERALL_COMPONENTS, protocol_heading, sample_notes, sample_set_note  # noqa: E402
-from persobench.pipeline import NO_SHARED_SAMPLES, METRICS, ReportOptions  # noqa: E402
+from persobench.aggregate import NO_SHARED_SAMPLES, OVERALL_COMPONENTS, landing_dataset, protocol_heading, sample_notes, sample_set_note  # noqa: E402,E501
+from persobench.metrics import METRICS  # noqa: E402
 
 scored = runs[runs["has_generations"] & (runs["status"] == "completed")]
 run_counts = scored["dataset"].value_counts().to_dict()

@@ -12,8 +12,8 @@ from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
 from persobench.errors import PersoBenchError
 from persobench.jobs import JobManager
-from persobench.jobs.judging import judge_step
-from persobench.pipeline import METRICS
+from persobench.jobs import judge_step
+from persobench.metrics import METRICS
 
 page_setup()
 st.title("Metrics")
@@ -83,8 +83,8 @@ st.markdown(
 )
 ranking_mode = st.segmented_control("Mode", ["vanilla", "cot"], default="cot", key="metrics_ranking_mode") or "cot"
 try:
-    from persobench.pipeline import paper_figure_slips, paper_ranking
-    from persobench.pipeline import reference_dir
+    from persobench.aggregate import paper_figure_slips, paper_ranking
+    from persobench.datasets import reference_dir
 
     ranking = paper_ranking(str(reference_dir()), ranking_mode)
 except PersoBenchError as exc:
@@ -110,7 +110,7 @@ def launch_judge(choice) -> None:
 
 judge = judge_form("metrics")
 if judge is not None:
-    from persobench.jobs.judging import estimate_for_store
+    from persobench.jobs import estimate_for_store
 
     # Estimating reads every stored run's pairs: only when asked, and then kept for this choice.
     if st.toggle("Show the judge's estimate for the stored runs", key="metrics_judge_estimate"):

@@ -17,11 +17,11 @@ from persobench.app.chrome import app_environment, page_setup
 from persobench.app.judge_form import judge_form, show_estimate
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
-from persobench.pipeline import batch_listing
+from persobench.app.loaders import batch_listing
 from persobench.jobs import BUILTIN_MODEL_CHOICES, JobManager, launch_steps, LaunchChoice, plan_launch, registry_models
 from persobench.jobs import local_time
-from persobench.jobs.planning import TEMPLATE_CHOICES
-from persobench.pipeline import PAPER_PRESETS
+from persobench.jobs import TEMPLATE_CHOICES
+from persobench.providers import PAPER_PRESETS
 
 page_setup()
 st.title("New run")
@@ -29,8 +29,8 @@ st.title("New run")
 home = current_home()
 jobs = JobManager(home)
 
-from persobench.pipeline import dataset_names, get_dataset_info  # noqa: E402
-from persobench.pipeline import PROVIDERS  # noqa: E402
+from persobench.datasets import dataset_names, get_dataset_info  # noqa: E402
+from persobench.providers import PROVIDERS  # noqa: E402
 
 names = dataset_names()
 registry, registry_note = registry_models(home)
@@ -137,7 +137,7 @@ else:
         st.warning(f"{len(blocked)} combination(s) cannot start (see the problem column); "
                    f"{len(ready)} can.")
     if judge is not None and ready:
-        from persobench.jobs.judging import estimate_for_launch
+        from persobench.jobs import estimate_for_launch
 
         show_estimate(*estimate_for_launch(home, judge, ready, limit=int(limit) or None, seed=int(seed)),
                       note="Replies are not written yet: each sample's reference stands in for its reply.", judge=judge)

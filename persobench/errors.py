@@ -22,6 +22,9 @@ from __future__ import annotations
 import enum
 from typing import Mapping
 
+__all__ = ["ConfigurationError", "DatasetError", "ErrorKind", "MetricError", "PersoBenchError", "ProviderError", "RETRYABLE_KINDS",
+           "RunAborted", "ScoringError", "StoreBusy", "StoreError", "StoreWriteError"]
+
 
 class PersoBenchError(Exception):
     """The base of every error PersoBench raises on purpose; ``str()`` is one line for a user."""
@@ -125,4 +128,4 @@ class RunAborted(PersoBenchError, RuntimeError):
     def __init__(self, reason: str, run: object) -> None:
         super().__init__(reason)
         self.run = run
-        """The :class:`~persobench.store.Run` that stopped (its finished rows are on disk)."""
+        """The :class:`~persobench.store.run_store.Run` that stopped (its finished rows are on disk)."""

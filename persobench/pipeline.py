@@ -1,137 +1,52 @@
-"""The library's front door: typed calls for the whole pipeline, used by the CLI, the background
-jobs, the demo and the app alike.
+"""The top-level Python API: a few typed calls that run the whole pipeline (generate, score,
+evaluate, leaderboard, the paper's published data), for a Python user as for the CLI, the background
+jobs and the app. Everything else is imported from the package that owns it (each package's
+``__init__`` lists its public names in ``__all__``: ``persobench.datasets``, ``persobench.aggregate``, ...).
 
 ::
 
     from persobench import pipeline
-    from persobench.generation import GenerationConfig
 
-    run = pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=8), home="cache")
+    run = pipeline.generate(pipeline.GenerationConfig(dataset="sample", model="baseline:reference", limit=8),
+                            home="cache")
     report = pipeline.score([run.run_id], profile="offline", home="cache")
     board = pipeline.leaderboard(home="cache", dataset="sample")
     print(board.table)
 
-Every call takes the store as ``home`` (a folder) or ``store`` (a :class:`~persobench.store.RunStore`);
+Every call takes the store as ``home`` (a folder) or ``store`` (a :class:`~persobench.store.run_store.RunStore`);
 every change it makes to a run is a read-merge-write under the run's state lock
-(:meth:`persobench.store.Run.update`), so a ``score`` beside a running generation, or two scores
+(:meth:`persobench.store.run_store.Run.update`), so a ``score`` beside a running generation, or two scores
 at once, never lose each other's values.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import threading
-import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from persobench.errors import ConfigurationError, StoreError  # noqa: F401 - the front door's errors
-from persobench.scoring.outcome import RunScore, ScoreReport  # noqa: F401 - the front door's types
-from persobench.scoring.score_config import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig  # noqa: F401
-from persobench.metrics.unieval import UNIEVAL_SCORERS  # noqa: F401 - score --unieval-scorer choices
-from persobench.store import Run, RunStore
-
-# --- What the front ends use besides the calls below ---------------------------------------------------
-# The CLI, the jobs, the demo and the app import the library only through this module (plus the record
-# types and the registries; tests/test_architecture.py checks it), so these names are its public surface.
-# The aggregate stage loads pandas: its names are handed out on first use (``__getattr__`` below), which
-# keeps the CLI's start-up light.
-from persobench.llm.response_cache import default_cache_dir  # noqa: F401
-from persobench.console import EscapingStream, ProgressBar, is_terminal, printable  # noqa: F401
-from persobench.csv_io import csv_text  # noqa: F401
-from persobench.datasets import (  # noqa: F401
-    DatasetError, dataset_names, get_dataset_info, load_all, load_dataset, reference_dir, samples_by_id)
-from persobench.datasets.tables import tables_dir  # noqa: F401
-from persobench.datasets.paper_archive import (  # noqa: F401
-    PAPER_ARCHIVE, ArchiveLimits, download_progress, fetched_reference, paper_manifest)
-from persobench.files import atomic_write_json, atomic_write_text, utc_now, write_output, write_refused  # noqa: F401
-from persobench.generation import (  # noqa: F401
-    COLUMNS, TABLE, GenerationConfig, RetryPolicy, read_progress, request_cancel)
-from persobench.generation.config import RUN_FLAGS, public_config  # noqa: F401
-from persobench.generation.progress import STARTING, every_reply_failed, run_state  # noqa: F401
-from persobench.generation.demo import (  # noqa: F401
-    DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, DemoState, demo_configs, demo_runs, read_demo_state, write_demo_state)
-from persobench.generation.batch_run import BatchPending, batch_notes, waiting_batch  # noqa: F401
-from persobench.generation.lock import interruption  # noqa: F401
-from persobench.generation.numbers import check_number, number_argument  # noqa: F401
-from persobench.generation.plan import default_template_for, messages_for  # noqa: F401
-from persobench.generation.rows import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded  # noqa: F401
-from persobench.llm.batch_driver import (  # noqa: F401
-    BatchSettings, batch_cost, estimated_max_batch_cost, pending_batches)
-from persobench.llm.batch_driver import FALLBACKS, BatchFailed, batch_listing  # noqa: F401
-from persobench.importer import dataset_for_folder, find_response_files  # noqa: F401
-from persobench.locks import lock_holder  # noqa: F401
-from persobench.metrics import METRICS, metric_names, validate_metric_names  # noqa: F401
-from persobench.metrics.backends import get_profile  # noqa: F401
-from persobench.metrics.judge import JUDGE_TIMEOUT_FLAG, JudgeLabeller, make_judge  # noqa: F401
-from persobench.metrics.judge_batch import pending_note as judge_batch_note  # noqa: F401
-from persobench.scoring.judge_estimate import (  # noqa: F401
-    JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
-from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of, judge_retry  # noqa: F401
-from persobench.metrics.judge_prompt import load_template  # noqa: F401
-from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
-from persobench.scoring.ray_executor import import_ray  # noqa: F401
-from persobench.models_registry import find_registry_file, load_registry, resolve_model  # noqa: F401
-from persobench.presets import PAPER_PRESETS  # noqa: F401
-from persobench.processes import pid_alive  # noqa: F401
-from persobench.prompts import DEFAULT_TEMPLATE, TemplateError, build_messages, get_template  # noqa: F401
-from persobench.protocol import paper_protocol, protocol_of  # noqa: F401
-from persobench.providers import PROVIDERS, key_requirement, missing_key_env  # noqa: F401
-from persobench.providers.batch_api import supports_batch  # noqa: F401
-from persobench.secrets import (  # noqa: F401
-    credentials_environment, is_secret_name, key_allowed, public_address, public_text, public_url, redact,
-    remember_url,
-    secret_environment, url_with_credentials)
-from persobench.store import StoreProblem, default_home  # noqa: F401
-from persobench.structured import LABEL_SUFFIX, structured_label  # noqa: F401
-from persobench.generation import GenerationPlan, ProgressInfo
-from persobench.metrics.backends import Profile
+from persobench.datasets import fetch_paper
+from persobench.errors import ConfigurationError
+from persobench.generation import GenerationConfig, GenerationPlan, ProgressInfo, import_persobench, plan_generation, run_generation
+from persobench.metrics import JudgeConfig, Profile
 from persobench.records import Sample
-from persobench.generation import plan_generation
-from persobench.generation import run_generation
+from persobench.scoring import RunScore, ScoreConfig, ScoreReport, score, score_runs
 from persobench.scoring.work_plan import run_samples as _run_samples
-from persobench.scoring.score_pass import score, score_runs  # noqa: F401 - the front door's scoring
-from persobench.scoring.executors import ScoreProgress  # noqa: F401
-from persobench.run_lookup import open_store, resolve_run, resolve_runs  # noqa: F401
-from persobench.datasets.paper_archive import fetch_paper
-from persobench.importer import import_persobench
+from persobench.store import Run, RunStore, open_store
 
 if TYPE_CHECKING:
     import pandas as pd
 
-
-#: The stages whose names the front door hands out on first use: they load pandas (and the report,
-#: plotly), and the CLI's start-up must not. ``leaderboard`` is this module's own call, so the
-#: aggregate's table builder of that name is ``board_table`` here.
-_LAZY_MODULES = ("persobench.aggregate", "persobench.aggregate.disk_cache", "persobench.aggregate.exports",
-                 "persobench.aggregate.story", "persobench.aggregate.ranking",
-                 "persobench.aggregate.published_ranking", "persobench.aggregate.landing",
-                 "persobench.aggregate.finding", "persobench.aggregate.failures", "persobench.aggregate.instances",
-                 "persobench.report",
-                 "persobench.report.charts")
-_LAZY_ALIASES = {"board_table": "leaderboard"}
-
-
-def __getattr__(name: str) -> Any:
-    """A public name of the aggregate or report stage, imported when first asked for."""
-    if name.startswith("_"):  # the import system probes dunders (``__path__``): never load pandas for them
-        raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
-    target = _LAZY_ALIASES.get(name, name)
-    for module_name in _LAZY_MODULES:
-        module = importlib.import_module(module_name)
-        public = getattr(module, "__all__", None)
-        if public is not None:
-            if target in public:
-                return getattr(module, target)
-            continue
-        found = getattr(module, target, None)
-        # Only what the module itself defines: never its own imports (``pd``, ``Path``, a stage's helper).
-        if found is not None and not isinstance(found, types.ModuleType) \
-                and getattr(found, "__module__", module_name) == module_name:
-            return found
-    raise AttributeError(f"module 'persobench.pipeline' has no attribute {name!r}")
+__all__ = [
+    # the calls
+    "plan", "generate", "score", "score_runs", "evaluate", "leaderboard", "landing_kept_current", "fetch_published",
+    "import_published", "run_samples",
+    # what they take and return
+    "Board", "Evaluation", "GenerationConfig", "JudgeConfig", "Run", "RunScore", "RunStore", "ScoreConfig",
+    "ScoreReport",
+]
 
 
 # --- Generation ------------------------------------------------------------------------------------
@@ -257,8 +172,8 @@ def landing_kept_current(home: str | os.PathLike[str] | None = None) -> Iterator
             pipeline.generate(config, home=home)
             pipeline.score(None, profile="offline", home=home)
 
-    (:func:`score` itself is not wrapped: it is called as it is on the judge's path from the app to
-    its requests, docs/development.md.)"""
+    (:func:`score` itself does not prepare the views: the caller decides which block of work ends with
+    the store in the state the app should open on.)"""
     store = RunStore(home) if home is not None else RunStore()
     before = store.fingerprint()
     yield
@@ -293,6 +208,6 @@ def import_published(folder: str | os.PathLike[str], *, home: str | os.PathLike[
                      store: RunStore | None = None, datasets: Sequence[str] | None = None,
                      models: Sequence[str] | None = None, modes: Sequence[str] | None = None) -> Any:
     """Import published replies laid out like the paper's repository: one run per dataset, model
-    and mode (idempotent); returns the :class:`~persobench.importer.ImportReport`."""
+    and mode (idempotent); returns the :class:`~persobench.generation.importer.ImportReport`."""
 
     return import_persobench(open_store(home, store), folder, datasets=datasets, models=models, modes=modes)

@@ -13,6 +13,8 @@ from functools import cached_property
 from typing import Any, Mapping
 import re
 
+__all__ = ["USER1", "USER2", "PersonaSet", "Sample", "Turn", "natural_key", "other_speaker"]
+
 #: Canonical speaker labels. Source labels such as "User 1", "[User 1 persona]" or
 #: "[Responder persona]" are normalised to these.
 USER1 = "User1"

@@ -30,8 +30,6 @@ EVIL_REPLY = (
     '<a href="javascript:window.__pwned=4">link</a> :red[red] $x^2$ **bold** '
     '<iframe src="javascript:window.__pwned=5"></iframe>'
 )
-#: Marker words that must stay visible as text wherever the evil strings are shown.
-EVIL_MARKERS = ("<script>", "onerror", "javascript:", "![tracker]")
 
 FAKE_MODEL = "openai:fake-persona-7b"
 LEXICAL = ["bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2", "idf_overlap"]
@@ -113,8 +111,8 @@ def build_app_store(home: Path) -> dict:
     from persobench.datasets import load_dataset, samples_by_id
     from persobench.generation import run_generation
     from persobench.scoring import score_run
-    from persobench.prompts import build_messages, get_template
-    from persobench.store import RunStore
+    from persobench.prompts.templates import build_messages, get_template
+    from persobench.store.run_store import RunStore
 
     home.mkdir(parents=True, exist_ok=True)
     store = RunStore(home)
@@ -172,7 +170,7 @@ def build_demo_store(home: Path, *, limit: int = 4) -> dict:
     from persobench.generation import plan_generation, run_generation
     from persobench.generation.demo import DEMO_PROFILE, demo_configs
     from persobench.scoring import score_run
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     store = RunStore(home)
     runs: dict[tuple[str, bool, str], str] = {}
@@ -208,11 +206,11 @@ def build_paper_store(home: Path, reference: Path) -> dict:
     with the metrics that need no model (the lexical ones, about 15 s for the 58 runs): what the
     ``import-persobench`` and ``score`` commands do, through the same library calls, with the app's
     first views prepared as those commands prepare them (``landing_kept_current``)."""
-    from persobench.importer import import_persobench, samples_for_run
+    from persobench.generation.importer import import_persobench, samples_for_run
     from persobench.metrics import metric_names
     from persobench.pipeline import landing_kept_current
     from persobench.scoring import score_run
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     store = RunStore(home)
     with landing_kept_current(home):

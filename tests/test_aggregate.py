@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from persobench import aggregate, stats
+from persobench import aggregate
+from persobench.aggregate import stats
 from persobench.cli import main
-from persobench.store import RunManifest, RunStore, make_run_id
-from persobench.structured import BOARD_NOTE
+from persobench.store.run_store import RunManifest, RunStore, make_run_id
+from persobench.core.structured import BOARD_NOTE
 
 IDS = ["focus:0", "focus:1", "focus:2", "focus:3"]
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from persobench.app.chrome import PAGES as NAVIGATION
 from tests.app_store import (
     EVIL_REPLY,
     EVIL_SAMPLE,
@@ -26,8 +27,9 @@ from tests.fakes.fixtures import OPENAI_SECRET
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-PAGES = ["pages/leaderboard.py", "pages/new_run.py", "pages/explore.py", "pages/failures.py",
-         "pages/compare.py", "pages/data.py", "pages/metrics.py"]
+#: Every page of the navigation (persobench.app.chrome.PAGES), the landing page first: a new page is tested
+#: here without touching this file.
+PAGES = [path for path, _title, _icon, _url in NAVIGATION]
 TIMEOUT = 120
 
 
@@ -226,7 +228,7 @@ def test_leaderboard_exports_match_the_board(env, monkeypatch):
 
     # The same numbers the library computes from the store.
     from persobench.aggregate import leaderboard, load_results
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     board = leaderboard(load_results(RunStore(env["home"])), dataset="sample", mode="vanilla")
     lib = board[(board["model"] == FAKE_MODEL) & (board["metric"] == "rougeL")].iloc[0]
@@ -266,7 +268,7 @@ def test_explore_shows_the_prompt_each_runs_own_template_produced(env):
     """As on the Failures page: the fake API model's run used the paper template, so its prompt is
     the paper's system message and the stored user message for this very sample."""
     from persobench.datasets import samples_by_id
-    from persobench.prompts import build_messages, get_template
+    from persobench.prompts.templates import build_messages, get_template
 
     at = open_page("pages/explore.py", {"dataset": "sample", "sample": "sample:5"})
     assert "Prompt" in [e.label for e in at.expander]
@@ -372,7 +374,7 @@ def test_compare_paired_tests_and_top_differences(env):
 
 def test_compare_plain_vs_structured_is_one_click(tmp_path, monkeypatch):
     from persobench.aggregate import load_results, structured_pairs
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.test_aggregate import ALL, make_protocol_run
 
     store = RunStore(tmp_path / "home")
@@ -398,7 +400,7 @@ def test_compare_plain_vs_structured_is_one_click(tmp_path, monkeypatch):
     assert table.loc["failure_ratio", "mean A"] == 1.0 and table.loc["failure_ratio", "mean B"] == 0.0
 
 def test_leaderboard_says_when_runs_share_no_sample_and_which_share_which(tmp_path, monkeypatch):
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.test_aggregate import ALL, PAPER_LABEL, make_protocol_run
 
     store = RunStore(tmp_path / "home")
@@ -414,7 +416,7 @@ def test_leaderboard_says_when_runs_share_no_sample_and_which_share_which(tmp_pa
 
 
 def test_leaderboard_boards_are_one_protocol_and_compare_common_samples(tmp_path, monkeypatch):
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.test_aggregate import ALL, PAPER_LABEL, make_protocol_run
 
     store = RunStore(tmp_path / "home")
@@ -446,8 +448,8 @@ def test_leaderboard_boards_are_one_protocol_and_compare_common_samples(tmp_path
 
 
 def test_leaderboard_labels_structured_runs_and_says_instructability_is_not_measured(tmp_path, monkeypatch):
-    from persobench.store import RunStore
-    from persobench.structured import BOARD_NOTE
+    from persobench.store.run_store import RunStore
+    from persobench.core.structured import BOARD_NOTE
     from tests.test_aggregate import ALL, make_protocol_run
 
     store = RunStore(tmp_path / "home")
@@ -519,7 +521,7 @@ def test_data_page_fetches_the_paper_data_in_the_background(tmp_path, monkeypatc
     import hashlib
 
     from persobench.jobs import JobManager
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.test_fetch_paper import ArchiveServer, build_archive
 
     home = tmp_path / "home"
@@ -699,8 +701,8 @@ def test_new_run_structured_output_checkbox_launches_a_structured_run(tmp_path, 
     """The checkbox reaches the estimate and the run step (`run --structured`): the run launched from the
     page asks the server for the reply schema and its manifest, protocol and label say structured."""
     from persobench.jobs import JobManager
-    from persobench.protocol import protocol_of
-    from persobench.store import RunStore
+    from persobench.prompts.protocol import protocol_of
+    from persobench.store.run_store import RunStore
     from tests.fakes import FakeLLMServer
 
     home = tmp_path / "home"
@@ -804,9 +806,9 @@ def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
 
     from persobench.errors import ConfigurationError
     from persobench.generation import GenerationConfig, plan_generation
-    from persobench.locks import lock_holder
+    from persobench.store.locks import lock_holder
     from persobench.jobs import JobManager, JobStep
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.fakes import FakeLLMServer
 
     home = tmp_path / "home"
@@ -857,7 +859,7 @@ def test_leaderboard_distributions_use_the_boards_common_samples(tmp_path, monke
     the board's n; with "All samples", each run's own."""
     import json
 
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.test_aggregate import ALL, make_protocol_run
 
     store = RunStore(tmp_path / "home")

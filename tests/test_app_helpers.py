@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from persobench.app import page_cache, chrome, dialogues
 from persobench.app.text import cell_text, format_seconds, md_escape, model_kind, plot_escape, safe_message, status_badge
 from persobench.records import PersonaSet
-from persobench.secrets import redact
+from persobench.core.secrets import redact
 
 
 # ---- safe text ---------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from persobench.metrics.judge import judge_of_profile
+from persobench.metrics.judge.labeller import judge_of_profile
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
 from tests.test_app import open_page, rendered_text, wait_for
@@ -21,7 +21,7 @@ def _judge_caption(at) -> str:
 def test_new_run_offers_the_judge_with_its_estimate_and_launches_it(tmp_path, monkeypatch, openai_server):
     from persobench.datasets import load_dataset
     from persobench.jobs import JobManager
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     home = tmp_path / "home"
     monkeypatch.setenv("PERSOBENCH_HOME", str(home))

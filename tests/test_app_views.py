@@ -41,8 +41,8 @@ def table(at: AppTest, *columns: str) -> tuple[pd.DataFrame, dict]:
 def shown_board(home: Path, dataset: str, mode: str, models: list[str] | None = None) -> pd.DataFrame:
     """The board the Leaderboard shows by default for ``dataset`` and ``mode``, computed by the library."""
     from persobench.aggregate import leaderboard, load_results
-    from persobench.protocol import paper_protocol
-    from persobench.store import RunStore
+    from persobench.prompts.protocol import paper_protocol
+    from persobench.store.run_store import RunStore
 
     board = leaderboard(load_results(RunStore(home), dataset=dataset), dataset=dataset, invalid="worst")
     boards = sorted(set(board.loc[board["mode"] == mode, "board"]), key=lambda b: (b != paper_protocol(mode).label, b))
@@ -127,7 +127,7 @@ def test_the_downloads_deliver_export_board_of_the_board_on_screen(app_home, mon
 
 def test_failures_never_add_runs_of_different_protocols(tmp_path, monkeypatch):
     """Issue 37: a paper-protocol run of a model and its run under PersoBench's template were one row."""
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.test_aggregate import ALL, make_protocol_run
 
     store = RunStore(tmp_path / "home")
@@ -178,7 +178,7 @@ def test_failure_counts_agree_everywhere(app_home):
 def test_one_dialogue_side_by_side_with_the_values_the_board_averages(app_home):
     from persobench.aggregate import leaderboard, load_results
     from persobench.aggregate.instances import instance_values
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     at = page("pages/explore.py", {"dataset": "sample", "sample": "sample:3", "mode": ["vanilla", "cot"]})
     headers = [str(m.value) for m in at.markdown if str(m.value).startswith("**") and "·" in str(m.value)]

@@ -16,7 +16,7 @@ import pytest
 from persobench.llm.response_cache import ResponseCache
 from persobench.cli import main
 from persobench.llm.batch_driver import STATE_FILE, BatchState
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.batch_servers import FakeBatchServer
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET
 
@@ -583,7 +583,7 @@ def test_runs_tells_how_to_collect_a_pending_batch(tmp_path, capsys):
 
 def test_a_judges_batch_setting_survives_job_json_and_old_ones_still_load(tmp_path):
     from persobench.llm.batch_driver import BatchSettings
-    from persobench.metrics.judge_config import JUDGE_FLAGS, JudgeConfig, make_judge
+    from persobench.metrics.judge.judge_config import JUDGE_FLAGS, JudgeConfig, make_judge
     from persobench.scoring.score_config import ScoreConfig
 
     judge = make_judge("openai:gpt-4o-mini", home=tmp_path, batch=BatchSettings(wait=5.0, poll=2.0))
@@ -646,3 +646,44 @@ def test_metrics_page_judge_batch_checkbox_launches_the_judge_through_one_batch(
     at = open_page("pages/new_run.py")
     at.toggle(key="new_judge_on").set_value(True).run()
     assert at.checkbox(key="new_judge_batch").label == "Batch API" and not at.exception
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, fourth round (issue 39): files and inputs
+
+
+#: Characters ``str.splitlines`` breaks on that JSON allows raw inside a string.
+NOT_LINE_BREAKS = "\u2028\u2029\u0085"
+
+
+def test_batch_output_lines_holding_a_raw_line_separator_are_read_whole():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from persobench.providers.batch_api import HttpClient
+
+    lines = [{"custom_id": "k1", "response": {"body": {"text": f"a{NOT_LINE_BREAKS}b"}}}, {"custom_id": "k2"}]
+    body = ("\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n").encode("utf-8")
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Type", "application/jsonl")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = HttpClient(f"http://127.0.0.1:{server.server_address[1]}", {})
+        assert client.lines("/files/f1/content") == lines
+        # the first record alone (Anthropic recovery reads its custom id), streamed: whole too
+        assert client.first_line("/files/f1/content") == lines[0]
+        client.close()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -16,7 +16,7 @@ from persobench.llm.response_cache import ResponseCache
 from persobench.providers import parse_spec
 from persobench.providers.base import GenerationParams, Request
 from persobench.providers.batch_api import make_batch_backend
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.batch_servers import WRONG_TEXT, FakeBatchServer
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET
 from tests.test_batch import MODELS, N, _argv, _judge_args, _judged_server, _keys_of, _run, _state
@@ -204,7 +204,7 @@ def test_a_failed_judge_batch_stops_with_the_command_that_sends_interactively(tm
 
 
 def test_batch_fallback_is_a_flag_of_run_and_of_the_judge_and_survives_job_json(tmp_path, capsys):
-    from persobench.metrics.judge_config import JudgeConfig, make_judge
+    from persobench.metrics.judge.judge_config import JudgeConfig, make_judge
 
     for argv in (["run", "--help"], ["score", "--help"]):
         with pytest.raises(SystemExit):

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import pytest
 
+from persobench.app.chrome import PAGES as NAVIGATION
 from tests.app_store import EVIL_SAMPLE, shared_app_store
 from tests.fakes.fixtures import OPENAI_SECRET
 
@@ -170,14 +171,10 @@ def assert_inert(page, name: str) -> None:
         assert main.locator(selector).count() == 0, f"{name}: {what} was created ({selector})"
 
 
-PAGES = [
-    ("leaderboard", "/"),
-    ("new-run", "/new-run"),
-    ("failures", "/failures"),
-    ("compare", "/compare"),
-    ("data", "/data"),
-    ("metrics", "/metrics"),
-]
+#: (name, URL path) of every page of the navigation (persobench.app.chrome.PAGES) but Explore, which has its
+#: own test below; the landing page is served at "/".
+PAGES = [(url, "/" if index == 0 else f"/{url}") for index, (_path, _title, _icon, url) in enumerate(NAVIGATION)
+         if url != "explore"]
 
 
 def test_every_page_renders_and_is_saved(server, browser):

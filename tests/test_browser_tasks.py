@@ -237,8 +237,8 @@ def test_find_the_model_that_fails_most_and_open_three_failed_replies_then_one_d
 
 def shown_board(home, mode: str = "vanilla"):
     from persobench.aggregate import leaderboard, load_results
-    from persobench.protocol import paper_protocol
-    from persobench.store import RunStore
+    from persobench.prompts.protocol import paper_protocol
+    from persobench.store.run_store import RunStore
 
     board = leaderboard(load_results(RunStore(home), dataset="focus"), dataset="focus", invalid="worst")
     return board[(board["mode"] == mode) & (board["board"] == paper_protocol(mode).label)]

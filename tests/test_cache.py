@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from persobench.llm.response_cache import ResponseCache, cache_key
 from persobench.providers import ModelSpec
 from persobench.providers.base import Completion, GenerationParams
+from tests.cli_checks import one_line_error
 
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hello"}]
 
@@ -196,3 +197,17 @@ def test_group_commit_interrupted_keeps_its_replies_for_close(tmp_path):
     assert ran == [True]
     with ResponseCache(tmp_path / "c") as reopened:
         assert reopened.get(BASE)[0].text == "kept"  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_damaged_response_cache_is_named_with_the_way_out(tmp_path, capsys):
+    home = tmp_path / "home"
+    (home / "responses").mkdir(parents=True)
+    (home / "responses" / "cache.db").write_bytes(b"this is not an SQLite header" * 100)
+    for extra in (["--dry-run"], []):
+        line = one_line_error(capsys, ["--home", str(home), "run", "--model", "baseline:reference", "--limit", "2",
+                                       "--no-progress", *extra], str(home / "responses" / "cache.db"), "damaged")
+        assert "move" in line and "runs" in line

@@ -7,6 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from persobench.store.run_store import RunStore
+from persobench.cli import main as cli_main
+from tests.cli_checks import one_line_error
+import pytest
+import stat
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,7 +55,7 @@ def test_show_json_is_machine_readable(tmp_path: Path) -> None:
     assert set(items[0]) == {"sample", "messages"} and items[0]["sample"]["id"].startswith("sample:")
     # Exactly the messages a run would send: the same text the generation plan builds.
     from persobench.generation import GenerationConfig, plan_generation
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     plan = plan_generation(GenerationConfig(model="openai:gpt-4o-mini", mode="cot", limit=3), store=RunStore(tmp_path))
     assert [item["messages"] for item in items] == plan.messages
@@ -75,10 +80,139 @@ def test_unknown_dataset_is_a_one_line_error(tmp_path: Path) -> None:
 def test_runs_lists_store_and_says_when_empty(tmp_path: Path) -> None:
     empty = cli("runs", home=tmp_path)
     assert empty.returncode == 0 and "no runs" in empty.stdout
-    from persobench.store import RunManifest, RunStore
+    from persobench.store.run_store import RunManifest, RunStore
 
     RunStore(tmp_path).create(RunManifest(run_id="r1", dataset="sample", sample_ids=("sample:0",),
                                           model={"provider": "baseline", "model": "reference"}, mode="vanilla",
                                           template="vanilla", template_hash="h"))
     listed = cli("runs", home=tmp_path)
     assert "r1" in listed.stdout and "baseline:reference" in listed.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_export_of_a_run_with_an_unreadable_manifest_says_so(tmp_path, capsys):
+    home = tmp_path / "home"
+    argv = ["--home", str(home), "run", "--model", "baseline:reference", "--limit", "2", "--no-progress"]
+    assert cli_main(argv) == 0
+    [run] = RunStore(home).runs()
+    capsys.readouterr()
+    for content in ("", "{not json"):
+        (run.path / "manifest.json").write_text(content)
+        line = one_line_error(capsys, ["--home", str(home), "export", run.run_id], "manifest.json", "unreadable")
+        assert "no run" not in line and "move" in line
+        line = one_line_error(capsys, argv, "manifest.json", "unreadable")
+        assert "move" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, fourth round (issue 39): files and inputs
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory) -> tuple[Path, str]:
+    """A store with one scored run of the built-in dataset (a report has a board to show)."""
+    from persobench.cli import main
+    from persobench.generation import run_generation
+
+    home = tmp_path_factory.mktemp("output-store") / "home"
+    run = run_generation(dataset="sample", model="baseline:reference", limit=4, store=RunStore(home))
+    assert main(["--home", str(home), "score", "--metrics", "bleu"]) == 0
+    return home, run.run_id
+
+
+def _output_commands(store: tuple[Path, str], target: Path | str) -> dict[str, list[str]]:
+    home, run_id = store
+    return {"report": ["--home", str(home), "report", "-o", str(target)],
+            "export": ["--home", str(home), "export", run_id, "-o", str(target)]}
+
+
+def _device(path: Path, minor: int) -> Path:
+    """A character device node like /dev/null (1, 3) or /dev/full (1, 7), made where the test wants it."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    except PermissionError:
+        pytest.skip("making a device node needs CAP_MKNOD")
+    return path
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_output_into_a_character_device_writes_into_it(small_store, tmp_path, command, capsys):
+    from persobench.cli import main
+
+    null = _device(tmp_path / "null", 3)
+    assert main(_output_commands(small_store, null)[command]) == 0
+    assert stat.S_ISCHR(os.lstat(null).st_mode)  # still the device, not a file in its place
+    assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary file left beside it
+
+    full = _device(tmp_path / "full", 7)  # every write: ENOSPC
+    capsys.readouterr()
+    assert main(_output_commands(small_store, full)[command]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(full) in err[0] and "the disk is full" in err[0], err
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_output_into_a_fifo_reaches_its_reader(small_store, tmp_path, command):
+    from persobench.cli import main
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = tmp_path / "got"
+    with open(got, "wb") as sink:
+        reader = subprocess.Popen(["cat", str(fifo)], stdout=sink)
+        try:
+            assert main(_output_commands(small_store, fifo)[command]) == 0
+            assert reader.wait(timeout=30) == 0
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait()
+                os.unlink(fifo)
+    text = got.read_text(encoding="utf-8")
+    assert ("<html" in text) if command == "report" else text.startswith("sample_id,")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_output_onto_a_socket_or_folder_is_refused_in_one_line(small_store, tmp_path, command, capsys):
+    import socket
+
+    from persobench.cli import main
+
+    listening = socket.socket(socket.AF_UNIX)
+    place = tmp_path / "sock"
+    listening.bind(str(place))
+    try:
+        for target in (place, tmp_path):
+            capsys.readouterr()
+            assert main(_output_commands(small_store, target)[command]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and str(target) in err[0] and "Traceback" not in err[0], err
+        assert stat.S_ISSOCK(os.lstat(place).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["sock"]
+    finally:
+        listening.close()
+
+
+def test_report_dash_o_dash_writes_to_standard_output(small_store, tmp_path, monkeypatch, capsys):
+    from persobench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(_output_commands(small_store, "-")["report"]) == 0
+    captured = capsys.readouterr()
+    assert "<html" in captured.out and "</html>" in captured.out
+    assert list(tmp_path.iterdir()) == []  # no file named "-"
+
+
+def test_output_through_a_symlink_writes_its_file_and_keeps_the_link(small_store, tmp_path):
+    from persobench.cli import main
+
+    real = tmp_path / "real.csv"
+    real.write_text("old", encoding="utf-8")
+    link = tmp_path / "link.csv"
+    link.symlink_to(real)
+    assert main(_output_commands(small_store, link)["export"]) == 0
+    assert link.is_symlink() and real.read_text(encoding="utf-8").startswith("sample_id,")

@@ -15,6 +15,9 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+import math
+from tests.cli_checks import one_line_error
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = ROOT / "tests" / "fixtures" / "cli_flags.json"
@@ -101,3 +104,39 @@ if __name__ == "__main__":
                        for command, rows in table.items())
     SNAPSHOT.write_text("{\n" + lines + "\n}\n", encoding="utf-8")  # one flag a line: a change is a one-line diff
     print(f"wrote {SNAPSHOT.relative_to(ROOT)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--timeout", "0"), ("--timeout", "-1"), ("--timeout", "nan"), ("--timeout", "inf"),
+    ("--temperature", "nan"), ("--temperature", "-0.5"), ("--top-p", "1.5"), ("--top-p", "nan"),
+    ("--max-tokens", "0"), ("--limit", "0"), ("--max-reply-bytes", "0"), ("--checkpoint-every", "0"),
+])
+def test_bad_numbers_are_refused_in_one_line_naming_the_flag(tmp_path, capsys, flag, value):
+    one_line_error(capsys, ["--home", str(tmp_path), "run", "--model", "baseline:reference", "--no-progress",
+                            "--dry-run", flag, value], flag, value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_app_checks_numbers_with_the_same_rules(tmp_path):
+    from persobench.generation.numbers import check_number
+    from persobench.jobs import LaunchChoice, plan_launch
+
+    [row] = plan_launch(tmp_path, [LaunchChoice("sample", "baseline:reference", "vanilla")], limit=-3)
+    assert "--limit" in row["problem"] and "-3" in row["problem"]
+    with pytest.raises(ValueError, match="--timeout"):
+        check_number("timeout", math.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, third round (issue 25): the edges a fault sweep found, against real parts
+
+
+@pytest.mark.parametrize("value", ["1" * 23, str(2**63), "0"])
+def test_an_out_of_range_max_reply_bytes_is_refused_in_one_line(tmp_path, capsys, value):
+    one_line_error(capsys, ["--home", str(tmp_path / "home"), "run", "--model", "baseline:reference", "--limit", "1",
+                            "--max-reply-bytes", value], "--max-reply-bytes")
+    assert not (tmp_path / "home" / "runs").exists() or not any((tmp_path / "home" / "runs").iterdir())

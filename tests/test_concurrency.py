@@ -16,10 +16,11 @@ from pathlib import Path
 from persobench.llm.response_cache import ResponseCache
 from persobench.cli import main as cli_main
 from persobench.generation.lock import hold_run_lock
-from persobench.locks import lock_holder
-from persobench.store import RunStore
+from persobench.store.locks import lock_holder
+from persobench.store.run_store import RunStore
 from tests.fakes import hang, reply
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -338,3 +339,53 @@ def test_run_killed_after_a_checkpoint_is_interrupted_in_runs_export_and_the_app
     [table] = [f.value for f in at.dataframe if {"run_id", "note"} <= set(f.value.columns)]
     row = table.set_index("run_id").loc[run.run_id]
     assert row["status"] == "interrupted" and expected in row["note"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, fourth round (issue 39): files and inputs
+
+
+def _remember(home: Path, server: str, entry: str) -> None:
+    """``<home>/concurrency.json`` holding ``entry`` (JSON text, so 1e400 and NaN stay as written)."""
+    home.mkdir(parents=True, exist_ok=True)
+    text = '{"version": 1, "servers": {' + json.dumps(server) + ": " + entry + "}}"
+    (home / "concurrency.json").write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize("entry, held", [
+    ('{"level": 1e400}', None), ('{"level": -1e400}', None), ('{"level": NaN}', None),
+    ('{"level": 2.5}', None), ('{"level": "8"}', None), ('{"level": true}', None), ('{"level": 0}', None),
+    ('{"level": 100000000000000000000000000000}', None), ('{"level": [4]}', None),
+    ('{"level": 6, "refused": 1e400, "probe_rounds": 1e400}', (6, None, 4)),
+    ('{"level": 6, "refused": NaN, "probe_rounds": -Infinity}', (6, None, 4)),
+    ('{"level": 6.0, "refused": 7, "probe_rounds": 16}', (6, 7, 16)),
+    ('{"level": 6, "refused": "7", "probe_rounds": 2.5}', (6, None, 4)),
+])
+def test_a_remembered_level_that_is_not_a_whole_number_in_range_is_ignored(tmp_path, entry, held):
+    from persobench.llm.concurrency import AdaptiveLimit, HeldLevel, LevelMemory
+
+    _remember(tmp_path, "http://127.0.0.1:9/v1", entry)
+    memory = LevelMemory(tmp_path, "openai", "http://127.0.0.1:9/v1")
+    assert memory.load() == (HeldLevel(*held) if held else None)
+    limit = AdaptiveLimit(ceiling=32, memory=memory)  # the run's start: never an exception
+    assert 1 <= limit.limit <= 32
+
+
+def test_a_memory_nested_too_deeply_is_ignored(tmp_path):
+    from persobench.llm.concurrency import LevelMemory
+
+    _remember(tmp_path, "http://127.0.0.1:9/v1", '{"level": ' + "[" * 100_000 + "4" + "]" * 100_000 + "}")
+    assert LevelMemory(tmp_path, "openai", "http://127.0.0.1:9/v1").load() is None
+
+
+def test_a_run_with_an_infinite_remembered_level_completes(openai_server, tmp_path, capsys):
+    from persobench.cli import main
+
+    home = tmp_path / "home"
+    _remember(home, openai_server.base_url, '{"level": 1e400, "refused": null, "probe_rounds": 4}')
+    argv = ["--home", str(home), "run", "--model", "openai:fake", "--base-url", openai_server.base_url, "--limit", "3",
+            "--concurrency", "auto", "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    [run] = RunStore(home).runs()
+    assert run.manifest.status == "completed" and len(openai_server.requests) == 3
+    assert main(argv) == 0  # and again: nothing "failed for good"

@@ -15,6 +15,7 @@ from persobench.datasets import (
 from persobench.datasets.prompt_tables import parse_context, parse_personas, parse_prompt_row
 from persobench.datasets.user_files import DatasetFileError, load_user_file
 from persobench.records import Sample
+from tests.cli_checks import one_line_error
 
 LABEL = re.compile(r"^\s*User ?[12]\s*:")
 
@@ -280,3 +281,69 @@ def test_some_samples_parses_only_the_rows_asked_for(reference_dir: Path) -> Non
     assert some == {i: whole[i] for i in ("pec:0", "pec:3", "pec:999")}
     assert datasets.some_samples("pec", ["pec:7"]) == {"pec:7": whole["pec:7"]}
     assert datasets.some_samples("sample", ["sample:2", "sample:999"]).keys() == {"sample:2"}
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_lone_surrogate_in_jsonl_is_an_error_naming_row_and_column(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    good = {"personas": "I like tea.", "context": "User1: hi", "act_response": "hello"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(good).replace("I like tea.", "I like \\ud800 tea.") + "\n",
+                    encoding="utf-8")
+    one_line_error(capsys, ["--home", str(tmp_path / "h"), "show", str(path)], str(path), "row 2", "personas",
+                   "surrogate")
+    one_line_error(capsys, ["--home", str(tmp_path / "h"), "run", "--dataset", str(path), "--model",
+                            "baseline:reference", "--no-progress"], str(path), "row 2", "personas")
+
+
+def test_nul_byte_in_a_csv_cell_is_reported_with_its_row(tmp_path):
+    from persobench.datasets.user_files import DatasetFileError, load_user_file
+
+    path = tmp_path / "nul.csv"
+    path.write_bytes(b"personas,context,act_response\np1,User1: c1,r1\np2,User1: c\x002,r2\n")
+    with pytest.raises(DatasetFileError) as info:
+        load_user_file(path)
+    message = str(info.value)
+    assert str(path) in message and "row 2" in message and "context" in message and "NUL" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, third round (issue 25): the edges a fault sweep found, against real parts
+
+
+HUGE = "7" * 5000
+
+
+def test_a_huge_integer_in_a_jsonl_dataset_names_file_row_and_column(tmp_path, capsys):
+    path = tmp_path / "huge.jsonl"
+    good = json.dumps({"personas": "p", "context": "User1: hi", "act_response": "ok"})
+    path.write_text(good + "\n" + '{"personas": "p", "context": "User1: hi", "act_response": "ok", "id": '
+                    + HUGE + "}\n", encoding="utf-8")
+    line = one_line_error(capsys, ["show", str(path)], str(path), "row 2", "column id", "5000 digits")
+    assert "set_int_max_str_digits" not in line
+    path.write_text(good + "\n" + good + "\n" + '{"personas": ["p", ' + HUGE
+                    + '], "context": "User1: hi", "act_response": "ok"}\n', encoding="utf-8")
+    one_line_error(capsys, ["--home", str(tmp_path / "home"), "run", "--dataset", str(path), "--dry-run",
+                            "--model", "baseline:reference"], str(path), "row 3", "column personas")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, fourth round (issue 39): files and inputs
+
+
+#: Characters ``str.splitlines`` breaks on that JSON allows raw inside a string.
+NOT_LINE_BREAKS = "\u2028\u2029\u0085"
+
+
+def test_a_user_jsonl_row_holding_a_raw_line_separator_loads(tmp_path):
+    from persobench.datasets import load_dataset
+
+    path = tmp_path / "data.jsonl"
+    rows = [{"personas": f"I like tea.{NOT_LINE_BREAKS}I have a cat.", "context": "User1: Hi!",
+             "act_response": f"Hello{NOT_LINE_BREAKS} there."},
+            {"personas": "I run.", "context": "User1: Plans?", "act_response": "A run."}]
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    assert "\u2028" in path.read_text(encoding="utf-8")  # raw, as the file holds it
+    samples = load_dataset(str(path))
+    assert [s.metadata["row"] for s in samples] == [1, 2]
+    assert samples[0].reference == f"Hello{NOT_LINE_BREAKS} there."

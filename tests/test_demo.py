@@ -27,7 +27,7 @@ def test_demo_is_cached_second_call_is_a_fast_no_op(tmp_path):
     first = demo(home, "--no-local", "--limit", "3")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "demo ready" in first.stdout
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     runs = RunStore(home).runs()
     assert {(r.manifest.model_label, r.manifest.mode) for r in runs} == {
@@ -55,8 +55,8 @@ def test_demo_runs_smollm2_plain_and_structured_in_both_modes_on_one_template(tm
     from persobench.cli.demo_command import estimate_seconds
     from persobench.generation.demo import DEMO_TEMPLATE, demo_configs
     from persobench.generation import plan_generation
-    from persobench.protocol import protocol_of
-    from persobench.store import RunStore
+    from persobench.prompts.protocol import protocol_of
+    from persobench.store.run_store import RunStore
 
     store = RunStore(tmp_path / "home")
     plans = [plan_generation(config, store=store) for config in demo_configs(limit=4)]
@@ -111,7 +111,7 @@ def test_demo_runs_are_recognised_from_their_manifests_and_need_both_smollm2_run
     from persobench.generation.demo import demo_configs
     from persobench.generation import GenerationConfig, plan_generation
     from persobench.generation.demo import demo_runs
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     store = RunStore(tmp_path / "home")
     manifests = [dataclasses.replace(plan_generation(config, store=store).manifest, status="completed")

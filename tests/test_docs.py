@@ -4,6 +4,7 @@ uses, so a newcomer's first five commands are never stale."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -197,13 +198,29 @@ def test_the_checks_catch_a_stale_name():
     assert not (ROOT / "persobench/generation/batch.py").exists()  # the path check's own example
 
 
-def test_the_development_tree_names_every_module():
-    """docs/development.md's package map names every module of the package (by file name, which is
-    unique), so the map stays the code's."""
+def test_the_development_tree_names_every_package_and_every_module_says_what_it_holds():
+    """docs/development.md's Tree names every package (subpackages too) and every root module; a module
+    inside a package is described by its own docstring and listed by its package's, so the map stays the
+    code's and adding a module to a package does not edit the docs."""
     text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
     tree = text[text.index("## Tree"):text.index("## Architecture")]
-    modules = sorted(p for p in (ROOT / "persobench").rglob("*.py") if p.name not in ("__init__.py", "__main__.py"))
-    unnamed = [str(p.relative_to(ROOT)) for p in modules if not re.search(rf"\b{re.escape(p.stem)}\b", tree)]
-    packages = [str(p.relative_to(ROOT)) for p in (ROOT / "persobench").iterdir()
-                if (p / "__init__.py").is_file() and f"{p.name}/" not in tree]
-    assert not unnamed and not packages, f"add to the Tree of docs/development.md: {unnamed + packages}"
+    packages = sorted(p.parent for p in (ROOT / "persobench").rglob("__init__.py") if p.parent != ROOT / "persobench")
+    roots = sorted(p for p in (ROOT / "persobench").glob("*.py") if p.name != "__init__.py")
+    unnamed = [str(p.relative_to(ROOT)) for p in packages if f"{p.name}/" not in tree]
+    unnamed += [str(p.relative_to(ROOT)) for p in roots if not re.search(rf"\b{re.escape(p.name)}\b", tree)]
+    assert not unnamed, f"add to the Tree of docs/development.md: {unnamed}"
+    silent = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "persobench").rglob("*.py"))
+              if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
+    assert not silent, f"give these modules a docstring saying what they hold: {silent}"
+
+
+def test_every_provider_of_the_docs_table_is_registered():
+    """docs/generation.md's provider table describes built-ins in prose; the registry is the list. A row
+    naming a provider that is not registered is stale (a new provider needs no row to work)."""
+    from persobench.providers import PROVIDERS
+
+    text = (ROOT / "docs" / "generation.md").read_text(encoding="utf-8")
+    table = text[text.index("| provider |"):]
+    table = table[:table.index("\n\n")]
+    named = re.findall(r"^\| `([\w-]+)` \|", table, flags=re.M)
+    assert len(named) >= 2 and set(named) <= set(PROVIDERS.names()), (named, PROVIDERS.names())

@@ -56,17 +56,17 @@ def test_every_exception_class_is_a_persobench_error():
     "path, family, builtin",
     [
         ("persobench.providers.base:MissingKeyError", ConfigurationError, ValueError),
-        ("persobench.registry:UnknownNameError", ConfigurationError, KeyError),
-        ("persobench.prompts:TemplateError", ConfigurationError, ValueError),
+        ("persobench.core.registry:UnknownNameError", ConfigurationError, KeyError),
+        ("persobench.prompts.templates:TemplateError", ConfigurationError, ValueError),
         ("persobench.cli:CLIError", ConfigurationError, ValueError),
         ("persobench.datasets:DatasetError", DatasetError, ValueError),
         ("persobench.datasets.sources:SourceFormatError", DatasetError, ValueError),
         ("persobench.datasets.prompt_tables:PromptTableError", DatasetError, ValueError),
         ("persobench.datasets.user_files:DatasetFileError", DatasetError, ValueError),
         ("persobench.datasets.paper_archive:PaperArchiveError", DatasetError, ValueError),
-        ("persobench.csv_io:CSVFormatError", DatasetError, ValueError),
-        ("persobench.importer:ImportFolderError", DatasetError, ValueError),
-        ("persobench.store:StoreError", StoreError, RuntimeError),
+        ("persobench.store.csv_io:CSVFormatError", DatasetError, ValueError),
+        ("persobench.generation.importer:ImportFolderError", DatasetError, ValueError),
+        ("persobench.store.run_store:StoreError", StoreError, RuntimeError),
         ("persobench.metrics:UnknownMetricError", MetricError, KeyError),
         ("persobench.errors:ScoringError", MetricError, ValueError),
         ("persobench.metrics.backends:BackendUnavailable", MetricError, RuntimeError),
@@ -119,7 +119,7 @@ def test_cli_prints_one_line_and_exits_2_for_each_family(tmp_path, capsys):
 @pytest.fixture()
 def compared(tmp_path):
     from persobench.aggregate import load_results
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.test_aggregate import make_run
 
     store = RunStore(tmp_path / "home")
@@ -193,10 +193,10 @@ def test_cli_compare_and_score_errors_are_one_line_without_shims(compared, capsy
 # its input. (Raises caught by a try around them in the same function are found by the test itself.)
 INTERNAL_BUILTIN_RAISES = {
     # argument checks of pure statistics functions; aggregate validates before calling them
-    ("persobench/stats.py", "ValueError"): 5,
+    ("persobench/aggregate/stats.py", "ValueError"): 5,
     # manifest parsing inside RunManifest.from_dict (RunStore.get turns these into StoreError), and
     # Run.update with an unknown status (a programming error of a stage, not user input)
-    ("persobench/store.py", "ValueError"): 7,
+    ("persobench/store/run_store.py", "ValueError"): 7,
     ("persobench/llm/response_cache.py", "ValueError"): 1,  # a cache key built without its sample id
     ("persobench/datasets/prompt_tables.py", "ValueError"): 1,  # caught by parse_prompt_row -> PromptTableError
     ("persobench/llm/concurrency.py", "ValueError"): 1,  # the CLI checks --max-concurrency first
@@ -204,18 +204,18 @@ INTERNAL_BUILTIN_RAISES = {
     ("persobench/llm/batch_state.py", "ValueError"): 9,
     ("persobench/metrics/lexical.py", "ValueError"): 1,  # references and replies of different lengths
     ("persobench/metrics/unieval.py", "ValueError"): 1,  # an unknown UniEval dimension name
-    ("persobench/postprocess.py", "ValueError"): 1,  # summarize() of a status that is not a Status
+    ("persobench/generation/postprocess.py", "ValueError"): 1,  # summarize() of a status that is not a Status
     # Protocol.from_label and its extras' parser: callers catch it to mean "not a label"
-    ("persobench/protocol.py", "ValueError"): 3,
+    ("persobench/prompts/protocol.py", "ValueError"): 3,
     # nli_pairs given the unresolved layout "auto": a caller's bug (plan_run resolves it), no user input reaches it
     ("persobench/metrics/nli_inputs.py", "ValueError"): 1,
-    ("persobench/structured.py", "ValueError"): 1,
+    ("persobench/core/structured.py", "ValueError"): 1,
     # RowTable's dict methods that would skip its counts: the runner's own misuse, no user input reaches it
     ("persobench/generation/rows.py", "TypeError"): 1,  # reply_schema of a mode the CLI's choices exclude
-    ("persobench/metrics/judge.py", "StopIteration"): 1,  # _Queue.__next__: the iterator protocol itself
+    ("persobench/metrics/judge/labeller.py", "StopIteration"): 1,  # _Queue.__next__: the iterator protocol itself
     # module_sources: a cache key's module list names a module that moved (a bug of the code, which the
     # tests of both caches find; no user input reaches it)
-    ("persobench/files.py", "ModuleNotFoundError"): 1,
+    ("persobench/store/files.py", "ModuleNotFoundError"): 1,
 }
 
 

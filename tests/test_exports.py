@@ -15,7 +15,7 @@ import pytest
 
 from persobench import aggregate
 from persobench.cli import main
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.test_aggregate import make_run
 
 #: Alphabetical order is not rank order: the exports must not list the models alphabetically.

@@ -19,6 +19,9 @@ import pytest
 
 from persobench.cli import main
 from persobench.datasets.paper_archive import MARKER, PaperArchiveError, download_progress, fetch_paper
+from persobench.cli import main as cli_main
+from tests.cli_checks import one_line_error
+import json
 
 #: A subset of the paper's repository: one dataset with its replies and the published evaluations.
 SUBSET = ("Prompts/FoCus.csv", "Responses/FoCus/gpt-4o-mini.csv", "Responses/FoCus/gpt-4o-mini-COT.csv",
@@ -213,7 +216,7 @@ def test_refetch_replaces_the_reference_atomically_and_cli_imports(reference_dir
     assert "unpacked 6 files" in out and "not verified" in out
     # FoCus: gpt-4o-mini vanilla + cot, Gemma vanilla (raw file parsed with the paper's policy)
     assert "3 run(s)" in out and "3 created" in out
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     runs = RunStore(home).runs()
     assert {r.manifest.model_label for r in runs} == {"gpt-4o-mini", "Gemma-7B-Instruct"}
@@ -393,3 +396,185 @@ def test_an_xlsx_only_archive_yields_the_published_tables(reference_dir, home, t
     assert not list((folder / "Evaluations").glob("*.csv"))
     for mode, name in (("vanilla", "FoCus-results"), ("cot", "FoCus-COT-results")):
         assert published_table(folder, "FoCus", mode) == read_published_table(reference_dir / "Evaluations" / f"{name}.csv")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.org/x.zip", "data:,hello"])
+def test_fetch_paper_accepts_http_and_https_only(tmp_path, capsys, url):
+    home = tmp_path / "home"
+    assert cli_main(["--home", str(home), "fetch-paper", "--url", url, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "http" in err[0] and "https" in err[0], err
+    assert not (home / "downloads").exists() or not any((home / "downloads").iterdir())
+
+
+def _tiny_paper_zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("PersoBench-x/Prompts/FoCus.csv", "personas,context,act_response\np,c,r\n")
+        archive.writestr("PersoBench-x/Responses/FoCus/m.csv", "response\nhi\n")
+    return buffer.getvalue()
+
+
+def test_a_download_that_does_not_open_is_deleted_and_fetched_again(tmp_path):
+    from persobench.datasets.paper_archive import PaperArchiveError, fetch_paper
+
+    home = tmp_path / "home"
+    with ArchiveServer(b"<html><body>mirror maintenance</body></html>") as server:
+        with pytest.raises(PaperArchiveError, match="not a readable zip archive"):
+            fetch_paper(home, url=server.url())
+        assert [p.name for p in (home / "downloads").iterdir()] == []  # nothing kept to fail again
+        server.body = _tiny_paper_zip()
+        result = fetch_paper(home, url=server.url())
+    assert result.files == 2 and (result.folder / "Prompts" / "FoCus.csv").is_file()
+    assert len(server.ranges) == 2  # it really downloaded again
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, third round (issue 25): the edges a fault sweep found, against real parts
+
+
+def _bomb_zip(member_bytes: int, *, lie_to: int | None = None) -> bytes:
+    """A small zip: the paper's two needed files and one ``member_bytes`` member of zeros (whose
+    declared size is rewritten to ``lie_to`` when given: zip headers can lie)."""
+    import io
+    import struct
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("PersoBench-x/Prompts/FoCus.csv", "personas,context,act_response\np,c,r\n")
+        archive.writestr("PersoBench-x/Responses/FoCus/m.csv", "response\nhi\n")
+        archive.writestr("PersoBench-x/Responses/FoCus/big.csv", b"\0" * member_bytes)
+    data = bytearray(buffer.getvalue())
+    if lie_to is not None:  # rewrite the uncompressed size in the local header and the central directory
+        size = struct.pack("<I", member_bytes)
+        for offset in [i for i in range(len(data) - 4) if data[i:i + 4] == size]:
+            data[offset:offset + 4] = struct.pack("<I", lie_to)
+    return bytes(data)
+
+
+def _fetch(capsys, home: Path, url: str, *flags: str) -> str:
+    return one_line_error(capsys, ["--home", str(home), "fetch-paper", "--url", url, "--no-progress", *flags])
+
+
+def _unpacked(home: Path) -> list[str]:
+    return sorted(p.name for p in home.glob("*reference*")) if home.exists() else []
+
+
+def test_a_zip_bomb_member_is_refused_by_default_in_one_line(tmp_path, capsys):
+
+    home = tmp_path / "home"
+    body = _bomb_zip(80 * 2**20)  # 80 MiB of zeros in a ~80 KB archive
+    assert len(body) < 200_000
+    with ArchiveServer(body) as server:
+        line = _fetch(capsys, home, server.url())
+    assert "big.csv" in line and "--max-member-bytes" in line and "nothing unpacked" in line
+    assert _unpacked(home) == []
+    assert sum(p.stat().st_size for p in home.rglob("*") if p.is_file()) < 1_000_000
+
+
+def test_member_cap_flag_and_a_lying_header(tmp_path, capsys):
+
+    home = tmp_path / "home"
+    with ArchiveServer(_bomb_zip(300_000)) as server:
+        line = _fetch(capsys, home, server.url(), "--max-member-bytes", "100000")
+        assert "big.csv" in line and "300000" in line and "100000" in line
+        assert _unpacked(home) == []
+        server.body = _bomb_zip(300_000, lie_to=1000)  # declares 1000 bytes, holds 300000
+        line = _fetch(capsys, home, server.url(), "--max-member-bytes", "100000")
+        assert "big.csv" in line
+        assert _unpacked(home) == []
+        server.body = _bomb_zip(300_000)
+        assert cli_main(["--home", str(home), "fetch-paper", "--url", server.url(), "--no-progress",
+                         "--max-member-bytes", "400000"]) == 0
+    assert (home / "reference" / "Responses" / "FoCus" / "big.csv").stat().st_size == 300_000
+
+
+def test_archive_cap_counts_the_bytes_even_without_a_declared_length(tmp_path, capsys):
+
+    home = tmp_path / "home"
+    body = _bomb_zip(10) + b"\0" * 300_000  # a zip followed by padding: opens fine, but too big
+    with ArchiveServer(body) as server:
+        line = one_line_error(capsys, ["--home", str(home), "fetch-paper", "--url", server.url(), "--no-progress",
+                                       "--max-archive-bytes", "200000"], "--max-archive-bytes", "200000")
+        assert list((home / "downloads").iterdir()) == []
+        server.declare_length = False  # no Content-Length: only counting finds the size
+        line = one_line_error(capsys, ["--home", str(home), "fetch-paper", "--url", server.url(), "--no-progress",
+                                       "--max-archive-bytes", "200000"], "--max-archive-bytes")
+        assert list((home / "downloads").iterdir()) == []
+        assert len(server.ranges) == 2
+    assert _unpacked(home) == []
+    assert line.startswith("error: ")
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1" * 23])
+def test_archive_caps_refuse_out_of_range_values(tmp_path, capsys, value):
+    one_line_error(capsys, ["--home", str(tmp_path / "home"), "fetch-paper", "--url", "http://127.0.0.1:9/x.zip",
+                            "--no-progress", "--max-member-bytes", value], "--max-member-bytes")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, fourth round (issue 39): files and inputs
+
+
+#: A mirror link's query as a presigned URL carries it.
+MIRROR_QUERY = {"token": "signed-mirror-token", "X-Amz-Signature": "deadbeefsig", "pw": "hunter2-mirror"}
+
+
+@pytest.fixture()
+def mirror(reference_dir, tmp_path, monkeypatch):
+    """(home, archive bytes, a server of the archive): a mirror of the paper's data on 127.0.0.1."""
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    body = build_archive(reference_dir, "zip")
+    with ArchiveServer(body) as server:
+        yield home, body, server
+
+
+def _mirror_url(server) -> str:
+    return server.url() + "?" + "&".join(f"{name}={value}" for name, value in MIRROR_QUERY.items())
+
+
+def _mirror_secrets_in(data: bytes) -> list[str]:
+    return [value for value in MIRROR_QUERY.values() if value.encode() in data]
+
+
+def test_a_mirror_urls_query_never_reaches_the_download_files(mirror):
+    import hashlib
+
+    from persobench.datasets.paper_archive import MARKER, PaperArchiveError, fetch_paper
+
+    home, body, server = mirror
+    pin = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+    server.cut_at = len(body) // 2  # the first download stops half way: its progress file stays
+    with pytest.raises(PaperArchiveError):
+        fetch_paper(home, url=_mirror_url(server), **pin)
+    interrupted = b"".join(p.read_bytes() for p in (home / "downloads").glob("*.json"))
+    assert interrupted and _mirror_secrets_in(interrupted) == []
+    fetch_paper(home, url=_mirror_url(server), **pin)
+    marker = (home / "reference" / MARKER).read_bytes()
+    assert server.url().encode() in marker and _mirror_secrets_in(marker) == []
+
+
+def test_a_mirror_urls_query_never_reaches_job_json_and_the_job_still_gets_it(mirror):
+    from persobench.jobs import JobManager, fetch_paper_steps
+    from persobench.jobs.manager import step_base_urls
+    from persobench.core.secrets import URL_CREDENTIALS_ENV, credentials_environment
+    from tests.test_app import wait_for
+
+    home, _, server = mirror
+    steps = fetch_paper_steps(score="none", url=_mirror_url(server), trust_unpinned=True)
+    assert step_base_urls(steps) == [server.url()]
+    carried = credentials_environment(step_base_urls(steps))[URL_CREDENTIALS_ENV]
+    assert json.loads(carried) == {server.url(): _mirror_url(server)}
+    jobs = JobManager(home)
+    job_id, started = jobs.launch("mirror", steps)
+    assert started
+    status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+    assert status.state == "completed", status.log_tail  # fetched with the full URL, and imported
+    assert _mirror_secrets_in(b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())) == []

@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 from persobench import pipeline
-from persobench.gc_pace import PASS_THRESHOLD, fewer_collections, give_back_memory
+from persobench.datasets import load_dataset
+from persobench.core.gc_pace import PASS_THRESHOLD, fewer_collections, give_back_memory
 from persobench.metrics import MetricInfo, lexical, register_family, unregister_family
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 
 @pytest.fixture()
@@ -28,7 +29,8 @@ def default_pace():
     gc.set_threshold(*before)
 
 
-def test_the_block_collects_less_often_and_the_pace_comes_back_even_on_an_error(default_pace):
+@pytest.mark.usefixtures("default_pace")
+def test_the_block_collects_less_often_and_the_pace_comes_back_even_on_an_error():
     with fewer_collections():
         assert gc.get_threshold() == (PASS_THRESHOLD, 10, 10)
     assert gc.get_threshold() == (700, 10, 10)
@@ -41,7 +43,8 @@ def test_the_block_collects_less_often_and_the_pace_comes_back_even_on_an_error(
     assert gc.get_threshold()[0] == 90_000
 
 
-def test_overlapping_blocks_restore_the_pace_when_the_last_one_ends(default_pace):
+@pytest.mark.usefixtures("default_pace")
+def test_overlapping_blocks_restore_the_pace_when_the_last_one_ends():
     entered, release = threading.Event(), threading.Event()
 
     def other_pass() -> None:
@@ -89,7 +92,7 @@ def pace_family():
 
 def _store(home) -> RunStore:
     store = RunStore(home)
-    samples = pipeline.load_dataset("sample")
+    samples = load_dataset("sample")
     run = store.create(RunManifest(run_id="sample__pace__vanilla__0", dataset="sample",
                                    sample_ids=tuple(s.id for s in samples), model={"label": "pace"},
                                    mode="vanilla", template="t", template_hash="h"))
@@ -99,7 +102,8 @@ def _store(home) -> RunStore:
     return store
 
 
-def test_a_local_pass_scores_at_the_pass_pace_and_gives_the_pace_back(tmp_path, pace_family, default_pace):
+@pytest.mark.usefixtures("pace_family", "default_pace")
+def test_a_local_pass_scores_at_the_pass_pace_and_gives_the_pace_back(tmp_path):
     store = _store(tmp_path)
     report = pipeline.score(None, store=store, metrics=["toy_pace"])
     assert PaceSeen.seen == [PASS_THRESHOLD] and report.failures == 0 and report.new_values > 0
@@ -151,7 +155,7 @@ def test_memory_freed_between_datasets_goes_back_to_the_system():
 
 
 def test_an_encoder_released_between_datasets_gives_memory_back(monkeypatch):
-    from persobench.metrics import encoder as encoder_module
+    from persobench.metrics.encoders import encoder as encoder_module
     from persobench.metrics.backends import get_profile
 
     calls = []

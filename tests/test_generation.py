@@ -22,10 +22,11 @@ from persobench.generation import (
     request_cancel,
     run_generation,
 )
-from persobench.prompts import build_messages, get_template
-from persobench.store import RunStore
+from persobench.prompts.templates import build_messages, get_template
+from persobench.store.run_store import RunStore
 from tests.fakes import error, hang, malformed, reply, reset
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET, anthropic_server, openai_server  # noqa: F401
+from tests.cli_checks import run_cli
 
 SAMPLES = load_dataset("sample")
 FAST = RetryPolicy(base_delay=0.01, max_delay=0.05, timeout=30.0)
@@ -491,3 +492,16 @@ def test_the_samples_written_beside_the_first_requests_are_on_disk_when_the_run_
     assert len(openai_server.requests) == sent + 4
     assert RunStore(plan_home).get(run_path.name).manifest.status == "failed"
     assert len(ResponseCache(plan_home / "responses")) == 4  # every reply kept
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_exit_status_3_when_no_sample_succeeded_and_0_when_some_did(openai_server, tmp_path, capsys):
+    openai_server.script = lambda info: error(500, "down")
+    assert run_cli(tmp_path / "a", openai_server, "--limit", "2", "--max-attempts", "1") == 3
+    assert "no sample succeeded" in capsys.readouterr().err
+    openai_server.script = lambda info: error(500, "down") if info.index == 0 else None
+    openai_server.reset_records()
+    assert run_cli(tmp_path / "b", openai_server, "--limit", "2", "--max-attempts", "1", "--concurrency", "1") == 0

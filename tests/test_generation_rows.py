@@ -71,7 +71,7 @@ def test_checkpoint_tables_read_back_as_the_whole_rows_frame(tmp_path, seed):
     dtypes, a column empty at first and filled later, rows arriving out of order, a row set again,
     values pandas converts (an int latency; a numpy count, which takes pandas' own path)."""
 
-    from persobench.files import atomic_write_parquet
+    from persobench.store.files import atomic_write_parquet
     from persobench.generation.rows import CheckpointTable, RowTable, rows_frame
 
     rng = random.Random(seed)

@@ -15,10 +15,12 @@ import pandas as pd
 import pytest
 
 from persobench.cli import main as cli_main
-from persobench.csv_io import CSVFormatError, csv_text, neutralize_cell, read_csv_rows
+from persobench.store.csv_io import CSVFormatError, csv_text, neutralize_cell, read_csv_rows
 from persobench.datasets.user_files import DatasetFileError, load_user_file
 from tests.fakes import reply
 from tests.fakes.fixtures import openai_server  # noqa: F401
+from persobench.generation.config import GenerationConfig
+from persobench.store.run_store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = "personas,context,act_response\n"
@@ -238,3 +240,57 @@ def test_closed_pipe_is_one_line_not_a_traceback(tmp_path):
     assert proc.stdout.startswith("=== sample 1/30")
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 1
     assert proc.stderr.strip() in ("", "error: standard output was closed before everything was written (broken pipe)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, third round (issue 25): the edges a fault sweep found, against real parts
+
+
+EVIL = "evil\x1b]0;owned\x07\x1b[2J\x9b31m\u202e"
+
+
+def _evil_run(home: Path) -> str:
+    from persobench import pipeline
+
+    run = pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=2),
+                            store=RunStore(home))
+    manifest = run.path / "manifest.json"
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    data["model"] = {"provider": "openai", "model": EVIL}  # an imported or edited store: the name is what the file says
+    manifest.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return run.run_id
+
+
+def _no_controls(text: str) -> None:
+    for char in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert char not in text, repr(text)
+
+
+def test_runs_and_leaderboard_print_a_model_name_escaped(tmp_path, capsys):
+    home = tmp_path / "home"
+    _evil_run(home)
+    capsys.readouterr()
+    assert cli_main(["--home", str(home), "runs"]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "evil\\u001b]0;owned\\u0007" in out
+    assert cli_main(["--home", str(home), "runs", "--format", "json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["runs"]
+    assert listed["model"]["model"] == EVIL  # escaped for the terminal, the same value for a program
+    for fmt in ("table", "markdown"):
+        assert cli_main(["--home", str(home), "leaderboard", "--format", fmt]) == 0
+        captured = capsys.readouterr()
+        _no_controls(captured.out + captured.err)
+        assert "evil\\u001b" in captured.out
+
+
+def test_dataset_text_and_error_lines_are_printed_escaped(tmp_path, capsys):
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps({"personas": "I like \x1b[31mred", "context": "User1: hi\x1b[2J",
+                                "act_response": "ok"}) + "\n", encoding="utf-8")
+    assert cli_main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "I like \\u001b[31mred" in out
+    line = one_line_error(capsys, ["show", str(tmp_path / "x\x1b[2J.csv")], "x\\u001b[2J.csv")
+    _no_controls(line)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from persobench.cli import main
-from persobench.importer import ImportFolderError, import_persobench, paper_references, samples_for_run
-from persobench.store import RunStore
+from persobench.generation.importer import ImportFolderError, import_persobench, paper_references, samples_for_run
+from persobench.store.run_store import RunStore
 
 PROMPTS = [
     {"personas": "I love hiking.I have two dogs.", "context": "User1: Hi there!\nUser2: Hello, how are you?\nUser1: Any plans?",
@@ -102,7 +102,7 @@ def test_import_makes_one_run_per_dataset_model_mode(folder, store):
     cot = store.get(runs[("gpt-x", "cot")].run_id)
     assert cot.manifest.template == "paper"
     assert store.get(runs[("open-7b", "vanilla")].run_id).manifest.template == "paper-open"
-    from persobench.protocol import paper_protocol, protocol_of
+    from persobench.prompts.protocol import paper_protocol, protocol_of
 
     assert protocol_of(cot.manifest) == paper_protocol("cot")
     assert protocol_of(run.manifest) == protocol_of(store.get(runs[("open-7b", "vanilla")].run_id).manifest)
@@ -186,7 +186,7 @@ def test_sample_ids_join_the_prompt_rows(folder, store):
 
 
 def test_paper_references_read_the_table_once_per_version_of_the_file(folder, store, monkeypatch):
-    import persobench.importer as importer
+    import persobench.generation.importer as importer
 
     report = import_persobench(store, folder)
     prompts = Path(store.get(report.runs[0].run_id).manifest.extra["import"]["prompts_file"])
@@ -236,7 +236,7 @@ def test_published_runs_are_scored_against_the_reference_the_paper_used(tmp_path
     """``score`` with no reference given: vanilla gpt-3.5-turbo (recorded raw) is scored against the
     "User2: ..." cell, vanilla gpt-4o-mini (recorded stripped) and an unknown model against the
     label-free reference."""
-    from persobench.importer import run_references
+    from persobench.generation.importer import run_references
     from persobench.scoring import score_run
 
     root = tmp_path / "published"

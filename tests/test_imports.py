@@ -19,7 +19,7 @@ HEAVY = ("torch", "transformers", "pandas", "openai", "anthropic", "streamlit", 
 def test_top_level_imports_load_no_heavy_dependency() -> None:
     code = (
         "import sys\n"
-        "import persobench, persobench.records, persobench.registry, persobench.prompts, persobench.store\n"
+        "import persobench, persobench.records, persobench.core.registry, persobench.prompts.templates, persobench.store.run_store\n"
         "import persobench.datasets, persobench.cli\n"
         "persobench.cli.build_parser()\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"

@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from persobench.cli import main as cli_main
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes import error, reply
 from tests.fakes.fixtures import OPENAI_SECRET, openai_server  # noqa: F401
+from tests.fakes.fixtures import LONG_KEY
+from tests.cli_checks import all_bytes
+from tests.cli_checks import run_cli
+from tests.cli_checks import runs_of
+import os
 
 URL_PASSWORD = "pw-Hunter2-urlsecret"
 OPTION_SECRET = "opt-5ecret-value-77"
@@ -100,7 +105,7 @@ def test_typed_base_url_gets_no_operator_key_unless_allowed(openai_server, tmp_p
 
 
 def test_key_allowed_rules():
-    from persobench.secrets import key_allowed
+    from persobench.core.secrets import key_allowed
 
     assert key_allowed(None)
     assert not key_allowed("http://evil.example/v1", env={})
@@ -138,3 +143,92 @@ def test_failures_page_shows_the_echo_but_not_the_key(openai_server, tmp_path, m
     assert OPENAI_SECRET not in text and OPENAI_SECRET[8:] not in text
     assert "echo Bearer ***" in text  # the error the server sent back, with the key scrubbed out
     assert "Your key is ***" in text  # the raw output of a reply quoting the key
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_long_echoed_key_never_stored_even_in_part(openai_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", LONG_KEY)
+    assert len(LONG_KEY) == 200
+    # a 200 reply with no choices that echoes the Authorization header: the error text quotes the body
+    openai_server.script = lambda info: error(200, body={"id": "echo " + info.headers.get("authorization", ""),
+                                                         "object": "chat.completion"})
+    home = tmp_path / "home"
+    assert run_cli(home, openai_server, "--limit", "2", "--max-attempts", "1") == 3  # nothing succeeded
+    assert all(LONG_KEY in r.headers["authorization"] for r in openai_server.requests)
+    [run] = RunStore(home).runs()
+    errors = run.read_table("generations")["error"]
+    assert errors.str.contains("echo", na=False).all()  # the echo is kept, the key is not
+    for fmt in ("csv", "jsonl"):
+        assert cli_main(["--home", str(home), "export", run.run_id, "--format", fmt,
+                         "-o", str(tmp_path / f"x.{fmt}")]) == 0
+    stored = all_bytes(home, tmp_path)
+    leaked = [piece for piece in runs_of(LONG_KEY) if piece in stored]
+    assert leaked == [], f"{len(leaked)} runs of the key stored, e.g. {leaked[:1]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, fourth round (issue 39): files and inputs
+
+
+#: Credentials as a gateway takes them in the query string, under names that do not look secret.
+QUERY_SECRETS = {"pw": "hunter2-query-pw", "jwt": "eyJhbGciOi.query-jwt", "session_id": "sess-8f2k-query"}
+
+
+def _query_url(base: str) -> str:
+    return base + "?" + "&".join(f"{name}={value}" for name, value in QUERY_SECRETS.items()) + "&api-version=2"
+
+
+def _stored_secrets(*folders: Path) -> list[str]:
+    text = b"".join(p.read_bytes() for folder in folders for p in folder.rglob("*") if p.is_file())
+    return [value for value in QUERY_SECRETS.values() if value.encode() in text]
+
+
+def test_public_url_keeps_only_the_query_parameters_known_to_be_public():
+    from persobench.core.secrets import public_text, public_url, url_without_credentials
+
+    url = _query_url("http://user:pw0rd@host.example:8000/v1")
+    assert public_url(url) == "http://host.example:8000/v1?api-version=2"
+    assert url_without_credentials(url) == "http://host.example:8000/v1?pw=&jwt=&session_id=&api-version="
+    assert public_text(f"GET {url} failed") == "GET http://host.example:8000/v1?api-version=2 failed"
+    assert public_url("http://h/v1?api-version=2024-06&version=3") == "http://h/v1?api-version=2024-06&version=3"
+
+
+def test_query_credentials_reach_neither_concurrency_json_nor_resume_json(openai_server, tmp_path):
+    from persobench.cli import main
+    from persobench.llm.concurrency import HeldLevel, LevelMemory
+
+    home = tmp_path / "home"
+    url = _query_url(openai_server.base_url)
+    LevelMemory(home, "openai", url).save(HeldLevel(4, 5))
+    assert LevelMemory(home, "openai", url).load() == HeldLevel(4, 5)
+    main(["--home", str(home), "run", "--model", "openai:fake", "--base-url", url, "--limit", "2",
+          "--concurrency", "auto", "--no-progress"])  # the SDK puts the query inside the path: the fake says 404
+    [run] = RunStore(home).runs()
+    assert (run.path / "resume.json").is_file() and (home / "concurrency.json").is_file()
+    assert _stored_secrets(home) == []
+    resume = json.loads((run.path / "resume.json").read_text(encoding="utf-8"))
+    assert resume["config"]["base_url"] == openai_server.base_url + "?api-version=2"
+    assert "the base URL's credentials" in resume["left_out"]
+
+
+def test_query_credentials_never_reach_the_apps_job_json(openai_server, tmp_path, monkeypatch):
+    from persobench.jobs import JobManager, LaunchChoice, launch_steps, plan_launch
+    from tests.test_app import wait_for
+
+    monkeypatch.delenv("PERSOBENCH_KEY_HOSTS", raising=False)
+    home = tmp_path / "home"
+    env = dict(os.environ)
+    url = _query_url(openai_server.base_url)
+    plans = plan_launch(home, [LaunchChoice("sample", "openai:fake", "vanilla", url)], limit=2, env=env)
+    assert not [v for v in QUERY_SECRETS.values() if v in json.dumps(plans, default=str)]
+    jobs = JobManager(home)
+    job_id, started = jobs.launch("query url", launch_steps(plans, limit=2, profile=None), env=env)
+    assert started
+    status = wait_for(lambda: (s := jobs.status(job_id)) and not s.active and s)
+    assert status.state in ("completed", "failed")  # it ran; with the query in the path the SDK gets 404s
+    assert _stored_secrets(home) == []
+    for value in QUERY_SECRETS.values():
+        assert value not in status.message + status.log_tail

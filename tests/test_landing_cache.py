@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from persobench.aggregate import disk_cache, landing
 from persobench.cli import main
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.test_app import APP, TIMEOUT, ranking
 
 REFERENCE, ECHO = "baseline:reference", "baseline:persona-echo"

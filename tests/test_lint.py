@@ -1,4 +1,6 @@
-"""The code passes the ruff configuration in pyproject.toml (rules and deliberate ignores live there)."""
+"""The checkers pass: ruff (its configuration in pyproject.toml), the import contracts of
+.importlinter (lint-imports), each with a test that the contracts fail on the imports they forbid, and
+vulture (dead code; [tool.vulture] in pyproject.toml, its whitelist tests/vulture_whitelist.py)."""
 
 from __future__ import annotations
 
@@ -32,3 +34,134 @@ def test_ruff_configuration_is_in_pyproject():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
     selected = set(config["lint"]["select"])
     assert {"F", "E9", "B", "BLE"} <= selected  # real defects stay checked, whatever is ignored
+
+
+# --- Import contracts (.importlinter, custom types in tests/import_contracts.py) ----------------------
+
+#: lint-imports as its console script runs it; through the interpreter, so it works whatever the
+#: script's shebang says.
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", LINT_IMPORTS], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_import_contracts_hold():
+    pytest.importorskip("importlinter", reason="requirements.txt pins import-linter; `make install` installs it")
+    done = _lint_imports(ROOT)
+    assert done.returncode == 0, f"lint-imports found broken contracts:\n{done.stdout}{done.stderr}"
+    assert "0 broken" in done.stdout
+
+
+def test_pages_is_found_as_the_checkouts_folder():
+    """grimp finds ``pages`` (no ``__init__.py``) as a namespace package: an installed package of that
+    name would win over the folder, and the contracts would check someone else's code."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pages")
+    assert spec is not None and {Path(p) for p in spec.submodule_search_locations} == {ROOT / "pages"}
+
+
+def _copy_for_contracts(tmp_path: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "data", "judge_templates", "icon.png")
+    shutil.copytree(ROOT / "persobench", tmp_path / "persobench", ignore=ignore)
+    shutil.copytree(ROOT / "pages", tmp_path / "pages", ignore=ignore)
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "import_contracts.py", tmp_path / "tests")
+    shutil.copy(ROOT / ".importlinter", tmp_path)
+    return tmp_path
+
+
+#: (file, what is added to it, the contract that must break). Each line is a way round the layers the
+#: contracts exist to refuse.
+FORBIDDEN_IMPORTS = [
+    pytest.param("persobench/cli/data.py", "from ..scoring._secret import x\n",
+                 "A _module is imported only inside its package", id="relative-import-of-a-private-module"),
+    pytest.param("persobench/app/text.py",
+                 "import importlib\n\ndef later():\n    return importlib.import_module('persobench.scoring')\n",
+                 "Imports are statements", id="importlib"),
+    pytest.param("persobench/datasets/tables.py", "def later():\n    from persobench.metrics import METRICS\n",
+                 "Stages import only the stages below them", id="an-upward-import-inside-a-function"),
+    pytest.param("persobench/jobs/model.py", "from persobench.store.run_store import _slug\n",
+                 "A _name is used only inside its package", id="a-private-name-of-another-package"),
+    pytest.param("persobench/datasets/user_files.py", "def later():\n    from persobench.datasets import load_dataset\n",
+                 "A package's front never imports a module that imports the front", id="a-module-its-front-imports"),
+    pytest.param("pages/data.py", "from persobench import scoring\n",
+                 "Pages import the app, the jobs and the read-side public APIs only", id="a-page-imports-scoring"),
+    pytest.param("persobench/cli/data.py", "from persobench.store.run_store import RunStore\n",
+                 "The CLI, the jobs and the app import the library through package APIs only",
+                 id="a-front-end-imports-a-module"),
+    pytest.param("persobench/app/text.py", "from persobench.pipeline import open_store\n",
+                 "The CLI, the jobs and the app import the library through package APIs only",
+                 id="a-name-not-in-all"),
+]
+
+
+@pytest.mark.parametrize("where,line,contract", FORBIDDEN_IMPORTS)
+def test_a_forbidden_import_breaks_the_contracts(tmp_path, where, line, contract):
+    pytest.importorskip("importlinter", reason="requirements.txt pins import-linter; `make install` installs it")
+    root = _copy_for_contracts(tmp_path)
+    (root / "persobench" / "scoring" / "_secret.py").write_text("x = 1\n", encoding="utf-8")
+    target = root / where
+    target.write_text(target.read_text(encoding="utf-8") + "\n" + line, encoding="utf-8")
+    done = _lint_imports(root)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{contract}" in done.stdout and "BROKEN" in done.stdout.split(contract, 1)[1].splitlines()[0], done.stdout
+
+
+# --- Dead code (vulture) ------------------------------------------------------------------------------
+
+
+def _vulture(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("vulture", reason="requirements.txt pins vulture; `make install` installs it")
+    return subprocess.run([sys.executable, "-m", "vulture", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_vulture_finds_nothing():
+    """Nothing unused in the library, the pages, the benchmarks or the tests (the tests count as users),
+    at [tool.vulture]'s confidence; what only a caller vulture cannot see uses is in the whitelist."""
+    done = _vulture()
+    assert done.returncode == 0 and done.stdout == "", f"vulture found dead code:\n{done.stdout}{done.stderr}"
+
+
+def test_vulture_reports_a_function_nobody_calls(tmp_path):
+    (tmp_path / "module.py").write_text("def used():\n    return 1\n\n\ndef forgotten():\n    return 2\n\n\n"
+                                        "print(used())\n", encoding="utf-8")
+    done = _vulture("module.py", "--min-confidence", "60", cwd=tmp_path)
+    assert done.returncode == 3 and "unused function 'forgotten'" in done.stdout and "'used'" not in done.stdout
+
+
+#: [tool.vulture]'s ignore_names patterns for classes a registry loads from a "module:Name" string.
+REGISTERED_CLASS_PATTERNS = ("*Provider", "*BatchBackend", "*Metrics", "*Executor")
+
+
+def test_the_registered_class_patterns_hide_no_dead_class():
+    """vulture ignores classes named like providers, batch backends, metric families and executors
+    (registries load them by string, so the recipes stay 2 files); each such class must really be
+    registered by a "module:Name" string, or used by name (a Protocol in annotations)."""
+    import ast
+    import fnmatch
+    import re
+
+    registered: set[str] = set()
+    used: list[str] = []
+    classes: list[tuple[str, str]] = []
+    for path in sorted((ROOT / "persobench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                registered |= set(re.findall(r"persobench\.[\w.]+:(\w+)", node.value))
+            elif isinstance(node, ast.Name):
+                used.append(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.append(node.attr)
+            elif isinstance(node, ast.ClassDef) and any(fnmatch.fnmatchcase(node.name, p)
+                                                        for p in REGISTERED_CLASS_PATTERNS):
+                classes.append((str(path.relative_to(ROOT)), node.name))
+    assert len(classes) > 10
+    dead = [f"{where}: {name}" for where, name in classes if name not in registered and name not in used]
+    assert not dead, f"unused classes hidden by [tool.vulture]'s patterns: {dead}"
+    config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert all(f'"{pattern}"' in config for pattern in REGISTERED_CLASS_PATTERNS)

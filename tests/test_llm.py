@@ -16,10 +16,15 @@ import pytest
 from persobench.llm.response_cache import ResponseCache
 from persobench.llm.retry import RetryPolicy
 from persobench.llm.spend import SpendLedger
-from persobench.metrics.judge import UNANSWERED, UNPARSEABLE, JudgeLabeller, make_judge
+from persobench.metrics.judge.labeller import UNANSWERED, UNPARSEABLE, JudgeLabeller, make_judge
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
 from tests.fakes.servers import hang, nested, reply
+from persobench.store.run_store import RunStore
+from persobench.cli import main as cli_main
+from tests.fakes import drip
+from tests.fakes import error
+from tests.cli_checks import run_cli
 
 #: A judge priced at $1000 per million tokens: each fake answer (120 + 5 tokens) costs $0.125.
 ANSWER_COST = 0.125
@@ -128,7 +133,7 @@ def test_counts_an_older_version_cached_unchecked_are_dropped_not_a_crash(openai
     from persobench.generation import plan_generation
     from persobench.generation.config import GenerationConfig
     from persobench.providers.base import Completion
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     config = GenerationConfig(dataset="sample", model="openai:fake", base_url=openai_server.base_url, limit=2)
     plan = plan_generation(config, store=RunStore(tmp_path))
@@ -197,7 +202,7 @@ def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path,
     from persobench.errors import PersoBenchError
     from persobench.metrics.backends import get_profile
     from persobench.scoring import score_run
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     store = RunStore(tmp_path / "home")
     openai_server.script = None
@@ -236,8 +241,8 @@ def test_deleting_a_run_stops_its_queued_judge_requests(openai_server, tmp_path,
 def test_a_session_given_no_run_keeps_the_callers_deleted_run_check(openai_server, tmp_path):
     """A caller's own sending_for block holds for a session asked without a run path."""
     from persobench.llm.session import sending_for
-    from persobench.metrics.judge import UNANSWERED
-    from persobench.metrics.judge_session import JudgeSession
+    from persobench.metrics.judge.labeller import UNANSWERED
+    from persobench.metrics.judge.judge_session import JudgeSession
 
     openai_server.script = judge_script({})
     session = JudgeSession(_priced_judge(openai_server, tmp_path, max_cost=None))
@@ -254,7 +259,7 @@ def test_a_session_given_no_run_keeps_the_callers_deleted_run_check(openai_serve
 def test_a_session_owns_its_labeller_stats_and_ledger(openai_server, tmp_path):
     from persobench.metrics import score_samples
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.judge_session import JudgeSession
+    from persobench.metrics.judge.judge_session import JudgeSession
     from persobench.records import PersonaSet, Sample, Turn
 
     openai_server.script = judge_script({})
@@ -302,3 +307,30 @@ def test_score_against_a_judge_reporting_negative_usage_keeps_the_cap_and_says_w
     assert 1 <= sent <= 6  # each refused answer counts at its estimate (~$0.18), never at "-$2,000"
     assert f"{sent} refused for unusable token usage" in out.out and "over the cost cap" in out.out
     assert "cost $-" not in out.out and "prompt_tokens -1000000 is negative" in out.out
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_timeout_is_a_deadline_for_the_whole_request(openai_server, tmp_path):
+    openai_server.script = lambda info: drip(interval=0.3)  # ~100 bytes: 30 s, no read waits 2 s
+    home = tmp_path / "home"
+    started = time.monotonic()
+    assert run_cli(home, openai_server, "--limit", "1", "--max-attempts", "1", "--timeout", "2") == 3
+    assert time.monotonic() - started < 15
+    [run] = RunStore(home).runs()
+    [err] = run.read_table("generations")["error"]
+    assert err.startswith("timeout") and "2" in err, err
+
+
+def test_long_retry_after_is_announced_with_its_length_and_reason(openai_server, tmp_path, capsys):
+    openai_server.script = lambda info: (error(429, "slow down", headers={"Retry-After": "2"})
+                                         if info.attempt == 1 else None)
+    home = tmp_path / "home"
+    assert cli_main(["--home", str(home), "run", "--model", "openai:fake", "--base-url", openai_server.base_url,
+                     "--limit", "1", "--concurrency", "1"]) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "waiting" in line]
+    assert notes, err
+    assert "2 s" in notes[0] and "Retry-After" in notes[0] and "429" in notes[0], notes[0]

@@ -21,8 +21,8 @@ from persobench.generation import RetryPolicy, run_generation
 from persobench.errors import ErrorKind, ProviderError
 from persobench.providers import PROVIDERS, Completion, GenerationParams, Request
 from persobench.providers.base import BatchingProvider
-from persobench.store import RunStore
-from persobench.structured import reply_schema
+from persobench.store.run_store import RunStore
+from persobench.core.structured import reply_schema
 from tests.fakes.tiny_models import build_tiny_causal_lm
 
 FAST = RetryPolicy(base_delay=0.01, max_delay=0.05, timeout=30.0)
@@ -156,7 +156,8 @@ def one_torch_thread():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chat_template", [False, True])
-def test_smollm2_batched_equals_unbatched_on_the_demo_samples(tmp_path, chat_template, one_torch_thread):
+@pytest.mark.usefixtures("one_torch_thread")
+def test_smollm2_batched_equals_unbatched_on_the_demo_samples(tmp_path, chat_template):
     """SmolLM2 (the demo's model), paper-open raw text and its chat template, 24 new tokens."""
     runs = {
         size: run_generation(dataset="sample", model="local:smollm2", home=tmp_path / f"b{size}", limit=DEMO_LIMIT,

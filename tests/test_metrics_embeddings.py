@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from persobench.metrics import embedding_models, embeddings
+from persobench.metrics.encoders import embedding_models
+from persobench.metrics import embeddings
 from persobench.metrics.backends import get_profile
 
 REFS = ["I love my two cats and they love me.", "Basil needs sun and little water.",

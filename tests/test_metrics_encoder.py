@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from persobench.metrics import embedding_models, embeddings
+from persobench.metrics.encoders import embedding_models
+from persobench.metrics import embeddings
 from persobench.metrics.backends import get_profile
-from persobench.metrics.encoder import EmbeddingShelf, TextEncoder, text_key
-from persobench.metrics.scoring import score_samples
+from persobench.metrics.encoders.encoder import EmbeddingShelf, TextEncoder, text_key
+from persobench.metrics.sample_scores import score_samples
 
 MODEL_METRICS = ["bertscore_p", "bertscore_r", "bertscore_f1", "persona_coverage"]
 
@@ -23,8 +24,8 @@ MODEL_METRICS = ["bertscore_p", "bertscore_r", "bertscore_f1", "persona_coverage
 @pytest.fixture(scope="module")
 def published(reference_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """12 FoCus samples with their published gpt-4-turbo replies (and 30 more replies for batches)."""
-    from persobench.importer import import_persobench, samples_for_run
-    from persobench.store import RunStore
+    from persobench.generation.importer import import_persobench, samples_for_run
+    from persobench.store.run_store import RunStore
 
     home = tmp_path_factory.mktemp("encoder-store")
     store = RunStore(home)
@@ -196,8 +197,8 @@ def test_score_command_embeds_a_datasets_runs_once_and_caches_them_in_the_store(
     from persobench.cli import main
     from persobench.datasets import load_dataset, samples_by_id
     from persobench.generation import run_generation
-    from persobench.metrics.encoder import store_cache_root
-    from persobench.store import RunStore
+    from persobench.metrics.encoders.encoder import store_cache_root
+    from persobench.store.run_store import RunStore
 
     store = RunStore(tmp_path / "home")
     runs = [run_generation(dataset="sample", model=model, mode="vanilla", store=store)
@@ -237,7 +238,7 @@ def test_bfloat16_profile_has_its_own_key_and_rebuilds_from_its_overrides():
 
 
 def test_bfloat16_embeddings_are_close_to_float32_batch_independent_and_cached_apart(published, tmp_path):
-    from persobench.metrics.encoder import store_cache_root
+    from persobench.metrics.encoders.encoder import store_cache_root
 
     _, replies, ids = published
     sample = ids[:12]
@@ -263,7 +264,7 @@ def test_bfloat16_embeddings_are_close_to_float32_batch_independent_and_cached_a
 def test_score_command_precision_flag_stores_bfloat16_scores_under_their_own_key(tmp_path, capsys):
     from persobench.cli import main
     from persobench.generation import run_generation
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     store = RunStore(tmp_path / "home")
     run = run_generation(dataset="sample", model="baseline:persona-echo", mode="vanilla", store=store)
@@ -318,7 +319,7 @@ def test_forward_streams_default_override_and_a_bad_value(monkeypatch):
     import torch
 
     from persobench.metrics.backends import BackendUnavailable
-    from persobench.metrics.encoder_streams import forward_streams
+    from persobench.metrics.encoders.encoder_streams import forward_streams
 
     monkeypatch.delenv("PERSOBENCH_ENCODER_STREAMS", raising=False)
     assert forward_streams("cpu") == max(1, torch.get_num_threads())
@@ -335,7 +336,7 @@ def test_a_failing_pass_stops_the_streams_and_restores_torchs_threads():
 
     import torch
 
-    from persobench.metrics.encoder_streams import run_in_streams
+    from persobench.metrics.encoders.encoder_streams import run_in_streams
 
     threads_before = torch.get_num_threads()
     started: list[int] = []

@@ -10,9 +10,9 @@ from persobench.scoring import score_run
 from persobench.cli import main as cli_main
 from persobench.metrics import MetricInfo, MetricRegistryError, register_family, unregister_family
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
-from persobench.metrics.scoring import family_plan
+from persobench.metrics.sample_scores import family_plan
 from persobench.records import PersonaSet, Sample, Turn
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 
 def _samples() -> list[Sample]:
@@ -56,8 +56,9 @@ def toy_words():
     unregister_family("toy_words")
 
 
-def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(toy_words, tmp_path, capsys):
-    assert metrics.METRIC_NAMES[-2:] == ("toy_reply_words", "toy_persona_count")
+@pytest.mark.usefixtures("toy_words")
+def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(tmp_path, capsys):
+    assert metrics.metric_names()[-2:] == ("toy_reply_words", "toy_persona_count")
     assert metrics.validate_metric_names(["toy_persona_count", "bleu"]) == ("bleu", "toy_persona_count")
     seen = []
     result = metrics.score_samples(_samples(), {"s:0": "I love cats", "s:1": "teaching is fun", "s:2": "ok"},
@@ -91,7 +92,8 @@ def test_a_registered_family_is_scored_stored_and_aggregated_like_a_builtin(toy_
     assert "toy_reply_words" in capsys.readouterr().out
 
 
-def test_unregistering_removes_the_family_and_its_metrics(toy_words):
+@pytest.mark.usefixtures("toy_words")
+def test_unregistering_removes_the_family_and_its_metrics():
     assert "toy_words" in metrics.family_names()
     unregister_family("toy_words")
     try:
@@ -167,7 +169,8 @@ def chained():
     unregister_family("toy_counts")
 
 
-def test_a_family_runs_after_the_family_it_requires_and_gets_its_output(chained):
+@pytest.mark.usefixtures("chained")
+def test_a_family_runs_after_the_family_it_requires_and_gets_its_output():
     steps = family_plan(["toy_ratio"])
     assert [(s.family.name, s.metrics, set(s.outputs_wanted)) for s in steps] == [
         ("toy_counts", (), {"lengths"}), ("toy_ratio", ("toy_ratio",), set())]
@@ -222,7 +225,8 @@ class NeedsSilent(Ratio):
     requires = (Requirement("toy_silent", "lengths"),)
 
 
-def test_dependency_errors_are_named(chained):
+@pytest.mark.usefixtures("chained")
+def test_dependency_errors_are_named():
     register_family(Broken(), [_info("toy_broken", "toy_broken")])
     register_family(Silent(), [_info("toy_silent", "toy_silent")])
     register_family(NeedsSilent(), [_info("toy_needs_silent", "toy_needs_silent")])
@@ -242,10 +246,10 @@ def test_dependency_errors_are_named(chained):
 
 
 def test_families_use_the_package_registry_and_needs_follow_the_slots():
-    """One registry mechanism: the metric families sit on persobench.registry.Registry, loaded lazily in
+    """One registry mechanism: the metric families sit on persobench.core.registry.Registry, loaded lazily in
     registration order, and a metric's ``needs`` is 'none' or exactly one of the profiles' slots."""
     from persobench.metrics import backends, metric_registry
-    from persobench.registry import Registry
+    from persobench.core.registry import Registry
 
     assert isinstance(metric_registry.FAMILIES, Registry)
     assert metric_registry.FAMILIES.in_order()[:3] == ("lexical", "meteor", "bertscore")

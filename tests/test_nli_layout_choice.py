@@ -11,11 +11,11 @@ import pytest
 
 from persobench.cli import main as cli_main
 from persobench.errors import ConfigurationError
-from persobench.importer import import_persobench, samples_for_run
-from persobench.metrics.judge import make_judge
-from persobench.pipeline import estimate_new_runs
+from persobench.generation.importer import import_persobench, samples_for_run
+from persobench.metrics.judge.labeller import make_judge
+from persobench.scoring import estimate_new_runs
 from persobench.scoring import score_run
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script, pair_of
 from tests.test_importer import PROMPTS, _write_csv  # the importer's published folder, FoCus-like
@@ -94,7 +94,7 @@ def test_score_nli_inputs_chooses_the_layout_and_boards_keep_the_layouts_apart(o
     and stores them under the plain judge key; the default (auto) sends the notebook's (reply, personas)
     and stores them under ``+inputs=notebook``: two boards, each with its own numbers."""
     from persobench import aggregate
-    from persobench.pipeline import ScoreConfig
+    from persobench.scoring import ScoreConfig
 
     home = tmp_path / "home"
     store, run = _published_run(tmp_path / "published", home)

@@ -22,7 +22,7 @@ from persobench.llm.pacing import BUDGET_DIR, Bucket, Pacer, budget_path, parse_
 from persobench.llm.ratelimits import StatedLimit, format_duration, parse_duration, parse_reset, read_stated_limits
 from persobench.providers import make_provider, parse_spec
 from persobench.providers.base import GenerationParams, Request
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes import FakeLLMServer, RateLimits, error
 from tests.fakes.buckets import min_seconds
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET

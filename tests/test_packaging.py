@@ -136,7 +136,7 @@ def test_a_built_wheel_installs_a_working_persobench_command(tmp_path: Path):
                            env=env, capture_output=True, text=True, timeout=60).stdout.strip()
     assert Path(where).is_relative_to(target)
     # The LLM judge's prompt template is package data: the installed copy loads it.
-    template = subprocess.run([sys.executable, "-c", "from persobench.metrics.judge import load_template; "
+    template = subprocess.run([sys.executable, "-c", "from persobench.metrics.judge.labeller import load_template; "
                                "print(load_template().version)"], cwd=elsewhere, env=env, capture_output=True,
                               text=True, timeout=60)
     assert template.stdout.strip() == "nli-judge-1", template.stderr

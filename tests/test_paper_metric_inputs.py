@@ -11,7 +11,7 @@ from persobench.datasets.paper_cells import paper_persona_text
 from persobench.datasets.tables import read_prompt_table
 from persobench.metrics import lexical
 from persobench.scoring import score_run
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 
 def _table(reference_dir, stem, dataset, owner="responder"):

@@ -16,7 +16,7 @@ import pytest
 
 from persobench.datasets import load_all, load_dataset
 from persobench.datasets.paper_cells import paper_cells
-from persobench.prompts import PAPER_SYSTEM, build_messages, get_template
+from persobench.prompts.templates import PAPER_SYSTEM, build_messages, get_template
 from persobench.records import PersonaSet, Sample, Turn
 
 REFERENCE = Path(os.environ.get("PERSOBENCH_REFERENCE") or Path(__file__).resolve().parents[2] / "shared" / "persobench-reference")

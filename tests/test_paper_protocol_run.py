@@ -15,9 +15,9 @@ import pytest
 
 from persobench.datasets import load_dataset
 from persobench.generation import plan_generation, run_generation
-from persobench.prompts import build_messages, get_template
+from persobench.prompts.templates import build_messages, get_template
 from persobench.errors import ConfigurationError
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
@@ -61,7 +61,7 @@ def _record_inputs(folder: Path) -> list[list[int]]:
 
     # as a paper-protocol run loads it: float32 (the paper's local mode)
     options = local.local_mode_options({}, paper_protocol=True)
-    loaded = local._load(local.resolve_local_model(str(folder), options), options)
+    loaded = local.load_model(local.resolve_local_model(str(folder), options), options)
     seen: list[list[int]] = []
 
     def hook(module, args, kwargs):  # noqa: ANN001
@@ -153,7 +153,7 @@ def test_a_runs_prompt_is_shown_with_its_own_template() -> None:
 
 def test_default_policy_follows_the_template_family(tmp_path: Path) -> None:
     from persobench.generation import GenerationConfig
-    from persobench.protocol import paper_protocol, protocol_of
+    from persobench.prompts.protocol import paper_protocol, protocol_of
 
     store = RunStore(tmp_path)
     for model, mode in (("openai:gpt-4o-mini", "vanilla"), ("local:smollm2", "cot"), ("baseline:reference", "cot")):
@@ -208,7 +208,7 @@ def test_a_default_cli_run_lands_on_the_published_runs_board(tmp_path: Path, mon
     boards = {(r["model"], r["board"]) for r in data["metrics"]}
     assert {model for model, _ in boards} == {"gpt-x", "open-7b", "openai:my-model"}
     assert len({board for _, board in boards}) == 1, boards
-    from persobench.protocol import paper_protocol
+    from persobench.prompts.protocol import paper_protocol
 
     assert {board for _, board in boards} == {paper_protocol("vanilla").label} and len(data["protocols"]) == 1
     capsys.readouterr()
@@ -229,7 +229,7 @@ def test_local_models_default_to_the_notebooks_float32_one_at_a_time_under_the_p
     one prompt per call: the paper protocol's default for local models. ``batched-bf16`` stays a
     named option, with a protocol, run id and cache key of its own; other protocols keep batching."""
     from persobench.generation import GenerationConfig
-    from persobench.protocol import paper_protocol, protocol_of
+    from persobench.prompts.protocol import paper_protocol, protocol_of
     from persobench.providers.local import DEFAULT_BATCH_SIZE, LocalProvider
 
     store = RunStore(tmp_path)

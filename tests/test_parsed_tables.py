@@ -11,8 +11,8 @@ import pytest
 
 from persobench.datasets import load_all, parsed_tables
 from persobench.datasets.parsed_tables import table_samples, tables_dir_of_store
-from persobench.importer import import_persobench, samples_for_run
-from persobench.store import RunStore
+from persobench.generation.importer import import_persobench, samples_for_run
+from persobench.store.run_store import RunStore
 from tests.test_importer import make_paper_folder
 
 
@@ -99,7 +99,7 @@ def test_a_store_that_cannot_keep_the_table_still_gets_its_samples(tmp_path, par
 
 
 def test_the_parser_key_reads_each_parser_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module):
-    from persobench.files import module_sources
+    from persobench.store.files import module_sources
 
     assert [p.name for p in module_sources(parsed_tables.PARSERS)] == [
         "records.py", "csv_io.py", "__init__.py", "tables.py", "prompt_tables.py", "paper_cells.py"]
@@ -112,3 +112,74 @@ def test_the_parser_key_reads_each_parser_module_and_fails_loudly_when_one_moved
     monkeypatch.setattr(parsed_tables, "PARSERS", ("persobench.csv_io_moved_away",))
     with pytest.raises(ModuleNotFoundError, match="persobench.csv_io_moved_away"):
         digest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, fourth round (issue 39): files and inputs
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tables(monkeypatch):
+    _forget(monkeypatch)  # nothing another test loaded in this process
+
+
+def _edit_kept(store: RunStore, old: str, new: str) -> Path:
+    """Edit the text of the one kept table the way a hand (or a disk) would: valid JSON, the right
+    dataset, one reference changed."""
+    (kept,) = tables_dir_of_store(store.home).glob("*.json")
+    text = kept.read_text(encoding="utf-8")
+    assert old in text
+    kept.write_text(text.replace(old, new), encoding="utf-8")
+    return kept
+
+
+def test_an_edited_kept_table_is_parsed_again_never_trusted(tmp_path, monkeypatch):
+    store = RunStore(tmp_path / "home")
+    report = import_persobench(store, make_paper_folder(tmp_path / "paper"))
+    run = store.get(report.runs[0].run_id)
+    prompts_file = run.manifest.extra["import"]["prompts_file"]
+    kept = _edit_kept(store, "Pasta, mostly: it is quick.", "Rice, mostly: it is slow.")
+
+    _forget(monkeypatch)
+    samples = samples_for_run(run)
+    assert samples["focus:1"].reference == "Pasta, mostly: it is quick."  # the table's, not the edited file's
+    parsed = {s.id: s for s in parsed_tables.parse_all("focus", source=prompts_file)}
+    assert samples == parsed and all(samples[i].input_hash == parsed[i].input_hash for i in parsed)
+    assert "Rice, mostly" not in kept.read_text(encoding="utf-8")  # rebuilt from the table
+
+
+def test_a_kept_table_copied_under_another_tables_key_is_refused(tmp_path, monkeypatch):
+    """A file of another version of the table (valid, checksummed for its own key) put in place of
+    this version's is not this version's samples."""
+    folder = make_paper_folder(tmp_path / "paper")
+    table, cache = folder / "Prompts" / "FoCus.csv", tmp_path / "samples"
+    original = table_samples("focus", table, cache)
+    (first,) = cache.glob("*.json")
+    table.write_text(table.read_text(encoding="utf-8").replace("Pasta, mostly", "Rice, mostly"), encoding="utf-8")
+    edited = table_samples("focus", table, cache)
+    (second,) = set(cache.glob("*.json")) - {first}
+    second.write_bytes(first.read_bytes())  # the old version's samples under the new version's key
+    _forget(monkeypatch)
+    again = table_samples("focus", table, cache)
+    assert again == edited and again != original
+    assert again[1].reference.startswith("Rice, mostly")
+
+
+def test_lexical_scores_of_an_imported_run_ignore_an_edited_kept_table(tmp_path, monkeypatch):
+    """The symptom of the report: ``score`` read edited references from the kept table and stored
+    other BLEU and ROUGE-1 values without a word."""
+    from persobench.pipeline import score
+
+    values = {}
+    for edited in (False, True):
+        store = RunStore(tmp_path / f"home-{edited}")
+        _forget(monkeypatch)
+        report = import_persobench(store, make_paper_folder(tmp_path / f"paper-{edited}"))
+        if edited:
+            _edit_kept(store, "I will walk my dogs in the hills.", "Hiking with the dogs, of course!")
+        _forget(monkeypatch)
+        score([r.run_id for r in report.runs], store=store, metrics=["bleu", "rouge1"])
+        frames = [store.get(r.run_id).read_table("scores") for r in report.runs]
+        values[edited] = sorted((f"{sid}|{m}", round(float(v), 12)) for frame in frames
+                                for sid, m, v in zip(frame["sample_id"], frame["metric"], frame["value"]))
+    assert values[True] == values[False] and len(values[False]) > 0

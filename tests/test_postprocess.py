@@ -1,4 +1,4 @@
-"""Tests for persobench.postprocess: statuses, both policies, the paper's published data, properties."""
+"""Tests for persobench.generation.postprocess: statuses, both policies, the paper's published data, properties."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from persobench.postprocess import POLICIES, ParsedOutput, Status, parse_output, summarize
+from persobench.generation.postprocess import POLICIES, ParsedOutput, Status, parse_output, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = Path(os.environ.get("PERSOBENCH_REFERENCE", REPO.parent / "shared" / "persobench-reference"))
@@ -254,7 +254,7 @@ def test_summarize() -> None:
 
 def test_import_stays_light() -> None:
     code = (
-        "import sys, persobench.postprocess\n"
+        "import sys, persobench.generation.postprocess\n"
         "heavy = sorted(m for m in ('pandas', 'torch', 'numpy') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from persobench.generation import GenerationConfig, plan_generation, run_generation
-from persobench.models_registry import resolve_model
-from persobench.presets import GEMINI_OPENAI_BASE_URL, PAPER_PRESETS, VLLM_BASE_URL
+from persobench.providers.models_registry import resolve_model
+from persobench.providers.presets import GEMINI_OPENAI_BASE_URL, PAPER_PRESETS, VLLM_BASE_URL
 from persobench.providers import missing_key_env
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,8 +97,8 @@ def test_vllm_presets_send_paper_open_as_raw_text_and_land_on_the_paper_board(op
     sends it to /v1/completions (the paper protocol); with --chat-template on it goes to the chat
     endpoint, where the server applies its chat template: another protocol, never the paper board."""
     from persobench import aggregate
-    from persobench.prompts import build_messages, get_template
-    from persobench.protocol import paper_protocol, protocol_of
+    from persobench.prompts.templates import build_messages, get_template
+    from persobench.prompts.protocol import paper_protocol, protocol_of
 
     raw = run_generation(dataset="sample", model="gemma-7b-it-vllm", base_url=openai_server.base_url, limit=2,
                          home=tmp_path)
@@ -130,7 +130,7 @@ def test_vllm_presets_send_paper_open_as_raw_text_and_land_on_the_paper_board(op
 def test_a_chat_template_never_puts_paper_open_on_the_paper_board() -> None:
     """Protocol of manifests as the store keeps them: a local paper-open run with its chat template
     on, or paper-open sent to a chat API, is not the paper's protocol; raw text is."""
-    from persobench.protocol import Protocol, paper_protocol, protocol_of
+    from persobench.prompts.protocol import Protocol, paper_protocol, protocol_of
 
     def manifest(provider: str, template: str, chat_template):
         return {"run_id": "r", "dataset": "focus", "sample_ids": ["focus:0"], "mode": "vanilla",

@@ -11,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from persobench.console import ProgressBar
+from persobench.core.console import ProgressBar
+from tests.fakes import error
+from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,3 +74,19 @@ def test_cli_run_and_score_write_a_few_lines_to_a_pipe(tmp_path: Path):
     score_lines = _lines(score.stderr)
     assert 1 <= len(score_lines) <= 3, score.stderr
     assert "300/300 item" in score_lines[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_progress_json_says_the_run_waits(openai_server, tmp_path):
+    from persobench.generation import run_generation
+
+    openai_server.script = lambda info: (error(429, "slow down", headers={"Retry-After": "1"})
+                                         if info.attempt == 1 else None)
+    seen: list[str] = []
+    run_generation(dataset="sample", model="openai:fake", base_url=openai_server.base_url, limit=1,
+                   home=tmp_path / "home", progress=lambda info: seen.append(info.note))
+    assert any("waiting 1 s" in note and "Retry-After" in note for note in seen), seen
+    assert seen[-1] == ""  # cleared once the wait is over

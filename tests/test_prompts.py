@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from persobench.datasets import load_dataset
-from persobench.prompts import (
+from persobench.prompts.templates import (
     BUILTIN_TEMPLATES, TemplateError, build_messages, get_template, load_template, template_family,
 )
 from persobench.records import PersonaSet, Sample, Turn
@@ -97,3 +97,31 @@ def test_no_persona_is_said_explicitly() -> None:
     text = build_messages(_sample(()), get_template("vanilla"))[1]["content"]
     assert "(no persona given)" in text
     json.dumps(build_messages(_sample(()), get_template("vanilla")))  # serialisable for the cache key
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_every_template_field_is_rendered_and_unknown_placeholders_are_errors(tmp_path):
+    from persobench.datasets import load_dataset
+    from persobench.prompts.templates import TemplateError, build_messages, load_template
+
+    good = tmp_path / "good.toml"
+    good.write_text('mode = "vanilla"\nsystem = "You are {responder}. Personas:\\n{personas}"\n'
+                    'user = "{context}\\n{output_format}"\noutput_format = "Reply as {responder} in JSON: '
+                    '{\\"response\\": \\"...\\"}"\n', encoding="utf-8")
+    [sample] = load_dataset("sample", limit=1)
+    system, user = build_messages(sample, load_template(good))
+    assert "{" + "personas}" not in system["content"] and "{responder}" not in system["content"]
+    assert sample.personas[0].sentences[0] in system["content"]
+    assert f"Reply as {sample.responder}" in user["content"] and '{"response": "..."}' in user["content"]
+
+    for field in ("system", "user", "output_format"):
+        bad = tmp_path / f"bad_{field}.toml"
+        fields = {"system": "s", "user": "{context} {output_format}", "output_format": '{"response": "x"}'}
+        fields[field] += " {Personas}"
+        bad.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items()), encoding="utf-8")
+        with pytest.raises(TemplateError) as info:
+            load_template(bad)
+        assert str(bad) in str(info.value) and "{Personas}" in str(info.value) and field in str(info.value)

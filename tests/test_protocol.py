@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from persobench.protocol import Protocol, paper_protocol, protocol_of
-from persobench.store import RunManifest
+from persobench.prompts.protocol import Protocol, paper_protocol, protocol_of
+from persobench.store.run_store import RunManifest
 
 
 def manifest(**changes) -> RunManifest:
@@ -136,7 +136,7 @@ def test_old_stored_keys_still_read_and_old_runs_keep_theirs():
 
 
 def test_every_transport_option_is_kept_out_of_the_protocol():
-    from persobench.protocol import NOT_PROTOCOL_OPTIONS
+    from persobench.prompts.protocol import NOT_PROTOCOL_OPTIONS
     from persobench.providers.spec import NON_OUTPUT_OPTIONS, SYSTEM_IN_USER
 
     assert NON_OUTPUT_OPTIONS | {SYSTEM_IN_USER} <= NOT_PROTOCOL_OPTIONS

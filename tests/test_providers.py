@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from persobench.errors import ConfigurationError
 from persobench.providers import (
-    ConfigurationError,
     GenerationParams,
     MissingKeyError,
     ModelSpec,
@@ -22,12 +22,16 @@ from persobench.providers import (
     missing_key_env,
     parse_spec,
 )
-from persobench.models_registry import resolve_model
+from persobench.providers.models_registry import resolve_model
 from persobench.providers.base import kind_for_status, parse_retry_after
 from persobench.errors import ErrorKind, ProviderError
 from persobench.records import PersonaSet, Sample, Turn
 from tests.fakes import error, reply
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET, anthropic_server, openai_server  # noqa: F401
+from persobench.store.run_store import RunStore
+from tests.fakes import drip
+from tests.cli_checks import run_cli
+from tests.cli_checks import one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -343,12 +347,14 @@ def test_providers_never_import_the_registry_file_module():
     """The registry file builds specs from providers; providers must not reach back (an import circle)."""
     import ast
 
-    for path in sorted((REPO / "persobench" / "providers").glob("*.py")):
+    # The package's front (__init__) gathers every module's public names, models_registry's too; the
+    # package_fronts contract (.importlinter) checks that no module it imports reaches back into it.
+    for path in sorted(p for p in (REPO / "persobench" / "providers").glob("*.py") if p.name != "__init__.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            assert not any(n.startswith("persobench.models_registry") for n in names), f"{path.name} imports models_registry"
-    for first in ("persobench.models_registry", "persobench.providers.spec", "persobench.providers"):
-        code = f"import {first}\nfrom persobench.models_registry import resolve_model\nprint(resolve_model('baseline:reference').name)"
+            assert not any(n.startswith("persobench.providers.models_registry") for n in names), f"{path.name} imports models_registry"
+    for first in ("persobench.providers.models_registry", "persobench.providers.spec", "persobench.providers"):
+        code = f"import {first}\nfrom persobench.providers.models_registry import resolve_model\nprint(resolve_model('baseline:reference').name)"
         out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and out.stdout.strip() == "baseline:reference", out.stderr
 
@@ -356,7 +362,7 @@ def test_providers_never_import_the_registry_file_module():
 def test_light_imports():
     code = (
         "import sys, persobench, persobench.providers, persobench.generation, persobench.llm.response_cache, "
-        "persobench.models_registry, persobench.cli.generate\n"
+        "persobench.providers.models_registry, persobench.cli.generate\n"
         "print(sorted(m for m in ('openai', 'anthropic', 'torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -392,3 +398,59 @@ def test_local_smollm2_generates_offline():
 def test_local_missing_file_is_a_configuration_error(tmp_path):
     with pytest.raises(ConfigurationError, match="does not exist"):
         make_provider(parse_spec(f"local:{tmp_path / 'nope.gguf'}"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_a_huge_reply_is_capped_and_recorded_as_too_large(openai_server, tmp_path):
+    from persobench.providers.base import DEFAULT_MAX_REPLY_BYTES
+
+    big = "A" * (5 * 2**20)
+    openai_server.script = lambda info: reply(big) if info.index == 0 else None
+    home = tmp_path / "home"
+    assert run_cli(home, openai_server, "--limit", "2", "--max-attempts", "1", "--concurrency", "1") == 0
+    [run] = RunStore(home).runs()
+    table = run.read_table("generations")
+    row = table[table["status"] == "api_error"].iloc[0]
+    assert row["error"].startswith("too_large"), row["error"]
+    assert str(DEFAULT_MAX_REPLY_BYTES) in row["error"] and "--max-reply-bytes" in row["error"]
+    assert row["raw_text"] and row["raw_text"].lstrip().startswith("{") and len(row["raw_text"]) <= 4096
+    assert (table["status"] == "ok").sum() == 1
+    assert openai_server.requests[0].headers.get("accept-encoding") == "identity"  # the cap counts real bytes
+    assert sum(p.stat().st_size for p in (home / "responses").rglob("*") if p.is_file()) < 2**20
+    # the option lets a big reply through
+    home2 = tmp_path / "home2"
+    openai_server.reset_records()
+    assert run_cli(home2, openai_server, "--limit", "1", "--max-attempts", "1",
+                   "--max-reply-bytes", str(8 * 2**20)) == 0
+    [run2] = RunStore(home2).runs()
+    assert run2.read_table("generations").iloc[0]["raw_text"] == big
+
+
+def test_the_size_cap_and_deadline_are_shared_by_the_anthropic_provider(anthropic_server, tmp_path):
+    from persobench.generation import RetryPolicy, run_generation
+
+    anthropic_server.script = lambda info: (reply("B" * (2 * 2**20)) if info.index == 0
+                                            else drip(interval=0.3) if info.index == 1 else None)
+    run = run_generation(dataset="sample", model="anthropic:fake", base_url=anthropic_server.base_url, limit=3,
+                         concurrency=1, home=tmp_path / "home",
+                         retry=RetryPolicy(max_attempts=1, timeout=2))
+    errors = sorted(str(e).split(":")[0] for e in run.read_table("generations")["error"] if e)
+    assert "too_large" in errors and "timeout" in errors, errors
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, third round (issue 25): the edges a fault sweep found, against real parts
+
+
+HUGE = "7" * 5000
+
+
+def test_a_huge_integer_in_the_models_file_names_its_line_and_field(tmp_path, capsys):
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.x]\nprovider = "openai"\nmodel = "m"\nmax_tokens = {HUGE}\n', encoding="utf-8")
+    line = one_line_error(capsys, ["--home", str(tmp_path / "home"), "run", "--models", str(models), "--model", "x",
+                                   "--dry-run"], str(models), "line 4", "max_tokens", "5000 digits")
+    assert "set_int_max_str_digits" not in line

@@ -20,8 +20,19 @@ import pytest
 
 from persobench import pipeline
 from persobench.scoring.ray_executor import ActorSlot, FamilyGroup, family_groups, plan_actors
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
+from persobench.generation.config import GenerationConfig
+from persobench.cli import main as cli_main
+from persobench.llm.response_cache import ResponseCache
+from tests.test_judge import _bound
+from tests.test_judge import _held
+from tests.test_llm import _pairs
+from tests.test_judge import _priced_judge
+from tests.test_judge import _sample_run
+from tests.test_judge import _wait_for
+from tests.fakes.judge import judge_script
+import threading
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-6
@@ -215,7 +226,7 @@ class _VariedLabels(dict):
 
 def _judged(home: Path, server, executor: str):
     """A judge pass over every run of ``home`` on ``executor``: its report and the requests it sent."""
-    from persobench.metrics.judge import make_judge
+    from persobench.metrics.judge.labeller import make_judge
     from tests.fakes.fixtures import OPENAI_SECRET
 
     judge = make_judge("openai:judge-model", base_url=server.base_url, concurrency=1, home=home,
@@ -332,7 +343,7 @@ def test_ray_values_equal_local_values_on_published_focus_runs(cluster, referenc
 def test_an_actor_embeds_each_distinct_text_of_a_dataset_once_and_uses_the_disk_cache_only_when_it_sees_it(
         demo_store, tmp_path):
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.encoder import EmbeddingRequest
+    from persobench.metrics.encoders.encoder import EmbeddingRequest
     from persobench.scoring.ray_executor import ScoringWorker
     from persobench.scoring.work_plan import plan_run, work_embedding_request
 
@@ -360,3 +371,75 @@ def test_an_actor_embeds_each_distinct_text_of_a_dataset_once_and_uses_the_disk_
     assert elsewhere.describe()["disk_cache"] is False
     again = elsewhere.score(works[0], ("bertscore_f1",))
     pd.testing.assert_frame_equal(again.scores, results[0].scores)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, third round (issue 25): the edges a fault sweep found, against real parts
+
+
+def test_a_ray_address_with_credentials_is_printed_in_its_public_form(tmp_path, capsys):
+    pytest.importorskip("ray", reason="Ray is the optional extra persobench[ray]")
+    import socket
+
+    from persobench import pipeline
+
+    home = tmp_path / "home"
+    pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=2), store=RunStore(home))
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    capsys.readouterr()
+    code = cli_main(["--home", str(home), "score", "--metrics", "dist1", "--executor", "ray", "--ray-address",
+                     f"ray://alice:s3cretpw@127.0.0.1:{port}", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert "s3cretpw" not in captured.out + captured.err and "alice" not in captured.out + captured.err
+    assert f"ray://127.0.0.1:{port}" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Money and data on Ray (issue 39, item 2): a damaged or deleted ledger stops the pass
+
+
+@pytest.mark.parametrize("damage", ["deleted", "damaged"])
+def test_on_ray_a_ledger_deleted_or_damaged_mid_pass_stops_it_in_one_line_and_keeps_paid_replies(
+        cluster, openai_server, tmp_path, capsys, monkeypatch, damage):
+    """Under Ray the deleted ledger let 60 requests ($6.15) through a $1 cap, and a damaged one lost
+    2 paid replies and reported "0 request(s), $0.0000"."""
+    home = tmp_path / "home"
+    _sample_run(home, n=8)
+    _priced_judge(openai_server, tmp_path, max_cost=1.0)  # writes tmp_path/models.toml
+    monkeypatch.setenv("PERSOBENCH_MODELS", str(tmp_path / "models.toml"))
+    gate = threading.Event()
+    openai_server.script = judge_script({}, then=_held(gate))
+    ledgers: list[Path] = []
+
+    def damage_it() -> None:
+        try:
+            _wait_for(lambda: len(openai_server.requests) >= 1, timeout=240, what="the first judge request")
+            time.sleep(0.5)  # the other requests of the first round reserve and go out
+            ledgers.extend((home / "spend").glob("*.json"))
+            for path in ledgers:
+                if damage == "deleted":
+                    path.unlink()
+                else:
+                    path.write_text("[]")
+        finally:
+            gate.set()
+
+    damager = threading.Thread(target=damage_it, daemon=True)
+    damager.start()
+    code = cli_main(["--home", str(home), "score", "--metrics", "c_score,persona_coverage", "--no-progress",
+                     "--executor", "ray", "--judge", "priced", "--judge-max-cost", "1"])
+    gate.set()
+    damager.join(30)
+    out = capsys.readouterr()
+    assert len(ledgers) == 1, ledgers
+    err = [line for line in out.err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and "Traceback" not in out.out + out.err, out
+    assert "spend ledger" in err[0] and ledgers[0].name in err[0], err[0]
+    sent = len(openai_server.requests)
+    assert 1 <= sent <= 1.0 // _bound(_pairs(1)[0]), sent  # only reservations made before the damage went out
+    with ResponseCache(home / "responses") as cache:
+        assert len(cache) == sent  # every request answered was paid for, and is cached

@@ -98,7 +98,7 @@ def test_boards_hold_the_leaderboards_numbers(app_store, report_file):
 
 
 def test_every_reported_run_and_its_header_are_present(app_store, report_file):
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     text = report_file.read_text(encoding="utf-8")
     store = RunStore(app_store["home"])
@@ -158,7 +158,7 @@ def test_chosen_dialogues_show_persona_and_each_reply(app_store, report_file):
 
 def test_default_dialogues_and_modes(app_store, tmp_path):
     from persobench.report import ReportOptions, build_report
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     report = build_report(RunStore(app_store["home"]), ReportOptions(datasets=("sample",), modes=("cot",),
                                                                      dialogues=2))
@@ -307,7 +307,7 @@ def test_the_apps_charts_have_the_reports_readable_titles():
 def _hostile_run(store, *, dataset, label, ids, replies, rouge):
     import pandas as pd
 
-    from persobench.store import RunManifest, make_run_id
+    from persobench.store.run_store import RunManifest, make_run_id
 
     spec = {"provider": "test", "model": label, "label": label}
     run_id = make_run_id(dataset=dataset, model=spec, mode="vanilla", template_hash="t", sample_ids=ids, parameters={})
@@ -326,7 +326,7 @@ def hostile_report(tmp_path_factory):
     user CSV dataset (named by its path) and a paper dataset whose text cannot be read here (the
     reference folder points nowhere); its report, and the local paths that must not be in it."""
     from persobench.cli import main
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
     from tests.app_store import write_evil_dataset
 
     root = tmp_path_factory.mktemp("hostile-report")
@@ -439,7 +439,7 @@ def test_the_report_of_the_imported_paper_runs_offline_in_chromium(reference_dir
     sync_api = pytest.importorskip("playwright.sync_api")
     from persobench import pipeline
     from persobench.report import ReportOptions, write_report
-    from persobench.store import RunStore
+    from persobench.store.run_store import RunStore
 
     home = tmp_path / "home"
     pipeline.import_published(reference_dir, home=home, datasets=["focus"])

@@ -25,7 +25,7 @@ What the paper did, found by reproducing every cell (and checked against ``evalu
   tokens with WordNet) together: all 140 numbers (14 runs x 5 metrics x mean and std). The choice
   is recorded per published run in the package
   (:data:`persobench.datasets.published_references.PUBLISHED_REFERENCES`, with why) and ``score``
-  uses it by default (:func:`persobench.importer.run_references`), so this test scores exactly as
+  uses it by default (:func:`persobench.generation.importer.run_references`), so this test scores exactly as
   a user does, passing no reference. With the stripped reference for every run, 6 METEOR runs and
   16 BLEU/ROUGE cells miss by 0.01-0.02 (:func:`test_one_reference_for_every_run_misses`).
 - IDF overlap (``calculate_idf_weighted_overlap``): TF-IDF cosine, fitted on the pair, of the
@@ -58,9 +58,9 @@ import pytest
 from persobench import aggregate
 from persobench.datasets import reference_dir
 from persobench.datasets.published import published_table
-from persobench.importer import import_persobench, samples_for_run
+from persobench.generation.importer import import_persobench, samples_for_run
 from persobench.scoring import score_run
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests import notebook_lexical
 
 REFERENCE = reference_dir()
@@ -192,7 +192,7 @@ def test_every_published_lexical_run_has_a_recorded_reference(scored):
     but gemini-1.5-pro, whose cells are blank, in both modes), and scoring used the raw cell for the
     runs it marks raw and the loader's reference for the others."""
     from persobench.datasets.published_references import PUBLISHED_REFERENCES, RAW
-    from persobench.importer import paper_references, run_references
+    from persobench.generation.importer import paper_references, run_references
 
     store, report, _, _ = scored
     with_cells = {("focus", mode, model) for mode in TABLES for model, cells in read_published(mode).items()
@@ -309,7 +309,7 @@ def test_recorded_references_of_the_held_out_tables():
 def _score_focus_against(tmp_path: Path, which: str):
     """The FoCus runs imported into a store of their own and scored with the five lexical metrics
     against one reference for every run: ``stripped`` (``Sample.reference``) or ``raw`` (the cell)."""
-    from persobench.importer import paper_references
+    from persobench.generation.importer import paper_references
 
     store = RunStore(tmp_path / which)
     report = import_persobench(store, REFERENCE, datasets=["focus"])

@@ -12,7 +12,7 @@ import pytest
 
 from persobench import aggregate
 from persobench.aggregate import disk_cache
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.test_aggregate import make_run
 
 SCORES = {"dist1": [0.5, 1.0, 0.75, None], "c_score": [1, 0, 1, None]}
@@ -288,11 +288,11 @@ def fresh_code_key():
     disk_cache.code_fingerprint.cache_clear()
 
 
-def test_the_code_key_reads_each_builder_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module,
-                                                                                 fresh_code_key):
-    from persobench.files import module_sources
+@pytest.mark.usefixtures("fresh_code_key")
+def test_the_code_key_reads_each_builder_module_and_fails_loudly_when_one_moved(monkeypatch, scratch_module):
+    from persobench.store.files import module_sources
 
-    assert [p.name for p in module_sources(disk_cache.BUILDERS)] == ["protocol.py", "run_records.py", "store.py",
+    assert [p.name for p in module_sources(disk_cache.BUILDERS)] == ["protocol.py", "run_records.py", "run_store.py",
                                                                      "stats.py"]
     monkeypatch.setattr(disk_cache, "BUILDERS", (*disk_cache.BUILDERS, scratch_module("WORST = 0\n")))
     before = disk_cache.code_fingerprint()

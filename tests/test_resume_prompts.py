@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from persobench.generation import GenerationConfig, plan_generation
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import ANTHROPIC_SECRET, OPENAI_SECRET
 from tests.fakes.servers import FakeLLMServer, _Handler
 

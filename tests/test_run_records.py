@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from persobench.generation import run_generation
-from persobench.run_records import (
+from persobench.store.run_records import (
     SCHEMA_VERSION,
     ConcurrencyRecord,
     GenerationRecord,
@@ -18,7 +18,7 @@ from persobench.run_records import (
     RunExtra,
     Usage,
 )
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "manifests_v1"
 MANIFESTS = sorted(FIXTURES.glob("*.json"))

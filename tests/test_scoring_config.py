@@ -14,7 +14,7 @@ from persobench import pipeline
 from persobench.cli import main as cli_main
 from persobench.errors import ConfigurationError
 from persobench.jobs.model import JobStep
-from persobench.metrics.judge import JudgeConfig, make_judge
+from persobench.metrics.judge.labeller import JudgeConfig, make_judge
 from persobench.scoring.score_config import SCORE_FLAGS, ScoreConfig
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
@@ -47,7 +47,7 @@ def test_every_score_config_field_has_a_flag_and_a_docstring():
 def test_the_flag_mappings_name_real_score_flags_and_the_cli_builds_the_same_config(tmp_path):
     from persobench.cli import build_parser
     from persobench.cli.score_command import score_config_from_args
-    from persobench.metrics.judge_config import JUDGE_FLAGS
+    from persobench.metrics.judge.judge_config import JUDGE_FLAGS
 
     parser = build_parser()
     score = next(action for action in parser._subparsers._group_actions[0].choices.values()
@@ -104,7 +104,7 @@ def test_a_judge_timeout_survives_job_json_from_the_cli_and_from_a_judge_step(tm
     from persobench.cli import build_parser
     from persobench.cli.score_command import score_config_from_args
     from persobench.jobs.judging import judge_step
-    from persobench.metrics.judge import JudgeLabeller
+    from persobench.metrics.judge.labeller import JudgeLabeller
 
     args = build_parser().parse_args(["--home", str(tmp_path), "score", "--judge", "openai:judge-model",
                                       "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-timeout", "5"])
@@ -227,7 +227,7 @@ def test_the_cost_cap_holds_over_every_ray_actor(openai_server, tmp_path, monkey
 
     import persobench
     from persobench.datasets import load_dataset
-    from persobench.store import RunManifest, RunStore
+    from persobench.store.run_store import RunManifest, RunStore
 
     _priced_judge_models(tmp_path, openai_server, monkeypatch)
     openai_server.script = judge_script({}, default="entailment")

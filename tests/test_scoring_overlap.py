@@ -19,7 +19,7 @@ from persobench.scoring import pass_steps
 from persobench.scoring.compute import compute_run, score_run
 from persobench.scoring.overlap import Stop, ahead
 from persobench.scoring.work_plan import plan_run, run_samples
-from persobench.store import RunManifest, RunStore
+from persobench.store.run_store import RunManifest, RunStore
 
 METRICS = ["bleu", "rouge1", "rouge2", "rougeL", "dist1", "dist2"]
 RUNS = 5
@@ -249,7 +249,7 @@ def test_the_next_datasets_texts_are_embedded_while_this_datasets_runs_are_compu
     of scoring each run in turn with one encoder, and no text is embedded twice across the two
     encoders (the third dataset's encoder reads the shards the second one wrote)."""
     from persobench.metrics.backends import get_profile
-    from persobench.metrics.encoder import TextEncoder
+    from persobench.metrics.encoders.encoder import TextEncoder
     from persobench.scoring.executors import LocalExecutor
 
     one = _datasets_store(tmp_path / "in-turn")

@@ -1,9 +1,12 @@
-"""Unit tests of persobench.secrets: the one place credentials are scrubbed, redacted and kept off disk."""
+"""Unit tests of persobench.core.secrets: the one place credentials are scrubbed, redacted and kept off disk."""
 
 from __future__ import annotations
 
-from persobench import secrets
-from persobench.secrets import redact, scrub, secret_environment, strip_secrets
+from persobench.core import secrets
+from persobench.core.secrets import redact, scrub, secret_environment, strip_secrets
+from tests.fakes.fixtures import LONG_KEY
+from tests.fakes.fixtures import QUERY_TOKEN
+from tests.fakes.fixtures import URL_PASSWORD
 
 
 def test_redact_removes_keys_and_env_secrets(monkeypatch):
@@ -58,7 +61,7 @@ def test_registered_secret_needs_eight_characters():
 def test_every_piece_of_a_key_is_masked_at_every_offset():
     """scrub checks a few blocks of each key before looking for its pieces (the usual reply holds
     none): a piece of SECRET_RUN characters or more starting anywhere in the key is still masked."""
-    from persobench.secrets import SECRET_RUN, scrub
+    from persobench.core.secrets import SECRET_RUN, scrub
 
     secret = "sk-proj-Zq8XmV2pL0aB7cD4eF6gH9iJ1kL3mN5oP7"
     for start in range(len(secret) - SECRET_RUN + 1):
@@ -69,3 +72,54 @@ def test_every_piece_of_a_key_is_masked_at_every_offset():
             masked = scrub(f"echo: {piece}.", [secret])
             assert piece not in masked and "***" in masked, (start, length)
     assert scrub("nothing of it here " * 50, [secret]) == "nothing of it here " * 50
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, second round (issue 17): the edges a fault sweep found, against real parts
+
+
+def test_scrub_masks_long_runs_of_a_secret_and_shorten_masks_before_cutting():
+    from persobench.core.secrets import scrub, shorten
+
+    key = LONG_KEY
+    assert key[:174] not in scrub("error: " + key[:174], [key])  # a cut copy
+    assert key[30:90] not in scrub(f"...{key[30:90]}...", [key])  # a run from the middle
+    assert scrub("a short word sk- stays", [key]) == "a short word sk- stays"  # runs under 16 chars stay
+    text = shorten("body: " + key + " tail", 200, [key])
+    assert len(text) <= 200 and "***" in text and key[:16] not in text
+    assert shorten("x" * 500, 100, []).startswith("x" * 99) and len(shorten("x" * 500, 100, [])) <= 100
+
+
+def test_public_url_strips_user_info_and_secret_query_parameters():
+    from persobench.core.secrets import public_text, public_url
+
+    url = f"http://user:{URL_PASSWORD}@host.example:8000/v1?api-key={QUERY_TOKEN}&api-version=2024-06&token=t0k3n"
+    clean = public_url(url)
+    assert clean == "http://host.example:8000/v1?api-version=2024-06"
+    assert public_url("https://api.example/v1") == "https://api.example/v1"
+    assert "user" not in public_url("http://user@h/v1") and public_url("http://user@h/v1") == "http://h/v1"
+    line = f"=== run: python -m persobench run --base-url {url} --limit 2"
+    shown = public_text(line)
+    assert URL_PASSWORD not in shown and QUERY_TOKEN not in shown and "t0k3n" not in shown
+    assert "--base-url http://host.example:8000/v1?api-version=2024-06 --limit 2" in shown
+
+
+def test_url_credentials_travel_in_the_environment_only():
+    from persobench.core.secrets import URL_CREDENTIALS_ENV, credentials_environment, public_url, url_with_credentials
+
+    url = f"http://user:{URL_PASSWORD}@host.example/v1?api-key={QUERY_TOKEN}"
+    env = credentials_environment([url, "http://plain.example/v1"])
+    assert set(env) == {URL_CREDENTIALS_ENV}  # plain URLs need nothing
+    assert url_with_credentials(public_url(url), env=env) == url
+    assert url_with_credentials("http://other.example/v1", env=env) == "http://other.example/v1"
+    assert credentials_environment(["http://plain.example/v1"]) == {}
+
+
+def test_remember_url_keeps_the_full_url_in_memory_only():
+    from persobench.core.secrets import URL_CREDENTIALS_ENV, credentials_environment, remember_url, url_with_credentials
+
+    url = f"https://u:{URL_PASSWORD}@gw.example/v1?token={QUERY_TOKEN}"
+    public = remember_url(url)
+    assert public == "https://gw.example/v1" and remember_url("https://plain.example") == "https://plain.example"
+    env = credentials_environment([public])  # the public form is enough in the same process
+    assert url_with_credentials(public, env=env) == url and URL_CREDENTIALS_ENV in env

@@ -412,3 +412,23 @@ def test_pec_hub_defaults_to_the_papers_split_and_sample(tmp_path: Path) -> None
     assert every[0].metadata["split"] == "test" and len(every) == len(records) + 1
     assert len(sampled) == len({str(r["context_speakers"]) for r in records})
     assert {s.id for s in sampled} <= {s.id for s in every}  # ids are record indices, not sample positions
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardening, third round (issue 25): the edges a fault sweep found, against real parts
+
+
+HUGE = "7" * 5000
+
+
+def test_a_huge_integer_in_a_raw_source_file_names_record_and_field(tmp_path):
+    from persobench.datasets import sources
+    from persobench.errors import DatasetError
+
+    path = tmp_path / "valid_focus.json"
+    path.write_text('{"data": [{"dialogID": "a"}, {"dialogID": ' + HUGE + "}]}", encoding="utf-8")
+    with pytest.raises(DatasetError) as caught:
+        sources.load_focus(str(path))
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message
+    assert "record 2" in message and "dialogID" in message and "5000 digits" in message

@@ -1,4 +1,4 @@
-"""persobench.stats against scipy/numpy on known data, and bootstrap coverage."""
+"""persobench.aggregate.stats against scipy/numpy on known data, and bootstrap coverage."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from persobench import stats
+from persobench.aggregate import stats
 
 
 def test_describe_is_population_std_like_the_paper():
@@ -160,7 +160,7 @@ def test_student_t_tail_matches_scipy_over_degrees_and_statistics():
 
 
 def test_paired_comparison_does_not_import_scipy_stats():
-    code = ("import sys, numpy as np; from persobench.stats import paired_comparison; "
+    code = ("import sys, numpy as np; from persobench.aggregate.stats import paired_comparison; "
             "r = paired_comparison(np.arange(200.0) % 7, np.arange(200.0) % 5); "
             "assert 'scipy.stats' not in sys.modules, 'scipy.stats imported'; print(r.wilcoxon_pvalue)")
     import subprocess

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from persobench.files import atomic_write_bytes
-from persobench.secrets import strip_secrets
-from persobench.store import RunManifest, RunStore, StoreError, make_run_id
+from persobench.store.files import atomic_write_bytes
+from persobench.core.secrets import strip_secrets
+from persobench.store.run_store import RunManifest, RunStore, StoreError, make_run_id
 
 
 def _manifest(**overrides) -> RunManifest:
@@ -70,7 +70,7 @@ def test_tables_round_trip_numbers_as_numbers(tmp_path: Path) -> None:
 def test_table_read_as_lists_equals_the_frame_and_fails_as_clearly(tmp_path: Path) -> None:
     """files.read_parquet_lists (what planning reads): the frame's values as lists, only the columns
     asked for that the table has, nulls as None; a damaged or missing file names itself."""
-    from persobench.files import read_parquet_lists
+    from persobench.store.files import read_parquet_lists
 
     run = RunStore(tmp_path).create(_manifest())
     frame = pd.DataFrame({"sample_id": ["sample:0", "sample:1"], "status": ["ok", "empty"],
@@ -110,7 +110,7 @@ def test_a_killed_writer_never_replaces_the_good_file(tmp_path: Path) -> None:
     # A child process starts writing 50 MB and is killed mid-way: the target must still be "good".
     code = (  # noqa: UP031 - %r quotes the paths for the child
         "import os, sys; sys.path.insert(0, %r)\n"
-        "from persobench import files\n"
+        "from persobench.store import files\n"
         "real = os.fsync\n"
         "def slow(fd):\n"
         "    print('writing', flush=True); import time; time.sleep(30)\n"

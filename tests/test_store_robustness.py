@@ -12,7 +12,7 @@ import pytest
 
 from persobench.cli import main as cli_main
 from persobench.generation import run_generation
-from persobench.store import RunStore, StoreError
+from persobench.store.run_store import RunStore, StoreError
 
 BREAKAGES = ("created_at-int", "extra-str", "garbage-generations", "garbage-scores", "manifest-unreadable")
 

@@ -20,8 +20,8 @@ from persobench import pipeline
 from persobench.errors import StoreError
 from persobench.generation import GenerationConfig
 from persobench.metrics import score_samples
-from persobench.locks import hold_state_lock
-from persobench.store import RunStore
+from persobench.store.locks import hold_state_lock
+from persobench.store.run_store import RunStore
 from tests.fakes.fixtures import openai_server  # noqa: F401
 from tests.fakes.servers import reply
 
@@ -134,7 +134,7 @@ def test_the_state_lock_is_honoured_across_processes(tmp_path):
     """A process holding a run's state lock makes another process's change wait for it."""
     store = RunStore(tmp_path)
     run = pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=2), store=store)
-    code = ("import sys; from persobench.store import RunStore\n"
+    code = ("import sys; from persobench.store.run_store import RunStore\n"
             f"run = RunStore({str(tmp_path)!r}).get({run.run_id!r})\n"
             "print('waiting', flush=True)\n"
             "run.update(extra={'note': 'child'})\n"

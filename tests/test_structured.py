@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from persobench.generation import GenerationConfig, RetryPolicy, RunAborted, plan_generation, run_generation
-from persobench.protocol import protocol_of
+from persobench.prompts.protocol import protocol_of
 from persobench.providers import GenerationParams, Request, make_provider
 from persobench.providers.spec import ModelSpec
-from persobench.store import RunStore
-from persobench.structured import reply_schema
+from persobench.store.run_store import RunStore
+from persobench.core.structured import reply_schema
 from tests.fakes import reply
 from tests.fakes.fixtures import anthropic_server, openai_server  # noqa: F401
 from tests.fakes.servers import FakeLLMServer, requested_schema
@@ -130,7 +130,7 @@ def test_models_file_names_the_form_so_json_schema_is_never_sent(tmp_path, monke
 
 
 def test_models_file_rejects_unknown_forms(tmp_path):
-    from persobench.models_registry import resolve_model
+    from persobench.providers.models_registry import resolve_model
     from persobench.errors import ConfigurationError
 
     models = tmp_path / "models.toml"

@@ -16,14 +16,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from persobench.cli import main as cli_main  # noqa: E402
-from persobench.importer import import_persobench  # noqa: E402
+from persobench.generation.importer import import_persobench  # noqa: E402
 from persobench.metrics import backends, score_samples  # noqa: E402
 from persobench.metrics.unieval import (  # noqa: E402
     PAPER_SCORER, paper_row_groups, paper_window_sources,
 )
 from persobench.records import PersonaSet, Sample, Turn  # noqa: E402
 from persobench.scoring.score_config import ScoreConfig  # noqa: E402
-from persobench.store import RunStore  # noqa: E402
+from persobench.store.run_store import RunStore  # noqa: E402
 from tests.fakes.tiny_models import build_tiny_t5  # noqa: E402
 
 pytestmark = pytest.mark.hub_loading

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from persobench import stats
+from persobench.aggregate import stats
 from persobench.aggregate.results import (INVALID_POLICIES, OK, Results, _metric_order, results_table, score_invalid,
                                          worst_value)
 from persobench.errors import ConfigurationError

@@ -5,7 +5,7 @@ Parquet files, about three seconds); a fresh process (a just-started app, a CLI 
 reads one cached file instead. Each file carries, in its Parquet metadata, the key it was built
 for:
 
-- the store's fingerprint (:meth:`persobench.store.RunStore.fingerprint`): every entry of ``runs/`` with the inode,
+- the store's fingerprint (:meth:`persobench.store.run_store.RunStore.fingerprint`): every entry of ``runs/`` with the inode,
   size, modification and change times of each file in it, so adding, rescoring, re-importing,
   damaging or deleting a run changes it (an atomic rewrite always makes a new inode, and an
   in-place write moves the change time, which no tool can set back);
@@ -30,9 +30,9 @@ import logging
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
-from persobench.store import RunStore
+from persobench.store.run_store import RunStore
 from persobench import __version__
-from persobench.files import atomic_write_bytes, module_sources
+from persobench.store.files import atomic_write_bytes, module_sources
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,7 +47,7 @@ FORMAT_VERSION = 1
 _METADATA_KEY = b"persobench.cache"
 #: Modules whose code decides what a cached table holds (every module of this package counts too).
 #: Named by module, so a module that moves is still found, and one that vanishes fails loudly.
-BUILDERS = ("persobench.protocol", "persobench.run_records", "persobench.store", "persobench.stats")
+BUILDERS = ("persobench.prompts.protocol", "persobench.store.run_records", "persobench.store.run_store", "persobench.aggregate.stats")
 
 
 @functools.lru_cache(maxsize=1)

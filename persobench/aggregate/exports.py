@@ -6,7 +6,7 @@ models in rank order (:func:`ranked_board`). Part of :mod:`persobench.aggregate`
 Model labels, notes and reasons come from stored runs and are untrusted: Markdown gets them with every
 ASCII punctuation character backslash-escaped (no link, image or HTML can form), LaTeX with its special
 characters escaped (a comment line never ends inside them), HTML through :func:`html.escape`, and a
-CSV cell never starts a formula (:func:`persobench.csv_io.csv_text`)."""
+CSV cell never starts a formula (:func:`persobench.store.csv_io.csv_text`)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from persobench.aggregate.board import SIDE_BY_SIDE
 from persobench.aggregate.ranking import model_ranking, overall_table
 from persobench.aggregate.results import _info, _metric_order
 from persobench.errors import ConfigurationError
-from persobench.protocol import Protocol
-from persobench.structured import BOARD_NOTE
+from persobench.prompts.protocol import Protocol
+from persobench.core.structured import BOARD_NOTE
 from persobench.metrics import metric_names
-from persobench.metrics.judge import labeller_note
-from persobench.csv_io import csv_text
+from persobench.metrics.judge.labeller import labeller_note
+from persobench.store.csv_io import csv_text
 
 #: Protocol fields added to every row of the json export.
 PROTOCOL_FIELDS = ("name", "max_tokens", "temperature", "policy", "structured", "chat_template")

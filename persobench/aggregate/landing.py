@@ -33,8 +33,8 @@ from persobench.aggregate.disk_cache import cached_table
 from persobench.aggregate.ranking import comparison_table, overall_with_ci
 from persobench.aggregate.results import Results, available_profiles, load_results
 from persobench.metrics import METRICS
-from persobench.secrets import redact
-from persobench.store import Run, RunStore
+from persobench.core.secrets import redact
+from persobench.store.run_store import Run, RunStore
 
 log = logging.getLogger(__name__)
 

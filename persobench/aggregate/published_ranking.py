@@ -1,6 +1,6 @@
 """The paper's published model ranking on FoCus, the same ranking recomputed from its published
 cells, the inputs ``plots_and_ranking.ipynb`` typed by hand, and the slips of its figures. Part of
-:mod:`persobench.aggregate` (the front door hands these names out on first use).
+:mod:`persobench.aggregate` (the package lists these names in its `__all__`).
 
 The notebook ranks the models by the mean of four aspects (x100) and instructability (0-1,
 unscaled). It types every input by hand, and some typed inputs are not the published table's cell:

@@ -11,14 +11,14 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from persobench import stats
+from persobench.aggregate import stats
 from persobench.aggregate.board import _board_frame, _common_samples, leaderboard
 from persobench.aggregate.results import (INVALID_POLICIES, OK, Results, _info, label_stem, results_table,
                                           scaled_worst_to_best, score_invalid, worst_and_best)
 from persobench.errors import ConfigurationError
 from persobench.metrics import METRICS
-from persobench.protocol import Protocol
-from persobench.structured import LABEL_SUFFIX
+from persobench.prompts.protocol import Protocol
+from persobench.core.structured import LABEL_SUFFIX
 
 OVERALL_COMPONENTS = ("ue_score", "persona_distance", "unieval_groundedness", "c_score", "instructability")
 #: The paper's radar chart: aspect -> metric.

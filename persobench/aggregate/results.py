@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 
 from persobench.errors import ConfigurationError
-from persobench.files import read_arrow
-from persobench.store import Run, RunStore, StoreProblem
+from persobench.store.files import read_arrow
+from persobench.store.run_store import Run, RunStore, StoreProblem
 from persobench.metrics import METRICS
-from persobench.protocol import protocol_of
-from persobench.store import StoreError
+from persobench.prompts.protocol import protocol_of
+from persobench.store.run_store import StoreError
 
 
 RESULT_COLUMNS = ["run_id", "dataset", "mode", "model", "source", "protocol", "sample_id", "status", "metric",
@@ -132,7 +132,7 @@ def load_metric_status(store: "RunStore", *, profile: str | None = "offline",
 
 
 def _provenance_rows(run: "Run", profile: str) -> list[dict[str, str]]:
-    """Provenance of each metric scored for ``profile`` (:class:`~persobench.run_records.ProfileScores`)."""
+    """Provenance of each metric scored for ``profile`` (:class:`~persobench.store.run_records.ProfileScores`)."""
     metrics = run.manifest.details.profile_scores(profile).metrics
     return [{"run_id": run.run_id, "profile": str(profile), "metric": metric, "status": record.status,
              "reason": record.note, "model_id": record.model_id, "revision": record.revision_or_hash or "",
@@ -193,7 +193,7 @@ def load_results(store: "RunStore", *, profile: str = "offline", include_incompl
     Long format, columns :data:`RESULT_COLUMNS` (:data:`LABEL_COLUMNS` as categories, ``value``
     float): one row per sample and metric the run was scored
     on (its ``scores`` rows of ``profile``), plus ``response_time`` from the generation latency;
-    ``protocol`` is the run's protocol label (:attr:`persobench.protocol.Protocol.label`).
+    ``protocol`` is the run's protocol label (:attr:`persobench.prompts.protocol.Protocol.label`).
     Samples whose reply was invalid (``status`` not ``ok``) are present with ``value`` NaN: no
     invalid-reply policy is applied here (see :func:`leaderboard`). The :class:`Results` also hold
     the provenance rows of :func:`load_metric_status`, the profile and the runs that were skipped.

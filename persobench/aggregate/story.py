@@ -16,7 +16,7 @@ import pandas as pd
 from persobench.aggregate.board import leaderboard
 from persobench.aggregate.results import results_table
 from persobench.generation.demo import DEMO_MODES, STORY_MODEL
-from persobench.structured import structured_label
+from persobench.core.structured import structured_label
 
 if TYPE_CHECKING:
     from persobench.aggregate.results import Results

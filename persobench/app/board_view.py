@@ -8,10 +8,12 @@ import functools
 from typing import Any, Mapping, Sequence
 
 from persobench.app.text import cell_text, md_escape, model_kind
-from persobench.pipeline import RADAR_ASPECTS, RunStore
-from persobench.pipeline import TIES_LEGEND, arrow, board_finding, export_board, higher_is_better, metric_help
-from persobench.pipeline import metric_bars_figure, model_ranking, radar_aspects, radar_figure, radar_metrics
-from persobench.pipeline import ranking_figure, report_html
+from persobench.aggregate import RADAR_ASPECTS
+from persobench.store import RunStore
+from persobench.aggregate import TIES_LEGEND, arrow, board_finding, export_board, higher_is_better, metric_help
+from persobench.report import metric_bars_figure, radar_figure
+from persobench.aggregate import model_ranking, radar_aspects, radar_metrics
+from persobench.report import ranking_figure, report_html
 from persobench.app.boards import unavailable_by_reason
 
 #: The board's run-level columns shown beside every ranking, and their headers.

@@ -8,26 +8,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.app.page_cache import cache_data, cache_resource
-from persobench.pipeline import redact
-from persobench.pipeline import Results
-from persobench.pipeline import DemoStory
-from persobench.pipeline import load_metric_status
-from persobench.pipeline import RunStore
-from persobench.pipeline import load_results
-from persobench.pipeline import available_profiles as _available
+from persobench.core import redact
+from persobench.aggregate import Results
+from persobench.aggregate import DemoStory
+from persobench.aggregate import load_metric_status
+from persobench.store import RunStore
+from persobench.aggregate import load_results
+from persobench.aggregate import available_profiles as _available
 from persobench.app.loaders import run_status_counts, store_scan
-from persobench.pipeline import PAPER_RANKED_DATASET, published_ranks
-from persobench.pipeline import INSTANCE_COLUMNS, instance_values
-from persobench.metrics.metric_registry import METRICS
-from persobench.pipeline import cached_table
-from persobench.pipeline import cached_board, cached_comparison, cached_overall, metric_rules
-from persobench.pipeline import DEMO_DATASET, DEMO_PROFILE, demo_runs
-from persobench.pipeline import demo_story
-from persobench.pipeline import paper_protocol
-from persobench.pipeline import sample_values as values
-from persobench.pipeline import paired_values
+from persobench.aggregate import PAPER_RANKED_DATASET, published_ranks
+from persobench.aggregate import INSTANCE_COLUMNS, instance_values
+from persobench.metrics import METRICS
+from persobench.aggregate import cached_table
+from persobench.aggregate import cached_board, cached_comparison, cached_overall, metric_rules
+from persobench.generation import DEMO_DATASET, DEMO_PROFILE, demo_runs
+from persobench.aggregate import demo_story
+from persobench.prompts import paper_protocol
+from persobench.aggregate import sample_values as values
+from persobench.aggregate import paired_values
 from persobench.app.text import cell_text
-from persobench.pipeline import get_profile
+from persobench.metrics import get_profile
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd

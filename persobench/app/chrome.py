@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Mapping
 from persobench.app.page_cache import current_state
 from persobench.app.loaders import store_problems, store_scan
 from persobench.app.text import safe_message
-from persobench.pipeline import secret_environment
+from persobench.core import secret_environment
 
 #: (file, title, icon, URL path) of every page, in the navigation's order; the first is the default.
 PAGES = (

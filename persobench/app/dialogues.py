@@ -6,9 +6,9 @@ import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.app.loaders import dataset_samples
-from persobench.pipeline import redact
-from persobench.pipeline import TemplateError, build_messages, get_template
-from persobench.pipeline import COVERAGE_SIMILARITY_THRESHOLD
+from persobench.core import redact
+from persobench.prompts import TemplateError, build_messages, get_template
+from persobench.metrics import COVERAGE_SIMILARITY_THRESHOLD
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd

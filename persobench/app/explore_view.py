@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from persobench.app.dialogues import coverage_threshold, persona_marks, prompt_text
 from persobench.app.text import md_escape, status_badge
-from persobench.metrics.metric_registry import METRICS
+from persobench.metrics import METRICS
 
 #: Replies per row of the side-by-side grid.
 COLUMNS_PER_ROW = 4

@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from persobench.app.text import md_escape
-from persobench.pipeline import JUDGED_METRICS_TEXT
+from persobench.scoring import JUDGED_METRICS_TEXT
 from persobench.app.page_cache import current_home
 from persobench.errors import PersoBenchError
-from persobench.pipeline import JudgeConfig
-from persobench.pipeline import redact
-from persobench.pipeline import batch_cost
+from persobench.metrics import JudgeConfig
+from persobench.core import redact
+from persobench.llm import batch_cost
 
 #: What the judge toggle's help says, on both pages.
 JUDGE_HELP = (f"Label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "
@@ -29,8 +29,8 @@ BATCH_HELP = ("Send the judge's requests through the provider's batch API (OpenA
 
 def judge_form(prefix: str) -> Any:
     """A toggle and, when on, a widget per field of the judge (the fields ``score --judge`` takes:
-    :data:`~persobench.metrics.judge_config.JUDGE_FLAGS`); the checked
-    :class:`~persobench.metrics.judge_config.JudgeConfig`, or None (off, no model, or a bad field,
+    :data:`~persobench.metrics.judge.judge_config.JUDGE_FLAGS`); the checked
+    :class:`~persobench.metrics.judge.judge_config.JudgeConfig`, or None (off, no model, or a bad field,
     said in a warning). Widget keys: ``<prefix>_judge_on``, ``_judge_model``, ``_judge_base_url``,
     ``_judge_concurrency``, ``_judge_max_cost``, ``_judge_batch``."""
     import streamlit as st

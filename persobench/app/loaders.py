@@ -7,25 +7,26 @@ until a run changes on disk. Text that could hold a credential is redacted here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from persobench.app.page_cache import cache_data, cache_resource
 from persobench.app.text import natural_key
-from persobench.pipeline import redact
-from persobench.pipeline import RunStore
-from persobench.pipeline import Run, StoreProblem
-from persobench.pipeline import StoreError
-from persobench.pipeline import samples_by_id
-from persobench.run_records import RunExtra
-from persobench.pipeline import cached_table
+from persobench.core import redact
+from persobench.store import RunStore
+from persobench.store import Run, StoreProblem
+from persobench.errors import StoreError
+from persobench.datasets import samples_by_id
+from persobench.aggregate import cached_table
 from persobench.app.page_cache import current_home
 from persobench import __version__
-from persobench.pipeline import tables_dir
-from persobench.pipeline import dataset_names, get_dataset_info
-from persobench.pipeline import dataset_for_folder, find_response_files
-from persobench.pipeline import interruption
-from persobench.pipeline import FAILURE_STATUSES, latest_rows, protocol_of, stated_error, truncation_cause  # noqa: F401
-from persobench.pipeline import run_row_labels
+from persobench.datasets import tables_dir
+from persobench.datasets import dataset_names, get_dataset_info
+from persobench.generation import dataset_for_folder, find_response_files
+from persobench.generation import interruption
+from persobench.llm import batch_listing  # noqa: F401 - the New run page's batches, read from the store
+from persobench.aggregate import FAILURE_STATUSES, latest_rows, stated_error, truncation_cause  # noqa: F401
+from persobench.prompts import protocol_of  # noqa: F401
+from persobench.aggregate import run_row_labels
 
 if TYPE_CHECKING:  # pandas is imported inside the functions that need it
     import pandas as pd
@@ -118,11 +119,6 @@ def dataset_error(name: str) -> str:
     except Exception as exc:  # noqa: BLE001
         return redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     return ""
-
-
-def score_profiles(manifest: Mapping[str, Any]) -> list[str]:
-
-    return sorted(RunExtra.from_extra(manifest.get("extra")).scores or {})
 
 
 REPLY_COLUMNS = ("sample_id", "status", "response", "reasoning", "raw_text", "finish_reason", "completion_tokens",

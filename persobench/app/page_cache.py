@@ -10,8 +10,8 @@ import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from persobench.pipeline import default_home
-from persobench.pipeline import RunStore
+from persobench.store import default_home
+from persobench.store import RunStore
 
 def cache_data(**kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``st.cache_data`` applied on first call, so importing a module does not import Streamlit."""
@@ -52,7 +52,7 @@ def store_home(home: str | os.PathLike[str] | None = None) -> Path:
 
 
 def store_signature(home: str | os.PathLike[str] | None = None) -> str:
-    """The store's fingerprint (:meth:`persobench.store.RunStore.fingerprint`, the same one the
+    """The store's fingerprint (:meth:`persobench.store.run_store.RunStore.fingerprint`, the same one the
     aggregate's disk cache keys on): it changes whenever a run's files change."""
 
     return RunStore(store_home(home)).fingerprint()

@@ -13,8 +13,8 @@ import string
 from typing import Any
 
 from persobench.records import natural_key  # noqa: F401 - re-exported for the pages
-from persobench.pipeline import plot_escape  # noqa: F401 - the pages' one import for untrusted text
-from persobench.pipeline import redact
+from persobench.report import plot_escape  # noqa: F401 - the pages' one import for untrusted text
+from persobench.core import LABEL_SUFFIX, redact  # noqa: F401 - the pages take both from here (no core import in a page)
 
 _PUNCTUATION = frozenset(string.punctuation)
 

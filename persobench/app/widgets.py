@@ -10,9 +10,11 @@ from persobench.app.chrome import app_environment
 from persobench.app.text import format_seconds, md_escape, model_kind, safe_message
 from persobench.errors import PersoBenchError
 from persobench.jobs import JobManager, JobStatus, local_time, seconds_between
-from persobench.pipeline import DEMO_PROFILE, STARTING, DemoState, RunStore, StoreError, read_demo_state, read_progress
-from persobench.pipeline import structured_note
-from persobench.pipeline import modes_figure
+from persobench.generation import DEMO_PROFILE, STARTING, DemoState, read_demo_state, read_progress
+from persobench.store import RunStore
+from persobench.errors import StoreError
+from persobench.aggregate import structured_note
+from persobench.report import modes_figure
 
 
 def show_sample(sample: Any) -> None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from persobench.cli import store_from_args
+from persobench.cli.command_support import store_from_args
 from persobench.cli.generate import add_template_arguments
-from persobench.pipeline import DatasetError, get_dataset_info, load_all
-from persobench.pipeline import dataset_names
-from persobench.pipeline import load_dataset
-from persobench.pipeline import resolve_model
-from persobench.pipeline import default_template_for, messages_for
-from persobench.pipeline import DEFAULT_TEMPLATE, build_messages, get_template
-from persobench.pipeline import interruption, waiting_batch
+from persobench.errors import DatasetError
+from persobench.datasets import get_dataset_info, load_all
+from persobench.datasets import dataset_names
+from persobench.datasets import load_dataset
+from persobench.providers import resolve_model
+from persobench.generation import default_template_for, messages_for
+from persobench.prompts import DEFAULT_TEMPLATE, build_messages, get_template
+from persobench.generation import interruption, waiting_batch
 from persobench.errors import PersoBenchError
 
 

@@ -28,13 +28,13 @@ import sys
 import time
 from typing import Any, Callable
 
-from persobench.cli import CLIError, store_from_args
-from persobench.pipeline import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs
-from persobench.pipeline import StoreError
-from persobench.pipeline import metric_names
+from persobench.cli.command_support import CLIError, store_from_args
+from persobench.generation import DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, demo_configs, read_demo_state, write_demo_state
+from persobench.errors import StoreError
+from persobench.metrics import metric_names
 from persobench import pipeline
 from persobench.errors import ConfigurationError, PersoBenchError, RunAborted
-from persobench.pipeline import ProgressBar
+from persobench.core import ProgressBar
 
 #: SmolLM2-135M's decoding speed on 2 idle cores in batches of 8, new tokens per second summed over
 #: the batch: ~24 tokens/s one at a time there, times the 2.3x that batches of 8 measured
@@ -106,9 +106,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     to_generate = [p for p in plans if not _generated(store, p.run_id)]
     to_score = [p for p in plans if not _scored(store, p.run_id)]
     if not to_generate and not to_score:
-        known = pipeline.read_demo_state(store.home)
+        known = read_demo_state(store.home)
         if known is None or (known.state, known.runs) != ("ready", tuple(run_ids)):
-            pipeline.write_demo_state(store.home, "ready", "ready", run_ids, labels=labels)
+            write_demo_state(store.home, "ready", "ready", run_ids, labels=labels)
         print(f"demo ready (cached): {len(plans)} runs of the {DEMO_DATASET!r} dataset in {store.runs_dir}, "
               f"scored with the {DEMO_PROFILE} profile ({time.monotonic() - started:.1f} s)")
         return 0
@@ -125,21 +125,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
               "Ctrl-C is safe: run the demo again to resume.")
 
     def stage(text: str) -> None:
-        pipeline.write_demo_state(store.home, "preparing", text, run_ids, labels=labels)
+        write_demo_state(store.home, "preparing", text, run_ids, labels=labels)
 
     try:
         failures = _prepare(store, plans, {p.run_id for p in to_generate}, stage, args.no_progress)
     except PersoBenchError as exc:
-        pipeline.write_demo_state(store.home, "failed", "stopped", run_ids, labels=labels, message=str(exc))
+        write_demo_state(store.home, "failed", "stopped", run_ids, labels=labels, message=str(exc))
         raise
     elapsed = time.monotonic() - started
     for line in _story(store, plans):
         print(line)
     if failures:
-        pipeline.write_demo_state(store.home, "failed", "stopped", run_ids, labels=labels,
+        write_demo_state(store.home, "failed", "stopped", run_ids, labels=labels,
                                   message=f"{failures} run(s) could not be scored")
     else:
-        pipeline.write_demo_state(store.home, "ready", "ready", run_ids, labels=labels)
+        write_demo_state(store.home, "ready", "ready", run_ids, labels=labels)
     print(f"demo ready: {len(plans)} runs in {store.runs_dir} in {_minutes(elapsed)}"
           + (f" (estimate: {_minutes(estimate)} on 2 idle cores)" if local_replies else "")
           + ". Start the app with: streamlit run app.py")

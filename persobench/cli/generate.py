@@ -10,23 +10,24 @@ import sys
 import threading
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args, write_stdout
-from persobench.pipeline import GenerationConfig, RetryPolicy
-from persobench.pipeline import RUN_FLAGS
-from persobench.pipeline import url_with_credentials
+from persobench.cli.command_support import CLIError, store_from_args, write_stdout
+from persobench.generation import GenerationConfig, RetryPolicy
+from persobench.generation import RUN_FLAGS
+from persobench.core import url_with_credentials
 from persobench import pipeline
 from persobench.errors import RunAborted
-from persobench.pipeline import BatchPending
-from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
-from persobench.pipeline import estimated_max_batch_cost
-from persobench.pipeline import FALLBACKS, batch_listing, batch_notes
-from persobench.pipeline import resolve_run as find
-from persobench.pipeline import COLUMNS, TABLE
-from persobench.pipeline import interruption
-from persobench.pipeline import csv_text
-from persobench.pipeline import write_output
-from persobench.pipeline import ProgressBar
-from persobench.pipeline import STARTING, every_reply_failed, run_state
+from persobench.generation import BatchPending
+from persobench.generation import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
+from persobench.llm import estimated_max_batch_cost
+from persobench.llm import FALLBACKS, batch_listing
+from persobench.generation import batch_notes
+from persobench.store import resolve_run as find
+from persobench.generation import COLUMNS, TABLE
+from persobench.generation import interruption
+from persobench.store import csv_text
+from persobench.store import write_output
+from persobench.core import ProgressBar
+from persobench.generation import STARTING, every_reply_failed, run_state
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_template_arguments(run)
     run.add_argument("--limit", type=int, default=None, help="number of samples (deterministic subset)")
     run.add_argument("--seed", type=int, default=0, help="subset seed, and sampling seed when temperature > 0")
-    run.add_argument("--concurrency", type=_concurrency, default=8, metavar="N|auto",
+    run.add_argument("--concurrency", type=concurrency_value, default=8, metavar="N|auto",
                      help="maximum requests in flight (default 8), or auto: start at 2, raise while replies "
                           "come back, halve on a 429 or 5xx")
     run.add_argument("--max-concurrency", type=int, default=32, metavar="N",
@@ -130,7 +131,8 @@ def add_batch_arguments(parser: Any, batch_help: str, wait_help: str) -> None:
                              "line an error): stop (default: the command stops in one line naming the failure and "
                              "the command that sends them) or interactive (send them one by one, at full price)")
 
-def _concurrency(text: str) -> int | str:
+def concurrency_value(text: str) -> int | str:
+    """``--concurrency`` / ``--judge-concurrency``: a whole number of at least 1, or ``auto``."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
@@ -345,7 +347,7 @@ def cmd_batches(args: argparse.Namespace) -> int:
 
 
 def resolve_run(store: Any, name: str) -> Any:
-    """A run by id or unique id prefix (:func:`persobench.pipeline.resolve_run`)."""
+    """A run by id or unique id prefix (:func:`persobench.store.resolve_run`)."""
 
     return find(store, name)
 

@@ -11,17 +11,17 @@ import argparse
 import shlex
 from typing import Any, Callable
 
-from persobench.cli import CLIError
-from persobench.pipeline import JUDGED_METRICS_TEXT, estimate_runs
-from persobench.cli.generate import _concurrency, add_batch_arguments
-from persobench.pipeline import JUDGE_FLAGS, batch_settings_of
-from persobench.pipeline import default_cache_dir, judge_retry, make_judge
-from persobench.pipeline import number_argument
-from persobench.pipeline import JudgeLabeller, judge_batch_note
-from persobench.pipeline import batch_cost
-from persobench.pipeline import supports_batch
-from persobench.pipeline import load_template
-from persobench.pipeline import public_address, public_url
+from persobench.cli.command_support import CLIError
+from persobench.scoring import JUDGED_METRICS_TEXT, estimate_runs
+from persobench.cli.generate import concurrency_value, add_batch_arguments
+from persobench.metrics import JUDGE_FLAGS, batch_settings_of
+from persobench.llm import default_cache_dir
+from persobench.metrics import judge_retry, make_judge
+from persobench.generation import number_argument
+from persobench.metrics import JudgeLabeller, judge_batch_note
+from persobench.llm import batch_cost
+from persobench.providers import supports_batch
+from persobench.core import public_address, public_url
 
 #: Flags whose value may carry credentials: printed in their public form.
 _PUBLIC_FORMS = {"--judge-base-url": public_url, "--ray-address": public_address}
@@ -37,7 +37,7 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
                        help="the judge: any model spec `run` takes (openai:gpt-4o-mini, a preset, a models-file name)")
     group.add_argument("--judge-base-url", default=None, metavar="URL",
                        help="server URL of an OpenAI-compatible judge (vLLM, Ollama, ...)")
-    group.add_argument("--judge-concurrency", type=_concurrency, default=8, metavar="N|auto",
+    group.add_argument("--judge-concurrency", type=concurrency_value, default=8, metavar="N|auto",
                        help="judge requests in flight, or auto (raised while replies come back, halved on 429/5xx); "
                             "default 8")
     group.add_argument("--judge-max-cost", type=float, default=None, metavar="USD",
@@ -64,8 +64,8 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
 
 
 def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
-    """The :class:`~persobench.metrics.judge_config.JudgeConfig` of ``--judge`` and its flags (None
-    without it), field by field through :data:`~persobench.metrics.judge_config.JUDGE_FLAGS`."""
+    """The :class:`~persobench.metrics.judge.judge_config.JudgeConfig` of ``--judge`` and its flags (None
+    without it), field by field through :data:`~persobench.metrics.judge.judge_config.JUDGE_FLAGS`."""
 
     values = {name: getattr(args, flag.lstrip("-").replace("-", "_")) for name, flag in JUDGE_FLAGS.items()}
     if values["model"] is None:
@@ -136,7 +136,7 @@ def report(profile: Any, scored: Any) -> int:
         return 0
 
     s = scored.judge
-    print(f"judge {profile.judge.model_name} (prompt {load_template(profile.judge.prompt).version}): {s.pairs} pair(s): "
+    print(f"judge {profile.judge.model_name} (prompt {profile.judge.template.version}): {s.pairs} pair(s): "
           f"{s.cached} from the response cache, {s.sent} answered now ({s.attempts} request(s)); "
           f"{s.unparseable} unparseable and {s.unanswered} unanswered (counted, no value); "
           f"~{s.prompt_tokens:,} prompt + {s.completion_tokens:,} completion tokens, cost {_money(s.cost_usd)}")

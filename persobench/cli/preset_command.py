@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from persobench.pipeline import default_template_for
-from persobench.pipeline import PAPER_PRESETS
-from persobench.pipeline import key_requirement
+from persobench.generation import default_template_for
+from persobench.providers import PAPER_PRESETS
+from persobench.providers import key_requirement
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from persobench.cli import store_from_args, warn_skipped, write_stdout
-from persobench import pipeline
+from persobench.cli.command_support import store_from_args, warn_skipped, write_stdout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,18 +40,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from persobench.report import ReportOptions, build_report, render_report, write_report  # pandas, on use
 
     store = store_from_args(args)
-    options = pipeline.ReportOptions(datasets=tuple(args.dataset or ()), modes=tuple(args.mode or ()), profile=args.profile,
+    options = ReportOptions(datasets=tuple(args.dataset or ()), modes=tuple(args.mode or ()), profile=args.profile,
                             invalid=args.invalid, include_incomplete=args.include_incomplete,
                             side_by_side=args.side_by_side, all_samples=args.all_samples,
                             dialogues=args.dialogues, sample_ids=tuple(args.samples or ()))
     if args.output == "-":  # standard output, as Unix tools take "-"; the summary goes to stderr
-        report = pipeline.build_report(store, options)
-        write_stdout(pipeline.render_report(report), data=True)
+        report = build_report(store, options)
+        write_stdout(render_report(report), data=True)
         where, out = "standard output", sys.stderr
     else:
-        report = pipeline.write_report(store, options, args.output)
+        report = write_report(store, options, args.output)
         where, out = args.output, sys.stdout
     warn_skipped(report.skipped_runs)
     print(f"wrote {where}: {len(report.sections)} board(s), {len(report.dialogues)} dialogue(s)", file=out)

@@ -7,10 +7,10 @@ import argparse
 import sys
 
 from persobench import pipeline
-from persobench.cli import CLIError, store_from_args, warn_skipped, write_stdout
-from persobench.pipeline import PAPER_ARCHIVE, ArchiveLimits
-from persobench.pipeline import check_number
-from persobench.pipeline import reference_dir
+from persobench.cli.command_support import CLIError, store_from_args, warn_skipped, write_stdout
+from persobench.datasets import PAPER_ARCHIVE, ArchiveLimits
+from persobench.generation import check_number
+from persobench.datasets import reference_dir
 import json
 from persobench.cli.generate import resolve_run
 
@@ -178,8 +178,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def _results(args: argparse.Namespace):
 
+    from persobench.aggregate import load_results  # pandas: loaded by the commands that read boards only
+
     store = store_from_args(args)
-    results = pipeline.load_results(store, profile=args.profile,
+    results = load_results(store, profile=args.profile,
                                      include_incomplete=getattr(args, "include_incomplete", False))
     warn_skipped(results.skipped_runs)
     if results.empty:
@@ -198,7 +200,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     board = found.table
     scored = board[~board["metric"].isin(("failure_ratio", "instructability", "response_time"))]
     if scored.empty or (scored["status"] == "unavailable").all():
-        profiles = pipeline.available_profiles(store, include_incomplete=args.include_incomplete)
+        from persobench.aggregate import available_profiles
+
+        profiles = available_profiles(store, include_incomplete=args.include_incomplete)
         hint = (f"scores exist for profile(s): {', '.join(profiles)}" if profiles
                 else "run `python -m persobench score` first")
         print(f"note: no per-sample scores for profile {args.profile!r} ({hint}); showing run-level numbers only",
@@ -211,18 +215,19 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def _notes(board) -> list[str]:
+    from persobench.aggregate import overall_table, sample_set_note, structured_note
 
     notes = []
     for _, group in board.groupby(["dataset", "mode", "board"], sort=True) if len(board) else ():
-        if warning := pipeline.sample_set_note(group):
+        if warning := sample_set_note(group):
             where = f"{group['dataset'].iloc[0]} · {group['mode'].iloc[0]} · protocol {group['board'].iloc[0]}"
             notes.append(f"warning: {where}: {warning.removeprefix('warning: ')}")
     if len(board):
         notes.append(f"numbers of scoring profile {', '.join(sorted(set(board['profile'])))}; "
                      f"invalid replies: {', '.join(sorted(set(board['invalid'])))}")
-    if note := pipeline.structured_note(board):
+    if note := structured_note(board):
         notes.append(note)
-    overall = pipeline.overall_table(board)
+    overall = overall_table(board)
     for reason in sorted({r for r in overall["reason"] if r}):
         notes.append(f"overall score n/a: {reason}")
     for row in board[board["status"].isin(("unavailable", "degraded"))].drop_duplicates("metric").to_dict("records"):
@@ -236,7 +241,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     store, results = _results(args)
     run_a = resolve_run(store, args.run_a).run_id
     run_b = resolve_run(store, args.run_b).run_id
-    result = pipeline.compare_models(results, run_a, run_b, args.metric, invalid=args.invalid)
+    from persobench.aggregate import compare_models
+
+    result = compare_models(results, run_a, run_b, args.metric, invalid=args.invalid)
     if args.format == "json":
         data = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.to_dict().items()}
         print(json.dumps(data, indent=2))

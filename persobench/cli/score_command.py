@@ -6,14 +6,16 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from persobench.cli import CLIError, store_from_args, warn_skipped
+from persobench.cli.command_support import CLIError, store_from_args, warn_skipped
 from persobench.cli import judge_flags
-from persobench.pipeline import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, UNIEVAL_SCORERS, ScoreConfig
+from persobench.scoring import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig
+from persobench.metrics import UNIEVAL_SCORERS
 from persobench import pipeline
-from persobench.pipeline import public_address
-from persobench.pipeline import import_ray
-from persobench.pipeline import ProgressBar
-from persobench.pipeline import BatchFailed
+from persobench.store import resolve_runs
+from persobench.core import public_address
+from persobench.scoring import import_ray
+from persobench.core import ProgressBar
+from persobench.llm import BatchFailed
 from persobench.errors import PersoBenchError
 
 
@@ -105,7 +107,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"no runs with generations in {store.runs_dir}")
             return 0
 
-    runs = pipeline.resolve_runs(store, args.runs or None)
+    runs = resolve_runs(store, args.runs or None)
     samples_cache: dict[str, dict] = {}
     if args.dry_run:
         return judge_flags.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)

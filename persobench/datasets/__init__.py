@@ -15,19 +15,22 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from persobench.errors import DatasetError
 from persobench.records import Sample
-from persobench.registry import Registry, UnknownNameError
-from persobench.datasets.paper_archive import fetched_reference
+from persobench.core.registry import Registry, UnknownNameError
+from persobench.datasets.paper_archive import (PAPER_ARCHIVE, ArchiveLimits, FetchResult, download_progress,
+                                               fetch_paper, fetched_reference, paper_manifest, reference_dir)
+from persobench.datasets.tables import tables_dir
 from persobench.datasets.user_files import load_user_file
-from persobench.registry import load_object
+from persobench.core.registry import load_object
 
 __all__ = [
-    "DatasetInfo", "DatasetError", "REGISTRY", "dataset_names", "get_dataset_info", "load_dataset",
-    "select_samples", "reference_dir", "is_file_dataset",
+    "DatasetInfo", "DatasetError", "PAPER_TABLES", "REGISTRY", "dataset_names", "get_dataset_info", "load_dataset",
+    "select_samples", "reference_dir", "is_file_dataset", "load_all", "parse_all", "samples_by_id",
+    "some_samples", "tables_dir", "PAPER_ARCHIVE", "ArchiveLimits", "FetchResult", "download_progress", "fetch_paper",
+    "fetched_reference", "paper_manifest",
 ]
 
 
@@ -99,20 +102,6 @@ def _register_builtins() -> None:
 
 
 _register_builtins()
-
-
-def reference_dir() -> Path:
-    """Folder of the paper's published data: ``$PERSOBENCH_REFERENCE``, else the copy that
-    ``python -m persobench fetch-paper`` unpacked into ``$PERSOBENCH_HOME/reference``, else
-    ``../shared/persobench-reference`` next to the repository."""
-    explicit = os.environ.get("PERSOBENCH_REFERENCE")
-    if explicit:
-        return Path(explicit)
-
-    fetched = fetched_reference()
-    if fetched is not None:
-        return fetched
-    return Path(__file__).resolve().parents[2].parent / "shared" / "persobench-reference"
 
 
 def dataset_names() -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from persobench.files import jsonl_lines
+from persobench.store.files import jsonl_lines
 from persobench.records import PersonaSet, Sample, Turn
 
 

@@ -54,12 +54,12 @@ from typing import Any, Callable, Mapping
 from persobench.datasets.archive_members import (ArchiveLimits, ArchiveTooLargeError, PaperArchiveError, check_declared,
                                                   copy_member, list_members, safe_parts)
 from persobench import __version__
-from persobench.store import default_home
-from persobench.files import sha256_file, utc_now
-from persobench.secrets import public_url
+from persobench.store.run_store import default_home
+from persobench.store.files import sha256_file, utc_now
+from persobench.core.secrets import public_url
 
 __all__ = ["FOLDERS", "PAPER_ARCHIVE", "ArchiveLimits", "ArchivePin", "ArchiveTooLargeError", "ContentManifest", "ContentMismatchError", "FetchResult", "PaperArchiveError",
-           "fetch_paper", "fetched_reference", "download_progress", "paper_manifest"]
+           "fetch_paper", "fetched_reference", "download_progress", "paper_manifest", "reference_dir"]
 
 #: The folders of the paper's repository that PersoBench reads.
 FOLDERS = ("Prompts", "Responses", "Raw Responses", "Evaluations")
@@ -363,6 +363,20 @@ def fetched_reference(home: str | os.PathLike[str] | None = None) -> Path | None
 
     folder = (Path(home) if home is not None else default_home()) / "reference"
     return folder if (folder / MARKER).is_file() else None
+
+
+def reference_dir() -> Path:
+    """Folder of the paper's published data: ``$PERSOBENCH_REFERENCE``, else the copy that
+    ``python -m persobench fetch-paper`` unpacked into ``$PERSOBENCH_HOME/reference``, else
+    ``../shared/persobench-reference`` next to the repository."""
+    explicit = os.environ.get("PERSOBENCH_REFERENCE")
+    if explicit:
+        return Path(explicit)
+
+    fetched = fetched_reference()
+    if fetched is not None:
+        return fetched
+    return Path(__file__).resolve().parents[2].parent / "shared" / "persobench-reference"
 
 
 def fetch_paper(

@@ -4,7 +4,7 @@ runs imported from a table does not parse it again (:func:`table_samples`).
 Parsing a prompt table (the strict CSV read, then the speaker annotation of every row) cost more
 than the lexical metrics of its runs: the four tables of the 58 published runs took 0.26 s of CPU,
 plus 0.05 s for the samples' input hashes, in a lexical ``score`` pass of about 4 s. The import
-(:func:`persobench.importer.import_persobench`) keeps each table's samples, input hashes included,
+(:func:`persobench.generation.importer.import_persobench`) keeps each table's samples, input hashes included,
 as JSON in ``<home>/samples/<key>.json``; a pass reads them in a third of the time.
 
 The key is the SHA-256 of the table's bytes, the dataset's name and the source of the modules that
@@ -29,7 +29,7 @@ from typing import Any
 
 from persobench.datasets import parse_all
 from persobench.errors import PersoBenchError
-from persobench.files import atomic_write_bytes, file_version, module_sources, sha256_file
+from persobench.store.files import atomic_write_bytes, file_version, module_sources, sha256_file
 from persobench.records import Sample
 
 __all__ = ["SAMPLES_DIR", "table_samples", "tables_dir_of_store"]
@@ -44,7 +44,7 @@ _FORMAT = 2
 
 #: Modules whose code decides what a table parses to (their source is part of every key). Named by
 #: module, so a module that moves is still found, and one that vanishes fails loudly.
-PARSERS = ("persobench.records", "persobench.csv_io", "persobench.datasets", "persobench.datasets.tables",
+PARSERS = ("persobench.records", "persobench.store.csv_io", "persobench.datasets", "persobench.datasets.tables",
            "persobench.datasets.prompt_tables", "persobench.datasets.paper_cells")
 
 _LOADED: dict[str, list[Sample]] = {}

@@ -25,7 +25,7 @@ independent check); their published cells are known from the check issue 40 repo
 value of this table is recomputed with the notebook's own code path in ``tests/test_reproduction.py``.
 
 :data:`PUBLISHED_REFERENCES` records that choice, with why, per (dataset, mode, model) of an
-imported published run; :func:`persobench.importer.run_references` turns it into the references
+imported published run; :func:`persobench.generation.importer.run_references` turns it into the references
 ``score`` uses by default for that run. A run not in the table (gemini-1.5-pro, whose fluency cells
 are blank, the PEC runs, which have no published table, any run PersoBench generated) is scored
 against the label-free reference, ``Sample.reference``.

@@ -50,7 +50,7 @@ from persobench.datasets.source_records import (SPC_TRAILING_TURNS_DROPPED, Sour
                                                 focus_record_to_sample, it_convai2_record_to_sample,
                                                 parse_spc_conversation, pec_record_to_sample, spc_record_to_sample)
 from persobench.records import Sample
-from persobench.store import default_home
+from persobench.store.run_store import default_home
 from persobench import __version__
 
 __all__ = [

@@ -8,8 +8,8 @@ from typing import Collection
 
 from persobench.datasets.prompt_tables import parse_prompt_row
 from persobench.records import Sample
-from persobench.datasets import reference_dir
-from persobench.csv_io import CSVFormatError, read_csv_rows
+from persobench.datasets.paper_archive import reference_dir
+from persobench.store.csv_io import CSVFormatError, read_csv_rows
 from persobench.errors import DatasetError
 
 
@@ -23,7 +23,7 @@ def tables_dir() -> Path:
 
 
 def prompt_table_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of a prompt-table CSV as dicts, read strictly (see :mod:`persobench.csv_io`).
+    """The rows of a prompt-table CSV as dicts, read strictly (see :mod:`persobench.store.csv_io`).
 
     Raises :class:`~persobench.datasets.DatasetError` naming the file (and row) when it cannot be
     read, lacks a column or has a quote that would swallow rows.

@@ -13,10 +13,10 @@ from typing import Any
 
 from persobench.datasets.json_numbers import find_huge, loads as loads_json
 from persobench.errors import DatasetError
-from persobench.files import jsonl_lines
+from persobench.store.files import jsonl_lines
 from persobench.datasets.prompt_tables import PromptTableError, parse_prompt_row
 from persobench.records import Sample
-from persobench.csv_io import CSVFormatError, read_csv_rows
+from persobench.store.csv_io import CSVFormatError, read_csv_rows
 from dataclasses import replace
 
 REQUIRED_COLUMNS = ("personas", "context", "act_response")

@@ -11,20 +11,20 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn
 
 from persobench.errors import PersoBenchError, ProviderError
-from persobench.files import utc_now
+from persobench.store.files import utc_now
 from persobench.llm.batch_driver import STATE_FILE, BatchOutcome, BatchState, batch_cost, fill_cache, read_state
-from persobench.secrets import scrub
+from persobench.core.secrets import scrub
 from persobench.providers.base import Request
 from persobench.providers.batch_api import BatchBackend
 from persobench.llm.response_cache import ResponseCache
 from persobench.generation.progress import ProgressInfo, cancel_requested, write_progress
 from persobench.providers.batch_api import make_batch_backend
-from persobench.secrets import known_secrets
+from persobench.core.secrets import known_secrets
 from persobench.errors import RunAborted
-from persobench.run_records import GenerationRecord, RunExtra
+from persobench.store.run_records import GenerationRecord, RunExtra
 from persobench.errors import ConfigurationError
 from persobench.generation.lock import command_with, stored_command
-from persobench.models_registry import estimate_cost
+from persobench.providers.models_registry import estimate_cost
 
 
 

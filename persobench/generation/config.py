@@ -13,8 +13,8 @@ from persobench.errors import ConfigurationError
 from persobench.llm.batch_driver import BatchSettings
 from persobench.llm.retry import RetryPolicy
 from persobench.providers import DEFAULT_LOCAL_MODEL
-from persobench.secrets import SECRET_KEYS, is_secret_option
-from persobench.secrets import public_url
+from persobench.core.secrets import SECRET_KEYS, is_secret_option
+from persobench.core.secrets import public_url
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,12 @@ class GenerationConfig:
     policy: str | None = None
     """Post-processing policy ("robust" or "paper"; "paper" reads replies as the paper's notebook for
     the template did, see :func:`persobench.generation.plan.paper_parse_style`); default: the
-    template family's (:func:`persobench.protocol.default_policy`: "paper" for the paper's
+    template family's (:func:`persobench.prompts.protocol.default_policy`: "paper" for the paper's
     templates, "robust" for the others). A plan's config holds the policy it resolved to."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Extra model options merged over the models-file entry."""
     models_file: str | None = None
-    """Model registry file; default: discovered (see :mod:`persobench.models_registry`)."""
+    """Model registry file; default: discovered (see :mod:`persobench.providers.models_registry`)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Retry and timeout settings."""
     checkpoint_every: int = 50
@@ -68,7 +68,7 @@ class GenerationConfig:
     cache_dir: str | None = None
     """Response cache folder; default ``<home>/responses``."""
     structured: bool = False
-    """Ask the provider to guarantee the reply's JSON shape (:mod:`persobench.structured`); a models
+    """Ask the provider to guarantee the reply's JSON shape (:mod:`persobench.core.structured`); a models
     file entry with ``structured = true`` turns it on too. Part of the cache key, run id and protocol.
     Baselines ignore it (their replies are already well-formed)."""
     batch_size: int | None = None

@@ -19,10 +19,10 @@ import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable
-from persobench.files import atomic_write_json, utc_now
+from persobench.store import atomic_write_json, utc_now
 from persobench.generation.config import GenerationConfig
-from persobench.processes import pid_alive
-from persobench.store import RunManifest
+from persobench.core import pid_alive
+from persobench.store.run_store import RunManifest
 
 
 DEMO_DATASET = "sample"

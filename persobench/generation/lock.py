@@ -30,10 +30,10 @@ from typing import Any, Iterator
 
 from persobench.generation.config import GenerationConfig, config_command, public_config
 from persobench.errors import ConfigurationError
-from persobench.files import atomic_write_json
-from persobench.locks import RUN_LOCK, lock_holder, read_pid
+from persobench.store.files import atomic_write_json
+from persobench.store.locks import RUN_LOCK, lock_holder, read_pid
 from persobench.generation.plan import GenerationPlan
-from persobench.store import Run
+from persobench.store.run_store import Run
 from persobench.llm.response_cache import ResponseCache
 
 

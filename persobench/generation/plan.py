@@ -13,28 +13,28 @@ from typing import Any
 
 from persobench.llm.response_cache import ResponseCache, cache_key, default_cache_dir
 from persobench.generation.config import GenerationConfig
-from persobench.models_registry import resolve_model
+from persobench.providers.models_registry import resolve_model
 from persobench.providers import PROVIDERS, ModelSpec
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.providers.base import Completion, GenerationParams, raw_prompt_text
 from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
-from persobench.store import RunManifest, RunStore, make_run_id
-from persobench.structured import reply_schema
-from persobench.prompts import PromptTemplate
-from persobench.run_records import DatasetFileRecord
+from persobench.store.run_store import RunManifest, RunStore, make_run_id
+from persobench.core.structured import reply_schema
+from persobench.prompts.templates import PromptTemplate
+from persobench.store.run_records import DatasetFileRecord
 from persobench.records import Sample
 from persobench.datasets import load_dataset
-from persobench.prompts import MODES, TemplateError, get_template
+from persobench.prompts.templates import MODES, TemplateError, get_template
 from persobench.generation.numbers import check_numbers
-from persobench.postprocess import POLICIES
-from persobench.prompts import DEFAULT_LOCAL_TEMPLATE, default_template_name
-from persobench.prompts import build_messages
+from persobench.generation.postprocess import POLICIES
+from persobench.prompts.templates import DEFAULT_LOCAL_TEMPLATE, default_template_name
+from persobench.prompts.templates import build_messages
 from persobench.datasets import is_file_dataset
-from persobench.files import sha256_file
-from persobench.models_registry import estimate_cost
+from persobench.store.files import sha256_file
+from persobench.providers.models_registry import estimate_cost
 from persobench.providers.batch_api import supports_batch
-from persobench.protocol import default_policy
-from persobench.protocol import PAPER
+from persobench.prompts.protocol import default_policy
+from persobench.prompts.protocol import PAPER
 from persobench.providers.local import local_mode_options
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from persobench.processes import pid_alive
+from persobench.core.processes import pid_alive
 
-from persobench.files import atomic_write_json, utc_now
+from persobench.store.files import atomic_write_json, utc_now
 
 PROGRESS_FILE = "progress.json"
 CANCEL_FILE = "cancel"

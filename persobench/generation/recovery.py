@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Collection, Iterator
 
-from persobench.files import jsonl_lines
+from persobench.store.files import jsonl_lines
 from persobench.llm.response_cache import ResponseCache
 from persobench.providers.base import Completion
 

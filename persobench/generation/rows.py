@@ -16,7 +16,7 @@ from persobench.providers.base import Completion
 
 from persobench.errors import ProviderError
 from persobench.generation.plan import GenerationPlan
-from persobench.postprocess import Status, parse_output
+from persobench.generation.postprocess import Status, parse_output
 
 if TYPE_CHECKING:
     import pandas as pd

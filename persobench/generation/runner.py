@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from persobench.errors import ProviderError, RunAborted, StoreWriteError
-from persobench.files import utc_now, write_refused
+from persobench.store.files import utc_now, write_refused
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
@@ -41,11 +41,11 @@ from persobench.llm.response_cache import GroupCommitCache
 from persobench.llm.retry import CallOutcome
 from persobench.llm.session import FailFast, LLMSession, run_coroutine
 from persobench.providers.base import Completion, Request
-from persobench.run_records import ConcurrencyRecord, GenerationRecord, PacingRecord, RunExtra, Usage
-from persobench.secrets import scrub
-from persobench.store import Run, RunStore
+from persobench.store.run_records import ConcurrencyRecord, GenerationRecord, PacingRecord, RunExtra, Usage
+from persobench.core.secrets import scrub
+from persobench.store.run_store import Run, RunStore
 from persobench.records import Sample
-from persobench.postprocess import summarize
+from persobench.generation.postprocess import summarize
 from persobench.generation.batch_run import answered_by_batch, batch_waiting, generate_by_batch, priced_cost
 
 

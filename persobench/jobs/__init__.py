@@ -12,6 +12,7 @@ from each run's ``progress.json`` and a ``cancel`` file stops it. Relaunching a 
 job resumes it (the generation cache keeps every reply already received).
 """
 
+from persobench.jobs.judging import estimate_for_launch, estimate_for_store, judge_step
 from persobench.jobs.manager import JobManager, lock_alive, tail_text
 from persobench.jobs.model import (
     CANCEL_GRACE_S,
@@ -25,6 +26,7 @@ from persobench.jobs.model import (
 )
 from persobench.jobs.planning import (
     BUILTIN_MODEL_CHOICES,
+    TEMPLATE_CHOICES,
     LaunchChoice,
     fetch_paper_steps,
     import_steps,
@@ -35,7 +37,8 @@ from persobench.jobs.planning import (
 )
 
 __all__ = [
-    "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "JobManager",
+    "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "JobManager", "TEMPLATE_CHOICES",
+    "estimate_for_launch", "estimate_for_store", "judge_step",
     "JobStatus", "JobStep", "LaunchChoice", "fetch_paper_steps", "import_steps", "job_id_for", "launch_steps",
     "local_time", "lock_alive",
     "missing_key", "seconds_between", "plan_launch", "registry_models", "tail_text",

@@ -17,22 +17,22 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from persobench.pipeline import atomic_write_json, utc_now
+from persobench.store import atomic_write_json, utc_now
 from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json, step_error_path
-from persobench.pipeline import public_text, redact
-from persobench.pipeline import default_home
-from persobench.pipeline import EXIT_NO_SAMPLE_SUCCEEDED
-from persobench.pipeline import request_cancel
-from persobench.pipeline import is_secret_name
+from persobench.core import public_text, redact
+from persobench.store import default_home
+from persobench.generation import EXIT_NO_SAMPLE_SUCCEEDED
+from persobench.generation import request_cancel
+from persobench.core import is_secret_name
 from persobench.errors import ConfigurationError, DatasetError, PersoBenchError
 import dataclasses
 import threading
 from persobench import pipeline
-from persobench.pipeline import GenerationConfig
-from persobench.pipeline import url_with_credentials
-from persobench.pipeline import no_sample_succeeded
-from persobench.pipeline import ProgressBar
-from persobench.pipeline import ScoreConfig
+from persobench.generation import GenerationConfig
+from persobench.core import url_with_credentials
+from persobench.generation import no_sample_succeeded
+from persobench.core import ProgressBar
+from persobench.scoring import ScoreConfig
 from persobench.pipeline import landing_kept_current
 import traceback
 
@@ -61,7 +61,7 @@ def run_job(folder: Path) -> int:
         state.update(changes, updated_at=utc_now())
         atomic_write_json(folder / "state.json", state)
 
-    def on_term(signum: int, frame: Any) -> None:  # noqa: ARG001
+    def on_term(_signum: int, _frame: Any) -> None:
         (folder / "cancel").write_text(utc_now())
 
     signal.signal(signal.SIGTERM, on_term)

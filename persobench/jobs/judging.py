@@ -1,6 +1,6 @@
 """An LLM judge in app-launched jobs: the ``score --judge`` step and its estimate before launch,
 for runs about to be generated (New run page) and for the runs already stored (Metrics page). The
-judge is a :class:`~persobench.metrics.judge_config.JudgeConfig` throughout (the app's form builds one)."""
+judge is a :class:`~persobench.metrics.judge.judge_config.JudgeConfig` throughout (the app's form builds one)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ import os
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step
-from persobench.pipeline import redact
-from persobench.pipeline import JudgeConfig
-from persobench.pipeline import JUDGED_METRICS
-from persobench.pipeline import ScoreConfig
-from persobench.pipeline import key_allowed
-from persobench.pipeline import load_dataset
+from persobench.core import redact
+from persobench.metrics import JudgeConfig
+from persobench.scoring import JUDGED_METRICS
+from persobench.scoring import ScoreConfig
+from persobench.core import key_allowed
+from persobench.datasets import load_dataset
 from persobench.errors import PersoBenchError
-from persobench.pipeline import estimate_new_runs
-from persobench.pipeline import get_profile
-from persobench.pipeline import estimate_runs
+from persobench.scoring import estimate_new_runs
+from persobench.metrics import get_profile
+from persobench.scoring import estimate_runs
 from persobench.pipeline import run_samples
-from persobench.pipeline import RunStore
+from persobench.store import RunStore
 from dataclasses import replace
-from persobench.pipeline import resolve_model
+from persobench.providers import resolve_model
 
 
 def judge_step(judge: "JudgeConfig", *, home: str | os.PathLike[str], env: Mapping[str, str] | None = None,

@@ -26,16 +26,16 @@ from persobench.jobs.model import (
     read_json,
 )
 from persobench.errors import ConfigurationError
-from persobench.pipeline import pid_alive
-from persobench.pipeline import atomic_write_json, utc_now
-from persobench.pipeline import credentials_environment, public_text, redact
-from persobench.pipeline import default_home
-from persobench.pipeline import lock_holder
-from persobench.pipeline import request_cancel
+from persobench.core import pid_alive
+from persobench.store import atomic_write_json, utc_now
+from persobench.core import credentials_environment, public_text, redact
+from persobench.store import default_home
+from persobench.store import lock_holder
+from persobench.generation import request_cancel
 import shutil
-from persobench.pipeline import RunStore
-from persobench.pipeline import read_progress
-from persobench.pipeline import every_reply_failed, run_state
+from persobench.store import RunStore
+from persobench.generation import read_progress
+from persobench.generation import every_reply_failed, run_state
 
 
 def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from persobench.errors import ConfigurationError
-from persobench.pipeline import RunStore
+from persobench.store import RunStore
 
 JOB_STATES = ("launching", "running", "completed", "failed", "cancelled", "interrupted")
 #: A lock without a pid yet is considered alive for this long (the launcher writes it first).
@@ -64,7 +64,7 @@ class JobStep:
     """The step's typed request as JSON. ``run``: a :class:`~persobench.generation.GenerationConfig`
     (:meth:`~persobench.generation.GenerationConfig.to_dict`, credentials left out); ``score``: a
     :class:`~persobench.scoring.score_config.ScoreConfig` (:meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`,
-    its judge a :class:`~persobench.metrics.judge_config.JudgeConfig`, no key) plus ``runs``
+    its judge a :class:`~persobench.metrics.judge.judge_config.JudgeConfig`, no key) plus ``runs``
     (``"job"``: the runs this job's run steps completed, ``"all"``: every run in the store, or a
     list of run ids); older jobs' loose ``profile``/``metrics``/``judge`` dict reads the same way;
     ``import``: ``folder``;
@@ -75,7 +75,7 @@ class JobStep:
     """The run the step writes, when known in advance (``plan_generation`` computes it)."""
     withhold_keys: bool = False
     """Run the step without the app's API keys in its environment: its server is a base URL typed
-    into the page, which the operator did not configure (see :func:`persobench.secrets.key_allowed`)."""
+    into the page, which the operator did not configure (see :func:`persobench.core.secrets.key_allowed`)."""
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:

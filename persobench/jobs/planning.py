@@ -9,23 +9,23 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step
-from persobench.pipeline import public_text, redact, remember_url
-from persobench.pipeline import structured_label
-from persobench.pipeline import missing_key_env
-from persobench.pipeline import find_registry_file, load_registry
+from persobench.core import public_text, redact, remember_url
+from persobench.core import structured_label
+from persobench.providers import missing_key_env
+from persobench.providers import find_registry_file, load_registry
 from persobench import pipeline
-from persobench.pipeline import GenerationConfig
-from persobench.pipeline import public_config
-from persobench.pipeline import lock_holder
-from persobench.pipeline import RunStore
-from persobench.pipeline import estimated_max_batch_cost
-from persobench.pipeline import resolve_model
-from persobench.pipeline import supports_batch
-from persobench.pipeline import key_allowed
+from persobench.generation import GenerationConfig
+from persobench.generation import public_config
+from persobench.store import lock_holder
+from persobench.store import RunStore
+from persobench.llm import estimated_max_batch_cost
+from persobench.providers import resolve_model
+from persobench.providers import supports_batch
+from persobench.core import key_allowed
 import dataclasses
-from persobench.pipeline import ScoreConfig
+from persobench.scoring import ScoreConfig
 from persobench.jobs.judging import judge_step
-from persobench.pipeline import metric_names
+from persobench.metrics import metric_names
 
 #: Models every installation can run without a key or a server.
 BUILTIN_MODEL_CHOICES = ("local:smollm2", "baseline:reference", "baseline:persona-echo")
@@ -157,7 +157,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
     configuration the plan estimated, then one ``score`` step for the runs the job completes.
     ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's);
     ``limit`` and ``seed`` apply to rows planned without a configuration. ``judge`` (a
-    :class:`~persobench.metrics.judge_config.JudgeConfig`): a last score step with the LLM judge for the
+    :class:`~persobench.metrics.judge.judge_config.JudgeConfig`): a last score step with the LLM judge for the
     NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
 
 

@@ -38,15 +38,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from persobench.errors import ConfigurationError, ErrorKind, PersoBenchError, ProviderError, StoreWriteError
-from persobench.files import utc_now, write_refused
+from persobench.store.files import utc_now, write_refused
 from persobench.llm.batch_state import (  # noqa: F401 - the state's names, where callers have found them
-    STATE_FILE, BatchEntry, BatchListing, BatchState, batch_listing, pending_batches, read_state,
+    STATE_FILE, BatchEntry, BatchListing, BatchState, batch_listing, read_state,
 )
 from persobench.llm.response_cache import ResponseCache
-from persobench.models_registry import prices_for
+from persobench.providers.models_registry import prices_for
 from persobench.providers.base import Request
 from persobench.providers.batch_api import BatchBackend, BatchStatus, RepeatedId, custom_id, supports_batch
-from persobench.secrets import scrub
+from persobench.core.secrets import scrub
 
 #: Share of the interactive price a batch costs when the models file names no batch price.
 BATCH_DISCOUNT = 0.5

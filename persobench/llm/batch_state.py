@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from persobench.errors import PersoBenchError
-from persobench.files import atomic_write_json
+from persobench.store.files import atomic_write_json
 
 #: The state file of a run's batches, in the run folder.
 STATE_FILE = "batch.json"
@@ -232,8 +232,3 @@ def batch_listing(home: str | Path) -> BatchListing:
                          "submitted": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(b.submitted_at)),
                          "updated": b.updated_at})
     return BatchListing(sorted(rows, key=lambda r: (r["collected"], r["submitted"])), problems)
-
-
-def pending_batches(home: str | Path) -> list[dict[str, Any]]:
-    """The rows of :func:`batch_listing` (unreadable state files left out)."""
-    return batch_listing(home).rows

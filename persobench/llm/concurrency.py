@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from persobench.errors import ErrorKind, PersoBenchError, ProviderError
-from persobench.secrets import public_url
-from persobench.files import atomic_write_json, utc_now
-from persobench.locks import hold_state_lock
+from persobench.core.secrets import public_url
+from persobench.store.files import atomic_write_json, utc_now
+from persobench.store.locks import hold_state_lock
 
 #: ``--concurrency auto`` starts with this many requests in flight.
 START = 2

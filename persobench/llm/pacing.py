@@ -49,7 +49,7 @@ from persobench.errors import ErrorKind, ProviderError
 from persobench.llm.ratelimits import KINDS, StatedLimit, read_stated_limits
 from persobench.llm.retry import ANNOUNCE_BACKOFF_S
 from persobench.providers.spec import ModelSpec
-from persobench.secrets import public_url
+from persobench.core.secrets import public_url
 
 #: Folder of the shared budget files under the store home.
 BUDGET_DIR = "ratelimits"

@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 from persobench.errors import StoreError
 from persobench.llm.usage import usable_usage
 from persobench.providers.base import Completion, GenerationParams
-from persobench.files import sha256_hex, write_refused
+from persobench.store.files import sha256_hex, write_refused
 
 #: Bump when the key payload's shape changes, so old entries are not misread.
 KEY_VERSION = 1

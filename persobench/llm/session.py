@@ -43,18 +43,18 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from persobench.errors import ErrorKind, PersoBenchError, ProviderError
-from persobench.files import write_refused
+from persobench.store.files import write_refused
 from persobench.llm.concurrency import AdaptiveLimit, LevelMemory
 from persobench.llm.pacing import UNPACED, Pacer, Ticket, request_cost, server_pacer
 from persobench.llm.retry import CallOutcome, PauseGate, RetryPolicy, sleep_or_stop, wait_note
 from persobench.llm.spend import SpendLedger, Spending
 from persobench.llm.usage import UsageRefused, UsageTotals, check_usage, estimate_prompt_tokens
 from persobench.providers.base import BatchingProvider, Completion, Provider, Request
-from persobench.secrets import known_secrets, scrub
+from persobench.core.secrets import known_secrets, scrub
 from persobench.llm.response_cache import ResponseCache
 from persobench.providers.spec import ModelSpec
 import threading
-from persobench.models_registry import estimate_cost
+from persobench.providers.models_registry import estimate_cost
 from persobench.providers import make_provider
 
 

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError, StoreError
-from persobench.files import atomic_write_text
+from persobench.store.files import atomic_write_text
 from persobench.llm.retry import CallOutcome
-from persobench.processes import pid_alive
+from persobench.core.processes import pid_alive
 
 #: Folder of the ledger files under the store home.
 SPEND_DIR = "spend"

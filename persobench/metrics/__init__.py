@@ -31,8 +31,10 @@ a single space where a metric needs one persona text (as the paper did with its 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
-
+from persobench.metrics.backends import BackendUnavailable, Profile, get_profile
+from persobench.metrics.judge import (JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, JudgeConfig, JudgeError, JudgeLabeller,
+                                      JudgeSession, batch_settings_of, judge_retry, judge_session, make_judge,
+                                      pending_note as judge_batch_note)
 from persobench.metrics.metric_registry import (
     DIMENSIONS,
     METRICS,
@@ -48,55 +50,14 @@ from persobench.metrics.metric_registry import (
     unregister_family,
     validate_metric_names,
 )
-from persobench.metrics.backends import Profile
-from persobench.metrics.judge_session import JudgeSession
-from persobench.metrics.scoring import ScoreResult
-from persobench.records import Sample
-from persobench.metrics.backends import get_profile as _get_profile
-from persobench.metrics.scoring import score_samples as _score_samples
-
-
-
-def __getattr__(name: str) -> Any:
-    # Derived lists are computed on access, so a family registered later is part of them.
-    if name == "METRIC_NAMES":  # the per-sample metrics the scoring stage computes and stores
-        return metric_names()
-    if name == "RUN_METRIC_NAMES":  # run-level metrics computed by aggregation, described for the app
-        return metric_names(level="run")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# --- Entry points ------------------------------------------------------------------------------
-
-def get_profile(name: str = "offline", overrides: Mapping[str, str] | None = None) -> "Profile":
-    """The named backend profile (``offline`` or ``standard``) with per-slot model overrides."""
-
-    return _get_profile(name, overrides)
-
-
-def score_samples(
-    samples: "list[Sample]",
-    replies: Mapping[str, str],
-    *,
-    profile: "str | Profile" = "offline",
-    metrics: "list[str] | tuple[str, ...] | None" = None,
-    overrides: Mapping[str, str] | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-    references: Mapping[str, str] | None = None,
-    judge: "JudgeSession | None" = None,
-) -> "ScoreResult":
-    """Score ``replies`` (sample id -> reply text) for ``samples``; see :mod:`persobench.metrics.scoring`.
-    With a judge in the profile its NLI pairs are labelled through ``judge`` (a
-    :class:`~persobench.metrics.judge_session.JudgeSession`, whose ``stats`` say what it did), else
-    through a session of this call's own."""
-
-    return _score_samples(samples, replies, profile=profile, metrics=metrics, overrides=overrides,
-                          progress=progress, references=references, judge=judge)
-
+from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD
+from persobench.metrics.sample_scores import ScoreResult, score_samples
+from persobench.metrics.unieval import UNIEVAL_SCORERS
 
 __all__ = [
-    "DIMENSIONS", "METRICS", "METRIC_NAMES", "MetricInfo", "MetricRegistryError", "NEEDS", "RUN_METRIC_NAMES",
-    "UnknownMetricError", "family_names", "get_family", "get_profile", "metric_info", "metric_names",
-    "register_family", "score_samples", "unregister_family",
-    "validate_metric_names",
+    "COVERAGE_SIMILARITY_THRESHOLD", "DIMENSIONS", "JUDGE_FLAGS", "JUDGE_TIMEOUT_FLAG", "METRICS", "NEEDS",
+    "UNIEVAL_SCORERS", "BackendUnavailable", "JudgeConfig", "JudgeError", "JudgeLabeller", "JudgeSession",
+    "MetricInfo", "MetricRegistryError", "Profile", "ScoreResult", "UnknownMetricError", "batch_settings_of",
+    "family_names", "get_family", "get_profile", "judge_batch_note", "judge_retry", "judge_session", "make_judge",
+    "metric_info", "metric_names", "register_family", "score_samples", "unregister_family", "validate_metric_names",
 ]

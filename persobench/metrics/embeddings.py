@@ -2,7 +2,7 @@
 
 - ``bertscore_p``/``_r``/``_f1``: bert_score's model and tokenization (one ``bert_score.BERTScorer``
   per (model, layer, device), loaded once per process); each distinct text is embedded once in
-  fixed-shape batches and matched pair by pair (:mod:`persobench.metrics.encoder`), so a reference
+  fixed-shape batches and matched pair by pair (:mod:`persobench.metrics.encoders.encoder`), so a reference
   shared by many runs is embedded once and cached in the store. The paper called
   ``bert_score.score`` once per row (reloading the model on each call); ``benchmarks/scoring.py``
   and ``tests/test_metrics_encoder.py`` check both give the same numbers (to float32 rounding,
@@ -26,11 +26,11 @@ import numpy as np
 from persobench.metrics.backends import (
     BackendUnavailable, SlotModel, cached, model_identity, packaged_glove_dir, package_version, precision_note,
 )
-from persobench.metrics.embedding_models import LoadedBERTScorer, load_bertscorer
+from persobench.metrics.encoders.embedding_models import LoadedBERTScorer, load_bertscorer
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.metrics.lexical import stop_words
-from persobench.metrics.encoder import ENCODER_VERSION
-from persobench.metrics.encoder import EmbeddingRequest
+from persobench.metrics.encoders.encoder import ENCODER_VERSION
+from persobench.metrics.encoders.encoder import EmbeddingRequest
 
 # --- BERTScore -----------------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def bertscore_version(loaded: LoadedBERTScorer) -> str:
 
 class BertScoreMetrics(MetricFamily):
     """BERTScore precision, recall and F1 with the ``bertscore`` slot's model, each distinct text
-    embedded once (:class:`persobench.metrics.encoder.TextEncoder`)."""
+    embedded once (:class:`persobench.metrics.encoders.encoder.TextEncoder`)."""
 
     name = "bertscore"
 

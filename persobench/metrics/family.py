@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from persobench.metrics.backends import SlotModel, Profile
 from persobench.records import Sample
-from persobench.metrics.encoder import TextEncoder
+from persobench.metrics.encoders.encoder import TextEncoder
 from persobench.metrics.metric_registry import MetricRegistryError, metric_info
 from persobench.metrics.backends import BackendUnavailable
 
@@ -103,7 +103,7 @@ class FamilyBatch:
     outputs_wanted: frozenset[str] = frozenset()
     """Which of this family's :attr:`~MetricFamily.provides` a later family reads in this batch."""
     encoder: Any = None
-    """The :class:`persobench.metrics.encoder.TextEncoder` that embeds texts for BERTScore and
+    """The :class:`persobench.metrics.encoders.encoder.TextEncoder` that embeds texts for BERTScore and
     persona similarity (already holding what every family's :meth:`MetricFamily.embedding_request`
     asked for); None outside the scorer: use :meth:`text_encoder`."""
     row_order: tuple[str, ...] = ()
@@ -111,7 +111,7 @@ class FamilyBatch:
     batches by row position); empty: the items' own order."""
     nli_answers: Any = None
     """With a judge in the profile: its answers to this batch's NLI pairs
-    (:class:`persobench.metrics.judge_session.NLIAnswers`), which the NLI family reads in place of the
+    (:class:`persobench.metrics.judge.judge_session.NLIAnswers`), which the NLI family reads in place of the
     classifier (it never sends); None without a judge."""
 
     def text_encoder(self) -> Any:
@@ -154,7 +154,7 @@ class FamilyResult:
     provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per requested metric: see :func:`provenance`."""
     details: list[tuple] = field(default_factory=list)
-    """Rows of ``persona_details`` (:data:`persobench.metrics.scoring.DETAIL_COLUMNS`)."""
+    """Rows of ``persona_details`` (:data:`persobench.metrics.sample_scores.DETAIL_COLUMNS`)."""
     outputs: dict[str, Any] = field(default_factory=dict)
     """Named results later families read (only those in :attr:`FamilyBatch.outputs_wanted`)."""
 
@@ -203,7 +203,7 @@ class MetricFamily:
         return True
 
     def embedding_request(self, batch: FamilyBatch) -> Any:  # noqa: ARG002 - overridden
-        """The texts :meth:`score` will embed (a :class:`persobench.metrics.encoder.EmbeddingRequest`),
+        """The texts :meth:`score` will embed (a :class:`persobench.metrics.encoders.encoder.EmbeddingRequest`),
         or None: the scorer embeds the requests of all families, and of many runs, in one pass."""
         return None
 

@@ -39,10 +39,10 @@ from functools import lru_cache
 from typing import Any, Iterable, Iterator, Sequence
 
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
-from persobench.ngram_kernels import (ReplyGrams, RougeText, bleu_of, lexical_chunk, ready, reference_grams,
+from persobench.core.ngram_kernels import (ReplyGrams, RougeText, bleu_of, lexical_chunk, ready, reference_grams,
                                       reference_rouge_text, rouge_of)
 from persobench.metrics.stopwords import ENGLISH
-from persobench.gc_pace import pace_this_process
+from persobench.core.gc_pace import pace_this_process
 from persobench.metrics.metric_registry import metric_info, metric_names
 import concurrent.futures
 import multiprocessing

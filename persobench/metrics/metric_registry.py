@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Protocol, Sequence
 
 from persobench.errors import MetricError
-from persobench.registry import Registry
+from persobench.core.registry import Registry
 
 
 class RegisteredFamily(Protocol):
@@ -155,7 +155,7 @@ _BUILTIN_FAMILIES: dict[str, str] = {
 }
 
 _INFOS: dict[str, MetricInfo] = {info.name: info for info in _BUILTIN_INFOS}
-#: The metric families on the package's one registry mechanism (:class:`persobench.registry.Registry`).
+#: The metric families on the package's one registry mechanism (:class:`persobench.core.registry.Registry`).
 FAMILIES: "Registry[RegisteredFamily]" = Registry("metric family", build=lambda family_class: family_class())
 for _name, _where in _BUILTIN_FAMILIES.items():
     FAMILIES.register(_name, _where)
@@ -255,7 +255,7 @@ def metric_info(name: str) -> MetricInfo:
 
 
 def validate_metric_names(names: "list[str] | tuple[str, ...] | None") -> tuple[str, ...]:
-    """``names`` checked against :data:`METRIC_NAMES` (``None`` = all), deduplicated, in display order."""
+    """``names`` checked against :func:`metric_names` (``None`` = all), deduplicated, in display order."""
     known = metric_names()
     if names is None:
         return known

@@ -33,7 +33,7 @@ from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFam
 from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput, build_nli_inputs
 from persobench.metrics.nli_labels import LABELS, NLIPrediction, normalise_label
 import logging
-from persobench.metrics.judge import judge_provenance
+from persobench.metrics.judge.labeller import judge_provenance
 
 
 class NLIModel:

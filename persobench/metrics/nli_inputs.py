@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 from persobench.metrics.family import Item
 from persobench.errors import ConfigurationError
-from persobench.protocol import PAPER, protocol_of
+from persobench.prompts.protocol import PAPER, protocol_of
 from dataclasses import replace
 from persobench.datasets.paper_cells import paper_cells
 

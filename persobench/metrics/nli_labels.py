@@ -1,5 +1,5 @@
 """The three NLI labels and one prediction, shared by the NLI model (:mod:`persobench.metrics.nli`)
-and the LLM judge (:mod:`persobench.metrics.judge`), so neither imports the other's module for them."""
+and the LLM judge (:mod:`persobench.metrics.judge.labeller`), so neither imports the other's module for them."""
 
 from __future__ import annotations
 

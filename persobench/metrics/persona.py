@@ -18,8 +18,8 @@ from typing import Any
 from persobench.metrics.backends import BackendUnavailable, model_identity, package_version, precision_note
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily, Requirement
 from persobench.metrics.nli import LABELS, SENTENCE_LABELS, SentenceLabels, nli_version, unlabelled_note
-from persobench.metrics.encoder import EmbeddingRequest
-from persobench.metrics import embedding_models
+from persobench.metrics.encoders.encoder import EmbeddingRequest
+from persobench.metrics.encoders import embedding_models
 
 #: Cosine similarity (all-MiniLM-L6-v2 sentence embeddings, persona sentence vs reply) at or above
 #: which a persona sentence counts as engaged when no NLI model is available. Calibrated on 965

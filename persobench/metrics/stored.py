@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 from persobench.records import Sample
-from persobench.store import Run
-from persobench.files import read_parquet_lists
+from persobench.store.run_store import Run
+from persobench.store.files import read_parquet_lists
 import hashlib
 
 if TYPE_CHECKING:  # pragma: no cover

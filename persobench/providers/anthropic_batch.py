@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
-from persobench.providers.anthropic_provider import _STOP_REASONS, _TRANSPORT_OPTIONS, structured_output_format
+from persobench.providers.anthropic_provider import STOP_REASONS, TRANSPORT_OPTIONS, structured_output_format
 from persobench.providers.base import Completion, Request, max_reply_bytes
 from persobench.providers.batch_api import (
     CLOCK_SKEW, UNANSWERED, BatchStatus, HttpClient, Lookup, capped, carries_token, error_of, one_result_per_id,
@@ -30,7 +30,7 @@ class AnthropicBatchBackend:
         options = dict(spec.options)
         self.spec = spec
         self._secrets = (api_key,)
-        self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self._body = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS}
         self._max_bytes = max_reply_bytes(options)
         headers = {**(options.get("headers") or {}), "x-api-key": api_key or "", "anthropic-version": API_VERSION}
         self.http = HttpClient(f"{(spec.base_url or DEFAULT_BASE_URL).rstrip('/')}/v1", headers,
@@ -133,7 +133,7 @@ class AnthropicBatchBackend:
         text = "".join(str(b.get("text") or "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
         usage = message.get("usage") or {}
         stop = message.get("stop_reason")
-        return capped(Completion(text=text, finish_reason=_STOP_REASONS.get(stop, stop),
+        return capped(Completion(text=text, finish_reason=STOP_REASONS.get(stop, stop),
                                  prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
                                  model=message.get("model")), self._max_bytes)
 

@@ -18,12 +18,13 @@ from persobench.providers.base import (
     resolve_api_key,
 )
 
-from persobench.secrets import shorten
+from persobench.core.secrets import shorten
 
-_TRANSPORT_OPTIONS = frozenset({"timeout", "headers", "max_reply_bytes"})
+#: Spec options consumed here rather than sent in the request body.
+TRANSPORT_OPTIONS = frozenset({"timeout", "headers", "max_reply_bytes"})
 
 #: Anthropic stop reasons in the vocabulary the rest of the pipeline uses.
-_STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "refusal"}
+STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "refusal"}
 
 
 class AnthropicProvider:
@@ -41,7 +42,7 @@ class AnthropicProvider:
         key = resolve_api_key(self, spec, explicit=api_key)
         self._secrets = (key,)
         options = dict(spec.options)
-        self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self._body = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS}
         self.request_deadline = float(options.get("timeout", timeout))
         """Seconds one request may take in all, reply included (the retry loop enforces it)."""
         self.client = anthropic.AsyncAnthropic(
@@ -109,7 +110,7 @@ def _to_completion(response: Any, secrets: tuple[str | None, ...] = (), headers:
     usage = getattr(response, "usage", None)
     return Completion(
         text=text,
-        finish_reason=_STOP_REASONS.get(stop_reason, stop_reason),
+        finish_reason=STOP_REASONS.get(stop_reason, stop_reason),
         prompt_tokens=getattr(usage, "input_tokens", None) if usage else None,
         completion_tokens=getattr(usage, "output_tokens", None) if usage else None,
         model=getattr(response, "model", None),

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
-from persobench.secrets import scrub, shorten
+from persobench.core.secrets import scrub, shorten
 from persobench.records import Sample
 from persobench.providers.whole_requests import send_whole_requests
 import os
 from urllib.parse import urlsplit
 import socket
-from persobench.secrets import url_without_credentials
+from persobench.core.secrets import url_without_credentials
 
 
 
@@ -55,7 +55,7 @@ class GenerationParams:
     the model as it is, as the paper's ``text-generation`` pipeline did). Chat APIs always apply their
     own template, so only the local provider reads this."""
     response_schema: Mapping[str, Any] | None = None
-    """JSON Schema the reply must match (structured output, see :mod:`persobench.structured`);
+    """JSON Schema the reply must match (structured output, see :mod:`persobench.core.structured`);
     ``None`` asks for free text and leaves the format to the prompt."""
 
     def to_dict(self) -> dict[str, Any]:

@@ -23,22 +23,24 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
-from persobench.files import jsonl_lines
+from persobench.store.files import jsonl_lines
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
 from persobench.providers.base import Completion, Request, error_from_http, resolve_api_key
-from persobench.secrets import scrub, shorten
+from persobench.core.secrets import scrub, shorten
 from persobench.providers.spec import ModelSpec
-import importlib
-from persobench.providers import provider_class
+from persobench.core.registry import Registry
+from persobench.providers.provider_registry import provider_class
 from persobench.providers.base import TOO_LARGE_HEAD_CHARS
 from datetime import datetime
 
 
-#: Provider name -> the module:class of its batch backend (imported when used).
-BATCH_BACKENDS = {"openai": "persobench.providers.openai_batch:OpenAIBatchBackend",
-                  "anthropic": "persobench.providers.anthropic_batch:AnthropicBatchBackend"}
+#: Provider name -> its batch backend class, built as ``cls(spec, api_key=..., timeout=...)`` (the module
+#: is imported when a batch is first made). A provider with a batch API registers one line here.
+BATCH_BACKENDS: Registry[Callable[..., BatchBackend]] = Registry("batch backend")
+BATCH_BACKENDS.register("openai", "persobench.providers.openai_batch:OpenAIBatchBackend")
+BATCH_BACKENDS.register("anthropic", "persobench.providers.anthropic_batch:AnthropicBatchBackend")
 
 
 @dataclass(frozen=True)
@@ -175,10 +177,10 @@ def make_batch_backend(spec: "ModelSpec", *, api_key: str | None = None, timeout
 
 
     if not supports_batch(spec.provider):
-        raise ConfigurationError(f"--batch needs a provider with a batch API (openai, anthropic), not {spec.provider!r}")
+        known = ", ".join(BATCH_BACKENDS.in_order())
+        raise ConfigurationError(f"--batch needs a provider with a batch API ({known}), not {spec.provider!r}")
     key = resolve_api_key(provider_class(spec.provider), spec, explicit=api_key)
-    module, _, name = BATCH_BACKENDS[spec.provider].partition(":")
-    return getattr(importlib.import_module(module), name)(spec, api_key=key, timeout=timeout)
+    return BATCH_BACKENDS.get(spec.provider)(spec, api_key=key, timeout=timeout)
 
 
 @dataclass

@@ -7,7 +7,7 @@ bridges any fast Hugging Face tokenizer (``llguidance.hf.from_tokenizer``) with 
 compiler. It is imported only when a structured local run decodes, so ``import persobench`` stays
 light.
 
-The reply schema of :mod:`persobench.structured` (an object of bounded strings) becomes a Lark
+The reply schema of :mod:`persobench.core.structured` (an object of bounded strings) becomes a Lark
 grammar that fixes the scaffolding (``{"reasoning": "...", "response": "..."}``, keys in order) and
 bounds each string twice: in characters (the schema's ``maxLength``) and in tokens (llguidance's
 ``max_tokens`` on the rule), so that the object closes within the completion budget whatever the

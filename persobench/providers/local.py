@@ -81,7 +81,8 @@ _LOADED: dict[tuple[Any, ...], _Loaded] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def _load(ref: LocalModelRef, options: dict[str, Any]) -> _Loaded:
+def load_model(ref: LocalModelRef, options: dict[str, Any]) -> _Loaded:
+    """The model and tokenizer of ``ref``, loaded once per process and options (later calls return them)."""
     key = (ref.source, ref.gguf_file, options.get("revision"), options.get("device", "cpu"), options.get("dtype"))
     with _LOAD_LOCK:
         if key in _LOADED:
@@ -186,7 +187,7 @@ class LocalProvider:
 
     def check(self) -> None:
         """Load the weights now so a broken model fails before the run, not on every sample."""
-        _load(self.ref, self._options)
+        load_model(self.ref, self._options)
 
     async def generate(self, request: Request) -> Completion:
         result = (await self.generate_batch([request]))[0]
@@ -209,7 +210,7 @@ class LocalProvider:
     def _generate_batch_sync(
         self, requests: list[Request], abandoned: threading.Event | None = None,
     ) -> list[Completion | ProviderError]:
-        loaded = _load(self.ref, self._options)
+        loaded = load_model(self.ref, self._options)
         results: list[Completion | ProviderError | None] = [None] * len(requests)
         groups: dict[str, list[tuple[int, list[int]]]] = {}
         for i, request in enumerate(requests):

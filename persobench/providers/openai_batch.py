@@ -13,8 +13,8 @@ from persobench.providers.batch_api import (
     CLOCK_SKEW, UNANSWERED, BatchStatus, HttpClient, Lookup, capped, error_of, one_result_per_id, parse_time, safe_id,
     scrubbed_text,
 )
-from persobench.providers.openai_provider import _TRANSPORT_OPTIONS, _with_format, request_fields
-from persobench.structured import FORMS, JSON_SCHEMA
+from persobench.providers.openai_provider import TRANSPORT_OPTIONS, with_format, request_fields
+from persobench.core.structured import FORMS, JSON_SCHEMA
 
 #: The official API's root, when a spec names no server.
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -41,7 +41,7 @@ class OpenAIBatchBackend:
         self.spec = spec
         self._secrets = (api_key,)
         self._max_tokens_param = str(options.get("max_tokens_param", "max_tokens"))
-        self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self._body = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS}
         form = options.get("structured_format") or getattr(spec, "structured_format", None) or JSON_SCHEMA
         if form not in FORMS:
             raise ConfigurationError(f"structured_format must be one of {', '.join(FORMS)}, got {form!r}")
@@ -62,7 +62,7 @@ class OpenAIBatchBackend:
         body = request_fields(self.spec.model, request, self._max_tokens_param)
         body.update(self._body)
         if params.response_schema is not None and "messages" in body:
-            body = _with_format(body, params.response_schema, self._form)
+            body = with_format(body, params.response_schema, self._form)
         return body
 
     def submit(self, requests: Mapping[str, Request], token: str) -> str:

@@ -22,8 +22,8 @@ from persobench.providers.base import (
     resolve_api_key,
 )
 from persobench.providers.spec import COMPLETIONS_ENDPOINT, SYSTEM_IN_USER
-from persobench.secrets import shorten
-from persobench.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
+from persobench.core.secrets import shorten
+from persobench.core.structured import FORMS, JSON_OBJECT, JSON_SCHEMA, SCHEMA_NAME
 
 #: Local servers (vLLM, Ollama, llama.cpp) accept any key, but the SDK insists on a non-empty one.
 PLACEHOLDER_KEY = "not-needed"
@@ -33,7 +33,7 @@ PLACEHOLDER_KEY = "not-needed"
 _RAW_RESPONSE = {"X-Stainless-Raw-Response": "true"}
 
 #: Spec options consumed here rather than sent in the request body.
-_TRANSPORT_OPTIONS = frozenset(
+TRANSPORT_OPTIONS = frozenset(
     {"timeout", "headers", "max_tokens_param", "organization", "project", "structured_format", "max_reply_bytes",
      COMPLETIONS_ENDPOINT, SYSTEM_IN_USER}
 )
@@ -72,7 +72,7 @@ class OpenAIProvider:
             raise ConfigurationError(
                 f"option max_tokens_param must be 'max_tokens' or 'max_completion_tokens', got {self._max_tokens_param!r}"
             )
-        self._body = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+        self._body = {k: v for k, v in options.items() if k not in TRANSPORT_OPTIONS}
         self._server = (spec.base_url or "").rstrip("/")
         declared = options.get("structured_format") or getattr(spec, "structured_format", None)
         if declared is not None and declared not in FORMS:
@@ -147,7 +147,7 @@ class OpenAIProvider:
             if form is not None:  # another request found out while this one waited
                 return await self._send_form(kwargs, schema, form)
             try:
-                completion = await self._send(_with_format(kwargs, schema, JSON_SCHEMA))
+                completion = await self._send(with_format(kwargs, schema, JSON_SCHEMA))
             except ProviderError as exc:
                 if not _rejects_form(exc):
                     raise  # an ordinary failure: the next request probes again
@@ -159,7 +159,7 @@ class OpenAIProvider:
 
     async def _send_form(self, kwargs: dict[str, Any], schema: Mapping[str, Any], form: str) -> Completion:
         try:
-            return await self._send(_with_format(kwargs, schema, form))
+            return await self._send(with_format(kwargs, schema, form))
         except ProviderError as exc:
             if form == JSON_OBJECT and _rejects_form(exc):
                 # Neither form is accepted: retrying cannot help, and the run should say why.
@@ -240,7 +240,7 @@ def _text_completion(response: Any, headers: Mapping[str, str] | None = None) ->
     return _completion(response, text, finish_reason, headers)
 
 
-def _with_format(kwargs: Mapping[str, Any], schema: Mapping[str, Any], form: str) -> dict[str, Any]:
+def with_format(kwargs: Mapping[str, Any], schema: Mapping[str, Any], form: str) -> dict[str, Any]:
     """``kwargs`` with ``response_format`` in ``form``: a strict json_schema, or llama-cpp-python's
     json_object with the schema inside."""
     if form == JSON_SCHEMA:

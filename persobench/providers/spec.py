@@ -1,6 +1,6 @@
 """The model spec: which provider, model and options a run generates with.
 
-Its own module so that :mod:`persobench.models_registry` (which builds specs from the models file)
+Its own module so that :mod:`persobench.providers.models_registry` (which builds specs from the models file)
 and :mod:`persobench.providers` (which builds providers from specs) both depend on it, and not on
 each other.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
-from persobench.secrets import strip_secrets
-from persobench.secrets import url_without_credentials
+from persobench.core.secrets import strip_secrets
+from persobench.core.secrets import url_without_credentials
 
 #: Spec option: the OpenAI-compatible server also has the raw-text completions endpoint
 #: (``/v1/completions``, vLLM), where a run without a chat template (``paper-open``) sends its prompt

@@ -5,7 +5,7 @@ every run's reply side by side. Every number comes from :mod:`persobench.aggrega
 untrusted text is HTML-escaped.
 
 Modules: ``build`` (what a report holds, read from the store), ``page`` (rendering), ``charts`` (the
-Plotly figures, shared with the app's pages).
+Plotly figures, shared with the app's pages; Plotly loads when a figure is built).
 
     html = report_html(RunStore(home), ReportOptions(datasets=("focus",), dialogues=3))
     write_report(RunStore(home), ReportOptions(datasets=("focus",)), "report.html")
@@ -17,13 +17,16 @@ import os
 from pathlib import Path
 
 from persobench.report.build import Dialogue, Reply, Report, ReportOptions, build_report, failure_taxonomy
+from persobench.report.charts import (distribution_figure, failure_bars_figure, metric_bars_figure, model_colour,
+                                      modes_figure, plot_escape, radar_figure, ranking_figure, win_tie_loss_figure)
 from persobench.report.page import render_report, render_report_bytes
-from persobench.store import RunStore
-from persobench.files import write_output
+from persobench.store.run_store import RunStore
+from persobench.store.files import write_output
 
 
-__all__ = ["Dialogue", "Reply", "Report", "ReportOptions", "build_report", "failure_taxonomy", "render_report",
-           "report_html", "write_report"]
+__all__ = ["Dialogue", "Reply", "Report", "ReportOptions", "build_report", "distribution_figure", "failure_bars_figure",
+           "failure_taxonomy", "metric_bars_figure", "model_colour", "modes_figure", "plot_escape", "radar_figure",
+           "ranking_figure", "render_report", "report_html", "win_tie_loss_figure", "write_report"]
 
 
 def report_html(store: "RunStore", options: ReportOptions) -> str:
@@ -32,7 +35,7 @@ def report_html(store: "RunStore", options: ReportOptions) -> str:
 
 
 def write_report(store: "RunStore", options: ReportOptions, path: str | os.PathLike[str]) -> Report:
-    """Write the report to ``path`` (:func:`persobench.files.write_output`: a file atomically, so a
+    """Write the report to ``path`` (:func:`persobench.store.files.write_output`: a file atomically, so a
     half-written file never replaces a good one; into a device or FIFO); returns what it holds."""
 
     report = build_report(store, options)

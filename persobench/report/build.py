@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.records import natural_key
-from persobench.secrets import redact
-from persobench.store import RunStore
-from persobench.files import read_arrow
+from persobench.core.secrets import redact
+from persobench.store.run_store import RunStore
+from persobench.store.files import read_arrow
 from persobench.datasets import reference_dir, some_samples
 
 if TYPE_CHECKING:

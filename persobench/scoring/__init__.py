@@ -17,10 +17,18 @@ compute it, write it under the run's lock.
 - :mod:`~persobench.scoring.outcome`: :class:`ScoreReport` (with the judge's counts), :class:`RunScore`.
 - :mod:`~persobench.scoring.judge_estimate`: what a judge would label and cost, before sending.
 
-The metric families and their models stay in :mod:`persobench.metrics`. Light to import: every
-submodule loads on use.
+The metric families and their models stay in :mod:`persobench.metrics`. Importing this package loads
+the scoring stack but no model: the metric backends and Ray load when a pass needs them.
 """
 
-from persobench.scoring.compute import score_run  # the one-run front
+from persobench.scoring.compute import score_run
+from persobench.scoring.judge_estimate import JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs
+from persobench.scoring.outcome import RunScore, ScoreReport
+from persobench.scoring.pass_steps import ScoreProgress
+from persobench.scoring.ray_executor import import_ray
+from persobench.scoring.score_config import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig
+from persobench.scoring.score_pass import score, score_runs
 
-__all__ = ["score_run"]
+__all__ = ["EXECUTORS", "INPUT_LAYOUTS", "JUDGED_METRICS", "JUDGED_METRICS_TEXT", "SCORE_FLAGS", "RunScore",
+           "ScoreConfig", "ScoreProgress", "ScoreReport", "estimate_new_runs", "estimate_runs", "import_ray",
+           "score", "score_run", "score_runs"]

@@ -12,16 +12,16 @@ from typing import Any, Mapping, Sequence
 from persobench.errors import ScoringError
 from persobench.metrics.backends import Profile
 from persobench.metrics.family import ProgressFn
-from persobench.metrics.judge_session import JudgeSession, judge_session
-import persobench.metrics.scoring as family_scoring  # by module: a test spies on score_samples
-from persobench.metrics.scoring import ScoreResult
+from persobench.metrics.judge.judge_session import JudgeSession, judge_session
+import persobench.metrics.sample_scores as family_scoring  # by module: a test spies on score_samples
+from persobench.metrics.sample_scores import ScoreResult
 from persobench.scoring.pass_steps import label_work
 from persobench.scoring.work_plan import plan_run
 from persobench.scoring.writing import RunScoreSummary, RunWork, write_run
-from persobench.metrics.encoder import TextEncoder
+from persobench.metrics.encoders.encoder import TextEncoder
 from persobench.records import Sample
-from persobench.store import Run
-from persobench.metrics.encoder import store_cache_root
+from persobench.store.run_store import Run
+from persobench.metrics.encoders.encoder import store_cache_root
 
 
 

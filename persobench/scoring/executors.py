@@ -16,18 +16,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generator, Iterable, Iterator, Protocol, Sequence
 
 from persobench.errors import PersoBenchError
-from persobench.gc_pace import fewer_collections
+from persobench.core.gc_pace import fewer_collections
 from persobench.scoring.work_plan import embeds_texts, split_by_embedding, work_embedding_request
 from persobench.scoring.writing import RunWork
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge_session import JudgeSession
-from persobench.store import Run, RunStore
+from persobench.metrics.judge.judge_session import JudgeSession
+from persobench.store.run_store import Run, RunStore
 from persobench.metrics import lexical
-from persobench.metrics.encoder import TextEncoder, store_cache_root
-from persobench.metrics.encoder import merged_request
+from persobench.metrics.encoders.encoder import TextEncoder, store_cache_root
+from persobench.metrics.encoders.encoder import merged_request
 from persobench.metrics.family import Progress
-from persobench.metrics.judge import JudgeError
-from persobench.metrics.scoring import prepare_embeddings
+from persobench.metrics.judge.labeller import JudgeError
+from persobench.metrics.sample_scores import prepare_embeddings
 from persobench.scoring.compute import combine_results, compute_run
 from persobench.scoring.outcome import RunScore
 from persobench.scoring.overlap import Stop, ahead
@@ -172,7 +172,7 @@ class LocalExecutor:
         free = list(self._encoders)
         stop = Stop()
         embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="persobench-embed")
-        queued: "collections.deque[tuple[WorkGroup, Any, Future[None]]]" = collections.deque()
+        queued: collections.deque[tuple[WorkGroup, Any, Future[None]]] = collections.deque()
 
         def queue_next() -> None:
             group = next(planned, None)
@@ -209,7 +209,7 @@ def _computed(work: RunWork, metrics: Sequence[str], encoder: Any, progress: Sco
     return Computed(work, result)
 
 
-def _computed_group(group: WorkGroup, encoder: Any, embedded: "Future[None]",
+def _computed_group(group: WorkGroup, encoder: Any, embedded: Future[None],
                     progress: ScoreProgress | None) -> Iterator[Computed]:
     """The runs of ``group``: what needs no embedding while ``embedded`` (the group's texts) is
     still running, the rest once it is done; one :class:`Computed` per run, both parts combined."""

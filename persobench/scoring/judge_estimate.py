@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge import JudgeConfig, JudgeEstimate
+from persobench.metrics.judge.labeller import JudgeConfig, JudgeEstimate
 from persobench.records import Sample
-from persobench.metrics.judge import JudgeLabeller
+from persobench.metrics.judge.labeller import JudgeLabeller
 from persobench.scoring.work_plan import items_nli_pairs, run_nli_pairs
 from dataclasses import replace
 from persobench.metrics.backends import get_profile
 from persobench.metrics.metric_registry import validate_metric_names
 from persobench.metrics.nli_inputs import AUTO, resolve_layout
-from persobench.metrics.scoring import _items, _paper_persona_texts
-from persobench.store import RunManifest
+from persobench.metrics.sample_scores import items_of, paper_persona_texts
+from persobench.store.run_store import RunManifest
 
 
 #: The metrics whose pairs a judge labels: the one list (the CLI's help, the app's form, a judge
@@ -61,7 +61,7 @@ def estimate_new_runs(judge: "JudgeConfig", samples: Sequence["Sample"], runs: i
                           model={}, mode=mode, template=template or "", template_hash="")
     profile = resolve_layout(replace(get_profile("offline", judge=judge), input_layout=input_layout), planned)
     stand_in = {s.id: s.reference or "A reply." for s in samples}
-    items = _items(samples, stand_in, None, _paper_persona_texts(planned, samples))
+    items = items_of(samples, stand_in, None, paper_persona_texts(planned, samples))
     pairs = items_nli_pairs(items, validate_metric_names(list(metrics)), profile)
     one = JudgeLabeller(judge).estimate(pairs)
     n = max(0, int(runs))

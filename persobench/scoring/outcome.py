@@ -1,9 +1,9 @@
 """What a scoring pass did: per run (:class:`RunScore`), in total (:class:`ScoreReport`), and what its
-LLM judge did (its :class:`~persobench.metrics.judge.JudgeStats`, for this pass only), whichever
+LLM judge did (its :class:`~persobench.metrics.judge.labeller.JudgeStats`, for this pass only), whichever
 executor computed the values.
 
 The judge's counts are the pass's judge session's own
-(:attr:`persobench.metrics.judge_session.JudgeSession.stats`): only the driver of a pass sends judge
+(:attr:`persobench.metrics.judge.judge_session.JudgeSession.stats`): only the driver of a pass sends judge
 requests, on the local executor and on Ray alike, so ``score --executor ray`` reports (and exits on)
 the same counts as a local score, and nothing is read off a counter another pass shares.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping
-from persobench.metrics.judge import JudgeStats
+from persobench.metrics.judge.labeller import JudgeStats
 from persobench.scoring.writing import RunScoreSummary
 
 

@@ -6,7 +6,7 @@ a step its own way, so the requests a judge is sent, the values stored and the r
 whichever computed.
 
 The label step (:func:`label_work`) asks a run's NLI pairs through the pass's
-:class:`~persobench.metrics.judge_session.JudgeSession` before the run is computed; the answers
+:class:`~persobench.metrics.judge.judge_session.JudgeSession` before the run is computed; the answers
 travel inside the run's work, so the compute step (in this process or on a Ray actor) never sends.
 """
 
@@ -21,14 +21,14 @@ from typing import Callable, Iterator, Sequence
 from persobench.errors import PersoBenchError
 from persobench.metrics.backends import Profile
 from persobench.metrics.family import Progress
-from persobench.metrics.judge import JudgeError
-from persobench.metrics.judge_session import JudgeSession
-from persobench.metrics.scoring import ScoreResult
+from persobench.metrics.judge.labeller import JudgeError
+from persobench.metrics.judge.judge_session import JudgeSession
+from persobench.metrics.sample_scores import ScoreResult
 from persobench.records import Sample
 from persobench.scoring.outcome import RunScore
 from persobench.scoring.work_plan import by_dataset, embeds_texts, items_nli_pairs, plan_run, run_samples, work_items
 from persobench.scoring.writing import RunWork, write_run
-from persobench.store import Run
+from persobench.store.run_store import Run
 
 #: ``progress(stage, done, total)`` of a scoring pass; ``stage`` names the run (or dataset) and step.
 ScoreProgress = Callable[[str, int, int], None]
@@ -123,7 +123,7 @@ class PassSteps:
     def labelled(self, group: WorkGroup, judge: JudgeSession | None, progress: ScoreProgress | None) -> WorkGroup:
         """``group`` with each run's answers attached (:func:`label_work`, progress stages named by the
         run); ``group`` itself without a judge. A judge that cannot label at all stops the pass
-        (:class:`~persobench.metrics.judge.JudgeError`, one line); a run whose labelling fails
+        (:class:`~persobench.metrics.judge.labeller.JudgeError`, one line); a run whose labelling fails
         otherwise is refused with its one-line reason."""
         if judge is None:
             return group

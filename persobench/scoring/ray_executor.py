@@ -35,30 +35,30 @@ from typing import Any, Callable, Generator, Iterator, Sequence
 
 from persobench.errors import ConfigurationError, PersoBenchError
 from persobench.metrics.backends import Profile
-from persobench.metrics.encoder import EmbeddingRequest, merged_request
+from persobench.metrics.encoders.encoder import EmbeddingRequest, merged_request
 from persobench.scoring.pass_steps import Computed, PassSteps, ScoreProgress
 from persobench.scoring.writing import RunWork
-from persobench.metrics.scoring import ScoreResult
+from persobench.metrics.sample_scores import ScoreResult
 import os
 import socket
 from urllib.parse import urlsplit
-from persobench.secrets import public_address
+from persobench.core.secrets import public_address
 from persobench.metrics.backends import default_device
-from persobench.metrics.encoder import TextEncoder
+from persobench.metrics.encoders.encoder import TextEncoder
 from persobench.metrics.family import Progress
-from persobench.metrics.scoring import prepare_embeddings
+from persobench.metrics.sample_scores import prepare_embeddings
 from persobench.scoring.compute import compute_run
-from persobench.metrics.judge_session import JudgeSession
-from persobench.metrics.encoder import store_cache_root
+from persobench.metrics.judge.judge_session import JudgeSession
+from persobench.metrics.encoders.encoder import store_cache_root
 from persobench.metrics.metric_registry import validate_metric_names
 from persobench.scoring.outcome import RunScore
 from persobench.scoring.score_config import ScoreConfig
-from persobench.store import Run, RunStore
+from persobench.store.run_store import Run, RunStore
 import logging
 import persobench
 from persobench.scoring.work_plan import GPU_SLOTS, FamilyGroup, family_groups, work_embedding_request  # noqa: F401 - re-exported
 from persobench.scoring.compute import combine_results
-from persobench.secrets import public_text
+from persobench.core.secrets import public_text
 
 
 #: What to install for ``--executor ray``.

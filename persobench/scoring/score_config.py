@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from persobench.errors import ConfigurationError
-from persobench.registry import Registry
+from persobench.core.registry import Registry
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge_config import JudgeConfig
+from persobench.metrics.judge.judge_config import JudgeConfig
 from persobench.metrics.backends import get_profile
 from persobench.metrics.metric_registry import validate_metric_names
 from persobench.metrics.nli_inputs import AUTO, LAYOUTS, check_layout
@@ -27,7 +27,7 @@ EXECUTORS: Registry[Any] = Registry("executor")
 EXECUTORS.register("local", "persobench.scoring.executors:LocalExecutor", description="this process")
 EXECUTORS.register("ray", "persobench.scoring.ray_executor:RayExecutor",
                    description="actors on a Ray cluster (pip install 'persobench[ray]')")
-#: Field -> its ``score`` flag (the judge's own flags: :data:`persobench.metrics.judge_config.JUDGE_FLAGS`).
+#: Field -> its ``score`` flag (the judge's own flags: :data:`persobench.metrics.judge.judge_config.JUDGE_FLAGS`).
 SCORE_FLAGS = {"profile": "--profile", "metrics": "--metrics", "overrides": "--model", "precision": "--precision",
                "judge": "--judge", "executor": "--executor", "ray_address": "--ray-address",
                "input_layout": "--nli-inputs", "unieval_scorer": "--unieval-scorer"}

@@ -18,15 +18,15 @@ from typing import Any, Callable, Sequence
 
 from persobench.errors import ConfigurationError
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge import JudgeStats
-from persobench.metrics.judge_session import judge_session
-from persobench.run_lookup import open_store, resolve_run, resolve_runs
+from persobench.metrics.judge.labeller import JudgeStats
+from persobench.metrics.judge.judge_session import judge_session
+from persobench.store.run_lookup import open_store, resolve_run, resolve_runs
 from persobench.scoring.executors import ScoreExecutor
 from persobench.scoring.outcome import RunScore, ScoreReport
 from persobench.scoring.pass_steps import PassSteps, ScoreProgress
 from persobench.scoring.score_config import EXECUTORS, ScoreConfig
 from persobench.scoring.work_plan import by_dataset
-from persobench.store import Run, RunStore
+from persobench.store.run_store import Run, RunStore
 
 
 def score(runs: Sequence[str | Run] | None = None, config: "ScoreConfig | None" = None, *,

@@ -12,22 +12,22 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from persobench.errors import PersoBenchError, ScoringError, StoreError
 from persobench.metrics.backends import Profile, get_profile
-from persobench.importer import run_reference_note, run_references
+from persobench.generation.importer import run_reference_note, run_references
 from persobench.metrics import lexical
 from persobench.metrics.family import Item, MetricFamily
 from persobench.metrics.metric_registry import metric_info, metric_names, validate_metric_names
 from persobench.metrics.nli_inputs import NLIInput, resolve_layout
 from persobench.metrics.unieval import PAPER_SCORER
-from persobench.metrics.scoring import _items, _paper_persona_texts, embedding_request, family_plan
-from persobench.metrics.scoring import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
+from persobench.metrics.sample_scores import items_of, paper_persona_texts, embedding_request, family_plan
+from persobench.metrics.sample_scores import items_nli_pairs  # noqa: F401 - the scoring stage's name for it
 from persobench.metrics.stored import score_basis, stored_keys
 from persobench.scoring.writing import RunScoreSummary, RunWork
-from persobench.metrics.encoder import EmbeddingRequest
+from persobench.metrics.encoders.encoder import EmbeddingRequest
 from persobench.records import Sample
-from persobench.store import Run
+from persobench.store.run_store import Run
 from persobench.datasets import samples_by_id
-from persobench.files import read_parquet_lists, sha256_file
-from persobench.importer import samples_for_run
+from persobench.store.files import read_parquet_lists, sha256_file
+from persobench.generation.importer import samples_for_run
 
 
 
@@ -112,14 +112,14 @@ def plan_run(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile: "str
     lexical.send_ahead([present[s.id][0] for s in samples], [replies[s.id] for s in samples], todo)
     return RunWork(run.run_id, prof, wanted, replies, bases, invalid, todo, summary, samples,
                    dict(references) if references else None,
-                   _paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note,
+                   paper_persona_texts(run, samples) if samples and reads_persona else None, reference_note,
                    tuple(str(sid) for sid in generations["sample_id"]))
 
 
 def work_items(work: RunWork) -> list[Item]:
     """The replies the compute step scores for ``work`` (every sample some metric still needs)."""
     ids = work.sample_ids
-    return _items(work.samples, {sid: work.replies[sid] for sid in ids}, work.references, work.persona_texts)
+    return items_of(work.samples, {sid: work.replies[sid] for sid in ids}, work.references, work.persona_texts)
 
 
 def work_embedding_request(work: RunWork, metrics: Sequence[str] | None = None) -> "EmbeddingRequest":
@@ -162,8 +162,8 @@ def run_nli_pairs(run: "Run", samples_by_id: Mapping[str, "Sample"], *, profile:
         return []
     ids = set().union(*work.todo.values())
     samples = [samples_by_id[sid] for sid in work.replies if sid in ids]
-    items = _items(samples, {sid: work.replies[sid] for sid in ids}, work.references,
-                   _paper_persona_texts(run, samples))
+    items = items_of(samples, {sid: work.replies[sid] for sid in ids}, work.references,
+                   paper_persona_texts(run, samples))
     return items_nli_pairs(items, tuple(work.todo), work.profile)
 
 

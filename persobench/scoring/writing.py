@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from persobench.metrics.metric_registry import metric_info
 from persobench.metrics.stored import STORED_SCORE_COLUMNS, empty_scores
-from persobench.run_records import MetricProvenance, RunExtra
+from persobench.store.run_records import MetricProvenance, RunExtra
 from persobench.metrics.backends import Profile
-from persobench.metrics.scoring import ScoreResult
+from persobench.metrics.sample_scores import ScoreResult
 from persobench.records import Sample
-from persobench.store import Run
+from persobench.store.run_store import Run
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -76,14 +76,14 @@ class RunWork:
     """Sample id -> the persona text persona metrics read (the paper protocol's cell), or None."""
     reference_note: str | None = None
     """Which reference the reference metrics read and why, for their provenance, when the plan chose
-    it (an imported published run: :func:`persobench.importer.run_reference_note`); None: the caller's
+    it (an imported published run: :func:`persobench.generation.importer.run_reference_note`); None: the caller's
     references ("given by the caller") or the samples' own."""
     row_order: tuple[str, ...] = ()
     """Every sample id of the generations table in its order, valid or not (the paper's UniEval
     scorer batches replies by row position)."""
     nli_answers: Any = None
     """With a judge in the profile: its answers to the run's NLI pairs
-    (:class:`~persobench.metrics.judge_session.NLIAnswers`), attached by the pass's label step
+    (:class:`~persobench.metrics.judge.judge_session.NLIAnswers`), attached by the pass's label step
     (:func:`persobench.scoring.pass_steps.label_work`) before the run is computed; None until then."""
 
     @property

@@ -11,6 +11,11 @@ from tests.fakes.servers import FakeLLMServer
 #: API keys the tests hand to the SDKs; tests check that none of them reaches the disk.
 OPENAI_SECRET = "sk-test-OPENAI-5ecret-9f8e7d6c5b4a"
 ANTHROPIC_SECRET = "sk-ant-test-ANTHROPIC-5ecret-1a2b3c4d"
+#: A long key (200 characters) a server echoes in an error body: no 16-character run of it may be stored.
+LONG_KEY = "sk-" + "".join("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789"[(i * 7) % 46] for i in range(197))
+#: Credentials typed into a base URL (user info and a secret query parameter).
+URL_PASSWORD = "pw-Hunter2-urlsecret"
+QUERY_TOKEN = "qtok-93fj2k-secretvalue"
 
 
 @pytest.fixture()

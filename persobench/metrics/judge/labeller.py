@@ -5,7 +5,7 @@ label -- entailment, neutral or contradiction -- for (premise, hypothesis) pairs
 classifier gives them (:mod:`persobench.metrics.nli`); ``score --judge PROVIDER:MODEL`` gives them
 from an LLM instead. :class:`JudgeLabeller` labels pairs (``predict(pairs)``, the classifier's
 signature). A scoring pass labels through a session of its own
-(:class:`~persobench.metrics.judge_session.JudgeSession`: its labeller, ledger and counts, nothing
+(:class:`~persobench.metrics.judge.judge_session.JudgeSession`: its labeller, ledger and counts, nothing
 process-wide) before it computes, and the NLI family reads the session's answers where it would run
 the classifier, so the metric code is the same for both.
 
@@ -40,10 +40,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
-from persobench.metrics.judge_config import (  # noqa: F401 - part of this module's interface
+from persobench.metrics.judge.judge_config import (  # noqa: F401 - part of this module's interface
     JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, JudgeConfig, make_judge,
 )
-from persobench.metrics.judge_prompt import (  # noqa: F401 - part of this module's interface
+from persobench.metrics.judge.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
     template_versions,
 )
@@ -52,16 +52,16 @@ from persobench.llm.spend import SpendLedger, SpendLedgerError
 from persobench.providers.base import Completion, GenerationParams
 from persobench.llm.response_cache import default_cache_dir
 from persobench.llm.retry import RetryPolicy
-from persobench.store import default_home
+from persobench.store.run_store import default_home
 from persobench.llm.response_cache import cache_key
-from persobench.models_registry import estimate_cost
+from persobench.providers.models_registry import estimate_cost
 from persobench.llm.response_cache import ReplyClaims, ResponseCache
 from persobench.llm.retry import sleep_or_stop
 from persobench.llm.usage import estimate_prompt_tokens
 from persobench.llm.session import run_coroutine
 from persobench.llm.session import FailFast, LLMSession
 from persobench.providers.base import Request
-from persobench.metrics.judge_batch import answer_by_batch
+from persobench.metrics.judge.judge_batch import answer_by_batch
 
 
 #: A pair whose request failed (or was not sent: stop, cost cap); asked again by the next run.
@@ -281,7 +281,7 @@ class JudgeLabeller:
                     if progress is not None:
                         progress(len(positions[key]))
             todo = [key for key in asked if key not in labels]
-            if todo and self.config.batch is not None:  # the batch API first (persobench/metrics/judge_batch.py)
+            if todo and self.config.batch is not None:  # the batch API first (persobench/metrics/judge/judge_batch.py)
 
                 try:
                     todo = answer_by_batch(self, todo, messages, positions, labels, cache, progress)

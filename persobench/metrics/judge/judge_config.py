@@ -1,6 +1,6 @@
 """The ONE description of an LLM judge (:class:`JudgeConfig`): what ``score --judge`` builds from its
 flags, what the app's judge form builds from its widgets, what a job's ``score`` step stores in
-``job.json`` (:meth:`JudgeConfig.to_dict`) and what the labeller (:mod:`persobench.metrics.judge`)
+``job.json`` (:meth:`JudgeConfig.to_dict`) and what the labeller (:mod:`persobench.metrics.judge.labeller`)
 sends with. :data:`JUDGE_FLAGS` is the one mapping between its stored fields and the CLI flags.
 """
 
@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from persobench.errors import ConfigurationError
-from persobench.metrics.judge_prompt import DEFAULT_PROMPT, JudgeTemplate, load_template
+from persobench.metrics.judge.judge_prompt import DEFAULT_PROMPT, JudgeTemplate, load_template
 from persobench.llm.batch_driver import BatchSettings
 from persobench.llm.retry import RetryPolicy
 from persobench.providers.spec import ModelSpec
-from persobench.models_registry import prices_for, resolve_model
-from persobench.secrets import public_url
+from persobench.providers.models_registry import prices_for, resolve_model
+from persobench.core.secrets import public_url
 from persobench.llm.response_cache import default_cache_dir
-from persobench.secrets import url_with_credentials
+from persobench.core.secrets import url_with_credentials
 from persobench.providers.batch_api import supports_batch
 from persobench.providers.base import parse_base_url
 

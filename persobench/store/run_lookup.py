@@ -7,7 +7,7 @@ import os
 from typing import Sequence
 
 from persobench.errors import ConfigurationError, StoreError
-from persobench.store import Run, RunStore
+from persobench.store.run_store import Run, RunStore
 
 
 def open_store(home: str | os.PathLike[str] | None = None, store: RunStore | None = None) -> RunStore:

@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from persobench.errors import DatasetError, PersoBenchError, StoreError
-from persobench.run_records import ImportRecord, RunExtra
-from persobench.store import RunManifest, RunStore, make_run_id
-from persobench.files import file_version, sha256_file
+from persobench.store.run_records import ImportRecord, RunExtra
+from persobench.store.run_store import RunManifest, RunStore, make_run_id
+from persobench.store.files import file_version, sha256_file
 from persobench.records import Sample
-from persobench.store import Run
+from persobench.store.run_store import Run
 from persobench.datasets import PAPER_TABLES
 from persobench.datasets.tables import prompt_table_rows
 from persobench.datasets.parsed_tables import table_samples, tables_dir_of_store
-from persobench.postprocess import Status, parse_output
+from persobench.generation.postprocess import Status, parse_output
 from persobench.datasets.tables import tables_dir
 from persobench.datasets import samples_by_id
 from persobench.datasets.published_references import RAW, PublishedReference, published_reference
@@ -242,7 +242,7 @@ def build_generations(frame: "pd.DataFrame", sample_ids: list[str], *, raw: bool
 def imported_template(model: str) -> str:
     """The paper template a published model was prompted with: ``paper`` (the closed-source notebook:
     gpt-*, gemini-*) or ``paper-open`` (the open-source notebook: Mistral, Qwen, Gemma, Llama).
-    Both are the paper protocol (:func:`persobench.protocol.protocol_of`)."""
+    Both are the paper protocol (:func:`persobench.prompts.protocol.protocol_of`)."""
     return "paper" if model.lower().startswith(CLOSED_SOURCE_PREFIXES) else "paper-open"
 
 

@@ -1,6 +1,6 @@
 """Loading the embedding models once per process: BERTScore's scorer and the sentence-embedding model.
 
-Both the encoder (:mod:`persobench.metrics.encoder`) and the metric families
+Both the encoder (:mod:`persobench.metrics.encoders.encoder`) and the metric families
 (:mod:`persobench.metrics.embeddings`) use them; they live here so neither imports the other.
 """
 

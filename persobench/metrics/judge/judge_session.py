@@ -23,16 +23,16 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from persobench.llm.session import sending_for
 from persobench.llm.spend import SpendLedger
-from persobench.metrics.judge import UNANSWERED, JudgeEstimate, JudgeLabeller, JudgeStats
-from persobench.metrics.judge_config import JudgeConfig
+from persobench.metrics.judge.labeller import UNANSWERED, JudgeEstimate, JudgeLabeller, JudgeStats
+from persobench.metrics.judge.judge_config import JudgeConfig
 from persobench.metrics.nli_labels import LABELS, NLIPrediction
 
 
 @dataclass(frozen=True)
 class NLIAnswers:
     """The judge's label for each (premise, hypothesis) pair it was asked: an entailment, neutral or
-    contradiction label, :data:`~persobench.metrics.judge.UNPARSEABLE` or
-    :data:`~persobench.metrics.judge.UNANSWERED`. Plain data: it travels inside a run's work to
+    contradiction label, :data:`~persobench.metrics.judge.labeller.UNPARSEABLE` or
+    :data:`~persobench.metrics.judge.labeller.UNANSWERED`. Plain data: it travels inside a run's work to
     another process (a Ray actor) and reads the same there. A pair it does not hold is unanswered."""
 
     labels: Mapping[tuple[str, str], str] = field(default_factory=dict)
@@ -74,7 +74,7 @@ class JudgeSession:
         """The judge's answers to ``pairs``: from the response cache, else asked now. With ``run_path``,
         the requests are for that run: those still queued when it is deleted are not sent
         (:func:`~persobench.llm.session.sending_for`). Raises
-        :class:`~persobench.metrics.judge.JudgeError` when the judge cannot label at all (its first
+        :class:`~persobench.metrics.judge.labeller.JudgeError` when the judge cannot label at all (its first
         requests all failed for one reason, the spend ledger cannot be trusted)."""
         if not pairs:
             return NLIAnswers()

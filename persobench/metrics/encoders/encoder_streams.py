@@ -1,5 +1,5 @@
 """Forward passes in streams: on a CPU, several single-threaded passes of an embedding model at
-once instead of one pass split over every core (:class:`~persobench.metrics.encoder.TextEncoder`
+once instead of one pass split over every core (:class:`~persobench.metrics.encoders.encoder.TextEncoder`
 runs its fixed-shape batches through :func:`run_in_streams`).
 
 Why: a model of MiniLM's size (6 layers, 384 wide, batches of 32 x 8-64 tokens) does not give

@@ -21,10 +21,6 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-#: The errors that mean the disk refused a write (full, over quota, file too large).
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
-
-
 def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 

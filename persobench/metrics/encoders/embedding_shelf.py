@@ -1,5 +1,5 @@
 """The disk shelf of text embeddings: arrays by text key for one backend, in memory and in shards
-under ``<store>/embeddings/<backend key>/`` (see :mod:`persobench.metrics.encoder`, which fills it).
+under ``<store>/embeddings/<backend key>/`` (see :mod:`persobench.metrics.encoders.encoder`, which fills it).
 
 A shard is four ``.npy`` files (keys, offsets, vectors, weights) written to a temporary
 folder and renamed into place, so a crash leaves either a whole shard or none; a damaged shard is
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from persobench.files import atomic_write_json
+from persobench.store.files import atomic_write_json
 
 __all__ = ["EmbeddingShelf", "backend_key", "text_key"]
 
@@ -115,9 +115,6 @@ class EmbeddingShelf:
         self._pending.clear()
         self.refresh()
         return len(keys)
-
-    def drop_pending(self) -> None:
-        self._pending.clear()
 
     def drop_resident(self) -> None:
         """Give back the pages of the shards this process has read: :meth:`get` hands out copies,

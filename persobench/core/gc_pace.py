@@ -9,7 +9,7 @@ kernel worker's. None of those objects form reference cycles, so collecting them
 nothing later than their reference counts already do; the cycles pandas and pyarrow make are still
 collected, every :data:`PASS_THRESHOLD` allocations instead of 700.
 
-Stdlib only: the lexical worker processes import it with :mod:`persobench.ngram_kernels` alone.
+Stdlib only: the lexical worker processes import it with :mod:`persobench.core.ngram_kernels` alone.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 import json
 
 __all__ = ["KEY_HOSTS_ENV", "PUBLIC_PARAMETERS", "REDACTED", "SECRET_KEYS", "URL_CREDENTIALS_ENV", "credentials_environment",
-           "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "public_text", "public_url", "redact", "remember_url",
+           "is_secret_name", "key_allowed", "is_secret_option", "known_secrets", "public_address", "public_text", "public_url", "redact", "remember_url",
            "register_secret", "scrub", "secret_environment", "shorten", "strip_secrets", "url_with_credentials",
            "url_without_credentials"]
 

@@ -39,13 +39,13 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from persobench.gc_pace import give_back_memory
+from persobench.core.gc_pace import give_back_memory
 from persobench.metrics.backends import BackendUnavailable, Profile, model_identity, package_version
-from persobench.metrics.embedding_shelf import EmbeddingShelf, backend_key, text_key
+from persobench.metrics.encoders.embedding_shelf import EmbeddingShelf, backend_key, text_key
 import contextlib
-from persobench.metrics.embedding_models import load_bertscorer
-from persobench.metrics.embedding_models import load_embedding
-from persobench.metrics.encoder_streams import forward_streams, run_in_streams
+from persobench.metrics.encoders.embedding_models import load_bertscorer
+from persobench.metrics.encoders.embedding_models import load_embedding
+from persobench.metrics.encoders.encoder_streams import forward_streams, run_in_streams
 
 BATCH_ROWS = 32
 LENGTH_STEP = 8
@@ -523,16 +523,3 @@ def merged_request(requests: Iterable["EmbeddingRequest | None"]) -> EmbeddingRe
 def store_cache_root(home: Path) -> Path:
     """Where a run store keeps embeddings: ``<home>/embeddings``."""
     return Path(home) / "embeddings"
-
-
-_ENCODERS: dict[tuple[str, str], TextEncoder] = {}
-_ENCODERS_LOCK = threading.Lock()
-
-
-def encoder_for(profile: Profile, cache_root: Path | None) -> TextEncoder:
-    """One encoder per (profile key, cache folder) in this process."""
-    key = (profile.key + "@" + profile.device, str(cache_root))
-    with _ENCODERS_LOCK:
-        if key not in _ENCODERS:
-            _ENCODERS[key] = TextEncoder(profile, cache_root)
-        return _ENCODERS[key]

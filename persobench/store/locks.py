@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from persobench.errors import StoreBusy
-from persobench.files import write_refused
+from persobench.store.files import write_refused
 
 #: The file every process holds (``flock``, exclusive) while it reads, merges and writes a run's
 #: manifest or tables, so no change is ever computed from a stale copy and written over a newer one.

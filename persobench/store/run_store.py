@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from persobench.errors import StoreError
-from persobench.files import atomic_write_json, atomic_write_parquet, canonical_json, read_parquet, sha256_hex, \
+from persobench.store.files import atomic_write_json, atomic_write_parquet, canonical_json, read_parquet, sha256_hex, \
     utc_now
-from persobench.locks import RUN_LOCK, hold_state_lock, lock_holder
-from persobench.run_records import SCHEMA_VERSION, RunExtra
-from persobench.secrets import strip_secrets
+from persobench.store.locks import RUN_LOCK, hold_state_lock, lock_holder
+from persobench.store.run_records import SCHEMA_VERSION, RunExtra
+from persobench.core.secrets import strip_secrets
 from persobench.records import Sample
 from persobench import __version__
-from persobench.structured import structured_label
+from persobench.core.structured import structured_label
 import hashlib
 
 if TYPE_CHECKING:  # pandas is imported lazily: listing runs must stay cheap
@@ -91,14 +91,14 @@ class RunManifest:
     provenance. The JSON form; read it typed through :attr:`details`."""
     template_family: str = ""
     """Family of the prompt template ("paper" for ``paper`` and ``paper-open``); "" in manifests written
-    before families existed (:func:`persobench.protocol.template_family` derives it from the name)."""
+    before families existed (:func:`persobench.prompts.protocol.template_family` derives it from the name)."""
     chat_template: bool | None = None
     """Local models: whether the prompt was wrapped in the tokenizer's chat template (``False``: sent as
     raw text, the paper's open-source protocol); ``None`` for chat APIs and baselines (not applicable)
     and for older manifests."""
 
     schema_version: int = SCHEMA_VERSION
-    """Layout version of this manifest and its ``extra`` (:data:`persobench.run_records.SCHEMA_VERSION`);
+    """Layout version of this manifest and its ``extra`` (:data:`persobench.store.run_records.SCHEMA_VERSION`);
     manifests written before the field existed read as 1."""
 
     @property

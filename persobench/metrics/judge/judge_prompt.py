@@ -1,5 +1,5 @@
 """The LLM judge's prompt: versioned templates shipped in the package, and the strict reading of
-the label in an answer. Part of :mod:`persobench.metrics.judge` (which re-exports these names)."""
+the label in an answer. Part of :mod:`persobench.metrics.judge.labeller` (which re-exports these names)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ text to its completions endpoint (``/v1/completions``), so its runs are on the p
 one user message that starts with the system text, as the notebook sent it. Prices are the providers' public list
 prices in USD per million tokens (input, output), for dry-run cost estimates; local models cost 0.
 
-A name in the models file (:mod:`persobench.models_registry`) takes precedence over a preset.
+A name in the models file (:mod:`persobench.providers.models_registry`) takes precedence over a preset.
 """
 
 from __future__ import annotations

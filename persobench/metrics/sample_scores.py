@@ -35,13 +35,13 @@ from persobench.metrics.metric_registry import (
 )
 from persobench.metrics.backends import Profile, get_profile
 from persobench.metrics.family import FamilyBatch, FamilyResult, Item, MetricFamily, Progress, ProgressFn
-from persobench.metrics.encoder import EmbeddingRequest, TextEncoder, merged_request
+from persobench.metrics.encoders.encoder import EmbeddingRequest, TextEncoder, merged_request
 from persobench.records import Sample
-from persobench.store import Run, RunManifest
+from persobench.store.run_store import Run, RunManifest
 from persobench.metrics.backends import BackendUnavailable
-from persobench.protocol import PAPER, protocol_of
+from persobench.prompts.protocol import PAPER, protocol_of
 from persobench.datasets.paper_cells import paper_persona_text
-from persobench.metrics.judge_session import JudgeSession, NLIAnswers
+from persobench.metrics.judge.judge_session import JudgeSession, NLIAnswers
 from persobench.metrics.nli import SENTENCE_LABELS, nli_pairs
 from persobench.metrics.nli_inputs import AUTO, PAIRS, NLIInput
 
@@ -227,9 +227,9 @@ def _persona_pairs(sample: "Sample") -> tuple[tuple[str, str], ...]:
     return tuple([(p.speaker, s) for p in sample.personas for s in p.sentences if str(s).strip()])
 
 
-def _items(samples: Sequence["Sample"], replies: Mapping[str, str],
-           references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None,
-           *, personas: bool = True) -> list[Item]:
+def items_of(samples: Sequence["Sample"], replies: Mapping[str, str],
+             references: Mapping[str, str] | None, persona_texts: Mapping[str, str] | None = None,
+             *, personas: bool = True) -> list[Item]:
     """The valid replies as items; without their persona sentences when not ``personas`` (no family
     of the pass reads them: collecting them was a third of a lexical pass's bookkeeping)."""
     items: list[Item] = []
@@ -333,7 +333,7 @@ def score_samples(
 
     With a judge in the profile, the NLI pairs are labelled first: ``nli_answers`` when given (a
     scoring pass labels each run before it is computed), else through ``judge`` (a
-    :class:`~persobench.metrics.judge_session.JudgeSession`: read its ``stats`` afterwards), else
+    :class:`~persobench.metrics.judge.judge_session.JudgeSession`: read its ``stats`` afterwards), else
     through a session of this call's own.
     """
     prof = get_profile(profile, overrides) if not isinstance(profile, Profile) else profile
@@ -344,7 +344,7 @@ def score_samples(
     # A registered family need not derive from MetricFamily: one without the method reads them.
     personas = any(getattr(step.family, "reads_personas", lambda _metrics: True)(step.metrics)
                    for step in family_plan(wanted))
-    items = _items(samples, replies, references, persona_texts, personas=personas)
+    items = items_of(samples, replies, references, persona_texts, personas=personas)
     if nli_answers is None:
         nli_answers = judge_answers(items, wanted, prof, judge, Progress(progress))
     scored = _run_families(items, wanted, prof, Progress(progress), encoder,
@@ -369,7 +369,7 @@ PAPER_PERSONA_INPUT = "paper personas cell"
 SENTENCES_PERSONA_INPUT = "persona sentences"
 
 
-def _paper_persona_texts(run: "Run | RunManifest", samples: Sequence["Sample"]) -> dict[str, str] | None:
+def paper_persona_texts(run: "Run | RunManifest", samples: Sequence["Sample"]) -> dict[str, str] | None:
     """Sample id -> the paper's persona text when ``run`` (a run, or the manifest of one being
     planned) is under the paper protocol, else None."""
 

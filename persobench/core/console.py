@@ -96,12 +96,6 @@ class ProgressBar:
         if self._bar is not None:
             self._bar.set_description(text)
 
-    def set_total(self, total: int) -> None:
-        self.total = total
-        if self._bar is not None:
-            self._bar.total = total
-            self._bar.refresh()
-
     def update_to(self, done: int, **postfix: Any) -> None:
         """Move to ``done`` items; ``postfix`` (e.g. ``failed=2``) is shown after the count."""
         if self.disabled:

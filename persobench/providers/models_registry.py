@@ -34,12 +34,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from persobench.providers import PROVIDERS, checked_spec, parse_spec
+from persobench.providers.provider_registry import PROVIDERS, checked_spec, parse_spec
 from persobench.errors import ConfigurationError
 from persobench.providers.spec import ModelSpec
 from persobench.datasets.json_numbers import HugeInteger, max_digits
-from persobench.structured import FORMS
-from persobench.presets import preset
+from persobench.core.structured import FORMS
+from persobench.providers.presets import preset
 
 CANDIDATE_FILES = ("models.toml", "models.yaml", "models.yml")
 
@@ -200,7 +200,7 @@ def resolve_model(
     name: str, *, base_url: str | None = None, options: Mapping[str, Any] | None = None,
     models_file: str | None = None, home: Any = None,
 ) -> ModelSpec:
-    """A registry-file name, a preset (:mod:`persobench.presets`: the paper's eight models) or a
+    """A registry-file name, a preset (:mod:`persobench.providers.presets`: the paper's eight models) or a
     ``provider:model`` spec, with CLI overrides applied on top."""
 
     entry = find_model(name, path=models_file, home=home) or preset(name)

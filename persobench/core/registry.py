@@ -40,13 +40,6 @@ class Registry(Generic[T]):
         self._entries[name] = target
         self._descriptions[name] = description
 
-    def decorator(self, name: str, *, description: str = "") -> Callable[[T], T]:
-        def wrap(obj: T) -> T:
-            self.register(name, obj, description=description)
-            return obj
-
-        return wrap
-
     def get(self, name: str) -> T:
         try:
             target = self._entries[name]

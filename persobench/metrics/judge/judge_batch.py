@@ -1,6 +1,6 @@
 """``score --judge ... --batch``: the judge's requests through the provider's batch API first.
 
-The hook of :meth:`~persobench.metrics.judge.JudgeLabeller.predict`: the requests the response
+The hook of :meth:`~persobench.metrics.judge.labeller.JudgeLabeller.predict`: the requests the response
 cache lacks go to :func:`persobench.llm.batch_driver.fill_cache` (one batch, its id recorded in
 ``<home>/batches/judge-<identity hash>.json`` before any waiting); every answer it caches is
 labelled here, what the batch answered with an error goes back to the ordinary send loop, and
@@ -20,12 +20,12 @@ from persobench.errors import PersoBenchError, ProviderError
 from persobench.llm.batch_driver import BatchFailed, BatchState, batch_cost, fill_cache
 from persobench.providers.base import Request
 from persobench.providers.batch_api import make_batch_backend
-from persobench.secrets import known_secrets
+from persobench.core.secrets import known_secrets
 
 
 
 class BatchedLabeller(Protocol):
-    """What the batch hook uses of :class:`~persobench.metrics.judge.JudgeLabeller` (named here so
+    """What the batch hook uses of :class:`~persobench.metrics.judge.labeller.JudgeLabeller` (named here so
     this module, which the labeller calls, does not import it back)."""
 
     config: Any

@@ -23,9 +23,9 @@ import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
-from persobench.store import RunManifest
-from persobench.prompts import template_family as family_of_name
-from persobench.prompts import BUILTIN_TEMPLATES, TEMPLATE_ALIASES
+from persobench.store.run_store import RunManifest
+from persobench.prompts.templates import template_family as family_of_name
+from persobench.prompts.templates import BUILTIN_TEMPLATES, TEMPLATE_ALIASES
 
 
 __all__ = ["PAPER", "PAPER_MAX_TOKENS", "PAPER_POLICY", "PAPER_TEMPERATURE", "Protocol", "default_policy",
@@ -179,7 +179,7 @@ def default_policy(family: str) -> str:
 
 
 def _manifest(manifest: Any) -> "RunManifest":
-    """A :class:`~persobench.store.RunManifest` from a manifest, a run or the manifest's dict form."""
+    """A :class:`~persobench.store.run_store.RunManifest` from a manifest, a run or the manifest's dict form."""
     manifest = getattr(manifest, "manifest", manifest)  # a Run
     if isinstance(manifest, Mapping):
 
@@ -208,7 +208,7 @@ def _number(value: Any, kind: type) -> Any:
 
 def _declared_chat_template(template: str) -> bool:
     """Whether the built-in ``template`` asks for a chat template (``paper-open``: no, raw text);
-    True for template files, as :class:`~persobench.prompts.PromptTemplate` defaults."""
+    True for template files, as :class:`~persobench.prompts.templates.PromptTemplate` defaults."""
 
     name = TEMPLATE_ALIASES.get(template, (template, None))[0]
     built_in = BUILTIN_TEMPLATES.get((name, "vanilla"))
@@ -229,8 +229,8 @@ def _chat_template_deviation(manifest: "RunManifest") -> bool | None:
 
 
 def protocol_of(manifest: Any) -> Protocol:
-    """The protocol of a run, from its manifest (a :class:`~persobench.store.RunManifest`, a
-    :class:`~persobench.store.Run` or the manifest's dict form).
+    """The protocol of a run, from its manifest (a :class:`~persobench.store.run_store.RunManifest`, a
+    :class:`~persobench.store.run_store.Run` or the manifest's dict form).
 
     Missing fields take today's defaults: ``structured`` False, policy ``robust`` (the generation
     default). A run imported from the paper's published data is the paper protocol.
