@@ -143,7 +143,7 @@ def build_report(store: "RunStore", options: ReportOptions) -> Report:
         for mode in modes:
             if not ((frame["dataset"] == dataset) & (frame["mode"] == mode)).any():
                 continue
-            arguments = dict(dataset=dataset, mode=mode, invalid=options.invalid, profile=options.profile,
+            arguments: dict[str, Any] = dict(dataset=dataset, mode=mode, invalid=options.invalid, profile=options.profile,
                              side_by_side=options.side_by_side, all_samples=options.all_samples)
             board = aggregate.leaderboard(results, **arguments)
             overall = aggregate.overall_with_ci(results, board=board, **arguments)  # ranks the score with its CI
@@ -239,7 +239,7 @@ def _dialogues(store: "RunStore", boards: list["pd.DataFrame"], options: ReportO
     import pandas as pd
 
     runs = pd.concat(boards, ignore_index=True).drop_duplicates("run_id")
-    replies = {run.run_id: _replies(store, run.run_id) for run in runs.itertuples()}
+    replies = {run.run_id: _replies(store, str(run.run_id)) for run in runs.itertuples()}
     wanted = list(dict.fromkeys(options.sample_ids))
     found: set[str] = set()
     dialogues: list[Dialogue] = []
