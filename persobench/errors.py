@@ -20,7 +20,7 @@ configuration and dataset errors still works. Specific classes (``MissingKeyErro
 from __future__ import annotations
 
 import enum
-from typing import Mapping
+from typing import Mapping, Protocol
 
 __all__ = ["ConfigurationError", "DatasetError", "ErrorKind", "MetricError", "PersoBenchError", "ProviderError", "RETRYABLE_KINDS",
            "RunAborted", "ScoringError", "StoreBusy", "StoreError", "StoreWriteError"]
@@ -121,11 +121,19 @@ class ProviderError(PersoBenchError):
         return f"{self.kind.value}{status}: {message}"
 
 
+class StoppedRun(Protocol):
+    """What :class:`RunAborted` says of its run (a :class:`~persobench.store.run_store.Run`; this
+    module, below the store, names only what it reads)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+
 class RunAborted(PersoBenchError, RuntimeError):
     """The run stopped early because its first requests all failed for the same non-retryable
     reason (bad key, unknown model, no quota ...). The finished samples are saved."""
 
-    def __init__(self, reason: str, run: object) -> None:
+    def __init__(self, reason: str, run: StoppedRun) -> None:
         super().__init__(reason)
         self.run = run
         """The :class:`~persobench.store.run_store.Run` that stopped (its finished rows are on disk)."""

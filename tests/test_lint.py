@@ -165,3 +165,49 @@ def test_the_registered_class_patterns_hide_no_dead_class():
     assert not dead, f"unused classes hidden by [tool.vulture]'s patterns: {dead}"
     config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert all(f'"{pattern}"' in config for pattern in REGISTERED_CLASS_PATTERNS)
+# --- Type checker (mypy; [tool.mypy] in pyproject.toml states the level) ---------------------------
+
+#: Where mypy keeps its incremental cache: the checkout's own, ignored by git, so that a second run
+#: (make lint, this suite) reads what did not change instead of checking all of persobench again.
+MYPY_CACHE = ROOT / ".mypy_cache"
+
+
+def _mypy(*paths: str) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("mypy", reason="requirements.txt pins mypy; `make install` installs it")
+    command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+               "--cache-dir", str(MYPY_CACHE), "--no-color-output", "--no-error-summary", *paths]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+
+
+def test_mypy_finds_nothing():
+    """persobench/ type-checks at the level pyproject.toml states (a cold run is ~75 s of CPU)."""
+    done = _mypy()  # [tool.mypy] files = ["persobench"]
+    assert done.returncode == 0 and done.stdout.strip() == "", f"mypy found problems:\n{done.stdout}{done.stderr}"
+
+
+#: A module per check of the stated level, with the error code mypy must report for it.
+MYPY_LEVEL_PROBES = {
+    "def untyped(x): return x\n": "no-untyped-def",                                 # disallow_untyped_defs
+    "def half(x: int, y) -> int: return x\n": "no-untyped-def",                     # disallow_incomplete_defs
+    "def body():\n    return 'a' + 1\n": "operator",                                 # check_untyped_defs
+    "x: int = 1  # type: ignore[assignment]\n": "unused-ignore",                     # warn_unused_ignores
+    "from typing import cast\ny = cast(int, 1)\n": "redundant-cast",                 # warn_redundant_casts
+    "def g(a: str) -> bool: return a == 1\n": "comparison-overlap",                 # strict_equality
+    "def h(a: str | None) -> str: return a.strip()\n": "union-attr",                # Optional is checked
+}
+
+
+def test_the_stated_mypy_level_reports_what_it_promises(tmp_path):
+    """Each check pyproject.toml states reports its error on a module written to break it: loosening
+    the configuration makes this fail, as does a check that stops running."""
+    probes = []
+    for number, source in enumerate(MYPY_LEVEL_PROBES):
+        probes.append(tmp_path / f"probe_{number}.py")
+        probes[-1].write_text(source, encoding="utf-8")
+    done = _mypy(*map(str, probes))
+    assert done.returncode == 1, done.stdout + done.stderr
+    reported: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():  # path:line: error: message  [code]
+        reported.setdefault(Path(line.split(":", 1)[0]).name, set()).add(line.rsplit("[", 1)[-1].rstrip("]"))
+    for probe, code in zip(probes, MYPY_LEVEL_PROBES.values()):
+        assert code in reported.get(probe.name, set()), f"{probe.name} ({code}) not reported:\n{done.stdout}"

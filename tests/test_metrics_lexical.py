@@ -251,6 +251,16 @@ def test_rouge_long_texts_need_no_recursion():
     assert r1 == pytest.approx(1.0, abs=1e-7) and rl == pytest.approx(1.0, abs=1e-7)
 
 
+def test_rouge_of_a_reference_made_without_sentence_types_equals_one_made_with_them():
+    """RougeText(..., sentence_types=False) is how replies are made; a reference made that way
+    used to raise TypeError (zip over None) instead of scoring."""
+    from persobench.core.ngram_kernels import RougeText, rouge_of
+
+    reference, reply = "the cat sat. on a mat", "the cat. a mat"
+    assert rouge_of(RougeText(reference, sentence_types=False), RougeText(reply)) == \
+        rouge_of(RougeText(reference), RougeText(reply)) == lexical.rouge(reference, reply)
+
+
 # --- Distinct-n ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(

@@ -52,6 +52,20 @@ def test_a_bad_cell_names_file_row_and_column(tmp_path: Path) -> None:
         read_published_table(tmp_path / "broken.xlsx")
 
 
+def test_a_blank_cell_the_ranking_reads_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """The paper's ranking reads five columns of every ranked model; a blank one used to raise
+    AttributeError ('NoneType' object has no attribute 'mean')."""
+    from persobench.aggregate.published_ranking import PAPER_RANKING_INPUTS, PAPER_RANKING_MODELS, paper_ranking
+
+    columns = list(PAPER_RANKING_INPUTS.values())
+    rows = [[model, *("0.5 ± 0.1" for _ in columns)] for model in PAPER_RANKING_MODELS.values()]
+    rows[1][columns.index("C Score") + 1] = ""
+    path = write_xlsx(tmp_path / "Evaluations" / "FoCus-results.xlsx", [["Model", *columns], *rows])
+    with pytest.raises(PublishedTableError) as info:
+        paper_ranking(str(tmp_path), "vanilla")
+    assert str(info.value) == f"{path}: model {rows[1][0]!r} has no 'C Score' figure, which the paper's ranking reads"
+
+
 @pytest.mark.reference
 def test_xlsx_built_from_the_published_csv_tables_read_the_same(reference_dir: Path, tmp_path: Path) -> None:
     """Every published CSV table (converted by hand from the repository's .xlsx) written back as a

@@ -152,10 +152,11 @@ def _common_samples(frame: pd.DataFrame) -> pd.DataFrame:
     pairs = frame[keys + ["run_id", "sample_id"]].drop_duplicates(["run_id", "sample_id"])
     runs_per_board = pairs.groupby(keys, sort=False)["run_id"].nunique()
     shared = pairs.groupby(keys + ["sample_id"], sort=False)["run_id"].nunique()
-    shared = shared[shared.eq(runs_per_board.reindex(shared.index.droplevel("sample_id")).to_numpy())]
+    # pandas-stubs refuse a level name for droplevel and an array for eq, both of which pandas takes
+    shared = shared[shared.eq(runs_per_board.reindex(shared.index.droplevel("sample_id")).to_numpy())]  # type: ignore[arg-type]
     largest = pairs.groupby(keys + ["run_id"], sort=False).size().groupby(level=keys, sort=False).max()
     common_n = shared.groupby(level=keys, sort=False).size()
-    keep = [key for key, n in common_n.items() if largest[key] > n]  # a run has samples the others lack
+    keep = [key for key, n in zip(common_n.index, common_n) if largest[key] > n]  # a run has samples the others lack
     if not keep:
         return frame
     restricted = pd.MultiIndex.from_tuples(keep, names=keys)
@@ -180,7 +181,7 @@ def _disjoint_sample_sets(frame: pd.DataFrame) -> dict[str, str]:
             continue
         names: dict[frozenset, str] = {}
         for run, ids in sorted(by_run.items(), key=lambda item: (-len(item[1]), item[0])):
-            labels[run] = names.setdefault(ids, f"S{len(names) + 1}")
+            labels[str(run)] = names.setdefault(ids, f"S{len(names) + 1}")
     return labels
 
 

@@ -115,7 +115,7 @@ def ranked_board(board: pd.DataFrame, overall: pd.DataFrame | None = None, rank_
 
 # --- export ------------------------------------------------------------------------------------
 
-def _fmt(value: float, digits: int = 2) -> str:
+def _fmt(value: Any, digits: int = 2) -> str:
     return "–" if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) \
         else f"{value:.{digits}f}"
 
@@ -472,7 +472,7 @@ def _json(board: pd.DataFrame, overall: pd.DataFrame | None, rank_by: str | None
     labels = {label: _protocol_fields(label) for label in board["protocol"].unique()} if "protocol" in board else {}
 
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-        return [{k: _jsonable(v) for k, v in row.items()} for row in frame.to_dict("records")]
+        return [{str(k): _jsonable(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
     payload = {
         "profiles": sorted(board["profile"].unique().tolist()) if len(board) else [],

@@ -102,7 +102,7 @@ def board_finding(ranked: pd.DataFrame, rank_by: str, statuses: Mapping[str, Map
     failing = ranked[~ranked["model"].map(_is_baseline) & ranked["failure_ratio"].notna()]
     if failing.empty:
         return text.strip()
-    worst = failing.loc[failing["failure_ratio"].idxmax()]
+    worst = failing.iloc[int(failing["failure_ratio"].to_numpy().argmax())]  # the first largest, as idxmax
     ratio = float(worst["failure_ratio"])
     if ratio <= 0:
         return text + ("It produced no invalid reply." if alone else "No model produced an invalid reply.")

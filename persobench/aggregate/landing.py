@@ -150,7 +150,7 @@ def warm_landing(store: RunStore) -> bool:
             return False
         profile, dataset = view
         results = functools.cache(lambda: load_results(store, profile=profile, dataset=dataset))
-        options = {"profile": profile, "dataset": dataset, "invalid": LANDING_INVALID, "side_by_side": False,
+        options: dict[str, Any] = {"profile": profile, "dataset": dataset, "invalid": LANDING_INVALID, "side_by_side": False,
                    "all_samples": False}
         board = cached_board(store, results, **options)
         cached_overall(store, results, lambda: board, **options)

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from persobench.datasets.published import published_table
+from persobench.datasets.published import PublishedTableError, published_table, published_table_path
 from persobench.errors import ConfigurationError
 
 __all__ = ["PAPER_FIGURE_SLIPS", "PAPER_RANKED_DATASET", "PAPER_RANKING_INPUTS", "PAPER_RANKING_MODELS",
@@ -47,7 +47,7 @@ PAPER_RANKING_INPUTS = {"coherence": "UE Score", "persona coverage": "Persona Di
 #: The inputs as ``plots_and_ranking.ipynb`` types them, in :data:`PAPER_RANKING_MODELS` order, per
 #: mode: the four aspects (x100) of its ``data_vanilla``/``data_cot`` and its ``failure_ratio_*``
 #: lists (Fluency and Diversity, which the ranking drops, left out).
-PAPER_RANKING_TYPED = {
+PAPER_RANKING_TYPED: dict[str, dict[str, list[float]]] = {
     "vanilla": {"coherence": [21, 17, 22, 17, 37, 35, 39, 26], "persona coverage": [30, 29, 39, 33, 51, 54, 51, 45],
                 "groundedness": [45, 43, 55, 42, 72, 72, 66, 65], "persona consistency": [-23, -31, -13, -22, 26, 16, 14, 4],
                 "failure ratio": [4.35, 5.1, 4.25, 4.5, 0.9, 0.86, 0.35, 0.248]},
@@ -150,7 +150,15 @@ def _checked_mode(mode: str) -> dict[str, list[float]]:
 def _cells(folder: str, mode: str) -> dict[str, list[float]]:
     """Each input's published cell, per model: aspects x100, failure ratios as they are."""
     table = published_table(folder, "FoCus", mode)
-    return {name: [table[model][column].mean * (1 if name == FAILURE else 100) for model in PAPER_RANKING_MODELS.values()]
+
+    def mean(model: str, column: str) -> float:
+        cell = table[model][column]
+        if cell is None:
+            raise PublishedTableError(f"{published_table_path(folder, 'FoCus', mode)}: model {model!r} has no "
+                                      f"{column!r} figure, which the paper's ranking reads")
+        return cell.mean
+
+    return {name: [mean(model, column) * (1 if name == FAILURE else 100) for model in PAPER_RANKING_MODELS.values()]
             for name, column in PAPER_RANKING_INPUTS.items()}
 
 

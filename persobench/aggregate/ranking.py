@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -62,7 +62,8 @@ def overall_table(board: pd.DataFrame) -> pd.DataFrame:
     reasons = {(*(r[k] for k in keys), r["metric"]): r["reason"]
                for r in board[board["status"] == "unavailable"].to_dict("records")}
     rows = []
-    for key, series in means.iterrows():
+    for label, series in means.iterrows():
+        key = cast("tuple[Any, ...]", label)  # means is indexed by (board keys..., model, profile)
         values = {m: float(series[m]) if m in series.index and not pd.isna(series[m]) else math.nan
                   for m in OVERALL_COMPONENTS}
         missing = [m for m, v in values.items() if math.isnan(v)]
@@ -136,9 +137,10 @@ def overall_with_ci(
         value = float(instructability.get(run_id, np.nan))
         composite = (components.sum(axis=1) + 100.0 * value) / 5.0
         composite_paper = (components.sum(axis=1) + value) / 5.0
-        ci = dict(level=level, n_resamples=n_resamples, seed=seed)
-        table.loc[index, ["overall_ci_low", "overall_ci_high"]] = stats.bootstrap_ci(composite, **ci)
-        table.loc[index, ["overall_paper_ci_low", "overall_paper_ci_high"]] = stats.bootstrap_ci(composite_paper, **ci)
+        ci: dict[str, Any] = dict(level=level, n_resamples=n_resamples, seed=seed)
+        at = cast("int", index)  # table has a RangeIndex
+        table.loc[at, ["overall_ci_low", "overall_ci_high"]] = stats.bootstrap_ci(composite, **ci)
+        table.loc[at, ["overall_paper_ci_low", "overall_paper_ci_high"]] = stats.bootstrap_ci(composite_paper, **ci)
     return table
 
 

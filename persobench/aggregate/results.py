@@ -12,7 +12,7 @@ import pandas as pd
 from persobench.errors import ConfigurationError
 from persobench.store.files import read_arrow
 from persobench.store.run_store import Run, RunStore, StoreProblem
-from persobench.metrics import METRICS
+from persobench.metrics import METRICS, MetricInfo
 from persobench.prompts.protocol import protocol_of
 from persobench.store.run_store import StoreError
 
@@ -28,7 +28,7 @@ def _metric_order() -> list[str]:
     return list(METRICS)
 
 
-def _info(metric: str):
+def _info(metric: str) -> MetricInfo | None:
 
     return METRICS.get(metric)
 
@@ -67,7 +67,8 @@ def scaled_worst_to_best(metric: str, values: Sequence[float] | np.ndarray) -> n
     return np.clip((out - worst) / (best - worst), 0.0, 1.0)
 
 
-def score_invalid(values: Sequence[float] | np.ndarray, ok: Sequence[bool] | np.ndarray, metric: str,
+def score_invalid(values: Sequence[float] | np.ndarray | pd.Series, ok: Sequence[bool] | np.ndarray | pd.Series,
+                  metric: str,
                   invalid: str = "worst") -> np.ndarray:
     """Per-sample ``values`` of ``metric`` with the invalid-reply policy applied (a new float array).
 
@@ -144,7 +145,7 @@ def available_profiles(store: "RunStore", *, include_incomplete: bool = False,
                        runs: "Iterable[Run] | None" = None) -> list[str]:
     """Profile keys that have scores in at least one completed run (``offline`` first); ``runs``: the
     store's runs when already listed."""
-    keys = set()
+    keys: set[str] = set()
     for run in _completed_runs(store, include_incomplete, runs):
         keys.update(run.manifest.details.scores or {})
     return sorted(keys, key=lambda k: (k != "offline", k))

@@ -9,7 +9,7 @@ this module only aggregates them, with :func:`persobench.aggregate.leaderboard`'
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, cast
 
 import pandas as pd
 
@@ -53,25 +53,27 @@ def demo_story(results: "Results | pd.DataFrame", runs: Mapping[tuple[str, bool,
         return None
     board = leaderboard(frame, invalid="worst", profile=profile, all_samples=True, metric_status=())
     by_run = {run_id: rows.set_index("metric") for run_id, rows in board.groupby("run_id", sort=False)}
+    means = {run_id: rows["mean"] for run_id, rows in by_run.items()}  # metric -> mean, per run
     story_runs = [run_id for (model, _, _), run_id in runs.items() if model == STORY_MODEL]
     if any(run_id not in by_run for run_id in story_runs):
         return None
-    metric = next((m for m in STORY_METRICS if all(m in rows.index and pd.notna(rows.loc[m, "mean"])
-                                                    for rows in by_run.values())), None)
+    metric = next((m for m in STORY_METRICS if all(m in mean.index and pd.notna(mean[m])
+                                                    for mean in means.values())), None)
     if metric is None:
         return None
     records = []
     for model, structured in _ORDER:
         for mode in DEMO_MODES:
-            rows = by_run.get(runs.get((model, structured, mode), ""))
+            run_id = runs.get((model, structured, mode), "")
+            rows = by_run.get(run_id)
             if rows is None:
                 continue
-            failures = rows.loc["failure_ratio"]
+            failures = cast("pd.Series", rows.loc["failure_ratio"])  # one row per metric: a label gives a row
             n = int(failures["n"])
             valid = n - round(float(failures["mean"]) * n)
             records.append({"model": structured_label(model, structured), "baseline": model.startswith("baseline:"),
                             "structured": structured, "mode": mode, "valid": valid, "n": n,
-                            "valid_share": valid / n if n else float("nan"), "mean": float(rows.loc[metric, "mean"]),
+                            "valid_share": valid / n if n else float("nan"), "mean": float(means[run_id][metric]),
                             "protocol": str(failures["protocol"]), "run_id": runs[(model, structured, mode)]})
     table = pd.DataFrame(records, columns=STORY_COLUMNS)
     return DemoStory(table, metric, _sentence(table))

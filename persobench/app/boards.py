@@ -224,7 +224,7 @@ def unavailable_by_reason(board: "pd.DataFrame") -> dict[str, list[str]]:
     """reason -> the metrics of the board that have no number for it (status ``unavailable``)."""
     found: dict[str, list[str]] = {}
     for row in board[board["status"] == "unavailable"].drop_duplicates("metric").itertuples():
-        found.setdefault(row.reason or "no model for it in this profile", []).append(row.metric)
+        found.setdefault(str(row.reason or "no model for it in this profile"), []).append(str(row.metric))
     return found
 
 

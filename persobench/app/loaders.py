@@ -324,6 +324,7 @@ def _dataset_sources() -> list[Any]:
     table file."""
 
     folder = tables_dir()
+    files: list[Any]
     try:
         files = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(folder.glob("*.csv"))]
     except OSError as exc:

@@ -72,7 +72,7 @@ def _result_links(status: JobStatus, rows: list[dict[str, Any]]) -> None:
     """Links to the Leaderboard of each dataset a finished job's runs wrote replies for."""
     import streamlit as st
 
-    datasets = {}
+    datasets: dict[str, str] = {}
     for step, row in zip(status.steps, rows):
         if row["kind"] == "run" and row["state"] == "done" and step.expect.get("dataset"):
             datasets.setdefault(str(step.expect["dataset"]), str(step.expect.get("mode") or "vanilla"))

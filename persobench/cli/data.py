@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from persobench.cli.command_support import store_from_args
 from persobench.cli.generate import add_template_arguments
@@ -16,6 +17,11 @@ from persobench.generation import default_template_for, messages_for
 from persobench.prompts import DEFAULT_TEMPLATE, build_messages, get_template
 from persobench.generation import interruption, waiting_batch
 from persobench.errors import PersoBenchError
+
+if TYPE_CHECKING:
+    from persobench.generation.batch_run import WaitingBatch
+    from persobench.generation.lock import Interruption
+    from persobench.records import Sample
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,7 +85,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         name = default_template_for(spec) if spec is not None else DEFAULT_TEMPLATE
     template = get_template(name, args.mode)
 
-    def build_messages_of(sample):  # what a run of --model sends (Gemini: one user message)
+    def build_messages_of(sample: Sample) -> list[dict[str, str]]:  # what a run of --model sends (Gemini: one user message)
         return messages_for(sample, template, spec) if spec is not None else build_messages(sample, template)
 
     samples = load_dataset(args.dataset, limit=args.limit, seed=args.seed)
@@ -118,8 +124,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     batches, batch_problems = {}, {}
     for r in runs:
         try:
-            if (info := waiting_batch(r)) is not None:
-                batches[r.run_id] = info
+            if (waiting := waiting_batch(r)) is not None:
+                batches[r.run_id] = waiting
         except PersoBenchError as exc:  # a damaged batch.json: one line under its run, the others listed
             batch_problems[r.run_id] = str(exc)
     if args.format == "json":
@@ -151,7 +157,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interrupted_fields(info) -> dict:
+def _interrupted_fields(info: Interruption | None) -> dict[str, Any]:
     """JSON fields of a run whose process died while generating (none for other runs)."""
     if info is None:
         return {}
@@ -159,7 +165,7 @@ def _interrupted_fields(info) -> dict:
             "resume_note": info.note}
 
 
-def _batch_fields(info) -> dict:
+def _batch_fields(info: WaitingBatch | None) -> dict[str, Any]:
     """JSON fields of a run whose batch waits on the provider (none for other runs)."""
     if info is None:
         return {}

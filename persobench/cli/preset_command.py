@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def preset_rows() -> list[dict[str, object]]:
     """One row per preset: name, provider, model, server, key variable, prices and default template."""
 
-    rows = []
+    rows: list[dict[str, object]] = []
     for name, spec in PAPER_PRESETS.items():
         requirement = key_requirement(spec)
         rows.append({

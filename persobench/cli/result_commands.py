@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from persobench import pipeline
 from persobench.cli.command_support import CLIError, store_from_args, warn_skipped, write_stdout
@@ -13,6 +14,12 @@ from persobench.generation import check_number
 from persobench.datasets import reference_dir
 import json
 from persobench.cli.generate import resolve_run
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from persobench.aggregate import Results
+    from persobench.store.run_store import RunStore
 
 FORMATS = ("table", "csv", "markdown", "latex", "html", "json")
 
@@ -176,7 +183,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _results(args: argparse.Namespace):
+def _results(args: argparse.Namespace) -> tuple[RunStore, Results]:
 
     from persobench.aggregate import load_results  # pandas: loaded by the commands that read boards only
 
@@ -214,7 +221,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _notes(board) -> list[str]:
+def _notes(board: "pd.DataFrame") -> list[str]:
     from persobench.aggregate import overall_table, sample_set_note, structured_note
 
     notes = []

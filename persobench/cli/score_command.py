@@ -102,7 +102,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     profile = config.resolve_profile()
     if not args.runs:
         readable, problems = store.scan()
-        warn_skipped((p.path, p.reason) for p in problems)
+        warn_skipped((str(p.path), p.reason) for p in problems)
         if not any(r.has_table("generations") for r in readable):
             print(f"no runs with generations in {store.runs_dir}")
             return 0
@@ -124,9 +124,13 @@ def cmd_score(args: argparse.Namespace) -> int:
         print(f"NLI/UniEval inputs: auto (runs under the paper protocol: the notebooks' layout, stored under "
               f"{replace(profile, input_layout='notebook').key}; --nli-inputs to choose)")
     bars = _StageBars(args.no_progress)
+
+    def on_run(result: Any) -> None:
+        bars.close()
+        _print_result(result)
+
     try:
-        report = pipeline.score(runs, config, store=store, progress=bars,
-                                on_run=lambda result: (bars.close(), _print_result(result)))
+        report = pipeline.score(runs, config, store=store, progress=bars, on_run=on_run)
     except PersoBenchError as exc:
         if isinstance(exc.__cause__, BatchFailed) and profile.judge is not None:  # the exact command, here known
             raise CLIError(f"judge {profile.judge.model_name}: {exc.__cause__.failure}; to send them one by one at "

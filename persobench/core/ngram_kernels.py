@@ -216,7 +216,10 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     hyp = [(k, sentence, frozenset(sentence)) for k, sentence in enumerate(reply.sentences)
            if not common.isdisjoint(sentence)]
     masks: dict[int, dict[str, int]] = {}
-    for ref_sentence, ref_types in zip(reference.sentences, reference.sentence_types):
+    ref_sentence_types = reference.sentence_types
+    if ref_sentence_types is None:  # a reference made without them works, only slower
+        ref_sentence_types = [frozenset(sentence) for sentence in reference.sentences]
+    for ref_sentence, ref_types in zip(reference.sentences, ref_sentence_types):
         if len(union) == len(common):
             break
         for k, hyp_sentence, hyp_types in hyp:

@@ -51,7 +51,7 @@ class Registry(Generic[T]):
             if self._build is not None:
                 target = self._build(target)
             self._entries[name] = target
-        return target  # type: ignore[return-value]
+        return target
 
     def unregister(self, name: str) -> None:
         """Remove ``name``; an unknown name raises :class:`UnknownNameError`."""

@@ -9,6 +9,7 @@ nothing is ever read whole into memory.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import tarfile
 import zipfile
@@ -79,7 +80,7 @@ def list_members(archive: Path) -> list[tuple[str, Member | None]]:
             if mode and (mode & 0o170000) == 0o120000:  # symlink
                 raise PaperArchiveError(f"{archive}: refuses link member {info.filename!r}")
             out.append((info.filename, None if info.is_dir()
-                        else Member(info.filename, info.file_size, lambda i=info: handle.open(i))))
+                        else Member(info.filename, info.file_size, functools.partial(handle.open, info))))
         return out
     try:
         handle_t = tarfile.open(archive)
@@ -90,8 +91,17 @@ def list_members(archive: Path) -> list[tuple[str, Member | None]]:
         if member.issym() or member.islnk() or not (member.isfile() or member.isdir()):
             raise PaperArchiveError(f"{archive}: refuses non-regular member {member.name!r}")
         out.append((member.name, None if member.isdir()
-                    else Member(member.name, member.size, lambda m=member: handle_t.extractfile(m))))
+                    else Member(member.name, member.size, _tar_opener(archive, handle_t, member))))
     return out
+
+
+def _tar_opener(archive: Path, handle: tarfile.TarFile, member: tarfile.TarInfo) -> Callable[[], IO[bytes]]:
+    def open_member() -> IO[bytes]:
+        stream = handle.extractfile(member)
+        if stream is None:  # only a regular file is listed with an opener
+            raise PaperArchiveError(f"{archive}: member {member.name!r} is not a regular file")
+        return stream
+    return open_member
 
 
 def safe_parts(name: str, archive: Path) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ def find_huge(value: Any, path: tuple[str | int, ...] = ()) -> tuple[tuple[str |
     None when there is none."""
     if isinstance(value, HugeInteger):
         return path, value
+    children: Iterable[tuple[str | int, Any]]
     if isinstance(value, dict):
         children = value.items()
     elif isinstance(value, list):

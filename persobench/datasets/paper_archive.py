@@ -45,6 +45,7 @@ import shutil
 import tarfile
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
@@ -184,7 +185,7 @@ ProgressFn = Callable[[str, int, int | None], None]
 
 
 def _archive_name(url: str) -> str:
-    base = PurePosixPath(urllib.request.urlparse(url).path).name or "archive"
+    base = PurePosixPath(urllib.parse.urlparse(url).path).name or "archive"
     suffix = next((s for s in (".tar.gz", ".tgz", ".tar", ".zip") if base.endswith(s)), ".zip")
     return f"paper-{hashlib.sha256(url.encode('utf-8')).hexdigest()[:12]}{suffix}"
 
@@ -352,7 +353,7 @@ def check_archive_url(url: str | None) -> None:
     must not copy local files into the store. ``None`` is the pinned default."""
     if url is None:
         return
-    scheme = urllib.request.urlparse(url).scheme.lower()
+    scheme = urllib.parse.urlparse(url).scheme.lower()
     if scheme not in ("http", "https"):
         raise PaperArchiveError(f"{url}: not an http or https URL (scheme {scheme or 'missing'!r}); "
                                 "fetch-paper downloads from http:// and https:// mirrors only")

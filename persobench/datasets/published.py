@@ -18,7 +18,7 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterator
 
 from persobench.errors import DatasetError
 import zipfile
@@ -91,7 +91,7 @@ def _cell(path: Path, row: int, column: str, value: Any) -> PublishedCell | None
     return PublishedCell(float(match.group(1)), float(match.group(2)))
 
 
-def _csv_rows(path: Path) -> Iterable[list[Any]]:
+def _csv_rows(path: Path) -> Iterator[list[Any]]:
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             yield from csv.reader(handle)
@@ -99,7 +99,7 @@ def _csv_rows(path: Path) -> Iterable[list[Any]]:
         raise PublishedTableError(f"{path}: cannot read the table ({exc})") from None
 
 
-def _xlsx_rows(path: Path) -> Iterable[list[Any]]:
+def _xlsx_rows(path: Path) -> Iterator[list[Any]]:
     """The first sheet's rows as cell values (pandas' ``to_excel`` writes one sheet)."""
 
     from openpyxl import load_workbook

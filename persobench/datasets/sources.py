@@ -291,7 +291,8 @@ def _read_json_records(path: Path, label: str) -> list[Any]:
     if huge is not None:
         (row, *inside), number = huge
         field = ".".join(str(part) for part in inside) or "(the record itself)"
-        raise DatasetError(f"{label}: record {row + 1}, field {field}: {number.problem()}")
+        record = row + 1 if isinstance(row, int) else row  # records is a list: row is its position
+        raise DatasetError(f"{label}: record {record}, field {field}: {number.problem()}")
     return records
 
 

@@ -41,7 +41,7 @@ def prompt_table_rows(path: Path) -> list[dict[str, str]]:
     missing = {"personas", "context", "act_response"} - set(header)
     if missing:
         raise DatasetError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-    rows = []
+    rows: list[dict[str, str]] = []
     for line_number, values in records[1:]:
         if not values:  # blank line, skipped as csv.DictReader does
             continue

@@ -349,10 +349,11 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
     parameters: dict[str, Any] = {}
     run_id = make_run_id(dataset=dataset, model=model, mode=mode, template_hash=template_hash,
                          sample_ids=sample_ids, parameters=parameters)
+    source = "raw" if raw else "processed"
     provenance = ImportRecord(
         folder=str(root.resolve()),
         responses_file=str(path.resolve()),
-        source="raw" if raw else "processed",
+        source=source,
         policy="paper" if raw else None,
         sha256=file_sha,
         processed_twin=str(entry["processed"].resolve()) if raw and entry["processed"] else None,
@@ -375,7 +376,7 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
             if existing.manifest.template != template:  # recorded before templates were named per notebook
                 existing.update(template=template)
             return ImportedRun(run_id, dataset, model_name, mode, n_rows, int((old.counts or {}).get("invalid", 0)),
-                               provenance.source, str(path), "unchanged")
+                               source, str(path), "unchanged")
         action = "updated"
     generations = build_generations(frame, sample_ids, raw=raw)
     invalid = int((generations["status"] != "ok").sum())
@@ -393,7 +394,7 @@ def _import_one(store: RunStore, entry: Mapping[str, Any], dataset: str, prompt_
         run.update(status="running")
     run.write_table("generations", generations)
     run.update(status="completed", extra=RunExtra(imported=provenance, counts=counts).to_extra())
-    return ImportedRun(run_id, dataset, model_name, mode, n_rows, invalid, provenance.source, str(path), action)
+    return ImportedRun(run_id, dataset, model_name, mode, n_rows, invalid, source, str(path), action)
 
 
 def _keep_parsed(store: RunStore, dataset: str, prompt_path: Path) -> None:
@@ -447,9 +448,10 @@ def run_references(run: "Run", samples_by_id: Mapping[str, "Sample"] | None = No
     reference)."""
 
     recorded = _published_record(run)
-    if recorded is None or recorded.reference != RAW:
+    imported = run.manifest.details.imported  # not None, with a prompts file, when recorded is not None
+    if recorded is None or recorded.reference != RAW or imported is None or not imported.prompts_file:
         return None
-    cells = paper_references(run.manifest.details.imported.prompts_file, run.manifest.dataset)
+    cells = paper_references(imported.prompts_file, run.manifest.dataset)
     return cells if samples_by_id is None else {sid: cells[sid] for sid in samples_by_id if sid in cells}
 
 

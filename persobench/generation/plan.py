@@ -65,6 +65,13 @@ class GenerationPlan:
         return self.manifest.run_id
 
     @property
+    def policy(self) -> str:
+        """The post-processing policy the plan resolved (:func:`plan_generation` sets ``config.policy``)."""
+        if self.config.policy is None:
+            raise ConfigurationError("the plan's post-processing policy is not resolved")
+        return self.config.policy
+
+    @property
     def n_requests(self) -> int:
         """Requests a run would send (before retries)."""
         return len(self.samples) - len(self.hits)

@@ -238,7 +238,7 @@ def _parse_paper_closed(raw_text: str | None, *, strip_fences: bool) -> ParsedOu
         status = Status.INVALID_JSON.value
         what = "a JSON list or value" if cleaned and obj is not None else "text around the JSON object"
         fences = " once code fences are removed" if strip_fences else ""
-        error = f"the reply is not one JSON object{fences} ({what}); the robust policy finds a reply"
+        error: str | None = f"the reply is not one JSON object{fences} ({what}); the robust policy finds a reply"
     else:
         status, error = diagnosis.status, diagnosis.error
     return ParsedOutput(status, None, diagnosis.reasoning, error, None, "paper")
@@ -263,7 +263,7 @@ def _parse_paper(raw_text: str | None) -> ParsedOutput:
     diagnosis = _parse_robust(raw_text, None, False)
     if diagnosis.status == Status.OK.value:
         status = Status.INVALID_JSON.value
-        error = (
+        error: str | None = (
             "no non-greedy {...} span parses as JSON with a \"response\" key (the robust policy "
             "finds one: nested braces or raw newlines inside strings)"
         )
@@ -449,7 +449,7 @@ def _check_holder(holder: dict[str, Any], span: tuple[int, int], require_reasoni
     note = None
     if require_reasoning and reasoning is None:
         note = 'reasoning missing: the object has no "reasoning" string'
-    elif require_reasoning and not reasoning.strip():
+    elif require_reasoning and reasoning is not None and not reasoning.strip():
         note = 'reasoning missing: the "reasoning" value is empty'
     return ParsedOutput(Status.OK.value, value, reasoning, None, span, note=note)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from persobench.providers.base import Completion
 
@@ -51,7 +51,7 @@ def build_row(
                    finish_reason=None, prompt_tokens=None, completion_tokens=None, error=error.describe())
         return row
     parsed = parse_output(
-        completion.text, policy=plan.config.policy, finish_reason=completion.finish_reason,
+        completion.text, policy=plan.policy, finish_reason=completion.finish_reason,
         require_reasoning=plan.template.requires_reasoning, paper_style=plan.paper_style,
     )
     status, err = parsed.status, parsed.error
@@ -108,7 +108,7 @@ class RowTable(dict):
     def _uncounted(self, *_args: Any, **_kwargs: Any) -> Any:
         raise TypeError("a RowTable's rows are only set one at a time (table[i] = row), so its counts stay right")
 
-    update = setdefault = pop = popitem = clear = __delitem__ = _uncounted  # type: ignore[assignment]
+    update = setdefault = pop = popitem = clear = __delitem__ = _uncounted
 
 
 def rows_frame(rows: Mapping[int, Mapping[str, Any]]) -> "pd.DataFrame":
@@ -118,6 +118,7 @@ def rows_frame(rows: Mapping[int, Mapping[str, Any]]) -> "pd.DataFrame":
     import pandas as pd
 
     ordered = [rows[i] for i in sorted(rows)]
+    values: list[Sequence[Any]]
     try:  # one C-level pass per row; a row lacking a column (none built here does) takes the slow path
         values = list(zip(*map(_ROW_VALUES, ordered))) or [() for _ in COLUMNS]
     except KeyError:

@@ -103,8 +103,10 @@ class Bucket:
 
     @classmethod
     def from_json(cls, data: object) -> "Bucket | None":
+        if not isinstance(data, (list, tuple)):
+            return None
         try:
-            capacity, rate, level, at = (float(x) for x in data)  # type: ignore[union-attr]
+            capacity, rate, level, at = (float(x) for x in data)
         except (TypeError, ValueError):
             return None
         if not (capacity >= 1 and rate > 0 and abs(level) < 1e15 and at > 0):
@@ -194,8 +196,8 @@ class Pacer:
             self._known = bool(self._memory or self._pending) if self.path is None else self.path.exists()
         return self._known
 
-    def _open(self) -> int | None:
-        """The shared file, opened once (again when someone deleted it); ``None``: it cannot be."""
+    def _open(self) -> int:
+        """The shared file, opened once (again when someone deleted it); ``OSError``: it cannot be."""
         assert self.path is not None
         now = time.monotonic()
         if self._fd is not None and now > self._checked + POLL_S:  # deleted? others use a new one

@@ -244,11 +244,11 @@ async def call_with_retries(
             # Never before the server's Retry-After, and hold the other workers back too.
             gate.push(time.monotonic() + error.retry_after)
             delay = max(delay, error.retry_after)
-        note = wait_note(delay, error)
-        if note:
-            on_wait(delay, note)
+        waiting = wait_note(delay, error)
+        if waiting:
+            on_wait(delay, waiting)
         await sleep_or_stop(delay, stopping)
-        if note:
+        if waiting:
             on_wait(0.0, "")
         if stopping.is_set():
             return None
@@ -286,7 +286,7 @@ class FailFast:
         self.first.append(error)
         first = self.first[0]
         hopeless = first is not None and (not first.retryable or first.kind is ErrorKind.CONNECTION)
-        if not hopeless or error is None or error.signature != first.signature:
+        if not hopeless or first is None or error is None or error.signature != first.signature:
             self.settled = True  # one success or a different failure: the model works
             return None
         if len(self.first) >= self.threshold:

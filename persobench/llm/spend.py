@@ -255,7 +255,8 @@ class SpendLedger:
             if self._fits(state, bound):
                 self._hold(state, bound)
                 return True
-            if state["spent"] + bound <= self.cap + _EPSILON and any(v > 0 for v in state["holders"].values()):
+            # (not fitting means there is a cap: _fits holds every bound without one)
+            if self.cap is not None and state["spent"] + bound <= self.cap + _EPSILON and any(v > 0 for v in state["holders"].values()):
                 return None
             self.refused += 1
             return False

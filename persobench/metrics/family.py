@@ -16,7 +16,7 @@ Cheap to import: no numpy, torch or pandas here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from persobench.metrics.backends import SlotModel, Profile
 from persobench.records import Sample
 from persobench.metrics.encoders.encoder import TextEncoder
@@ -25,6 +25,12 @@ from persobench.metrics.backends import BackendUnavailable
 
 
 ProgressFn = Callable[[str, int, int], None]
+
+
+class Advance(Protocol):
+    """``advance(k=1)``: ``k`` more items of a stage are done."""
+
+    def __call__(self, k: int = 1) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class Progress:
     def __init__(self, fn: ProgressFn | None) -> None:
         self.fn = fn
 
-    def stage(self, name: str, total: int) -> Callable[[int], None]:
+    def stage(self, name: str, total: int) -> Advance:
         done = [0]
         if self.fn is not None:
             self.fn(name, 0, total)

@@ -36,7 +36,7 @@ import string
 import threading
 from collections import Counter
 from functools import lru_cache
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence, cast
 
 from persobench.metrics.family import FamilyBatch, FamilyResult, MetricFamily
 from persobench.core.ngram_kernels import (ReplyGrams, RougeText, bleu_of, lexical_chunk, ready, reference_grams,
@@ -385,12 +385,13 @@ class LexicalMetrics(MetricFamily):
         for metric, column in values.items():
             # Whole columns (the kernels return floats): one add() per value cost a third as much
             # as computing the values. A blank reference leaves a reference metric's value missing.
+            present: list[float]
             if None in column:
                 kept = [(sid, value) for sid, value in zip(sids, column) if value is not None]
-                ids, column = [sid for sid, _ in kept], [value for _, value in kept]
+                ids, present = [sid for sid, _ in kept], [value for _, value in kept]
             else:
-                ids = sids
-            result.add_column(ids, metric, column)
+                ids, present = sids, cast("list[float]", column)  # no None in it
+            result.add_column(ids, metric, present)
             counts[metric] += len(ids)
         if "idf_overlap" in metrics:
             for it in items:

@@ -51,7 +51,7 @@ class NLIModel:
                 f"{name}: config.id2label {dict(id2label)} is not a 3-way NLI label set "
                 "(entailment, neutral, contradiction)"
             )
-        self.index_label = mapping
+        self.index_label = {i: label for i, label in mapping.items() if label}  # all three, checked above
         limits = [max_length, getattr(tokenizer, "model_max_length", max_length) or max_length,
                   getattr(model.config, "max_position_embeddings", max_length) or max_length]
         self.max_length = int(min(limits))

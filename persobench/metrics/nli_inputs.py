@@ -52,10 +52,12 @@ LAYOUTS = {
 _SEP = " [SEP] "
 
 
-class NLIInput(tuple):
+class NLIInput(tuple[str, str]):
     """``(premise, hypothesis)`` plus ``text``: the one string a classifier reads in place of the pair
     (the notebook layout), or ``None`` (the pair is classified as a pair). A plain 2-tuple to
     whoever unpacks it (the judge fills its prompt from the two texts)."""
+
+    text: str | None
 
     def __new__(cls, premise: str, hypothesis: str, text: str | None = None) -> "NLIInput":
         self = super().__new__(cls, (premise, hypothesis))

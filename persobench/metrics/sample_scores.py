@@ -102,6 +102,14 @@ class FamilyStep:
     """Which of its outputs later families in the plan read."""
 
 
+def _family(name: str) -> MetricFamily:
+    """The registered family ``name``, which the scorer drives as a :class:`MetricFamily`."""
+    family = get_family(name)
+    if not isinstance(family, MetricFamily):
+        raise MetricRegistryError(f"metric family {name!r} is a {type(family).__name__}, not a MetricFamily")
+    return family
+
+
 def family_plan(wanted: Sequence[str]) -> list[FamilyStep]:
     """The families that compute ``wanted`` (registered metric names), plus the families they require,
     each after every family it requires; families no dependency orders keep registration order.
@@ -118,9 +126,9 @@ def family_plan(wanted: Sequence[str]) -> list[FamilyStep]:
         name = pending.pop()
         if name in needed:
             continue
-        family = needed[name] = get_family(name)
+        family = needed[name] = _family(name)
         for req in family.requires:
-            provider = get_family(req.family)
+            provider = _family(req.family)
             if req.output not in provider.provides:
                 raise MetricRegistryError(f"metric family {name!r} requires {req.output!r} of {req.family!r}, "
                                           f"which provides {', '.join(provider.provides) or 'nothing'}")

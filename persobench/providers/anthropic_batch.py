@@ -133,7 +133,7 @@ class AnthropicBatchBackend:
         text = "".join(str(b.get("text") or "") for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
         usage = message.get("usage") or {}
         stop = message.get("stop_reason")
-        return capped(Completion(text=text, finish_reason=STOP_REASONS.get(stop, stop),
+        return capped(Completion(text=text, finish_reason=STOP_REASONS.get(stop, stop) if isinstance(stop, str) else None,
                                  prompt_tokens=usage.get("input_tokens"), completion_tokens=usage.get("output_tokens"),
                                  model=message.get("model")), self._max_bytes)
 

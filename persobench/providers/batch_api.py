@@ -23,7 +23,7 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, overload, runtime_checkable
 
 from persobench.store.files import jsonl_lines
 from persobench.errors import ConfigurationError, ErrorKind, ProviderError
@@ -319,6 +319,10 @@ def error_of(status: int | None, body: Any, secrets: Sequence[str | None]) -> Pr
                            secrets=secrets)
 
 
+@overload
+def scrubbed_text(value: None, secrets: Sequence[str | None]) -> None: ...
+@overload
+def scrubbed_text(value: object, secrets: Sequence[str | None]) -> str: ...
 def scrubbed_text(value: Any, secrets: Sequence[str | None]) -> str | None:
     """``value`` as text with credentials removed and control characters escaped (it is printed on
     terminals and written to state files); ``None`` stays ``None``."""

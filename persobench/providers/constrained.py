@@ -123,7 +123,8 @@ class GrammarConstraint(LogitsProcessor):
             n = min(vocab, bits.size)
             allowed[row, :n] = bits[:n].astype(bool)
         mask = torch.from_numpy(allowed).to(scores.device)
-        return scores.masked_fill(~mask, float("-inf"))
+        # torch types the result as Tensor; LogitsProcessor's signature says FloatTensor, its legacy name
+        return scores.masked_fill(~mask, float("-inf"))  # type: ignore[return-value]
 
     def _consume(self, row: int, token: int) -> None:
         self.consumed[row] += 1

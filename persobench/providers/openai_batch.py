@@ -117,7 +117,9 @@ class OpenAIBatchBackend:
         error = line.get("error")
         if isinstance(error, Mapping) and error.get("code") in UNANSWERED_CODES and not line.get("response"):
             return UNANSWERED  # never carried out (the batch expired or was cancelled first)
-        response = line.get("response") if isinstance(line.get("response"), Mapping) else {}
+        response = line.get("response")
+        if not isinstance(response, Mapping):
+            response = {}
         status_code = response.get("status_code")
         body = response.get("body")
         if line.get("error") or status_code != 200 or not isinstance(body, Mapping):

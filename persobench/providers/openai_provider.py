@@ -125,7 +125,9 @@ class OpenAIProvider:
         # the server states go to the LLM layer's pacing with the completion.
         body = {**{k: v for k, v in kwargs.items() if k != "extra_body"}, **kwargs.get("extra_body", {})}
         with translated_sdk_errors(openai, self._secrets):
-            raw = await self.client.post("/chat/completions", body=body, cast_to=ChatCompletion,
+            # _RAW_RESPONSE makes the SDK return its raw response (``.parse()``, ``.headers``), not the
+            # ChatCompletion its signature states.
+            raw: Any = await self.client.post("/chat/completions", body=body, cast_to=ChatCompletion,
                                          options={"security": {"bearer_auth": True}, "headers": _RAW_RESPONSE})
             response = raw.parse()
         return _to_completion(response, self._secrets, raw.headers)

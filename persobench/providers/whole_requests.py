@@ -97,7 +97,7 @@ def send_whole_requests(client: Any) -> Any:
     for transport in transports:
         pool = getattr(transport, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
-        if backend is None or getattr(pool, "_http2", False) or isinstance(backend, WholeRequestBackend):
+        if pool is None or backend is None or getattr(pool, "_http2", False) or isinstance(backend, WholeRequestBackend):
             continue
         pool._network_backend = WholeRequestBackend(backend)  # connections are made with the pool's backend
     return client

@@ -146,7 +146,7 @@ def build_report(store: "RunStore", options: ReportOptions) -> Report:
         for mode in modes:
             if (dataset, mode) not in boards_present:
                 continue
-            arguments = dict(dataset=dataset, mode=mode, invalid=options.invalid, profile=options.profile,
+            arguments: dict[str, Any] = dict(dataset=dataset, mode=mode, invalid=options.invalid, profile=options.profile,
                              side_by_side=options.side_by_side, all_samples=options.all_samples)
             board = aggregate.leaderboard(results, **arguments)
             overall = aggregate.overall_with_ci(results, board=board, **arguments)  # ranks the score with its CI
@@ -245,7 +245,7 @@ def _dialogues(store: "RunStore", boards: list["pd.DataFrame"], options: ReportO
     import pandas as pd
 
     runs = pd.concat(boards, ignore_index=True).drop_duplicates("run_id")
-    answered = {run.run_id: _answered(store, run.run_id) for run in runs.itertuples()}
+    answered = {run.run_id: _answered(store, str(run.run_id)) for run in runs.itertuples()}
     wanted = list(dict.fromkeys(options.sample_ids))
     found: set[str] = set()
     dialogues: list[Dialogue] = []

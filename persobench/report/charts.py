@@ -213,7 +213,7 @@ def modes_figure(long: "pd.DataFrame", *, metric: str = "mean", height: int = 38
     colours = _colours(_in_order(long["mode"]))
     figure = go.Figure()
     for mode, rows in long.groupby("mode", sort=False):
-        figure.add_trace(go.Bar(x=rows["model"], y=rows["mean"], name=str(mode), marker_color=colours[mode]))
+        figure.add_trace(go.Bar(x=rows["model"], y=rows["mean"], name=str(mode), marker_color=colours[str(mode)]))
     figure.update_layout(barmode="group", margin={"t": 30}, height=height, xaxis_title="model",
                          yaxis_title=plot_escape(metric), legend_title_text="mode")
     return figure
@@ -236,14 +236,15 @@ def failure_bars_figure(counts: "pd.DataFrame") -> "go.Figure":
     """Invalid replies by status per model, one facet per mode (``counts``: model, mode, status, count)."""
     import plotly.graph_objects as go
 
-    chart = _escaped(counts.groupby(["model", "mode", "status"], as_index=False, sort=False)["count"].sum())
+    # pandas-stubs type the sum as a Series; with as_index=False it is a frame
+    chart = _escaped(counts.groupby(["model", "mode", "status"], as_index=False, sort=False)["count"].sum())  # type: ignore[arg-type]
     modes = _in_order(chart["mode"])
     colours = _colours(_in_order(chart["status"]))
     figure = _facets(modes, "mode")
     for column, mode in enumerate(modes, start=1):
         for status, rows in chart[chart["mode"] == mode].groupby("status", sort=False):
             figure.add_trace(go.Bar(x=rows["model"], y=rows["count"], name=str(status), legendgroup=str(status),
-                                    marker_color=colours[status], showlegend=column == 1), row=1, col=column)
+                                    marker_color=colours[str(status)], showlegend=column == 1), row=1, col=column)
     figure.update_layout(barmode="stack", title="Invalid replies by status", height=360,
                          margin={"t": 60, "b": 10}, legend_title_text="status")
     return figure

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 import itertools
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from persobench.errors import ConfigurationError
 from persobench.report.build import BoardSection, Dialogue, Report
@@ -34,7 +34,7 @@ CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline
 #: Every chart's Plotly config: no logo link and no "Share chart..." button (Plotly's cloud upload, which
 #: opens a page on a cloud host: the policy blocks requests, not navigation; without it plotly.py also
 #: leaves the cloud's URL out of the page); the PNG download kept (it stays on the machine).
-PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "showSendToCloud": False,
+PLOTLY_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True, "showSendToCloud": False,
                  "modeBarButtonsToRemove": ["sendChartToCloud"],
                  "toImageButtonOptions": {"format": "png", "scale": 2}}
 #: Characters of a reply, context turn or raw output shown before the rest is folded away.

@@ -164,7 +164,7 @@ class LocalExecutor:
                 _embed_group(self.encoder, group, progress)
                 try:
                     for work in group.works:
-                        yield _computed(work, work.todo, self.encoder, progress)
+                        yield _computed(work, tuple(work.todo), self.encoder, progress)
                 finally:
                     self.encoder.release()
             return
@@ -213,7 +213,7 @@ def _computed_group(group: WorkGroup, encoder: Any, embedded: Future[None],
                     progress: ScoreProgress | None) -> Iterator[Computed]:
     """The runs of ``group``: what needs no embedding while ``embedded`` (the group's texts) is
     still running, the rest once it is done; one :class:`Computed` per run, both parts combined."""
-    split = {work.run_id: split_by_embedding(work.todo) for work in group.works}
+    split = {work.run_id: split_by_embedding(tuple(work.todo)) for work in group.works}
     first = {work.run_id: _computed(work, split[work.run_id][0], encoder, progress)
              for work in group.works if split[work.run_id][0]}
     embedded.result()  # an error of the embedding pass ends the pass, as it did before

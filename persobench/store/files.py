@@ -81,7 +81,7 @@ def write_refused(path: str | os.PathLike[str], exc: BaseException) -> StoreWrit
     return StoreWriteError(f"{path}: cannot write: {reason}")
 
 
-def _atomic_write(path: Path, fill: "Callable[[str], None]", *, durable: bool = True) -> None:
+def _atomic_write(path: Path, fill: "Callable[[str], object]", *, durable: bool = True) -> None:
     """Have ``fill`` write a temporary file beside ``path``, fsync it, rename it over ``path``.
 
     A refused write (full disk, file size limit) raises :class:`StoreWriteError` naming ``path``;

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, Self, TypeVar
 
 #: Version of the manifest layout this code writes (``manifest.json``'s ``schema_version``).
 SCHEMA_VERSION = 1
@@ -55,10 +55,15 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 class _OpenRecord:
     """Reads and writes a flat record whose unmodelled keys are kept, as read, in ``other``."""
 
+    # Every subclass is a dataclass whose last field is ``other``; these say so to the type checker.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+    other: Mapping[str, Any]
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
         known, other = _split(cls, data)
-        return cls(**known, other=other)
+        make: Callable[..., Self] = cls
+        return make(**known, other=other)
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "other"}
@@ -332,9 +337,9 @@ class RunExtra:
             imported=ImportRecord.from_dict(imported) if isinstance(imported, Mapping) else None,
             scores=({str(k): ProfileScores.from_dict(v) for k, v in scores.items() if isinstance(v, Mapping)}
                     if isinstance(scores, Mapping) else None),
-            concurrency=ConcurrencyRecord.from_dict(concurrency) if typed["concurrency"] else None,
-            dataset_file=DatasetFileRecord.from_dict(dataset_file) if typed["dataset_file"] else None,
-            pacing=PacingRecord.from_dict(pacing) if typed["pacing"] else None,
+            concurrency=ConcurrencyRecord.from_dict(concurrency) if isinstance(concurrency, Mapping) else None,
+            dataset_file=DatasetFileRecord.from_dict(dataset_file) if isinstance(dataset_file, Mapping) else None,
+            pacing=PacingRecord.from_dict(pacing) if isinstance(pacing, Mapping) else None,
             other=other,
         )
 

@@ -147,7 +147,7 @@ class RunManifest:
 
 
 #: The JSON type each manifest field must have (a wrong type makes the run unreadable, not a crash later).
-MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
+MANIFEST_TYPES: dict[str, type] = {
     "run_id": str, "dataset": str, "sample_ids": list, "model": dict, "mode": str, "template": str,
     "template_hash": str, "parameters": dict, "package_version": str, "created_at": str, "updated_at": str,
     "status": str, "source": str, "extra": dict, "schema_version": int,

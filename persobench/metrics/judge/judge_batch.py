@@ -29,7 +29,7 @@ class BatchedLabeller(Protocol):
     this module, which the labeller calls, does not import it back)."""
 
     config: Any
-    cache_dir: str
+    cache_dir: Path
     params: Any
     stats: Any
 
