@@ -211,7 +211,7 @@ def paired_comparison(
         boot = _resampled_means(diff, n_resamples, seed)
         alpha = (1.0 - level) / 2.0
         ci_low, ci_high = (float(v) for v in np.quantile(boot, [alpha, 1.0 - alpha]))
-        boot_p = float(min(1.0, 2.0 * min(np.mean(boot <= 0), np.mean(boot >= 0))))
+        boot_p = min(1.0, 2.0 * min(float(np.mean(boot <= 0)), float(np.mean(boot >= 0))))
     else:
         ci_low = ci_high = boot_p = math.nan
     better = diff > 0 if higher_is_better else diff < 0

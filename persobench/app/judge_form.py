@@ -38,7 +38,7 @@ def judge_form(prefix: str) -> Any:
     if not st.toggle("Score the NLI metrics with an LLM judge", key=f"{prefix}_judge_on", help=JUDGE_HELP):
         return None
     c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
-    fields = {
+    fields: dict[str, Any] = {
         "model": c1.text_input("Judge model", value="openai:gpt-4o-mini", key=f"{prefix}_judge_model",
                                help="Any model a run takes: provider:model, a preset, or a models-file name.").strip(),
         "base_url": c2.text_input("Judge base URL (OpenAI-compatible servers)", key=f"{prefix}_judge_base_url",

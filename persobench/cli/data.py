@@ -19,8 +19,7 @@ from persobench.generation import interruption, waiting_batch
 from persobench.errors import PersoBenchError
 
 if TYPE_CHECKING:
-    from persobench.generation.batch_run import WaitingBatch
-    from persobench.generation.lock import Interruption
+    from persobench.generation import Interruption, WaitingBatch
     from persobench.records import Sample
 
 

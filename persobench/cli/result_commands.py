@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from persobench.aggregate import Results
-    from persobench.store.run_store import RunStore
+    from persobench.store import RunStore
 
 FORMATS = ("table", "csv", "markdown", "latex", "html", "json")
 
