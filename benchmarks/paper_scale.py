@@ -257,17 +257,20 @@ def launch_argv(args: argparse.Namespace, home: Path, limits: dict[str, int | No
         return ["bash", str(GRID_SCRIPT), "--home", str(home), "--parallel" if args.launch == "lanes" else "--serial",
                 "--models", " ".join(args.model_names), "--datasets", " ".join(args.dataset_names),
                 "--limits", limited, "--", *flags]
-    return [sys.executable, "-m", "persobench.jobs.job_process", "job", str(write_job(home, plans))]
+    return [sys.executable, "-m", "persobench.jobs.job_process", "job",
+            str(write_job(home, plans, args.max_concurrency))]
 
 
-def write_job(home: Path, plans: list[dict[str, Any]]) -> Path:
+def write_job(home: Path, plans: list[dict[str, Any]], max_concurrency: int) -> Path:
     """The job the New run page launches for the planned grid (no score step: the benchmark scores
-    as a phase of its own), written as :class:`persobench.jobs.JobManager` writes it; the benchmark
-    starts its runner itself so that it can wait for it."""
+    as a phase of its own; the runs' ceiling for ``auto`` set as the CLI's flag sets it), written as
+    :class:`persobench.jobs.JobManager` writes it; the benchmark starts its runner itself so that it
+    can wait for it."""
     from persobench.files import atomic_write_json
     from persobench.jobs import launch_steps
     from persobench.jobs.model import job_id_for
 
+    plans = [{**plan, "config": {**plan["config"], "max_concurrency": max_concurrency}} for plan in plans]
     steps = launch_steps(plans, profile=None, concurrency="auto")
     job_id = job_id_for("paper grid", steps)
     folder = home / "jobs" / job_id
