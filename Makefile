@@ -7,7 +7,7 @@ PORT ?= 8501
 # 127.0.0.1: the app has no login; `make run ADDRESS=0.0.0.0` exposes it on purpose (docs/safety.md, Exposure).
 ADDRESS ?= 127.0.0.1
 
-.PHONY: run test install bytecode browser demo app bench clean-cache
+.PHONY: run test install bytecode browser demo app bench bench-scale clean-cache
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,12 @@ bench: $(STAMP) bytecode
 	$(PY) benchmarks/generation.py
 	$(PY) benchmarks/scoring.py --repeats 3
 	$(PY) benchmarks/app.py
+
+# The paper's whole grid (80 runs, 82,064 requests) against rate-limited fake providers: minutes on
+# 2 cores, so apart from `bench`; `make bench-scale SCALE=0.1` runs a tenth of every table.
+SCALE ?= 1.0
+bench-scale: $(STAMP) bytecode
+	$(PY) benchmarks/paper_scale.py --scale $(SCALE)
 
 clean-cache:
 	rm -rf cache/runs cache/generation-cache
