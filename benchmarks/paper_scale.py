@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                           "rpm": args.rpm, "tpm": args.tpm, "latency": args.latency,
                           "max_concurrency": args.max_concurrency, "runs": n_runs, "cpus": os.cpu_count(),
                           "load_start": load0, "load_end": load1},
-                         default=lambda x: round(x, 3) if isinstance(x, float) else str(x)))
+                         default=str))
     finally:
         if args.home is None and not args.keep:
             shutil.rmtree(home, ignore_errors=True)
