@@ -7,7 +7,7 @@ PORT ?= 8501
 # 127.0.0.1: the app has no login; `make run ADDRESS=0.0.0.0` exposes it on purpose (docs/safety.md, Exposure).
 ADDRESS ?= 127.0.0.1
 
-.PHONY: run test install bytecode browser demo app bench lint clean-cache
+.PHONY: run test install bytecode browser demo app bench bench-peer bench-scale lint clean-cache
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,17 +59,34 @@ test: $(STAMP) bytecode browser
 
 bench: $(STAMP) bytecode
 	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/pacing.py
 	$(PY) benchmarks/scoring.py --repeats 3
 	$(PY) benchmarks/app.py
 
-# The checkers, each over the whole tree and each reported: ruff (also run by the suite), the import
-# contracts (.importlinter), the type checker and dead code ([tool.mypy] and [tool.vulture] in
-# pyproject.toml). `make test` does not run the last three yet: their findings are being fixed (issue 38).
+# inspect_ai in an environment of its own (never PersoBench's .venv), then the same prompts through both.
+PEER_VENV := .venv-peer
+$(PEER_VENV)/.installed: benchmarks/requirements-peer.txt
+	$(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/python -m pip install --quiet -r benchmarks/requirements-peer.txt
+	touch $@
+
+bench-peer: $(STAMP) bytecode $(PEER_VENV)/.installed
+	$(PY) benchmarks/peer.py --inspect $(PEER_VENV)/bin/inspect
+
+# The checkers, each over the whole tree and each reported: ruff, the import contracts (.importlinter),
+# the type checker and dead code ([tool.mypy] and [tool.vulture] in pyproject.toml). The suite runs
+# each of them too (tests/test_lint.py), so `make test` fails on any finding.
 lint: $(STAMP)
 	@status=0; \
 	for check in "ruff check ." "lint-imports --no-cache" "mypy" "vulture"; do \
 		echo "== $$check"; $(VENV)/bin/$$check || status=1; \
 	done; exit $$status
+
+# The paper's whole grid (80 runs, 82,064 requests) against rate-limited fake providers: minutes on
+# 2 cores, so apart from `bench`; `make bench-scale SCALE=0.1` runs a tenth of every table.
+SCALE ?= 1.0
+bench-scale: $(STAMP) bytecode
+	$(PY) benchmarks/paper_scale.py --scale $(SCALE)
 
 clean-cache:
 	rm -rf cache/runs cache/generation-cache
