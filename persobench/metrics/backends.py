@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import os
 import threading
 from dataclasses import dataclass, field
@@ -380,10 +381,6 @@ def _first_line(exc: BaseException) -> str:
 # --- Provenance helpers ---------------------------------------------------------------------------
 
 def package_version(dist: str) -> str:
-    # Imported here: importlib.metadata (and the email package it loads) was a sixth of the command
-    # line's import, paid by every command though only provenance of model metrics asks for it.
-    import importlib.metadata
-
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
