@@ -16,9 +16,11 @@
    (target: at least 10x, issue 27) and in CPU time (all of the command's processes against the
    loop's; what a machine shared with other jobs distorts least), the load average before and
    after, and the largest |difference| between the stored scores and the libraries' values over
-   every reply (target: 0.0). ``--repeats N`` runs N interleaved rounds of both (``score`` on a
-   fresh copy of the imported store each time) and keeps the fastest of each: single runs on this
-   2-core machine move by 15%.
+   every reply (target: 0.0). The reported figure is a single round's (the first: one ``score``
+   against the loop run right after it; target: at least 10x in every round, issue 41).
+   ``--repeats N`` runs N interleaved rounds of both (``score`` on a fresh copy of the imported
+   store each time) and prints each round's ratio, the lowest, and the best of N (the fastest of
+   each side): single runs on this 2-core machine move by 15%.
 
 4. The full offline profile (``--only offline``) on every published run: ``python -m persobench
    score`` (a fresh process, a fresh store, no embedding cache) is timed on all 58 runs, with its
@@ -243,10 +245,16 @@ def bench_lexical(ref: Path, repeats: int = 1) -> dict:
     diff = max(abs(stored[k] - v) for k, v in expected.items() if k in stored)
     ours_s, ours_cpu = min(t for t, _ in ours), min(c for _, c in ours)
     notebook_s, notebook_cpu = min(t for t, _ in notebook), min(c for _, c in notebook)
+    # Each round's own ratio (its `score` against the loop that ran right after it): what one run
+    # of the command against one run of the loop gives, the figure the target is for.
+    rounds = [n / o for (o, _), (n, _) in zip(ours, notebook)]
     return {"replies": len(pairs), "ours_s": ours_s, "notebook_s": notebook_s, "speedup": notebook_s / ours_s,
             "ours_cpu": ours_cpu, "notebook_cpu": notebook_cpu, "cpu_speedup": notebook_cpu / ours_cpu,
             "max_abs_diff": diff, "missing": len(missing), "repeats": max(1, repeats),
-            "ours_all": [round(t, 2) for t, _ in ours], "notebook_all": [round(t, 2) for t, _ in notebook]}
+            "ours_all": [round(t, 2) for t, _ in ours], "notebook_all": [round(t, 2) for t, _ in notebook],
+            "round_speedups": rounds, "first_ours_s": ours[0][0], "first_notebook_s": notebook[0][0],
+            "first_speedup": rounds[0], "lowest_speedup": min(rounds),
+            "round_cpu_speedups": [n / o for (_, o), (_, n) in zip(ours, notebook)]}
 
 
 OFFLINE_TARGET_S = 300.0
@@ -590,21 +598,25 @@ def bench_lexical_report(ref: Path | None, repeats: int = 1) -> bool:
         print("Lexical benchmark skipped: no $PERSOBENCH_REFERENCE folder")
         return True
     lex = bench_lexical(ref, repeats)
-    print(f"Lexical ({', '.join(LEXICAL)}) on {lex['replies']} published replies: `score` command "
-          f"{lex['ours_s']:.2f} s, notebooks' row-by-row loop {lex['notebook_s']:.1f} s, "
-          f"speed-up {lex['speedup']:.1f}x; max |diff| against nltk/rouge==1.0.1 {lex['max_abs_diff']:.1e}")
+    print(f"Lexical ({', '.join(LEXICAL)}) on {lex['replies']} published replies, a single round: `score` command "
+          f"{lex['first_ours_s']:.2f} s, notebooks' row-by-row loop {lex['first_notebook_s']:.1f} s, "
+          f"speed-up {lex['first_speedup']:.1f}x; max |diff| against nltk/rouge==1.0.1 {lex['max_abs_diff']:.1e}")
     if lex["repeats"] > 1:
-        print(f"  fastest of {lex['repeats']} interleaved rounds: `score` {lex['ours_all']} s, "
-              f"loop {lex['notebook_all']} s")
+        rounds = ", ".join(f"{r:.1f}x" for r in lex["round_speedups"])
+        print(f"  each of {lex['repeats']} interleaved rounds: {rounds} (lowest {lex['lowest_speedup']:.1f}x); "
+              f"`score` {lex['ours_all']} s, loop {lex['notebook_all']} s")
+        print(f"  best of {lex['repeats']} (fastest `score` against fastest loop): {lex['ours_s']:.2f} s against "
+              f"{lex['notebook_s']:.1f} s, {lex['speedup']:.1f}x")
+    cpu_rounds = ", ".join(f"{r:.1f}x" for r in lex["round_cpu_speedups"])
     print(f"  CPU time (what a busy machine distorts least): `score` {lex['ours_cpu']:.1f} s over all its "
-          f"processes, loop {lex['notebook_cpu']:.1f} s: {lex['cpu_speedup']:.1f}x")
+          f"processes, loop {lex['notebook_cpu']:.1f} s: {lex['cpu_speedup']:.1f}x (each round: {cpu_rounds})")
     print(f"  load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     ok = True
     if lex["max_abs_diff"] > LEXICAL_TOLERANCE or lex["missing"]:
         print(f"  FAIL: values differ by more than {LEXICAL_TOLERANCE} or {lex['missing']} are missing")
         ok = False
-    if lex["speedup"] < LEXICAL_TARGET:
-        print(f"  below the {LEXICAL_TARGET:.0f}x target")
+    if lex["lowest_speedup"] < LEXICAL_TARGET:
+        print(f"  below the {LEXICAL_TARGET:.0f}x target in a single round")
     return ok
 
 

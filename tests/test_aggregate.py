@@ -544,6 +544,23 @@ def test_comparison_table_rows_and_skips(store):
     assert "run-level" in dict(skipped)["instructability"]
 
 
+def test_comparison_table_equals_each_metrics_own_comparison(store):
+    """The table takes each run's rows once for all its metrics: every row is the one
+    ``compare_models`` gives alone, and a missing run is still each metric's skip, naming the runs."""
+    results = aggregate.load_results(store)
+    runs = results.frame.drop_duplicates("model").set_index("model")["run_id"]
+    metrics = ["dist1", "dist2", "failure_ratio"]
+    table, skipped = aggregate.comparison_table(results, runs["B"], runs["A"], metrics, invalid="exclude")
+    assert [m for m, _ in skipped] == ["dist2"] and list(table["metric"]) == ["dist1", "failure_ratio"]
+    for row in table.itertuples(index=False):
+        alone = aggregate.compare_models(results, runs["B"], runs["A"], row[0], invalid="exclude")
+        assert (row[1], row[2], row[3], row[5], row[6], row[7]) == (
+            alone.n, alone.mean_a, alone.mean_b, alone.ci_low, alone.ci_high, alone.t_pvalue)
+    table, skipped = aggregate.comparison_table(results, runs["A"], "nope", ["dist1", "failure_ratio"])
+    assert table.empty and [m for m, _ in skipped] == ["dist1", "failure_ratio"]
+    assert all("no results for run 'nope'" in why and runs["A"] in why for _, why in skipped)
+
+
 def test_load_metric_status_of_every_profile(store):
     status = aggregate.load_metric_status(store, profile=None)
     assert list(status.columns) == aggregate.METRIC_STATUS_COLUMNS

@@ -256,12 +256,24 @@ def model_ranking(board: pd.DataFrame, overall: pd.DataFrame, rank_by: str,
 
 # --- paired comparison -------------------------------------------------------------------------
 
-def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str) -> pd.Series:
+#: The columns :func:`_paired_values` reads.
+_PAIRED_COLUMNS = ("run_id", "sample_id", "status", "metric", "value")
+
+
+def _run_rows(results: pd.DataFrame, run_id: str) -> tuple[pd.DataFrame, pd.Series]:
+    """A run's rows of ``results`` and its samples' status (indexed by sample id)."""
     rows = results[results["run_id"] == run_id]
     if rows.empty:
         known = ", ".join(sorted(results["run_id"].unique())[:10]) or "(none)"
         raise ConfigurationError(f"no results for run {run_id!r}; runs: {known}")
-    samples = rows.drop_duplicates("sample_id").set_index("sample_id")["status"]
+    return rows, rows.drop_duplicates("sample_id").set_index("sample_id")["status"]
+
+
+def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str,
+                   run_rows: "tuple[pd.DataFrame, pd.Series] | None" = None) -> pd.Series:
+    """``run_id``'s value of ``metric`` per sample, invalid replies scored by ``invalid``; ``run_rows``:
+    :func:`_run_rows` of the run when the caller has it."""
+    rows, samples = run_rows if run_rows is not None else _run_rows(results, run_id)
     if metric == "failure_ratio":
         return (samples != OK).astype("float64")
     metric_rows = rows[rows["metric"] == metric]
@@ -275,6 +287,7 @@ def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str
 def compare_models(
     results: "Results | pd.DataFrame", run_a: str, run_b: str, metric: str, *, invalid: str = "worst",
     level: float = stats.DEFAULT_LEVEL, n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
+    _found: "Mapping[str, tuple[pd.DataFrame, pd.Series]] | None" = None,
 ) -> stats.PairedComparison:
     """Paired tests of ``run_a`` against ``run_b`` on ``metric`` over their common sample ids.
 
@@ -286,8 +299,9 @@ def compare_models(
         raise ConfigurationError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
     if metric == "instructability":
         raise ConfigurationError("instructability is a run-level number; it has no per-sample values to pair")
-    a = _paired_values(results_table(results), run_a, metric, invalid)
-    b = _paired_values(results_table(results), run_b, metric, invalid)
+    table, found = results_table(results), _found or {}  # comparison_table: each run's rows taken once
+    a = _paired_values(table, run_a, metric, invalid, found.get(run_a))
+    b = _paired_values(table, run_b, metric, invalid, found.get(run_b))
     common = a.index.intersection(b.index)
     if not len(common):
         raise ConfigurationError(f"runs {run_a!r} and {run_b!r} share no sample id")
@@ -356,11 +370,22 @@ def comparison_table(results: "Results | pd.DataFrame", run_a: str, run_b: str, 
     """:func:`compare_models` for each metric: (one row per metric, columns :data:`COMPARISON_COLUMNS`;
     ``[(metric, why it could not be compared)]``)."""
     results = results_table(results)
+    # Each run's rows (and the columns a comparison reads) taken once for every metric: each
+    # metric's comparison filtered, deduplicated and indexed them again, and on a whole dataset's
+    # table (16 runs, 13 columns) that was a third of the `score` command's landing step. A run
+    # missing is looked for again by each metric, whose error lists the runs there are.
+    narrow = results[[c for c in _PAIRED_COLUMNS if c in results.columns]]
+    found: dict[str, tuple[pd.DataFrame, pd.Series]] = {}
+    for run_id in dict.fromkeys((run_a, run_b)):
+        try:
+            found[run_id] = _run_rows(narrow, run_id)
+        except ConfigurationError:
+            pass
     rows, skipped = [], []
     for metric in metrics:
         try:
             c = compare_models(results, run_a, run_b, metric, invalid=invalid, level=level,
-                               n_resamples=n_resamples, seed=seed)
+                               n_resamples=n_resamples, seed=seed, _found=found)
         except ConfigurationError as exc:
             skipped.append((metric, str(exc)))
             continue
