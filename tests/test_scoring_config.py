@@ -298,3 +298,15 @@ def test_the_executor_is_found_by_name_in_its_registry_and_owns_the_pass(tmp_pat
     assert report.device == "cpu" and list(executor_flag.choices) == ["local", "ray", "recording"]
     with pytest.raises(ConfigurationError, match="unknown executor 'recording'; known: local, ray"):
         ScoreConfig(executor="recording")
+
+
+def test_the_stored_score_config_holds_the_public_ray_address(tmp_path):
+    """ScoreConfig.to_dict wrote ``--ray-address`` as given: a cluster address with credentials
+    (``ray://user:pw@host:10001?token=...``) went into job.json in clear."""
+    for given, public in (("ray://user:pw@10.0.0.5:10001?token=s3cret", "ray://10.0.0.5:10001"),
+                          ("admin:hunter2@10.0.0.5:6379", "10.0.0.5:6379"), ("auto", "auto")):
+        config = ScoreConfig(executor="ray", ray_address=given)
+        stored = json.dumps(config.to_dict())
+        assert json.loads(stored)["ray_address"] == public
+        assert all(secret not in stored for secret in ("pw@", "hunter2", "s3cret"))
+        assert ScoreConfig.from_dict(json.loads(stored), home=tmp_path).ray_address == public

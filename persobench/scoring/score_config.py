@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from persobench.errors import ConfigurationError
 from persobench.core.registry import Registry
+from persobench.core.secrets import public_address, url_with_credentials
 from persobench.metrics.backends import Profile
 from persobench.metrics.judge.judge_config import JudgeConfig
 from persobench.metrics.backends import get_profile
@@ -91,7 +92,8 @@ class ScoreConfig:
         return {"profile": self.profile, "metrics": list(self.metrics) if self.metrics is not None else None,
                 "overrides": dict(self.overrides), "precision": self.precision,
                 "judge": self.judge.to_dict() if self.judge is not None else None,
-                "executor": self.executor, "ray_address": self.ray_address, "input_layout": self.input_layout,
+                "executor": self.executor,
+                "ray_address": public_address(self.ray_address) if self.ray_address else None, "input_layout": self.input_layout,
                 "unieval_scorer": self.unieval_scorer}
 
     @classmethod
@@ -117,6 +119,6 @@ class ScoreConfig:
                    overrides={str(k): str(v) for k, v in dict(given.get("overrides") or {}).items()},
                    precision=str(given.get("precision") or "float32"),
                    judge=JudgeConfig.from_dict(judge, home=home) if judge else None,
-                   executor=str(given.get("executor") or "local"), ray_address=given.get("ray_address") or None,
+                   executor=str(given.get("executor") or "local"), ray_address=url_with_credentials(given.get("ray_address")) or None,
                    input_layout=str(given.get("input_layout") or AUTO),
                    unieval_scorer=str(given.get("unieval_scorer") or UPSTREAM))
