@@ -77,7 +77,7 @@ with st.container(border=True):
     concurrency = d5.selectbox("Requests in flight", ["8", "auto", "1", "4", "16", "32"], key="new_concurrency",
                                help="auto: start at 2, raise while replies come back, halve on a 429 or 5xx "
                                     "(at most 32).")
-    judge = judge_form("new")
+    judge, judge_ok = judge_form("new")  # a bad judge field keeps Launch disabled
 
 t1, t2, t3 = st.columns([3, 1, 1])
 template = t1.selectbox(
@@ -144,7 +144,7 @@ else:
     if "local:smollm2" in chosen_models:
         st.caption("local:smollm2 runs on this machine's CPU, 8 samples per forward pass: about 2.3x the "
                    "one-at-a-time speed of roughly 25 tokens per second on 2 cores, so a few seconds per reply.")
-    if st.button("Launch", type="primary", disabled=not ready, key="new_launch"):
+    if st.button("Launch", type="primary", disabled=not ready or not judge_ok, key="new_launch"):
         steps = launch_steps(ready, limit=int(limit) or None, seed=int(seed), concurrency=concurrency,
                              profile=None if profile == "(do not score)" else profile,
                              judge=judge, home=home, env=key_env)

@@ -69,7 +69,8 @@ from persobench.metrics.judge.labeller import JUDGE_TIMEOUT_FLAG, JudgeLabeller,
 from persobench.metrics.judge.judge_batch import pending_note as judge_batch_note  # noqa: F401
 from persobench.scoring.judge_estimate import (  # noqa: F401
     JUDGED_METRICS, JUDGED_METRICS_TEXT, estimate_new_runs, estimate_runs)
-from persobench.metrics.judge.judge_config import JUDGE_FLAGS, JudgeConfig, batch_settings_of, judge_retry  # noqa: F401
+from persobench.metrics.judge.judge_config import JUDGE_FLAGS, Judge, resolve_judge  # noqa: F401
+from persobench.config import JudgeConfig  # noqa: F401
 from persobench.metrics.judge.judge_prompt import load_template  # noqa: F401
 from persobench.metrics.persona import COVERAGE_SIMILARITY_THRESHOLD  # noqa: F401
 from persobench.scoring.ray_executor import import_ray  # noqa: F401

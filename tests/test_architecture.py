@@ -67,7 +67,8 @@ def test_pages_are_thin(page: Path):
 #: What a front end (the CLI, the background jobs, the app and its pages) may import from the library:
 #: the front door, the record types and the registries. Everything else comes through the pipeline.
 FRONT_DOOR_ALLOWED = ("persobench", "persobench.pipeline", "persobench.records", "persobench.store.run_records",
-                      "persobench.errors", "persobench.core.registry", "persobench.metrics.metric_registry")
+                      "persobench.errors", "persobench.core.registry", "persobench.metrics.metric_registry",
+                      "persobench.config")
 #: Third-party libraries heavy enough to import inside the function that needs them, so that
 #: `import persobench` and the CLI's start-up stay light (tests/test_imports.py). Anything else,
 #: the package's own modules first, is imported at the top of the file.

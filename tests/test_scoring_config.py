@@ -14,7 +14,7 @@ from persobench import pipeline
 from persobench.cli import main as cli_main
 from persobench.errors import ConfigurationError
 from persobench.jobs.model import JobStep
-from persobench.metrics.judge.labeller import JudgeConfig, make_judge
+from persobench.metrics.judge.labeller import Judge, make_judge
 from persobench.scoring.score_config import SCORE_FLAGS, ScoreConfig
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
@@ -119,7 +119,7 @@ def test_a_judge_timeout_survives_job_json_from_the_cli_and_from_a_judge_step(tm
     assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config
     # without a timeout the judge keeps the default deadline, stored as none
     plain = make_judge("openai:judge-model", cache_dir=str(tmp_path / "responses"))
-    assert plain.to_dict()["timeout"] is None and JudgeConfig.from_dict(plain.to_dict(), home=tmp_path).retry is None
+    assert plain.to_dict()["retry"] is None and Judge.from_dict(plain.to_dict(), home=tmp_path).retry is None
 
 
 def test_an_old_loose_score_dict_still_loads_and_a_bad_one_fails_in_one_line(tmp_path):
@@ -133,7 +133,7 @@ def test_an_old_loose_score_dict_still_loads_and_a_bad_one_fails_in_one_line(tmp
     with pytest.raises(ConfigurationError, match=r"^score config: unknown field\(s\) colour; known: profile"):
         ScoreConfig.from_dict({"colour": "red"}, home=tmp_path)
     with pytest.raises(ConfigurationError, match=r"^judge: unknown field\(s\) temperature"):
-        JudgeConfig.from_dict({"model": "openai:x", "temperature": 1}, home=tmp_path)
+        Judge.from_dict({"model": "openai:x", "temperature": 1}, home=tmp_path)
     with pytest.raises(ConfigurationError, match="unknown executor 'spark'"):
         ScoreConfig(executor="spark")
 

@@ -64,7 +64,7 @@ class JobStep:
     """The step's typed request as JSON. ``run``: a :class:`~persobench.generation.GenerationConfig`
     (:meth:`~persobench.generation.GenerationConfig.to_dict`, credentials left out); ``score``: a
     :class:`~persobench.scoring.score_config.ScoreConfig` (:meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`,
-    its judge a :class:`~persobench.metrics.judge.judge_config.JudgeConfig`, no key) plus ``runs``
+    its judge a :class:`~persobench.metrics.judge.judge_config.Judge`, no key) plus ``runs``
     (``"job"``: the runs this job's run steps completed, ``"all"``: every run in the store, or a
     list of run ids); older jobs' loose ``profile``/``metrics``/``judge`` dict reads the same way;
     ``import``: ``folder``;

@@ -13,7 +13,7 @@ from persobench.errors import ConfigurationError
 from persobench.core.registry import Registry
 from persobench.core.secrets import public_address, url_with_credentials
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge.judge_config import JudgeConfig
+from persobench.metrics.judge.judge_config import Judge
 from persobench.metrics.backends import get_profile
 from persobench.metrics.metric_registry import validate_metric_names
 from persobench.metrics.nli_inputs import AUTO, LAYOUTS, check_layout
@@ -46,7 +46,7 @@ class ScoreConfig:
     """Slot (or ``slot.option``) -> hub id or local path replacing the profile's model (``--model``)."""
     precision: str = "float32"
     """Arithmetic of the embedding models: ``float32`` or ``bfloat16`` (stored under its own profile key)."""
-    judge: "JudgeConfig | None" = None
+    judge: "Judge | None" = None
     """The LLM judge labelling the NLI pairs instead of the NLI model; ``None``: the NLI model."""
     executor: str = "local"
     """Where the values are computed: ``local`` (this process) or ``ray`` (actors on a Ray cluster)."""
@@ -118,7 +118,7 @@ class ScoreConfig:
                    metrics=tuple(str(m) for m in metrics) if metrics is not None else None,
                    overrides={str(k): str(v) for k, v in dict(given.get("overrides") or {}).items()},
                    precision=str(given.get("precision") or "float32"),
-                   judge=JudgeConfig.from_dict(judge, home=home) if judge else None,
+                   judge=Judge.from_dict(judge, home=home) if judge else None,
                    executor=str(given.get("executor") or "local"), ray_address=url_with_credentials(given.get("ray_address")) or None,
                    input_layout=str(given.get("input_layout") or AUTO),
                    unieval_scorer=str(given.get("unieval_scorer") or UPSTREAM))
