@@ -1,0 +1,202 @@
+"""The configurations' field tables (persobench/config/): every configuration survives its stored form
+(a hypothesis property test drawing values from the same table: types, bounds, choices, None where
+optional), the CLI and the app's form refuse the same bad value with the same line, and a judge
+timeout set in the app survives job.json."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from typing import Any, Literal, Union
+
+import annotated_types
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic.fields import FieldInfo
+
+from persobench.config import ConfigModel, JudgeConfig, RetryPolicy, offered_fields
+from persobench.config.run_config import GenerationConfig
+from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
+
+MODELS = [RetryPolicy, JudgeConfig, GenerationConfig]
+
+
+# --- strategies from the field table -------------------------------------------------------------------
+
+
+def _json_values() -> st.SearchStrategy[Any]:
+    scalars = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=8) | \
+        st.floats(allow_nan=False, allow_infinity=False, width=32)
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+
+
+def annotation_strategy(annotation: Any, constraints: tuple[Any, ...] = ()) -> st.SearchStrategy[Any]:
+    """Values an annotation takes, within its bounds (``Annotated`` constraints, ``Literal`` choices)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        base, *extra = typing.get_args(annotation)
+        found = list(constraints)
+        for item in extra:
+            found += list(item.metadata) if isinstance(item, FieldInfo) else [item]
+        return annotation_strategy(base, tuple(found))
+    if origin in (Union, types.UnionType):
+        return st.one_of([annotation_strategy(arg, constraints) for arg in typing.get_args(annotation)])
+    if origin is Literal:
+        return st.sampled_from(typing.get_args(annotation))
+    if annotation is type(None):
+        return st.none()
+    if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+        return model_strategy(annotation)
+    if annotation is bool:
+        return st.booleans()
+    bounds = {"gt": None, "ge": None, "le": None}
+    for item in constraints:
+        for name in bounds:
+            if isinstance(item, getattr(annotated_types, name.capitalize())):
+                bounds[name] = getattr(item, name)
+    if annotation is int:
+        low = bounds["ge"] if bounds["ge"] is not None else (bounds["gt"] + 1 if bounds["gt"] is not None else -10**9)
+        return st.integers(min_value=int(low), max_value=int(bounds["le"] if bounds["le"] is not None else 2**31))
+    if annotation is float:
+        low = bounds["gt"] if bounds["gt"] is not None else bounds["ge"]
+        return st.floats(min_value=low, max_value=bounds["le"] if bounds["le"] is not None else 1e12,
+                         exclude_min=bounds["gt"] is not None, allow_nan=False, allow_infinity=False)
+    if annotation is str:
+        size = next((item.min_length for item in constraints if isinstance(item, annotated_types.MinLen)), 0)
+        return st.text(min_size=size, max_size=20)
+    if origin is dict:
+        return st.dictionaries(st.text(max_size=8), _json_values(), max_size=4)
+    raise AssertionError(f"no strategy for {annotation!r}: add one (a new field type)")
+
+
+def model_strategy(model: type[ConfigModel]) -> st.SearchStrategy[ConfigModel]:
+    """A configuration with every field drawn from its table (the model checks the draw)."""
+    fields = {name: annotation_strategy(info.annotation, tuple(info.metadata))
+              for name, info in model.model_fields.items()}
+    return st.fixed_dictionaries(fields).map(model.model_validate)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_configuration_survives_its_stored_form(model, data):
+    config = data.draw(model_strategy(model))
+    assert model.model_validate_json(config.model_dump_json()) == config
+    assert model.model_validate(json.loads(json.dumps(config.model_dump(mode="json")))) == config
+    if hasattr(config, "to_dict"):  # the form resume.json and job.json hold
+        assert type(config).from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=model_strategy(JudgeConfig), run=model_strategy(GenerationConfig))
+def test_a_job_s_steps_survive_job_json(tmp_path_factory, config, run):
+    """A run step and a judge's score step, written to job.json by the job's writer and read back."""
+    from persobench.jobs.model import JobStep
+
+    steps = [JobStep("run", "run", run.to_dict()),
+             JobStep("judge", "score", {"judge": config.model_dump(mode="json"), "runs": "job"})]
+    again = [JobStep.from_dict(json.loads(json.dumps(step.to_dict()))) for step in steps]
+    assert again == steps
+    assert GenerationConfig.from_dict(again[0].config) == run
+    assert JudgeConfig.model_validate(again[1].config["judge"]) == config
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_the_strategies_reach_past_the_defaults(model):
+    """The draws are not all defaults: each offered field takes more than one value."""
+    seen: dict[str, set] = {}
+
+    @settings(max_examples=40, deadline=None)
+    @given(model_strategy(model))
+    def draw(config):
+        for offered in offered_fields(model):
+            value = config
+            for part in offered.path:
+                value = getattr(value, part, None)
+            seen.setdefault(offered.name, set()).add(repr(value))
+
+    draw()
+    assert all(len(values) > 1 for values in seen.values()), seen
+
+
+# --- the CLI and the form refuse alike ---------------------------------------------------------------
+
+#: (widget key, form value, flag, flag text): the same bad value given to the judge form and to `score`.
+BAD_JUDGE_VALUES = [
+    ("judge_timeout", 0.0, "--judge-timeout", "0"),
+    ("judge_timeout", -5.0, "--judge-timeout", "-5"),
+    ("judge_max_cost", -1.0, "--judge-max-cost", "-1"),
+    ("judge_model", "   ", "--judge", " "),
+]
+
+
+def _form_errors(at) -> list[str]:
+    return [str(e.value) for e in at.error]
+
+
+@pytest.mark.parametrize("key, form_value, flag, text", BAD_JUDGE_VALUES)
+def test_the_cli_and_the_form_refuse_a_bad_value_with_the_same_line(tmp_path, monkeypatch, capsys, key, form_value,
+                                                                     flag, text):
+    from persobench.cli import main
+    from tests.test_app import open_page
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    argv = ["--home", str(home), "score", "--judge", "openai:gpt-4o-mini", flag, text]
+    if flag == "--judge":
+        argv = ["--home", str(home), "score", "--judge", text]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    cli_line = err[len("error: "):].strip()
+
+    at = open_page("pages/metrics.py")
+    at.toggle(key="metrics_judge_on").set_value(True).run()
+    widget = at.text_input(key=f"metrics_{key}") if isinstance(form_value, str) else at.number_input(key=f"metrics_{key}")
+    (widget.input(form_value) if isinstance(form_value, str) else widget.set_value(form_value)).run()
+    assert not at.exception
+    shown = [line.replace("\\", "") for line in _form_errors(at)]  # the page escapes Markdown
+    assert shown == [cli_line], (shown, cli_line)
+    assert at.button(key="metrics_judge_launch").disabled  # Launch stays off until the field is valid
+    # the field set right: the error goes and the judge form no longer blocks the launch
+    widget = at.text_input(key=f"metrics_{key}") if isinstance(form_value, str) else at.number_input(key=f"metrics_{key}")
+    (widget.input("openai:gpt-4o-mini") if isinstance(form_value, str) else widget.set_value(5.0)).run()
+    assert _form_errors(at) == []
+
+
+def test_a_judge_timeout_set_in_the_app_survives_job_json(tmp_path, monkeypatch, openai_server):
+    """The judge form's timeout (key ``metrics_judge_timeout``) reaches job.json as the judge's retry
+    policy and the job's judge sends with it (the form had no timeout; job.json kept none)."""
+    from persobench.jobs import JobManager
+    from persobench.metrics.judge.labeller import JudgeLabeller
+    from persobench.scoring.score_config import ScoreConfig
+    from tests.fakes.judge import judge_script
+    from tests.test_app import open_page, wait_for
+    from tests.test_judge import _sample_run
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    _sample_run(home)
+    openai_server.script = judge_script({}, default="entailment")
+    at = open_page("pages/metrics.py")
+    at.toggle(key="metrics_judge_on").set_value(True).run()
+    at.text_input(key="metrics_judge_model").input("openai:judge-model").run()
+    at.text_input(key="metrics_judge_base_url").input(openai_server.base_url).run()
+    at.number_input(key="metrics_judge_timeout").set_value(5.0).run()
+    at.toggle(key="metrics_judge_estimate").set_value(True).run()
+    at.button(key="metrics_judge_launch").click().run()
+    assert not at.exception
+    jobs = JobManager(home)
+    job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0], timeout=180)
+    assert job.state == "completed", job.message
+    [folder] = (home / "jobs").iterdir()
+    stored = json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][-1]["config"]
+    assert stored["judge"]["retry"]["timeout"] == 5.0
+    judge = ScoreConfig.from_dict(stored, home=home, ignore=("runs",)).judge
+    assert judge.retry.timeout == 5.0
+    policy = JudgeLabeller(judge).policy  # what the job's judge requests were sent with
+    assert (policy.timeout, policy.timeout_flag) == (5.0, "--judge-timeout")
+
