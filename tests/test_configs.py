@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import annotated_types
@@ -200,3 +201,47 @@ def test_a_judge_timeout_set_in_the_app_survives_job_json(tmp_path, monkeypatch,
     policy = JudgeLabeller(judge).policy  # what the job's judge requests were sent with
     assert (policy.timeout, policy.timeout_flag) == (5.0, "--judge-timeout")
 
+
+
+# --- job.json and resume.json written by the version before the field tables -----------------------------
+
+OLD_JOB = Path(__file__).resolve().parent / "fixtures" / "jobs_v1" / "job.json"
+
+
+def test_an_old_job_json_still_resumes(tmp_path, openai_server):
+    """tests/fixtures/jobs_v1/job.json was written by the dataclass configurations (2a9ac24): the judge's
+    timeout flat in its dict, null batch fields. Read through the typed models it runs as it did."""
+    from persobench.jobs.job_process import run_job
+    from persobench.jobs.model import JobStep
+    from persobench.store.run_store import RunStore
+    from tests.fakes.judge import judge_script
+
+    home = tmp_path / "home"
+    folder = home / "jobs" / "old-job"
+    folder.mkdir(parents=True)
+    text = OLD_JOB.read_text(encoding="utf-8").replace('"HOME"', json.dumps(str(home)))
+    text = text.replace("JUDGE_URL", openai_server.base_url)
+    (folder / "job.json").write_text(text, encoding="utf-8")
+    openai_server.script = judge_script({}, default="entailment")
+
+    run_step, score = [JobStep.from_dict(step) for step in json.loads(text)["steps"]]
+    run = GenerationConfig.from_dict(run_step.config)
+    assert (run.retry.timeout, run.retry.max_attempts, run.concurrency, run.limit) == (30.0, 3, "auto", 2)
+    assert score.config["judge"]["retry"]["timeout"] == 5.0 and score.config["judge"]["batch_poll"] == 30.0
+    assert "timeout" not in score.config["judge"]  # today's form: the whole retry policy
+
+    assert run_job(folder) == 0
+    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    assert state["state"] == "completed", state
+    [run_dir] = RunStore(home).runs()
+    assert run_dir.run_id == run_step.run_id  # the models give the run the id the dataclasses gave it
+    scores = run_dir.read_table("scores")
+    assert set(scores["metric"]) == {"c_score"} and (scores["value"] == 1.0).all()
+    assert len(openai_server.requests) > 0
+
+
+def test_an_old_resume_json_config_still_loads():
+    """resume.json holds GenerationConfig.to_dict(): the dataclass's asdict form reads as the model."""
+    old = json.loads(OLD_JOB.read_text(encoding="utf-8"))["steps"][0]["config"]  # the same asdict form
+    config = GenerationConfig.from_dict(old)
+    assert config.to_dict() == old  # nothing renamed, nothing lost
