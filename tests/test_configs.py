@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 from pydantic.fields import FieldInfo
 
 from persobench.config import ConfigModel, JudgeConfig, RetryPolicy, offered_fields
+from persobench.config.fields import ui_of
 from persobench.config.run_config import GenerationConfig
+from persobench.metrics.judge.judge_config import resolve_judge
+from persobench.scoring.score_config import ScoreConfig
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 
 MODELS = [RetryPolicy, JudgeConfig, GenerationConfig]
@@ -68,16 +71,38 @@ def annotation_strategy(annotation: Any, constraints: tuple[Any, ...] = ()) -> s
     if annotation is str:
         size = next((item.min_length for item in constraints if isinstance(item, annotated_types.MinLen)), 0)
         return st.text(min_size=size, max_size=20)
+    if origin is tuple:
+        return st.lists(annotation_strategy(typing.get_args(annotation)[0]), max_size=4).map(tuple)
     if origin is dict:
-        return st.dictionaries(st.text(max_size=8), _json_values(), max_size=4)
+        value = typing.get_args(annotation)[1]
+        return st.dictionaries(st.text(max_size=8), _json_values() if value is Any else annotation_strategy(value),
+                               max_size=4)
     raise AssertionError(f"no strategy for {annotation!r}: add one (a new field type)")
 
 
-def model_strategy(model: type[ConfigModel]) -> st.SearchStrategy[ConfigModel]:
-    """A configuration with every field drawn from its table (the model checks the draw)."""
-    fields = {name: annotation_strategy(info.annotation, tuple(info.metadata))
-              for name, info in model.model_fields.items()}
-    return st.fixed_dictionaries(fields).map(model.model_validate)
+def model_strategy(config_model: type[ConfigModel], **given: st.SearchStrategy[Any]) -> st.SearchStrategy[ConfigModel]:
+    """A configuration with every field drawn from its table (a registry's names where the field's flag
+    offers them; ``given``: a field's own strategy), checked by the model."""
+    fields = {}
+    for name, info in config_model.model_fields.items():
+        ui = ui_of(info)
+        fields[name] = given[name] if name in given else st.sampled_from(tuple(ui.choices())) \
+            if ui is not None and ui.choices else annotation_strategy(info.annotation, tuple(info.metadata))
+    return st.fixed_dictionaries(fields).map(config_model.model_validate)
+
+
+def score_strategy(home: Path) -> st.SearchStrategy[ScoreConfig]:
+    """A ScoreConfig: its judge a JudgeConfig drawn from the judge's table and resolved against ``home``
+    (any model name would not resolve: the judges' models are the fake server's), a Ray address only
+    with the ray executor and in its public form (the stored form keeps no credentials)."""
+    judges = model_strategy(JudgeConfig, model=st.sampled_from(["openai:judge-model", "anthropic:judge-model"]),
+                            max_cost=st.none(), prompt=st.none(),  # no prices, one prompt version
+                            base_url=st.sampled_from([None, "http://127.0.0.1:8000/v1", "https://judge.example/v1"])) \
+        .map(lambda config: resolve_judge(config, home=home))
+    local = model_strategy(ScoreConfig, judge=st.none() | judges, executor=st.just("local"), ray_address=st.none())
+    ray = model_strategy(ScoreConfig, judge=st.none() | judges, executor=st.just("ray"),
+                         ray_address=st.sampled_from([None, "auto", "10.0.0.5:6379", "ray://head:10001"]))
+    return local | ray
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -89,6 +114,18 @@ def test_every_configuration_survives_its_stored_form(model, data):
     assert model.model_validate(json.loads(json.dumps(config.model_dump(mode="json")))) == config
     if hasattr(config, "to_dict"):  # the form resume.json and job.json hold
         assert type(config).from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+SCORE_HOME = Path("/nonexistent/persobench-home")  # resolving a judge reads no file of its home
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=score_strategy(SCORE_HOME))
+def test_a_score_configuration_survives_its_stored_form(config):
+    stored = json.loads(json.dumps(config.to_dict()))
+    assert ScoreConfig.from_dict(stored, home=SCORE_HOME) == config
+    if config.judge is not None:
+        assert stored["judge"] == config.judge.config().model_dump(mode="json")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Mapping, TypeVar, Union
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, TypeVar, Union
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -30,6 +30,11 @@ class Ui:
     """The flag's value in ``--help`` (``SECONDS``)."""
     help: str | None = None
     """The flag's ``--help`` text (public: tests/fixtures/cli_flags.json); default: the field's description."""
+    choices: Callable[[], Sequence[str]] | None = None
+    """The flag's choices, read when the parser is built (a registry's names: ``--executor``); the
+    field's validator checks the value."""
+    split: str | None = None
+    """The flag's text is a list joined by this separator (``--metrics a,b``)."""
     dest: str | None = None
     """The argparse destination, when not the flag's name (``--models`` -> ``models_file``)."""
     widget: str | None = None
@@ -245,6 +250,9 @@ def config_error(exc: ValidationError, model: type[ConfigModel]) -> Configuratio
     """The :class:`ConfigurationError` line of the first error of ``exc`` (a validation of ``model``),
     in the field table's words when the field is offered."""
     error = exc.errors()[0]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigurationError):  # a validator's own line ("unknown executor 'spark'; ...")
+        return cause
     path = tuple(str(part) for part in error["loc"])
     for offered in offered_fields(model):
         if path[:len(offered.path)] == offered.path:

@@ -33,6 +33,8 @@ def value_parser(offered: OfferedField) -> Callable[[str], Any]:
     form shows under its widget for the same value, not argparse's usage text."""
 
     def parse(text: str) -> Any:
+        if offered.ui.split:
+            return tuple(part.strip() for part in text.split(offered.ui.split) if part.strip())
         return text_value(offered, text)
 
     parse.__name__ = offered.dest
@@ -60,7 +62,7 @@ def add_config_flags(parser: Any, model: type[ConfigModel], names: tuple[str, ..
         if offered.info.annotation is bool:
             parser.add_argument(ui.flag, action="store_true", dest=offered.dest, help=offered.help)
             continue
-        choices = literal_choices(offered.info)
+        choices = tuple(ui.choices()) if ui.choices else literal_choices(offered.info)
         if choices and number_kind(offered.info) is None:  # a pure choice: argparse lists it in --help
             parser.add_argument(ui.flag, choices=choices, default=flag_default(model, offered), dest=offered.dest,
                                 help=offered.help, metavar=ui.metavar)
