@@ -282,3 +282,25 @@ def test_an_old_resume_json_config_still_loads():
     old = json.loads(OLD_JOB.read_text(encoding="utf-8"))["steps"][0]["config"]  # the same asdict form
     config = GenerationConfig.from_dict(old)
     assert config.to_dict() == old  # nothing renamed, nothing lost
+
+
+def test_the_new_run_form_checks_its_run_fields_like_run_does(tmp_path, monkeypatch, capsys):
+    """New run's limit, seed and requests-in-flight widgets are GenerationConfig's (same keys, defaults);
+    a bad limit is refused under its widget in `run`'s line and Launch stays disabled."""
+    from persobench.cli import main
+    from tests.test_app import open_page
+
+    monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "home"))
+    assert main(["--home", str(tmp_path / "home"), "run", "--model", "baseline:reference", "--dry-run",
+                 "--limit", "-3"]) == 2
+    cli_line = capsys.readouterr().err.removeprefix("error: ").strip()
+    at = open_page("pages/new_run.py")
+    assert (at.number_input(key="new_limit").value, at.number_input(key="new_seed").value,
+            at.selectbox(key="new_concurrency").value) == (10, 0, "8")
+    assert not at.button(key="new_launch").disabled
+    at.number_input(key="new_limit").set_value(-3).run()
+    assert not at.exception
+    assert [str(e.value).replace("\\", "") for e in at.error] == [cli_line] == ["limit must be at least 1, got -3 (--limit)"]
+    assert at.button(key="new_launch").disabled
+    at.number_input(key="new_limit").set_value(0).run()  # 0 = all samples: no limit
+    assert not at.error and not at.button(key="new_launch").disabled

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from persobench.app.text import md_escape
-from persobench.config import ConfigModel, OfferedField, offered_fields, text_value
+from persobench.config import ConfigModel, OfferedField, number_kind, offered_fields, text_value
 from persobench.errors import ConfigurationError
 
 
@@ -49,33 +49,43 @@ def form_values(model: type[ConfigModel], shown: dict[str, Any]) -> tuple[dict[s
     return values, errors
 
 
+def field_widget(offered: OfferedField, prefix: str, place: Any) -> Any:
+    """The widget of one offered field in ``place`` (a column, or ``st``), keyed ``<prefix>_<Ui.key>``."""
+    ui = offered.ui
+    key = f"{prefix}_{ui.key}"
+    initial = ui.initial if ui.initial is not None else offered.default
+    if ui.widget == "text":
+        return place.text_input(ui.label, value=initial or "", key=key, help=ui.widget_help, placeholder=ui.placeholder)
+    if ui.widget == "select":
+        return place.selectbox(ui.label, list(ui.options), key=key, help=ui.widget_help)
+    if ui.widget == "number":
+        whole = number_kind(offered.info) is int  # an int widget gives ints ("10", not "10.0")
+        kind = int if whole else float
+        return place.number_input(ui.label, value=kind(initial or 0), step=kind(ui.step or 1), key=key,
+                                  help=ui.widget_help)
+    return place.checkbox(ui.label, value=bool(initial), key=key, help=ui.widget_help)
+
+
+def config_widgets(model: type[ConfigModel], prefix: str, places: dict[str, Any]) -> \
+        tuple[dict[str, Any], dict[str, str]]:
+    """The widgets of ``model``'s offered fields whose key ``places`` names, each in its place and each
+    bad value in red under it; (:func:`form_values`' fields, errors by key)."""
+    shown = {offered.ui.key: field_widget(offered, prefix, places[offered.ui.key])
+             for offered in offered_fields(model) if offered.ui.widget and offered.ui.key in places}
+    values, errors = form_values(model, shown)
+    for key, line in errors.items():
+        places[key].error(md_escape(line))
+    return values, errors
+
+
 def config_form(model: type[ConfigModel], prefix: str, widths: dict[str, float] | None = None) -> \
         tuple[dict[str, Any], dict[str, str]]:
-    """The widgets of ``model``'s offered fields (checkboxes under a row of the others), each bad value
-    in red under its widget; (:func:`form_values`' fields, errors by key)."""
+    """Every offered field's widget (checkboxes under a row of the others): :func:`config_widgets`."""
     import streamlit as st
 
     table = [offered for offered in offered_fields(model) if offered.ui.widget and offered.ui.key]
-    row = [offered for offered in table if offered.ui.widget != "checkbox"]
-    columns = st.columns([(widths or {}).get(offered.ui.key or "", 1) for offered in row]) if row else []
-    places = {offered.ui.key: column for offered, column in zip(row, columns)}
-    shown: dict[str, Any] = {}
-    for offered in table:
-        ui = offered.ui
-        key = f"{prefix}_{ui.key}"
-        place = places.get(ui.key, st)
-        initial = ui.initial if ui.initial is not None else offered.default
-        if ui.widget == "text":
-            shown[ui.key] = place.text_input(ui.label, value=initial or "", key=key, help=ui.widget_help,
-                                             placeholder=ui.placeholder)
-        elif ui.widget == "select":
-            shown[ui.key] = place.selectbox(ui.label, list(ui.options), key=key, help=ui.widget_help)
-        elif ui.widget == "number":
-            shown[ui.key] = place.number_input(ui.label, value=float(initial or 0.0), step=ui.step, key=key,
-                                               help=ui.widget_help)
-        else:
-            shown[ui.key] = place.checkbox(ui.label, value=bool(initial), key=key, help=ui.widget_help)
-    values, errors = form_values(model, shown)
-    for key, line in errors.items():
-        places.get(key, st).error(md_escape(line))
-    return values, errors
+    row = [offered.ui.key or "" for offered in table if offered.ui.widget != "checkbox"]
+    columns = st.columns([(widths or {}).get(key, 1) for key in row]) if row else []
+    places: dict[str, Any] = {offered.ui.key or "": st for offered in table}
+    places.update(zip(row, columns))
+    return config_widgets(model, prefix, places)

@@ -10,10 +10,12 @@ and :mod:`persobench.core`, so the CLI builds its parser without loading a stage
 * :mod:`~persobench.config.judge`: :class:`JudgeConfig`, the LLM judge as a user gives it.
 """
 
-from persobench.config.fields import ConfigModel, OfferedField, Ui, changed, config_error, offered_fields, validated
+from persobench.config.fields import (ConfigModel, OfferedField, Ui, changed, config_error, number_kind, offered_fields,
+                                      validated)
 from persobench.config.flags import add_config_flags, config_from_args, config_values, text_value
 from persobench.config.judge import JUDGE_TIMEOUT_FLAG, JudgeConfig
 from persobench.config.retry_policy import RetryPolicy
+from persobench.config.run_config import GenerationConfig
 
-__all__ = ["ConfigModel", "JUDGE_TIMEOUT_FLAG", "JudgeConfig", "OfferedField", "RetryPolicy", "Ui", "add_config_flags",
-           "changed", "config_error", "config_from_args", "config_values", "offered_fields", "text_value", "validated"]
+__all__ = ["ConfigModel", "GenerationConfig", "JUDGE_TIMEOUT_FLAG", "JudgeConfig", "OfferedField", "RetryPolicy", "Ui", "add_config_flags",
+           "changed", "config_error", "config_from_args", "config_values", "number_kind", "offered_fields", "text_value", "validated"]

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import Field
 
 from persobench.config.fields import ConfigModel, Ui, validated
-from persobench.config.judge import BATCH_FALLBACK_HELP, BATCH_POLL_HELP, BatchFallback
+from persobench.config.judge import BATCH_FALLBACK_HELP, BATCH_POLL_HELP, CONCURRENCY_CHOICES, BatchFallback
 from persobench.config.retry_policy import RetryPolicy
 from persobench.errors import ConfigurationError
 
@@ -21,6 +21,16 @@ Mode = Literal["vanilla", "cot"]
 Policy = Literal["robust", "paper"]
 
 _Whole = Annotated[int, Field(ge=1)]
+#: The New run page's tooltips.
+STRUCTURED_WIDGET_HELP = (
+    "Ask the provider to guarantee the reply's JSON shape (a JSON schema for OpenAI-compatible servers and Anthropic, "
+    "grammar-constrained decoding for local models). A separate configuration, labelled +structured on its own "
+    "board: it no longer measures whether the model follows the format instruction (instructability). Baselines "
+    "ignore it.")
+BATCH_WIDGET_HELP = (
+    "Send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message Batches): about half "
+    "the price, answered within 24 hours. The same run and cache: the run waits for its batch, and a restarted one "
+    "collects it instead of submitting again. Models without a batch API ignore it.")
 
 
 class GenerationConfig(ConfigModel):
@@ -49,14 +59,19 @@ class GenerationConfig(ConfigModel):
                                                 "``paper-open``, on otherwise). Chat APIs always apply theirs.")] = None
     limit: Annotated[_Whole | None, Field(description="Number of samples (a deterministic subset chosen by ``seed``); "
                                           "``None`` for all."),
-                     Ui("--limit", help="number of samples (deterministic subset)")] = None
+                     Ui("--limit", help="number of samples (deterministic subset)", widget="number", key="limit",
+                        label="Samples per dataset (0 = all)", initial=10, zero_is_none=True, step=5)] = None
     seed: Annotated[int, Field(description="Subset seed, and the sampling seed when temperature > 0."),
-                    Ui("--seed", help="subset seed, and sampling seed when temperature > 0")] = 0
+                    Ui("--seed", help="subset seed, and sampling seed when temperature > 0", widget="number",
+                       key="seed", label="Subset seed", step=1)] = 0
     concurrency: Annotated[_Whole | Literal["auto"],
                            Field(description="Maximum requests in flight, or ``\"auto\"``: found while the run goes, "
                                  "raised while replies come back and halved on a 429 or 5xx."),
                            Ui("--concurrency", "N|auto", "maximum requests in flight (default 8), or auto: start at 2, "
-                              "raise while replies come back, halve on a 429 or 5xx")] = 8
+                              "raise while replies come back, halve on a 429 or 5xx", widget="select",
+                              key="concurrency", label="Requests in flight", options=CONCURRENCY_CHOICES,
+                              widget_help="auto: start at 2, raise while replies come back, halve on a 429 or 5xx "
+                                          "(at most 32).")] = 8
     max_concurrency: Annotated[int, Field(ge=1, description="The most requests in flight ``\"auto\"`` may reach."),
                                Ui("--max-concurrency", "N", "ceiling for --concurrency auto (default 32)")] = 32
     max_tokens: Annotated[_Whole | None, Field(description="Completion budget; default from the template (110 "
@@ -91,8 +106,9 @@ class GenerationConfig(ConfigModel):
                                       "the cache key, run id and protocol."),
                           Ui("--structured", help="ask the provider to guarantee the reply's JSON shape "
                              "(response_format json_schema, Anthropic output_config, grammar-constrained local "
-                             "decoding); a separate configuration: it no longer measures instruction following")] \
-        = False
+                             "decoding); a separate configuration: it no longer measures instruction following",
+                             widget="checkbox", key="structured", label="Structured output",
+                             widget_help=STRUCTURED_WIDGET_HELP)] = False
     batch_size: Annotated[_Whole | None, Field(description="Samples per forward pass for in-process models; "
                                                "``None``: the provider's measured default. Not part of the cache key."),
                           Ui("--batch-size", help="local models: samples per forward pass (default 8, measured: see "
@@ -102,7 +118,8 @@ class GenerationConfig(ConfigModel):
                      Ui("--batch", help="send the requests through the provider's batch API (OpenAI Batch API, "
                         "Anthropic Message Batches): about half the price, answered within 24 h; the batch id is kept "
                         "in the run folder, so running the same command again collects it instead of submitting "
-                        "twice")] = False
+                        "twice", widget="checkbox", key="batch", label="Batch API", widget_help=BATCH_WIDGET_HELP)] \
+        = False
     batch_wait: Annotated[Annotated[float, Field(ge=0)] | None,
                           Field(description="With ``batch``: seconds to wait for the batch; ``None`` until it ends, "
                                 "``0`` submit and return."),
