@@ -108,8 +108,10 @@ def launch_judge(choice) -> None:
 
 
 
-judge = judge_form("metrics")
-if judge is not None:
+judge, judge_ok = judge_form("metrics")
+if not judge_ok:  # a bad field (said under it) or a judge that cannot be resolved: nothing to launch yet
+    st.button("Launch the judge", type="primary", key="metrics_judge_launch", disabled=True)
+elif judge is not None:
     from persobench.jobs import estimate_for_store
 
     # Estimating reads every stored run's pairs: only when asked, and then kept for this choice.

@@ -14,7 +14,9 @@ import streamlit as st
 
 from persobench.app.page_cache import current_home
 from persobench.app.chrome import app_environment, page_setup
+from persobench.app.forms import config_widgets
 from persobench.app.judge_form import judge_form, show_estimate
+from persobench.config import GenerationConfig
 from persobench.app.text import md_escape
 from persobench.app.widgets import job_card
 from persobench.app.loaders import batch_listing
@@ -70,14 +72,12 @@ with st.container(border=True):
         st.button("Add model", key="new_add_model", disabled=not model_name.strip(), on_click=add_model)
     d1, d2, d3, d4, d5 = st.columns(5)
     chosen_modes = d1.multiselect("Modes", ["vanilla", "cot"], default=["vanilla"], key="new_modes")
-    limit = d2.number_input("Samples per dataset (0 = all)", min_value=0, value=10, step=5, key="new_limit")
-    seed = d3.number_input("Subset seed", min_value=0, value=0, step=1, key="new_seed")
     profile = d4.selectbox("Metric profile", ["offline", "standard", "(do not score)"], key="new_profile",
                            help="offline: packaged models, no network. standard: the paper's models from the hub.")
-    concurrency = d5.selectbox("Requests in flight", ["8", "auto", "1", "4", "16", "32"], key="new_concurrency",
-                               help="auto: start at 2, raise while replies come back, halve on a 429 or 5xx "
-                                    "(at most 32).")
-    judge = judge_form("new")
+    # limit, seed, requests in flight: GenerationConfig's widgets, checked by its fields (a bad one said under it)
+    run_fields, run_errors = config_widgets(GenerationConfig, "new", {"limit": d2, "seed": d3, "concurrency": d5})
+    limit, seed, concurrency = run_fields.get("limit"), run_fields.get("seed", 0), run_fields.get("concurrency", 8)
+    judge, judge_ok = judge_form("new")  # a bad judge field keeps Launch disabled
 
 t1, t2, t3 = st.columns([3, 1, 1])
 template = t1.selectbox(
@@ -85,24 +85,17 @@ template = t1.selectbox(
     format_func=lambda t: TEMPLATE_CHOICES[t],
     help="The paper's protocol sends its closed-source prompt to API models and its open-source prompt, as "
          "raw text without a chat template, to local models; persobench is PersoBench's own wording.")
-structured = t2.checkbox(
-    "Structured output", key="new_structured",
-    help="Ask the provider to guarantee the reply's JSON shape (a JSON schema for OpenAI-compatible servers and "
-         "Anthropic, grammar-constrained decoding for local models). A separate configuration, labelled "
-         "+structured on its own board: it no longer measures whether the model follows the format instruction "
-         "(instructability). Baselines ignore it.")
-batch = t3.checkbox(
-    "Batch API", key="new_batch",
-    help="Send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message Batches): about "
-         "half the price, answered within 24 hours. The same run and cache: the run waits for its batch, and a "
-         "restarted one collects it instead of submitting again. Models without a batch API ignore it.")
+flags, _ = config_widgets(GenerationConfig, "new", {"structured": t2, "batch": t3})
+structured, batch = flags["structured"], flags["batch"]
 choices = [LaunchChoice(d, m, mode, custom.get(m) or None, template or None, structured, batch)
            for d in chosen_datasets for m in chosen_models for mode in chosen_modes]
 if not choices:
     st.info("Pick at least one dataset, one model and one mode to see the estimate.")
+elif run_errors:  # said under their widgets; nothing to estimate or launch until they are fixed
+    st.button("Launch", type="primary", disabled=True, key="new_launch")
 else:
     key_env = app_environment()
-    plans = plan_launch(home, choices, limit=int(limit) or None, seed=int(seed), env=key_env)
+    plans = plan_launch(home, choices, limit=limit, seed=seed, env=key_env)
     table = pd.DataFrame(plans)
     shown = table[["dataset", "model", "mode", "template", "structured", "batch", "samples", "requests", "cached",
                    "prompt_tokens", "max_cost_usd", "batch_cost_usd", "problem"]]
@@ -139,13 +132,13 @@ else:
     if judge is not None and ready:
         from persobench.jobs import estimate_for_launch
 
-        show_estimate(*estimate_for_launch(home, judge, ready, limit=int(limit) or None, seed=int(seed)),
+        show_estimate(*estimate_for_launch(home, judge, ready, limit=limit, seed=seed),
                       note="Replies are not written yet: each sample's reference stands in for its reply.", judge=judge)
     if "local:smollm2" in chosen_models:
         st.caption("local:smollm2 runs on this machine's CPU, 8 samples per forward pass: about 2.3x the "
                    "one-at-a-time speed of roughly 25 tokens per second on 2 cores, so a few seconds per reply.")
-    if st.button("Launch", type="primary", disabled=not ready, key="new_launch"):
-        steps = launch_steps(ready, limit=int(limit) or None, seed=int(seed), concurrency=concurrency,
+    if st.button("Launch", type="primary", disabled=not ready or not judge_ok or bool(run_errors), key="new_launch"):
+        steps = launch_steps(ready, limit=limit, seed=seed, concurrency=concurrency,
                              profile=None if profile == "(do not score)" else profile,
                              judge=judge, home=home, env=key_env)
         title = f"{len(ready)} run(s): " + ", ".join(sorted({p['dataset'] for p in ready}))

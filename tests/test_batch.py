@@ -364,12 +364,12 @@ def test_a_batch_whose_creation_answer_was_lost_is_found_not_submitted_again(tmp
 
 def test_bad_batch_numbers_are_one_line_before_anything_is_sent(tmp_path, capsys):
     with FakeBatchServer("openai") as server:
-        for flags in (("--batch-poll", "0"), ("--batch-wait", "-1")):
+        for flags, line in ((("--batch-poll", "0"), "batch_poll must be a finite number > 0 (seconds), got 0"),
+                            (("--batch-wait", "-1"), "batch_wait must be a finite number >= 0 (seconds), got -1")):
             assert main(_argv(tmp_path, server, *flags)) == 2
-            err = capsys.readouterr().err
-            assert err.startswith("error: --batch-poll must be > 0 and --batch-wait >= 0") and err.count("\n") == 1
+            assert capsys.readouterr().err == f"error: {line} ({flags[0]})\n"  # the field table's line
         assert main(_judge_args(tmp_path, server, "--batch-poll", "-3")) == 2
-        assert "--batch-poll must be > 0" in capsys.readouterr().err
+        assert capsys.readouterr().err == "error: batch_poll must be a finite number > 0 (seconds), got -3 (--batch-poll)\n"
         assert server.created == [] and not list(tmp_path.glob("runs/*"))
 
 
@@ -583,26 +583,27 @@ def test_runs_tells_how_to_collect_a_pending_batch(tmp_path, capsys):
 
 def test_a_judges_batch_setting_survives_job_json_and_old_ones_still_load(tmp_path):
     from persobench.llm.batch_driver import BatchSettings
-    from persobench.metrics.judge.judge_config import JUDGE_FLAGS, JudgeConfig, make_judge
+    from persobench.config import JudgeConfig
+    from persobench.metrics.judge.judge_config import JUDGE_FLAGS, Judge, make_judge
     from persobench.scoring.score_config import ScoreConfig
 
     judge = make_judge("openai:gpt-4o-mini", home=tmp_path, batch=BatchSettings(wait=5.0, poll=2.0))
     stored = json.loads(json.dumps(ScoreConfig(judge=judge).to_dict()))  # what job.json holds
     assert stored["judge"]["batch"] is True and stored["judge"]["batch_wait"] == 5.0
-    assert set(stored["judge"]) <= set(JUDGE_FLAGS) | {"max_concurrency"}
+    assert set(stored["judge"]) == set(JudgeConfig.model_fields)  # the judge's field table, typed
     assert JUDGE_FLAGS["batch"] == "--batch" and JUDGE_FLAGS["batch_wait"] == "--batch-wait"
     back = ScoreConfig.from_dict(stored, home=tmp_path).judge
     assert back.batch == BatchSettings(wait=5.0, poll=2.0) and back.to_dict() == judge.to_dict()
-    plain = JudgeConfig.from_dict(make_judge("openai:gpt-4o-mini", home=tmp_path).to_dict(), home=tmp_path)
+    plain = Judge.from_dict(make_judge("openai:gpt-4o-mini", home=tmp_path).to_dict(), home=tmp_path)
     assert plain.batch is None and plain.to_dict()["batch"] is False
     # job.json files written before the setting (and before the typed judge) load without a batch
     old = {"profile": "offline", "metrics": ["c_score"], "judge": {"model": "openai:gpt-4o-mini", "base_url": None,
                                                                    "concurrency": 8, "max_cost": None}}
     assert ScoreConfig.from_dict(old, home=tmp_path).judge.batch is None
     with pytest.raises(Exception, match="batch"):
-        JudgeConfig.from_dict({"model": "openai:gpt-4o-mini", "batch": "yes"}, home=tmp_path)
+        Judge.from_dict({"model": "openai:gpt-4o-mini", "batch": "yes"}, home=tmp_path)
     with pytest.raises(Exception, match="batch API"):
-        JudgeConfig.from_dict({"model": "local:smollm2", "batch": True}, home=tmp_path)
+        Judge.from_dict({"model": "local:smollm2", "batch": True}, home=tmp_path)
 
 
 def test_metrics_page_judge_batch_checkbox_launches_the_judge_through_one_batch(tmp_path, monkeypatch):

@@ -204,7 +204,7 @@ def test_a_failed_judge_batch_stops_with_the_command_that_sends_interactively(tm
 
 
 def test_batch_fallback_is_a_flag_of_run_and_of_the_judge_and_survives_job_json(tmp_path, capsys):
-    from persobench.metrics.judge.judge_config import JudgeConfig, make_judge
+    from persobench.metrics.judge.judge_config import Judge, make_judge
 
     for argv in (["run", "--help"], ["score", "--help"]):
         with pytest.raises(SystemExit):
@@ -213,7 +213,7 @@ def test_batch_fallback_is_a_flag_of_run_and_of_the_judge_and_survives_job_json(
     judge = make_judge("openai:gpt-4o-mini", home=tmp_path, batch=BatchSettings(fallback="interactive"))
     stored = json.loads(json.dumps(judge.to_dict()))
     assert stored["batch_fallback"] == "interactive"
-    assert JudgeConfig.from_dict(stored, home=tmp_path).batch.fallback == "interactive"
+    assert Judge.from_dict(stored, home=tmp_path).batch.fallback == "interactive"
     with pytest.raises(Exception, match="--batch-fallback"):
         BatchSettings(fallback="maybe")
 

@@ -210,8 +210,7 @@ RESUMABLE_CONFIGS = [
 
 
 def test_resume_command_rebuilds_the_same_configuration(tmp_path):
-    import dataclasses
-
+    from persobench.config import changed
     from persobench.generation import GenerationConfig, RetryPolicy, plan_generation
     from persobench.generation.config import RUN_FLAGS
     from persobench.generation.lock import resume_command
@@ -219,7 +218,7 @@ def test_resume_command_rebuilds_the_same_configuration(tmp_path):
     # every field of the configuration is printed by the command (a new field must be added there)
     handled = set(RUN_FLAGS) | {"base_url", "options", "retry", "chat_template", "structured", "batch",
                                   "cache_dir", "fail_fast_after"}
-    assert {f.name for f in dataclasses.fields(GenerationConfig)} == handled
+    assert set(GenerationConfig.model_fields) == handled
     store = RunStore(tmp_path / "home")
     for fields in RESUMABLE_CONFIGS:
         retry = RetryPolicy(max_attempts=4, timeout=30.0) if "structured" in fields else RetryPolicy()
@@ -230,8 +229,8 @@ def test_resume_command_rebuilds_the_same_configuration(tmp_path):
         assert again.run_id == plan.run_id and again.keys == plan.keys, fields
         # every field, the run's and the process's (concurrency, retries, checkpoints, batch size)
         # (the template by the name the run resolved it to)
-        expected = dataclasses.replace(plan.config, template=plan.config.template or plan.template.name)
-        assert dataclasses.replace(again.config, cache_dir=None) == expected, fields
+        expected = changed(plan.config, template=plan.config.template or plan.template.name)
+        assert changed(again.config, cache_dir=None) == expected, fields
 
 
 def test_resume_command_leaves_secrets_out_entirely(tmp_path):

@@ -12,9 +12,10 @@ import pytest
 
 from persobench import pipeline
 from persobench.cli import main as cli_main
+from persobench.config import changed
 from persobench.errors import ConfigurationError
 from persobench.jobs.model import JobStep
-from persobench.metrics.judge.labeller import JudgeConfig, make_judge
+from persobench.metrics.judge.labeller import Judge, make_judge
 from persobench.scoring.score_config import SCORE_FLAGS, ScoreConfig
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.fakes.judge import judge_script
@@ -36,12 +37,10 @@ def _priced_judge_models(tmp_path: Path, server, monkeypatch) -> None:
 # --- ScoreConfig in job.json --------------------------------------------------------------------
 
 
-def test_every_score_config_field_has_a_flag_and_a_docstring():
-    fields = [f.name for f in dataclasses.fields(ScoreConfig)]
+def test_every_score_config_field_has_a_flag_and_a_description():
+    fields = ScoreConfig.model_fields
     assert sorted(fields) == sorted(SCORE_FLAGS)
-    source = Path("persobench/scoring/score_config.py").read_text(encoding="utf-8")
-    for name in fields:  # a docstring line right after each field
-        assert f'    {name}:' in source and source.split(f'    {name}:', 1)[1].splitlines()[1].strip().startswith('"""')
+    assert all(info.description for info in fields.values())
 
 
 def test_the_flag_mappings_name_real_score_flags_and_the_cli_builds_the_same_config(tmp_path):
@@ -119,7 +118,7 @@ def test_a_judge_timeout_survives_job_json_from_the_cli_and_from_a_judge_step(tm
     assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config
     # without a timeout the judge keeps the default deadline, stored as none
     plain = make_judge("openai:judge-model", cache_dir=str(tmp_path / "responses"))
-    assert plain.to_dict()["timeout"] is None and JudgeConfig.from_dict(plain.to_dict(), home=tmp_path).retry is None
+    assert plain.to_dict()["retry"] is None and Judge.from_dict(plain.to_dict(), home=tmp_path).retry is None
 
 
 def test_an_old_loose_score_dict_still_loads_and_a_bad_one_fails_in_one_line(tmp_path):
@@ -133,7 +132,7 @@ def test_an_old_loose_score_dict_still_loads_and_a_bad_one_fails_in_one_line(tmp
     with pytest.raises(ConfigurationError, match=r"^score config: unknown field\(s\) colour; known: profile"):
         ScoreConfig.from_dict({"colour": "red"}, home=tmp_path)
     with pytest.raises(ConfigurationError, match=r"^judge: unknown field\(s\) temperature"):
-        JudgeConfig.from_dict({"model": "openai:x", "temperature": 1}, home=tmp_path)
+        Judge.from_dict({"model": "openai:x", "temperature": 1}, home=tmp_path)
     with pytest.raises(ConfigurationError, match="unknown executor 'spark'"):
         ScoreConfig(executor="spark")
 
@@ -173,7 +172,7 @@ def test_the_report_carries_the_judge_counts_and_the_exit_status_is_the_same_on_
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
              runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
     try:
-        on_ray = pipeline.score([RUN_ID], dataclasses.replace(
+        on_ray = pipeline.score([RUN_ID], changed(
             config, executor="ray", judge=dataclasses.replace(config.judge, cache_dir=str(homes["ray"] / "responses"))),
             home=homes["ray"])
         assert on_ray.device == "ray"
@@ -258,7 +257,7 @@ def test_the_cost_cap_holds_over_every_ray_actor(openai_server, tmp_path, monkey
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
              runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
     try:
-        on_ray = pipeline.score(runs, dataclasses.replace(
+        on_ray = pipeline.score(runs, changed(
             local_config, executor="ray",
             judge=dataclasses.replace(local_config.judge, cache_dir=str(ray_home / "responses"))), home=ray_home)
     finally:
@@ -298,3 +297,15 @@ def test_the_executor_is_found_by_name_in_its_registry_and_owns_the_pass(tmp_pat
     assert report.device == "cpu" and list(executor_flag.choices) == ["local", "ray", "recording"]
     with pytest.raises(ConfigurationError, match="unknown executor 'recording'; known: local, ray"):
         ScoreConfig(executor="recording")
+
+
+def test_the_stored_score_config_holds_the_public_ray_address(tmp_path):
+    """ScoreConfig.to_dict wrote ``--ray-address`` as given: a cluster address with credentials
+    (``ray://user:pw@host:10001?token=...``) went into job.json in clear."""
+    for given, public in (("ray://user:pw@10.0.0.5:10001?token=s3cret", "ray://10.0.0.5:10001"),
+                          ("admin:hunter2@10.0.0.5:6379", "10.0.0.5:6379"), ("auto", "auto")):
+        config = ScoreConfig(executor="ray", ray_address=given)
+        stored = json.dumps(config.to_dict())
+        assert json.loads(stored)["ray_address"] == public
+        assert all(secret not in stored for secret in ("pw@", "hunter2", "s3cret"))
+        assert ScoreConfig.from_dict(json.loads(stored), home=tmp_path).ray_address == public

@@ -10,7 +10,9 @@ from persobench.app.text import md_escape
 from persobench.scoring import JUDGED_METRICS_TEXT
 from persobench.app.page_cache import current_home
 from persobench.errors import PersoBenchError
-from persobench.metrics import JudgeConfig
+from persobench.app.forms import config_form
+from persobench.config import JudgeConfig, validated
+from persobench.metrics import resolve_judge
 from persobench.core import redact
 from persobench.llm import batch_cost
 
@@ -21,46 +23,29 @@ JUDGE_HELP = (f"Label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "
               "board with NLI-model numbers.")
 
 
-#: What the judge's batch checkbox says.
-BATCH_HELP = ("Send the judge's requests through the provider's batch API (OpenAI Batch API, Anthropic Message "
-              "Batches): about half the price, answered within 24 hours; the job waits for the batch. Judges "
-              "without a batch API cannot use it.")
-
-
-def judge_form(prefix: str) -> Any:
-    """A toggle and, when on, a widget per field of the judge (the fields ``score --judge`` takes:
-    :data:`~persobench.metrics.judge.judge_config.JUDGE_FLAGS`); the checked
-    :class:`~persobench.metrics.judge.judge_config.JudgeConfig`, or None (off, no model, or a bad field,
-    said in a warning). Widget keys: ``<prefix>_judge_on``, ``_judge_model``, ``_judge_base_url``,
-    ``_judge_concurrency``, ``_judge_max_cost``, ``_judge_batch``."""
+def judge_form(prefix: str) -> tuple[Any, bool]:
+    """A toggle and, when on, the judge's form, generated from its field table
+    (:class:`~persobench.config.judge.JudgeConfig`: the fields ``score --judge`` takes, with
+    the same defaults and checks); each bad value in red under its widget, in the line the CLI prints.
+    Returns (the resolved :class:`~persobench.metrics.judge.judge_config.Judge` or None, whether the
+    form can launch: off, or on with every field valid and the judge resolved). Widget keys:
+    ``<prefix>_judge_on``, ``_judge_model``, ``_judge_base_url``, ``_judge_concurrency``,
+    ``_judge_max_cost``, ``_judge_timeout``, ``_judge_batch``."""
     import streamlit as st
 
     if not st.toggle("Score the NLI metrics with an LLM judge", key=f"{prefix}_judge_on", help=JUDGE_HELP):
-        return None
-    c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
-    fields: dict[str, Any] = {
-        "model": c1.text_input("Judge model", value="openai:gpt-4o-mini", key=f"{prefix}_judge_model",
-                               help="Any model a run takes: provider:model, a preset, or a models-file name.").strip(),
-        "base_url": c2.text_input("Judge base URL (OpenAI-compatible servers)", key=f"{prefix}_judge_base_url",
-                                  placeholder="http://localhost:11434/v1").strip() or None,
-        "concurrency": c3.selectbox("Judge requests in flight", ["8", "auto", "1", "4", "16", "32"],
-                                    key=f"{prefix}_judge_concurrency"),
-        "max_cost": float(c4.number_input("Max judge cost (USD, 0 = no cap)", min_value=0.0, value=0.0, step=0.5,
-                                          key=f"{prefix}_judge_max_cost")) or None,
-    }
-    # The job waits for the batch and collects it (a job stopped before then leaves the batch id in the
+        return None, True
+    # The job waits for a batch and collects it (a job stopped before then leaves the batch id in the
     # store: judging again collects it, never submitting twice).
-    fields["batch"] = st.checkbox("Batch API", key=f"{prefix}_judge_batch", help=BATCH_HELP)
-    if not fields["model"]:
-        return None
-    fields["concurrency"] = "auto" if fields["concurrency"] == "auto" else int(fields["concurrency"])
-
+    values, errors = config_form(JudgeConfig, prefix, widths={"judge_model": 2, "judge_base_url": 2})
+    if errors:
+        return None, False
     try:
-        return JudgeConfig.from_dict(fields, home=current_home())
+        return resolve_judge(validated(JudgeConfig, values), home=current_home()), True
     except PersoBenchError as exc:
 
         st.warning(f"LLM judge: {md_escape(redact(' '.join(str(exc).split())))}")
-        return None
+        return None, False
 
 
 def show_estimate(estimate: Any, problem: str, *, note: str = "", judge: Any = None) -> bool:

@@ -11,15 +11,15 @@ import threading
 from typing import Any
 
 from persobench.cli.command_support import CLIError, store_from_args, write_stdout
-from persobench.generation import GenerationConfig, RetryPolicy
-from persobench.generation import RUN_FLAGS
+from persobench.config import add_config_flags, config_from_args
+from persobench.generation import GenerationConfig
 from persobench.core import url_with_credentials
 from persobench import pipeline
 from persobench.errors import RunAborted
 from persobench.generation import BatchPending
 from persobench.generation import EXIT_NO_SAMPLE_SUCCEEDED, no_sample_succeeded
 from persobench.llm import estimated_max_batch_cost
-from persobench.llm import FALLBACKS, batch_listing
+from persobench.llm import batch_listing
 from persobench.generation import batch_notes
 from persobench.store import resolve_run as find
 from persobench.generation import COLUMNS, TABLE
@@ -38,48 +38,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "2 with a one-line reason for a configuration error; 3 when it completed but no sample succeeded (every "
         "request failed: the error column says why).",
     )
-    run.add_argument("--dataset", default="sample", help="dataset name or .csv/.jsonl path (default: sample)")
-    run.add_argument("--model", default="local:smollm2",
-                     help="PROVIDER:MODEL (openai, anthropic, local, baseline) or a models-file name "
-                          "(default: local:smollm2, offline)")
-    run.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, ...)")
+    # The run's flags from GenerationConfig's field table, in --help's order; --chat-template (on/off),
+    # --option and --max-reply-bytes (into ``options``) have forms of their own.
+    add_config_flags(run, GenerationConfig, ("dataset", "model", "base_url"))
     add_template_arguments(run)
-    run.add_argument("--limit", type=int, default=None, help="number of samples (deterministic subset)")
-    run.add_argument("--seed", type=int, default=0, help="subset seed, and sampling seed when temperature > 0")
-    run.add_argument("--concurrency", type=concurrency_value, default=8, metavar="N|auto",
-                     help="maximum requests in flight (default 8), or auto: start at 2, raise while replies "
-                          "come back, halve on a 429 or 5xx")
-    run.add_argument("--max-concurrency", type=int, default=32, metavar="N",
-                     help="ceiling for --concurrency auto (default 32)")
-    run.add_argument("--max-tokens", type=int, default=None, help="completion budget (default 110 vanilla, 220 cot)")
-    run.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0)")
-    run.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (default: provider's)")
-    run.add_argument("--structured", action="store_true",
-                     help="ask the provider to guarantee the reply's JSON shape (response_format json_schema, "
-                          "Anthropic output_config, grammar-constrained local decoding); a separate configuration: "
-                          "it no longer measures instruction following")
-    run.add_argument("--batch-size", type=int, default=None,
-                     help="local models: samples per forward pass (default 8, measured: see docs/performance.md)")
-    run.add_argument("--policy", choices=("robust", "paper"), default=None,
-                     help="post-processing policy (default: paper for the paper's templates, so a default run is on "
-                          "the paper's protocol; robust for the others)")
-    run.add_argument("--models", dest="models_file", default=None, metavar="FILE",
-                     help="model registry file (TOML or YAML)")
+    add_config_flags(run, GenerationConfig, ("limit", "seed", "concurrency", "max_concurrency", "max_tokens",
+                                             "temperature", "top_p", "structured", "batch_size", "policy",
+                                             "models_file"))
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="model option (VALUE parsed as JSON when it can be), repeatable")
-    run.add_argument("--max-attempts", type=int, default=6, help="attempts per request, retries included (default 6)")
-    run.add_argument("--timeout", type=float, default=60.0,
-                     help="deadline in seconds for each HTTP request, the whole reply included (default 60)")
+    add_config_flags(run, GenerationConfig, ("retry",))
     run.add_argument("--max-reply-bytes", type=int, default=None, metavar="N",
                      help="largest reply read, in bytes (default 1048576 = 1 MiB); a bigger one fails the sample as "
                           "too_large and keeps its start (same as --option max_reply_bytes=N)")
-    run.add_argument("--checkpoint-every", type=int, default=50, help="rewrite the table every N replies (default 50)")
-    add_batch_arguments(
-        run, "send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message Batches): "
-             "about half the price, answered within 24 h; the batch id is kept in the run folder, so running the "
-             "same command again collects it instead of submitting twice",
-        "with --batch: stop waiting after SECONDS (0: submit and exit); the batch keeps running and the same "
-        "command collects it later (default: wait until it ends)")
+    add_config_flags(run, GenerationConfig, ("checkpoint_every", "batch", "batch_wait", "batch_poll", "batch_fallback"))
     run.add_argument("--dry-run", action="store_true",
                      help="print requests to send, cache hits and estimated prompt tokens; send nothing")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -104,12 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_template_arguments(parser: argparse.ArgumentParser) -> None:
     """``--template``, ``--mode`` and ``--chat-template``, shared by ``run`` and ``show``."""
-    parser.add_argument("--mode", choices=("vanilla", "cot"), default="vanilla",
-                        help="vanilla (reply only) or cot (reasoning, then reply); default vanilla")
-    parser.add_argument("--template", default=None, metavar="NAME|FILE",
-                        help="paper (the paper's closed-source prompt), paper-open (its open-source prompt, raw "
-                             "text), persobench (ours) or a template file; default: the paper's protocol, "
-                             "paper-open for local models and the -vllm presets, paper for the others")
+    add_config_flags(parser, GenerationConfig, ("mode", "template"))
     parser.add_argument("--chat-template", choices=("on", "off"), default=None,
                         help="local models and servers with a completions endpoint (the -vllm presets): wrap the "
                              "prompt in the model's chat template, 'off' sends it as raw text (default: off for "
@@ -117,28 +84,6 @@ def add_template_arguments(parser: argparse.ArgumentParser) -> None:
                              "always apply their own. A prompt wrapped unlike its template declares is another "
                              "protocol, never on the paper's board")
 
-
-
-def add_batch_arguments(parser: Any, batch_help: str, wait_help: str) -> None:
-    """``--batch``, ``--batch-wait`` and ``--batch-poll``, the same flags for ``run`` and ``score --judge``
-    (each says in its own words what the batch sends and what waiting means)."""
-    parser.add_argument("--batch", action="store_true", help=batch_help)
-    parser.add_argument("--batch-wait", type=float, default=None, metavar="SECONDS", help=wait_help)
-    parser.add_argument("--batch-poll", type=float, default=30.0, metavar="SECONDS",
-                        help="with --batch: seconds between two status requests (default 30)")
-    parser.add_argument("--batch-fallback", choices=FALLBACKS, default="stop",
-                        help="the requests of a batch that failed as a whole (refused by the provider, or every "
-                             "line an error): stop (default: the command stops in one line naming the failure and "
-                             "the command that sends them) or interactive (send them one by one, at full price)")
-
-def concurrency_value(text: str) -> int | str:
-    """``--concurrency`` / ``--judge-concurrency``: a whole number of at least 1, or ``auto``."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return int(text)  # below 1 is refused with the other configuration errors
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', got {text!r}") from None
 
 
 def _parse_options(items: list[str]) -> dict[str, Any]:
@@ -162,17 +107,13 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    """The parsed flags as a :class:`GenerationConfig`: the flags of
-    :data:`~persobench.generation.config.RUN_FLAGS` by their field names, the others by their own form."""
+    """The parsed flags as a :class:`GenerationConfig` (its field table's flags, checked by it: a bad
+    value is one line naming the flag), plus the flags of a form of their own."""
 
-    return GenerationConfig(
-        **{name: getattr(args, name) for name in RUN_FLAGS},
-        # a job passes a base URL's credentials in the environment, its public form on the command line
-        base_url=url_with_credentials(args.base_url),
-        chat_template=None if args.chat_template is None else args.chat_template == "on",
-        options=_options(args), structured=args.structured, batch=args.batch,
-        retry=RetryPolicy(max_attempts=args.max_attempts, timeout=args.timeout),
-    )
+    # a job passes a base URL's credentials in the environment, its public form on the command line
+    return config_from_args(GenerationConfig, args, base_url=url_with_credentials(args.base_url),
+                            chat_template=None if args.chat_template is None else args.chat_template == "on",
+                            options=_options(args))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -13,11 +13,8 @@ from typing import Any, Callable
 
 from persobench.cli.command_support import CLIError
 from persobench.scoring import JUDGED_METRICS_TEXT, estimate_runs
-from persobench.cli.generate import concurrency_value, add_batch_arguments
-from persobench.metrics import JUDGE_FLAGS, batch_settings_of
-from persobench.llm import default_cache_dir
-from persobench.metrics import judge_retry, make_judge
-from persobench.generation import number_argument
+from persobench.config import JudgeConfig, add_config_flags, config_from_args
+from persobench.metrics import JUDGE_FLAGS, resolve_judge
 from persobench.metrics import JudgeLabeller, judge_batch_note
 from persobench.llm import batch_cost
 from persobench.providers import supports_batch
@@ -33,54 +30,26 @@ def add_arguments(score: argparse.ArgumentParser) -> None:
     group = score.add_argument_group(
         "LLM judge", f"label the NLI pairs of {JUDGED_METRICS_TEXT} with an LLM "
         "instead of the NLI model; scores are stored under a profile key naming the judge and its prompt")
-    group.add_argument("--judge", default=None, metavar="PROVIDER:MODEL",
-                       help="the judge: any model spec `run` takes (openai:gpt-4o-mini, a preset, a models-file name)")
-    group.add_argument("--judge-base-url", default=None, metavar="URL",
-                       help="server URL of an OpenAI-compatible judge (vLLM, Ollama, ...)")
-    group.add_argument("--judge-concurrency", type=concurrency_value, default=8, metavar="N|auto",
-                       help="judge requests in flight, or auto (raised while replies come back, halved on 429/5xx); "
-                            "default 8")
-    group.add_argument("--judge-max-cost", type=float, default=None, metavar="USD",
-                       help="stop sending judge requests once their estimated cost would pass this many US dollars "
-                            "(pairs left unlabelled get no value; a later run with a higher cap finishes them)")
-    group.add_argument("--judge-timeout", type=number_argument("judge_timeout"), default=None, metavar="SECONDS",
-                       help="deadline in seconds for each judge request, the whole reply included (default 60); "
-                            "a request past it is retried, then the pair is left unlabelled")
-    # No default here: the parser stays light (the judge module loads numpy); make_judge picks it.
-    group.add_argument("--judge-prompt", default=None, metavar="VERSION",
-                       help="version of the judge's prompt template (default: the package's current one, "
-                            "shown by --dry-run)")
-    group.add_argument("--judge-plain", action="store_true",
-                       help="ask the judge for a one-word label instead of structured output (for servers that "
-                            "take no response_format)")
-    add_batch_arguments(
-        group, "send the judge's requests through the provider's batch API (OpenAI, Anthropic): about half the "
-               "price, answered within 24 h; a later command collects a batch still running",
-        "with --batch: stop waiting after SECONDS (0: submit and go on); pairs still waiting get no value until "
-        "a later command collects them (default: wait until the batch ends)")
+    add_config_flags(group, JudgeConfig)  # --judge ... --batch-fallback, from the judge's field table
     score.add_argument("--dry-run", action="store_true",
                        help="with --judge: show the prompt, the pairs to label, tokens and estimated cost; "
                             "send and write nothing")
 
 
 def judge_from_args(args: argparse.Namespace, home: Any) -> Any:
-    """The :class:`~persobench.metrics.judge.judge_config.JudgeConfig` of ``--judge`` and its flags (None
-    without it), field by field through :data:`~persobench.metrics.judge.judge_config.JUDGE_FLAGS`."""
+    """The resolved :class:`~persobench.metrics.judge.judge_config.Judge` of ``--judge`` and its flags
+    (None without it): the :class:`~persobench.config.judge.JudgeConfig` the flags build, checked
+    by its field table (the line the app's form shows for the same value), resolved against ``home``."""
 
-    values = {name: getattr(args, flag.lstrip("-").replace("-", "_")) for name, flag in JUDGE_FLAGS.items()}
-    if values["model"] is None:
-        given = [JUDGE_FLAGS[name] for name in ("base_url", "max_cost", "timeout", "prompt", "plain") if values[name]]
+    if args.judge is None:
+        given = [JUDGE_FLAGS[name] for name in ("base_url", "max_cost", "timeout", "prompt", "plain")
+                 if getattr(args, JUDGE_FLAGS[name].lstrip("-").replace("-", "_"))]
         given += [flag for flag, value in (("--dry-run", args.dry_run), ("--batch", args.batch),
                                            ("--batch-fallback", args.batch_fallback != "stop")) if value]
         if given:
             raise CLIError(f"{', '.join(given)} need(s) --judge PROVIDER:MODEL")
         return None
-
-    retry = judge_retry(values.pop("timeout"))
-    batch = batch_settings_of(values.pop("batch"), values.pop("batch_wait"), values.pop("batch_poll"),
-                              values.pop("batch_fallback"))
-    return make_judge(values.pop("model"), **values, cache_dir=str(default_cache_dir(home)), home=home,
-                      retry=retry, batch=batch)
+    return resolve_judge(config_from_args(JudgeConfig, args), home=home)
 
 
 def _money(value: float | None) -> str:

@@ -8,8 +8,8 @@ from typing import Any
 
 from persobench.cli.command_support import CLIError, store_from_args, warn_skipped
 from persobench.cli import judge_flags
-from persobench.scoring import EXECUTORS, INPUT_LAYOUTS, SCORE_FLAGS, ScoreConfig
-from persobench.metrics import UNIEVAL_SCORERS
+from persobench.config import add_config_flags, config_from_args
+from persobench.scoring import ScoreConfig
 from persobench import pipeline
 from persobench.store import resolve_runs
 from persobench.core import public_address
@@ -28,34 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--metrics is unavailable, 2 for a configuration error.",
     )
     score.add_argument("runs", nargs="*", metavar="RUN", help="run ids or unique prefixes (default: every run)")
-    score.add_argument("--profile", choices=("offline", "standard"), default="offline",
-                       help="backend profile (default offline: packaged models only)")
-    score.add_argument("--metrics", default=None, metavar="A,B,...",
-                       help="comma-separated metric names (default: all per-sample metrics)")
+    # ScoreConfig's field table gives the flags, in --help's order; --model (SLOT=ID_OR_PATH, repeatable)
+    # fills ``overrides`` in a form of its own.
+    add_config_flags(score, ScoreConfig, ("profile", "metrics"))
     score.add_argument("--model", action="append", default=[], metavar="SLOT=ID_OR_PATH",
                        help="override a slot's model (bertscore, nli, word_vectors, unieval, wordnet, embedding; "
                             "or bertscore.num_layers=N) with a hub id or local path; repeatable")
-    score.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
-                       help="arithmetic of the embedding models (BERTScore, persona similarity): float32 "
-                            "(default), or bfloat16, about 3x faster on CPUs with AMX/AVX512-BF16, values "
-                            "within ~1e-3, stored under a profile key of their own")
-    score.add_argument("--executor", choices=EXECUTORS.in_order(), default="local",
-                       help="where the values are computed: local (this process, default) or ray (actors on a "
-                            "Ray cluster, one per CPU or GPU; needs pip install 'persobench[ray]'); results are "
-                            "written here either way, so the two are interchangeable and resumable")
-    score.add_argument("--ray-address", default=None, metavar="auto|ADDRESS",
-                       help="with --executor ray: the cluster to join (auto: the one `ray start` runs on this "
-                            "machine; default: $RAY_ADDRESS, else a new local Ray instance)")
-    score.add_argument("--nli-inputs", choices=INPUT_LAYOUTS, default="auto",
-                       help="what the NLI model (or --judge) and UniEval are given: auto (default: the paper "
-                            "notebooks' layout for runs under the paper protocol, PersoBench's pairs for the "
-                            "others), pairs or notebook for every run; notebook-layout values are stored under "
-                            "a profile key of their own (+inputs=notebook), so boards never mix the two")
-    score.add_argument("--unieval-scorer", choices=UNIEVAL_SCORERS, default="upstream",
-                       help="how UniEval's scores are read: upstream (default: each input scored once, as "
-                            "UniEval's own scorer) or paper (the paper's pinned scorer, whose windows give "
-                            "sample k the score of input k//8+k%%8, to compare with the published numbers); "
-                            "paper values are stored under a profile key of their own (+unieval=paper)")
+    add_config_flags(score, ScoreConfig, ("precision", "executor", "ray_address", "input_layout", "unieval_scorer"))
     score.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     judge_flags.add_arguments(score)  # --judge, --judge-base-url, --judge-concurrency, --judge-max-cost, --dry-run
@@ -72,20 +51,12 @@ def _parse_models(items: list[str]) -> dict[str, str]:
     return overrides
 
 
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
-
-
 def score_config_from_args(args: argparse.Namespace, home: Any) -> Any:
-    """The :class:`~persobench.scoring.score_config.ScoreConfig` of the flags, field by field through
-    :data:`~persobench.scoring.score_config.SCORE_FLAGS` (the judge's through ``JUDGE_FLAGS``)."""
+    """The :class:`~persobench.scoring.score_config.ScoreConfig` of the flags (its field table's, checked
+    by it: a bad value is one line), ``--model`` as its overrides and the judge's flags as its judge."""
 
-    values = {name: getattr(args, _dest(flag)) for name, flag in SCORE_FLAGS.items()}
-    if values["metrics"]:
-        values["metrics"] = tuple(m.strip() for m in values["metrics"].split(",") if m.strip())
-    values["overrides"] = _parse_models(values["overrides"] or [])
-    values["judge"] = judge_flags.judge_from_args(args, home)
-    return ScoreConfig(**values)
+    return config_from_args(ScoreConfig, args, overrides=_parse_models(args.model or []),
+                            judge=judge_flags.judge_from_args(args, home))
 
 
 def cmd_score(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from persobench.core.secrets import scrub
 from persobench.providers.base import Request
 from persobench.providers.batch_api import BatchBackend
 from persobench.llm.response_cache import ResponseCache
+from persobench.generation.config import batch_settings
 from persobench.generation.progress import ProgressInfo, cancel_requested, write_progress
 from persobench.providers.batch_api import make_batch_backend
 from persobench.core.secrets import known_secrets
@@ -67,7 +68,7 @@ def generate_by_batch(plan: Any, run: Any, *, api_key: str | None = None,
                 for i in range(len(plan.samples)) if i not in plan.hits}
     # Without --batch, a batch an earlier `run --batch` left running is only looked at (collected if
     # it ended): its requests must not be paid for a second time by accident.
-    settings = config.batch_settings()
+    settings = batch_settings(config)
     try:
         with ResponseCache(plan.cache_dir) as cache:
             outcome = _fill_or_abort(run, backend, requests, cache=cache, state_path=Path(run.path) / STATE_FILE,

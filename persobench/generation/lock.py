@@ -19,7 +19,6 @@ A run whose manifest says "running" while nobody holds its lock was killed: it i
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import os
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from persobench.config import changed
 from persobench.generation.config import GenerationConfig, config_command, public_config
 from persobench.errors import ConfigurationError
 from persobench.store.files import atomic_write_json
@@ -79,7 +79,7 @@ def hold_run_lock(run_path: str | os.PathLike[str]) -> Iterator[None]:
 def _pinned(plan: "GenerationPlan") -> "GenerationConfig":
     """The plan's config with its template named, so the printed command stays this run even if
     the default template changes (the policy is already resolved by the plan)."""
-    return dataclasses.replace(plan.config, template=plan.config.template or plan.template.name)
+    return changed(plan.config, template=plan.config.template or plan.template.name)
 
 
 def resume_command(plan: "GenerationPlan", home: str | os.PathLike[str]) -> str:
@@ -91,7 +91,7 @@ def resume_command(plan: "GenerationPlan", home: str | os.PathLike[str]) -> str:
 def command_with(plan: "GenerationPlan", home: str | os.PathLike[str], **changes: Any) -> tuple[str, str]:
     """(the command that runs ``plan``'s configuration with ``changes`` (config fields), credentials
     left out; what it leaves out, :func:`resume_note`)."""
-    command, left_out = config_command(dataclasses.replace(_pinned(plan), **changes), home)
+    command, left_out = config_command(changed(_pinned(plan), **changes), home)
     return command, resume_note(left_out)
 
 

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from persobench.config.fields import number_requirement
 from persobench.errors import ConfigurationError
 from persobench.generation.config import GenerationConfig
 
@@ -37,16 +38,8 @@ class NumberRule:
     """What the number counts, for the message ("seconds")."""
 
     def requirement(self) -> str:
-        kind = "a whole number" if self.whole else "a finite number"
-        low = f"{'>' if self.low_open else '>='} {self.low:g}"
-        if self.whole and not self.low_open and self.high is None:
-            text = f"at least {self.low:g}"
-        elif self.high is None:
-            text = f"{kind} {low}"
-        else:  # a whole bound in full (1073741824), not as 1.07374e+09
-            high = f"{self.high}" if isinstance(self.high, int) else f"{self.high:g}"
-            text = f"{kind} {low} and <= {high}"
-        return text + (f" ({self.unit})" if self.unit else "")
+        return number_requirement(whole=self.whole, low=self.low, low_open=self.low_open, high=self.high,
+                                  unit=self.unit)
 
     def allows(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

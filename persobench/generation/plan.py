@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from persobench.llm.response_cache import ResponseCache, cache_key, default_cache_dir
-from persobench.generation.config import GenerationConfig
+from persobench.config import changed
+from persobench.generation.config import GenerationConfig, batch_settings
 from persobench.providers.models_registry import resolve_model
 from persobench.providers import PROVIDERS, ModelSpec
 from persobench.errors import ConfigurationError, PersoBenchError
@@ -120,7 +121,7 @@ def plan_generation(
             raise ConfigurationError(f"--batch needs a provider with a batch API (openai, anthropic); "
                                      f"{spec.name!r} is provider {spec.provider!r}")
 
-        config.batch_settings()  # checks the numbers and the fallback, one line
+        batch_settings(config)  # checks the numbers and the fallback, one line
     try:
         template = get_template(config.template or default_template_for(spec), config.mode)
     except TemplateError as exc:
@@ -130,7 +131,7 @@ def plan_generation(
     mode = template.mode
     if config.policy is None:  # the template family decides: a default run is on the paper's protocol
 
-        config = dataclasses.replace(config, policy=default_policy(template.family))
+        config = changed(config, policy=default_policy(template.family))
     chat_template = _chat_template(config, template, spec)
     temperature = template.temperature if config.temperature is None else float(config.temperature)
     max_tokens = template.max_tokens if config.max_tokens is None else int(config.max_tokens)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 
 from persobench.errors import ProviderError, RunAborted, StoreWriteError
 from persobench.store.files import utc_now, write_refused
+from persobench.config import changed
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
@@ -79,7 +80,7 @@ def run_generation(
     if config is None:
         config = GenerationConfig(**fields)
     elif fields:
-        config = dataclasses.replace(config, **fields)
+        config = changed(config, **fields)
     store = store or RunStore(home)
     plan = plan_generation(config, store=store, samples=samples)
     if restore_replies(store.run_path(plan.run_id), plan.cache_dir, keys=plan.keys):  # kept by a run whose disk was full

@@ -25,9 +25,9 @@ from persobench.generation import EXIT_NO_SAMPLE_SUCCEEDED
 from persobench.generation import request_cancel
 from persobench.core import is_secret_name
 from persobench.errors import ConfigurationError, DatasetError, PersoBenchError
-import dataclasses
 import threading
 from persobench import pipeline
+from persobench.config import changed
 from persobench.generation import GenerationConfig
 from persobench.core import url_with_credentials
 from persobench.generation import no_sample_succeeded
@@ -178,7 +178,7 @@ def _generate(step: JobStep, home: Path, run_ids: list[str], folder: Path,  # no
 
     config = GenerationConfig.from_dict(step.config)
     # job.json holds the base URL's public form; its credentials come in the environment
-    config = dataclasses.replace(config, base_url=url_with_credentials(config.base_url))
+    config = changed(config, base_url=url_with_credentials(config.base_url))
     cancel = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: cancel.set())
     run = pipeline.generate(config, home=home, cancel=cancel)

@@ -1,6 +1,6 @@
 """An LLM judge in app-launched jobs: the ``score --judge`` step and its estimate before launch,
 for runs about to be generated (New run page) and for the runs already stored (Metrics page). The
-judge is a :class:`~persobench.metrics.judge.judge_config.JudgeConfig` throughout (the app's form builds one)."""
+judge is a :class:`~persobench.metrics.judge.judge_config.Judge` throughout (the app's form builds one)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step
 from persobench.core import redact
-from persobench.metrics import JudgeConfig
+from persobench.metrics import Judge
 from persobench.scoring import JUDGED_METRICS
 from persobench.scoring import ScoreConfig
 from persobench.core import key_allowed
@@ -24,7 +24,7 @@ from dataclasses import replace
 from persobench.providers import resolve_model
 
 
-def judge_step(judge: "JudgeConfig", *, home: str | os.PathLike[str], env: Mapping[str, str] | None = None,
+def judge_step(judge: "Judge", *, home: str | os.PathLike[str], env: Mapping[str, str] | None = None,
                runs: Sequence[str] | None = None) -> JobStep:
     """The score step with the judge, its :class:`~persobench.scoring.score_config.ScoreConfig` in
     ``job.json``: the runs the job wrote (``runs`` None), or the given run ids. The app's keys go only
@@ -42,7 +42,7 @@ def judge_step(judge: "JudgeConfig", *, home: str | os.PathLike[str], env: Mappi
                       runs if runs is not None else "job", withhold_keys=withhold)
 
 
-def estimate_for_launch(home: str | os.PathLike[str], judge: "JudgeConfig",  # noqa: ARG001 - the pages' call
+def estimate_for_launch(home: str | os.PathLike[str], judge: "Judge",  # noqa: ARG001 - the pages' call
                         plans: Sequence[Mapping[str, Any]], *, limit: int | None, seed: int = 0) -> tuple[Any, str]:
     """``(JudgeEstimate, "")`` for judging the planned runs once generated (each sample's reference
     stands in for its reply), or ``(None, why not)``."""
@@ -62,7 +62,7 @@ def estimate_for_launch(home: str | os.PathLike[str], judge: "JudgeConfig",  # n
         return None, redact(" ".join(str(exc).split()))
 
 
-def estimate_for_store(home: str | os.PathLike[str], judge: "JudgeConfig") -> tuple[Any, str]:
+def estimate_for_store(home: str | os.PathLike[str], judge: "Judge") -> tuple[Any, str]:
     """``(JudgeEstimate, "")`` for judging every stored run's NLI metrics not judged yet, or ``(None, why not)``."""
 
     try:

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from persobench.config import JudgeConfig, validated
 from persobench.errors import ConfigurationError
+from persobench.generation import GenerationConfig
 from persobench.store import RunStore
 
 JOB_STATES = ("launching", "running", "completed", "failed", "cancelled", "interrupted")
@@ -61,10 +63,11 @@ class JobStep:
     """One of :data:`STEP_KINDS`: ``run`` (generation), ``score``, ``import`` or ``fetch`` (download
     the paper's data, then import it)."""
     config: Mapping[str, Any] = field(default_factory=dict)
-    """The step's typed request as JSON. ``run``: a :class:`~persobench.generation.GenerationConfig`
+    """The step's typed request as JSON (its model's ``model_dump``; read back through the model by
+    :func:`typed_config`). ``run``: a :class:`~persobench.generation.GenerationConfig`
     (:meth:`~persobench.generation.GenerationConfig.to_dict`, credentials left out); ``score``: a
     :class:`~persobench.scoring.score_config.ScoreConfig` (:meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`,
-    its judge a :class:`~persobench.metrics.judge.judge_config.JudgeConfig`, no key) plus ``runs``
+    its judge a :class:`~persobench.config.judge.JudgeConfig`, no key) plus ``runs``
     (``"job"``: the runs this job's run steps completed, ``"all"``: every run in the store, or a
     list of run ids); older jobs' loose ``profile``/``metrics``/``judge`` dict reads the same way;
     ``import``: ``folder``;
@@ -87,7 +90,10 @@ class JobStep:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobStep":
-        return cls(str(data["label"]), str(data["kind"]), dict(data.get("config") or {}),
+        """The step of a ``job.json`` entry, its config read through its typed model (:func:`typed_config`),
+        so an older ``job.json`` resumes in today's form."""
+        kind = str(data["kind"])
+        return cls(str(data["label"]), kind, typed_config(kind, dict(data.get("config") or {})),
                    dict(data.get("expect") or {}), data.get("run_id"), bool(data.get("withhold_keys", False)))
 
     def run_dir(self, home: Path) -> Path | None:
@@ -97,6 +103,22 @@ class JobStep:
 
         path = RunStore(home).run_path(self.run_id)
         return path if path.is_dir() else None
+
+
+def typed_config(kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """A stored step config as its typed model writes it today: a ``run`` step's through
+    :class:`~persobench.generation.GenerationConfig`, a ``score`` step's judge through
+    :class:`~persobench.config.judge.JudgeConfig` (whose reader takes the older forms: a flat
+    ``timeout``, ``null`` batch fields). A config its model refuses is kept as it is: the step fails
+    with the model's one line when it runs, and the job still lists."""
+    try:
+        if kind == "run":
+            return GenerationConfig.from_dict(config).to_dict()
+        if kind == "score" and isinstance(config.get("judge"), Mapping):
+            return {**config, "judge": validated(JudgeConfig, config["judge"]).model_dump(mode="json")}
+    except ConfigurationError:
+        pass
+    return config
 
 
 def score_step(label: str, config: Any, runs: "str | Sequence[str]" = "job", *, withhold_keys: bool = False) -> JobStep:

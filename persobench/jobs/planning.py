@@ -14,6 +14,7 @@ from persobench.core import structured_label
 from persobench.providers import missing_key_env
 from persobench.providers import find_registry_file, load_registry
 from persobench import pipeline
+from persobench.config import changed, validated
 from persobench.generation import GenerationConfig
 from persobench.generation import public_config
 from persobench.store import lock_holder
@@ -22,7 +23,6 @@ from persobench.llm import estimated_max_batch_cost
 from persobench.providers import resolve_model
 from persobench.providers import supports_batch
 from persobench.core import key_allowed
-import dataclasses
 from persobench.scoring import ScoreConfig
 from persobench.jobs.judging import judge_step
 from persobench.metrics import metric_names
@@ -90,14 +90,15 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         row: dict[str, Any] = {"dataset": choice.dataset, "model": choice.model, "mode": choice.mode,
                                "base_url": remember_url(choice.base_url) or "", "template": choice.template or "",
                                "structured": False}
-        config = GenerationConfig(dataset=choice.dataset, model=choice.model, mode=choice.mode,
-                                  base_url=choice.base_url or None, limit=limit, seed=seed,
-                                  template=choice.template or None, structured=choice.structured,
-                                  batch=choice.batch and _has_batch_api(choice, home))
-        # The job runs exactly the configuration estimated here; its base URL in public form (the
-        # credentials stay in this process's memory, remember_url, and reach the job's environment).
-        row["config"] = public_config(config)[0].to_dict()
-        try:
+        row["config"] = {}
+        try:  # a bad number (limit -3) is this choice's problem, in the line `run` gives
+            config = validated(GenerationConfig, dict(
+                dataset=choice.dataset, model=choice.model, mode=choice.mode, base_url=choice.base_url or None,
+                limit=limit, seed=seed, template=choice.template or None, structured=choice.structured,
+                batch=choice.batch and _has_batch_api(choice, home)))
+            # The job runs exactly the configuration estimated here; its base URL in public form (the
+            # credentials stay in this process's memory, remember_url, and reach the job's environment).
+            row["config"] = public_config(config)[0].to_dict()
             plan = pipeline.plan(config, store=store)
             # what the plan applies: a baseline ignores structured output, so its config says so
             row["config"]["structured"] = plan.params.response_schema is not None
@@ -157,7 +158,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
     configuration the plan estimated, then one ``score`` step for the runs the job completes.
     ``concurrency``: requests in flight per run (a number or ``"auto"``; default the CLI's);
     ``limit`` and ``seed`` apply to rows planned without a configuration. ``judge`` (a
-    :class:`~persobench.metrics.judge.judge_config.JudgeConfig`): a last score step with the LLM judge for the
+    :class:`~persobench.metrics.judge.judge_config.Judge`): a last score step with the LLM judge for the
     NLI-based metrics of those runs (``home``/``env``: where the judge's models file and keys are)."""
 
 
@@ -171,7 +172,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
                                       template=plan.get("template_option") or None,
                                       structured=bool(plan.get("structured")))
         if concurrency is not None:  # a page's choice may come as text ("8", "auto")
-            config = dataclasses.replace(config, concurrency="auto" if str(concurrency) == "auto" else int(concurrency))
+            config = changed(config, concurrency="auto" if str(concurrency) == "auto" else int(concurrency))
         stored, _ = public_config(config)  # the base URL's credentials travel in the environment
         label = structured_label(config.model, config.structured)
         steps.append(JobStep(label=f"{label} · {config.mode} · {stored.dataset}", kind="run",

@@ -9,39 +9,14 @@ sends: a request goes from the sender to the provider through one file of this l
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from dataclasses import dataclass
 
+from persobench.config.retry_policy import RetryPolicy
 from persobench.errors import ProviderError
 from persobench.providers.base import Completion
 
-
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How failed requests are retried. None of this is part of the cache key."""
-
-    max_attempts: int = 6
-    """Attempts per request, the first included."""
-    base_delay: float = 1.0
-    """Backoff before the second attempt, doubled for each further one (before jitter)."""
-    max_delay: float = 60.0
-    """Cap on one backoff wait."""
-    max_retry_after: float = 600.0
-    """A server asking to wait longer than this (seconds) fails the request instead."""
-    timeout: float = 60.0
-    """Seconds one HTTP request may take in all, reply included, before it counts as timed out."""
-    timeout_flag: str = "--timeout"
-    """The command-line flag that sets :attr:`timeout`, named when a request runs out of time
-    (``run``: ``--timeout``; ``score --judge``: ``--judge-timeout``)."""
-
-    def backoff(self, attempt: int, rng: random.Random) -> float:
-        """Wait after failed attempt ``attempt`` (1-based): exponential with "equal jitter" (half
-        fixed, half random), so simultaneous failures do not retry in lockstep."""
-        ceiling = min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
-        return ceiling / 2 + rng.uniform(0, ceiling / 2)
+__all__ = ["ANNOUNCE_BACKOFF_S", "CallOutcome", "PauseGate", "RetryPolicy", "sleep_or_stop", "wait_note"]
 
 
 @dataclass(frozen=True)

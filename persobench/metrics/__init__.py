@@ -32,9 +32,9 @@ a single space where a metric needs one persona text (as the paper did with its 
 from __future__ import annotations
 
 from persobench.metrics.backends import BackendUnavailable, Profile, get_profile
-from persobench.metrics.judge import (JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, JudgeConfig, JudgeError, JudgeLabeller,
-                                      JudgeSession, batch_settings_of, judge_retry, judge_session, make_judge,
-                                      pending_note as judge_batch_note)
+from persobench.metrics.judge import (JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, Judge, JudgeConfig, JudgeError, JudgeLabeller,
+                                      JudgeSession, judge_session, make_judge, pending_note as judge_batch_note,
+                                      resolve_judge)
 from persobench.metrics.metric_registry import (
     DIMENSIONS,
     METRICS,
@@ -56,8 +56,8 @@ from persobench.metrics.unieval import UNIEVAL_SCORERS
 
 __all__ = [
     "COVERAGE_SIMILARITY_THRESHOLD", "DIMENSIONS", "JUDGE_FLAGS", "JUDGE_TIMEOUT_FLAG", "METRICS", "NEEDS",
-    "UNIEVAL_SCORERS", "BackendUnavailable", "JudgeConfig", "JudgeError", "JudgeLabeller", "JudgeSession",
-    "MetricInfo", "MetricRegistryError", "Profile", "ScoreResult", "UnknownMetricError", "batch_settings_of",
-    "family_names", "get_family", "get_profile", "judge_batch_note", "judge_retry", "judge_session", "make_judge",
-    "metric_info", "metric_names", "register_family", "score_samples", "unregister_family", "validate_metric_names",
+    "UNIEVAL_SCORERS", "BackendUnavailable", "Judge", "JudgeConfig", "JudgeError", "JudgeLabeller", "JudgeSession",
+    "MetricInfo", "MetricRegistryError", "Profile", "ScoreResult", "UnknownMetricError",
+    "family_names", "get_family", "get_profile", "judge_batch_note", "judge_session", "make_judge",
+    "metric_info", "metric_names", "register_family", "resolve_judge", "score_samples", "unregister_family", "validate_metric_names",
 ]

@@ -53,7 +53,7 @@ class BackendUnavailable(MetricError, RuntimeError):
 
 
 #: What separates a profile key from the identity of the LLM judge that labelled its NLI pairs
-#: (:class:`persobench.metrics.judge.labeller.JudgeConfig`): ``offline+judge=openai:gpt-4o-mini,prompt=...``.
+#: (:class:`persobench.metrics.judge.labeller.Judge`): ``offline+judge=openai:gpt-4o-mini,prompt=...``.
 PROFILE_MARK = "+judge="
 #: What marks a profile key whose NLI and UniEval inputs are in the paper notebooks' layout
 #: (:mod:`persobench.metrics.nli_inputs`): ``standard+inputs=notebook``.
@@ -99,7 +99,7 @@ class Profile:
     or ``bfloat16`` (CPU autocast: about 3x faster on CPUs with AMX or AVX512-BF16, values within
     ~1e-3). Anything but float32 is also in ``overrides``, so its scores get their own profile key."""
     judge: Any = None
-    """The LLM judge (:class:`persobench.metrics.judge.labeller.JudgeConfig`) that labels the NLI pairs in place
+    """The LLM judge (:class:`persobench.metrics.judge.labeller.Judge`) that labels the NLI pairs in place
     of the ``nli`` slot's model; ``None``: the NLI model does. Its identity is part of :attr:`key`."""
     input_layout: str = "auto"
     """What the NLI classifier (or judge) and UniEval are given (:mod:`persobench.metrics.nli_inputs`):
@@ -273,7 +273,7 @@ def get_profile(name: "str | Profile" = "offline", overrides: Mapping[str, str] 
     """The profile ``name`` with ``overrides`` (slot or metric name -> hub id or local path) applied,
     its embedding models running in ``precision`` (:data:`PRECISIONS`; default float32, or the
     ``precision`` key of ``overrides``, which is how a profile's own overrides rebuild it), and with
-    ``judge`` (a :class:`persobench.metrics.judge.labeller.JudgeConfig`) labelling the NLI pairs instead of the
+    ``judge`` (a :class:`persobench.metrics.judge.labeller.Judge`) labelling the NLI pairs instead of the
     ``nli`` slot's model.
 
     An unknown profile, slot, option or precision, or an override path that does not exist, raises

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge.labeller import JudgeConfig, JudgeEstimate
+from persobench.metrics.judge.labeller import Judge, JudgeEstimate
 from persobench.records import Sample
 from persobench.metrics.judge.labeller import JudgeLabeller
 from persobench.scoring.work_plan import items_nli_pairs, run_nli_pairs
@@ -44,7 +44,7 @@ def estimate_runs(profile: "Profile", runs: Iterable[Any], samples_for: Callable
     return labeller.estimate(list(every))
 
 
-def estimate_new_runs(judge: "JudgeConfig", samples: Sequence["Sample"], runs: int,
+def estimate_new_runs(judge: "Judge", samples: Sequence["Sample"], runs: int,
                       metrics: Sequence[str] = JUDGED_METRICS, *, template: str | None = None,
                       mode: str = "vanilla", input_layout: str = AUTO) -> "JudgeEstimate":
     """Roughly what the judge will cost on ``runs`` runs over ``samples`` once they are generated:

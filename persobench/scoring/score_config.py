@@ -6,17 +6,21 @@ is for ``run``. :data:`SCORE_FLAGS` is the one mapping between its fields and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from dataclasses import replace
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
+from pydantic import ConfigDict, Field, ValidationError, field_serializer, model_validator
+
+from persobench.config import ConfigModel, Ui, config_error, offered_fields, validated
 from persobench.errors import ConfigurationError
 from persobench.core.registry import Registry
+from persobench.core.secrets import public_address, url_with_credentials
 from persobench.metrics.backends import Profile
-from persobench.metrics.judge.judge_config import JudgeConfig
+from persobench.metrics.judge.judge_config import Judge
 from persobench.metrics.backends import get_profile
 from persobench.metrics.metric_registry import validate_metric_names
 from persobench.metrics.nli_inputs import AUTO, LAYOUTS, check_layout
-from persobench.metrics.unieval import UPSTREAM, check_scorer
+from persobench.metrics.unieval import UNIEVAL_SCORERS, UPSTREAM, check_scorer
 
 
 #: ``--nli-inputs`` choices: :data:`~persobench.metrics.nli_inputs.AUTO` then the layouts.
@@ -27,50 +31,89 @@ EXECUTORS: Registry[Any] = Registry("executor")
 EXECUTORS.register("local", "persobench.scoring.executors:LocalExecutor", description="this process")
 EXECUTORS.register("ray", "persobench.scoring.ray_executor:RayExecutor",
                    description="actors on a Ray cluster (pip install 'persobench[ray]')")
-#: Field -> its ``score`` flag (the judge's own flags: :data:`persobench.metrics.judge.judge_config.JUDGE_FLAGS`).
-SCORE_FLAGS = {"profile": "--profile", "metrics": "--metrics", "overrides": "--model", "precision": "--precision",
-               "judge": "--judge", "executor": "--executor", "ray_address": "--ray-address",
-               "input_layout": "--nli-inputs", "unieval_scorer": "--unieval-scorer"}
+#: The ``score`` flags' help texts (public: tests/fixtures/cli_flags.json).
+_HELP = {
+    "profile": "backend profile (default offline: packaged models only)",
+    "metrics": "comma-separated metric names (default: all per-sample metrics)",
+    "precision": "arithmetic of the embedding models (BERTScore, persona similarity): float32 (default), or bfloat16, "
+                 "about 3x faster on CPUs with AMX/AVX512-BF16, values within ~1e-3, stored under a profile key of "
+                 "their own",
+    "executor": "where the values are computed: local (this process, default) or ray (actors on a Ray cluster, one per "
+                "CPU or GPU; needs pip install 'persobench[ray]'); results are written here either way, so the two are "
+                "interchangeable and resumable",
+    "ray_address": "with --executor ray: the cluster to join (auto: the one `ray start` runs on this machine; default: "
+                   "$RAY_ADDRESS, else a new local Ray instance)",
+    "input_layout": "what the NLI model (or --judge) and UniEval are given: auto (default: the paper notebooks' layout "
+                    "for runs under the paper protocol, PersoBench's pairs for the others), pairs or notebook for every "
+                    "run; notebook-layout values are stored under a profile key of their own (+inputs=notebook), so "
+                    "boards never mix the two",
+    "unieval_scorer": "how UniEval's scores are read: upstream (default: each input scored once, as UniEval's own "
+                      "scorer) or paper (the paper's pinned scorer, whose windows give sample k the score of input "
+                      "k//8+k%%8, to compare with the published numbers); paper values are stored under a profile key "
+                      "of their own (+unieval=paper)",
+}
 
 
-@dataclass(frozen=True)
-class ScoreConfig:
-    """A scoring pass over stored runs: which numbers, computed how and where."""
+class ScoreConfig(ConfigModel):
+    """A scoring pass over stored runs: which numbers, computed how and where. Its field table gives
+    ``score``'s flags (the judge's own: :class:`~persobench.config.judge.JudgeConfig`)."""
 
-    profile: str = "offline"
-    """Backend profile (``offline``: packaged models only, or ``standard``)."""
-    metrics: tuple[str, ...] | None = None
-    """Metric names to score; ``None``: every per-sample metric."""
-    overrides: Mapping[str, str] = field(default_factory=dict)
-    """Slot (or ``slot.option``) -> hub id or local path replacing the profile's model (``--model``)."""
-    precision: str = "float32"
-    """Arithmetic of the embedding models: ``float32`` or ``bfloat16`` (stored under its own profile key)."""
-    judge: "JudgeConfig | None" = None
-    """The LLM judge labelling the NLI pairs instead of the NLI model; ``None``: the NLI model."""
-    executor: str = "local"
-    """Where the values are computed: ``local`` (this process) or ``ray`` (actors on a Ray cluster)."""
-    ray_address: str | None = None
-    """With the ray executor: the cluster to join (``auto``, an address; ``None``: ``$RAY_ADDRESS``,
-    else a new local instance)."""
-    input_layout: str = AUTO
-    """What the NLI classifier (or judge) and UniEval are given (:mod:`persobench.metrics.nli_inputs`):
-    ``auto`` (each run's protocol decides: the paper notebooks' layout under the paper protocol,
-    PersoBench's pairs otherwise), ``pairs`` or ``notebook`` for every run. Values computed in the
-    notebook layout are stored under a profile key of their own (``+inputs=notebook``)."""
-    unieval_scorer: str = UPSTREAM
-    """How UniEval's scores are read (:mod:`persobench.metrics.unieval`): ``upstream`` (each input's
-    own score) or ``paper`` (the paper's pinned scorer's slip, stored under ``+unieval=paper``)."""
+    model_config = ConfigDict(**ConfigModel.model_config, arbitrary_types_allowed=True)
 
-    def __post_init__(self) -> None:
+    profile: Annotated[Literal["offline", "standard"],
+                       Field(description="Backend profile (``offline``: packaged models only, or ``standard``)."),
+                       Ui("--profile", help=_HELP["profile"])] = "offline"
+    metrics: Annotated[tuple[str, ...] | None,
+                       Field(description="Metric names to score; ``None``: every per-sample metric."),
+                       Ui("--metrics", "A,B,...", _HELP["metrics"], split=",")] = None
+    overrides: Annotated[dict[str, str], Field(description="Slot (or ``slot.option``) -> hub id or local path "
+                                               "replacing the profile's model (``--model``).")] = {}
+    precision: Annotated[Literal["float32", "bfloat16"],
+                         Field(description="Arithmetic of the embedding models: ``float32`` or ``bfloat16`` (stored "
+                               "under its own profile key)."),
+                         Ui("--precision", help=_HELP["precision"])] = "float32"
+    judge: Annotated[Judge | None, Field(description="The LLM judge labelling the NLI pairs instead of the NLI model, "
+                                         "resolved; ``None``: the NLI model. Stored as its JudgeConfig.")] = None
+    executor: Annotated[str, Field(description="Where the values are computed: ``local`` (this process) or ``ray`` "
+                                   "(actors on a Ray cluster); a name of :data:`EXECUTORS`."),
+                        Ui("--executor", help=_HELP["executor"], choices=EXECUTORS.in_order)] = "local"
+    ray_address: Annotated[str | None, Field(description="With the ray executor: the cluster to join (``auto``, an "
+                                             "address; ``None``: ``$RAY_ADDRESS``, else a new local instance); stored "
+                                             "in its public form."),
+                           Ui("--ray-address", "auto|ADDRESS", _HELP["ray_address"])] = None
+    input_layout: Annotated[str, Field(description="What the NLI classifier (or judge) and UniEval are given "
+                                       "(:mod:`persobench.metrics.nli_inputs`): ``auto`` (each run's protocol "
+                                       "decides), ``pairs`` or ``notebook`` for every run."),
+                            Ui("--nli-inputs", help=_HELP["input_layout"], choices=lambda: INPUT_LAYOUTS)] = AUTO
+    unieval_scorer: Annotated[str, Field(description="How UniEval's scores are read: ``upstream`` or ``paper`` "
+                                         "(stored under ``+unieval=paper``)."),
+                              Ui("--unieval-scorer", help=_HELP["unieval_scorer"], choices=lambda: UNIEVAL_SCORERS)] \
+        = UPSTREAM
+
+    def __init__(self, **data: Any) -> None:
+        # built directly (the library's callers), a bad value is one ConfigurationError line too
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise config_error(exc, type(self)) from None
+
+    @model_validator(mode="after")
+    def _registered(self) -> "ScoreConfig":
         if self.executor not in EXECUTORS:
             raise ConfigurationError(f"unknown executor {self.executor!r}; known: {', '.join(EXECUTORS.in_order())}")
         if self.ray_address and self.executor != "ray":
             raise ConfigurationError("a Ray address (--ray-address) needs the ray executor (--executor ray)")
         check_layout(self.input_layout)
         check_scorer(self.unieval_scorer)
-        if self.metrics is not None and not isinstance(self.metrics, tuple):
-            object.__setattr__(self, "metrics", tuple(self.metrics))
-        object.__setattr__(self, "overrides", dict(self.overrides or {}))
+        return self
+
+    @field_serializer("judge")
+    def _stored_judge(self, judge: Judge | None) -> dict[str, Any] | None:
+        return judge.to_dict() if judge is not None else None
+
+    @field_serializer("ray_address")
+    def _public_ray_address(self, address: str | None) -> str | None:
+        return public_address(address) if address else None
 
     def resolve_profile(self) -> "Profile":
         """The checked profile (one-line :class:`ConfigurationError` for an unknown one, slot or path)."""
@@ -87,12 +130,9 @@ class ScoreConfig:
         return tuple(validate_metric_names(list(self.metrics)))
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form (``job.json``): JSON values only, no key, no URL credentials."""
-        return {"profile": self.profile, "metrics": list(self.metrics) if self.metrics is not None else None,
-                "overrides": dict(self.overrides), "precision": self.precision,
-                "judge": self.judge.to_dict() if self.judge is not None else None,
-                "executor": self.executor, "ray_address": self.ray_address, "input_layout": self.input_layout,
-                "unieval_scorer": self.unieval_scorer}
+        """The stored form (``job.json``): JSON values only, the judge as its
+        :class:`~persobench.config.judge.JudgeConfig` (no key), no URL credentials."""
+        return self.model_dump(mode="json")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, home: Any, ignore: Sequence[str] = ()) -> "ScoreConfig":
@@ -104,19 +144,22 @@ class ScoreConfig:
         if not isinstance(data, Mapping):
             raise ConfigurationError(f"score config: expected an object, got {type(data).__name__}")
         given = {k: v for k, v in data.items() if k not in ignore}
-        unknown = sorted(set(given) - set(SCORE_FLAGS))
+        unknown = sorted(set(given) - set(cls.model_fields))
         if unknown:
             raise ConfigurationError(f"score config: unknown field(s) {', '.join(unknown)}; known: "
-                                     f"{', '.join(SCORE_FLAGS)}")
-        judge = given.get("judge")
+                                     f"{', '.join(cls.model_fields)}")
         metrics = given.get("metrics")
         if metrics is not None and (isinstance(metrics, str) or not isinstance(metrics, Sequence)):
             raise ConfigurationError(f"score config: metrics must be a list of names or null, got {metrics!r}")
-        return cls(profile=str(given.get("profile") or "offline"),
-                   metrics=tuple(str(m) for m in metrics) if metrics is not None else None,
-                   overrides={str(k): str(v) for k, v in dict(given.get("overrides") or {}).items()},
-                   precision=str(given.get("precision") or "float32"),
-                   judge=JudgeConfig.from_dict(judge, home=home) if judge else None,
-                   executor=str(given.get("executor") or "local"), ray_address=given.get("ray_address") or None,
-                   input_layout=str(given.get("input_layout") or AUTO),
-                   unieval_scorer=str(given.get("unieval_scorer") or UPSTREAM))
+        judge = given.get("judge")
+        # null in an older loose dict: the default
+        values = {name: value for name, value in given.items() if value is not None and name != "judge"}
+        values["ray_address"] = url_with_credentials(given.get("ray_address")) or None
+        values["judge"] = Judge.from_dict(judge, home=home) if judge else None
+        return validated(cls, values)
+
+
+#: Field -> its ``score`` flag, read from the field table (the judge's own flags:
+#: :data:`persobench.metrics.judge.judge_config.JUDGE_FLAGS`); ``--model`` sets ``overrides``.
+SCORE_FLAGS = {**{offered.path[0]: offered.ui.flag for offered in offered_fields(ScoreConfig) if offered.ui.flag},
+               "overrides": "--model", "judge": "--judge"}

@@ -1,6 +1,7 @@
 """The LLM judge: NLI labels from any provider's model, in the NLI model's place.
 
-* :mod:`~persobench.metrics.judge.judge_config`: :class:`JudgeConfig`, the one description of a judge.
+* :mod:`~persobench.metrics.judge.judge_config`: :class:`Judge`, a
+  :class:`~persobench.config.judge.JudgeConfig` resolved (:func:`resolve_judge`).
 * :mod:`~persobench.metrics.judge.labeller`: :class:`JudgeLabeller`, pairs labelled through the LLM layer.
 * :mod:`~persobench.metrics.judge.judge_session`: :class:`JudgeSession`, one scoring pass's judge and its
   answers (:class:`NLIAnswers`), read by the NLI family.
@@ -9,16 +10,16 @@
 """
 
 from persobench.metrics.judge.judge_batch import pending_note
-from persobench.metrics.judge.judge_config import (JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, JudgeConfig,
-                                                   batch_settings_of, judge_retry, make_judge)
+from persobench.metrics.judge.judge_config import (JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, Judge,
+                                                   JudgeConfig, make_judge, resolve_judge)
 from persobench.metrics.judge.judge_prompt import DEFAULT_PROMPT, JudgeTemplate, load_template, template_versions
 from persobench.metrics.judge.judge_session import JudgeSession, NLIAnswers, judge_session
 from persobench.metrics.judge.labeller import (Agreement, JudgeError, JudgeEstimate, JudgeLabeller, JudgeStats,
                                                agreement, judge_provenance, labeller_note)
 
 __all__ = [
-    "Agreement", "DEFAULT_PROMPT", "JUDGE_FLAGS", "JUDGE_TIMEOUT_FLAG", "JudgeConfig", "JudgeError", "JudgeEstimate",
+    "Agreement", "DEFAULT_PROMPT", "JUDGE_FLAGS", "JUDGE_TIMEOUT_FLAG", "Judge", "JudgeConfig", "JudgeError", "JudgeEstimate",
     "JudgeLabeller", "JudgeSession", "JudgeStats", "JudgeTemplate", "NLIAnswers", "STRUCTURED_PROVIDERS", "agreement",
-    "batch_settings_of", "judge_provenance", "judge_retry", "judge_session", "labeller_note", "load_template",
-    "make_judge", "pending_note", "template_versions",
+    "judge_provenance", "judge_session", "labeller_note", "load_template", "make_judge", "pending_note",
+    "resolve_judge", "template_versions",
 ]

@@ -1,17 +1,18 @@
-"""The ONE description of an LLM judge (:class:`JudgeConfig`): what ``score --judge`` builds from its
-flags, what the app's judge form builds from its widgets, what a job's ``score`` step stores in
-``job.json`` (:meth:`JudgeConfig.to_dict`) and what the labeller (:mod:`persobench.metrics.judge.labeller`)
-sends with. :data:`JUDGE_FLAGS` is the one mapping between its stored fields and the CLI flags.
+"""The LLM judge resolved (:class:`Judge`): the user's :class:`~persobench.config.judge.JudgeConfig`
+(what ``score --judge``'s flags and the app's judge form build, and a job's ``score`` step stores in
+``job.json``) with its model resolved to a :class:`ModelSpec`, checked (prices for a cost cap, a batch
+API for ``batch``, a known prompt) by :func:`resolve_judge`; what the labeller
+(:mod:`persobench.metrics.judge.labeller`) sends with. :meth:`Judge.to_dict` is the config's stored form.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from persobench.config import JUDGE_TIMEOUT_FLAG, JudgeConfig, changed, offered_fields, validated
 from persobench.errors import ConfigurationError
 from persobench.metrics.judge.judge_prompt import DEFAULT_PROMPT, JudgeTemplate, load_template
 from persobench.llm.batch_driver import BatchSettings
@@ -29,25 +30,18 @@ from persobench.providers.base import parse_base_url
 #: Anthropic ``output_config``, grammar-constrained local decoding); others get the plain form.
 STRUCTURED_PROVIDERS = frozenset({"openai", "anthropic", "local"})
 
-#: Stored field (:meth:`JudgeConfig.to_dict`, a :func:`make_judge` argument) -> its ``score`` flag.
-#: The CLI reads the judge from these flags, the app's form offers the same fields, ``job.json``
-#: stores them; ``max_concurrency`` has no flag (the default), ``cache_dir`` is the store's.
-JUDGE_FLAGS = {"model": "--judge", "base_url": "--judge-base-url", "concurrency": "--judge-concurrency",
-               "max_cost": "--judge-max-cost", "timeout": "--judge-timeout", "prompt": "--judge-prompt",
-               "plain": "--judge-plain", "batch": "--batch", "batch_wait": "--batch-wait",
-               "batch_poll": "--batch-poll", "batch_fallback": "--batch-fallback"}
-#: The ``score`` flag that sets a judge request's deadline (named when a request runs out of time).
-JUDGE_TIMEOUT_FLAG = JUDGE_FLAGS["timeout"]
-#: Stored fields with no flag.
-_UNFLAGGED = ("max_concurrency",)
+#: Field of :class:`~persobench.config.judge.JudgeConfig` -> its ``score`` flag (generated from
+#: the field table; ``max_concurrency`` has no flag, ``cache_dir`` is the store's).
+JUDGE_FLAGS = {offered.path[-1]: offered.ui.flag for offered in offered_fields(JudgeConfig) if offered.ui.flag}
 
 
 # --- The judge's configuration ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class JudgeConfig:
-    """Which model judges, with which prompt, and how its requests are sent."""
+class Judge:
+    """Which model judges, with which prompt, and how its requests are sent: a
+    :class:`~persobench.config.judge.JudgeConfig` resolved (:func:`resolve_judge`)."""
 
     spec: "ModelSpec"
     """The judge model (any spec ``run`` takes: ``openai:gpt-4o-mini``, a preset, a models-file name)."""
@@ -116,93 +110,64 @@ class JudgeConfig:
         """The judge as the user named it (a spec, preset or models-file name): what ``--judge`` takes."""
         return self.spec.name
 
-    def to_dict(self) -> dict[str, Any]:
-        """The stored form (``job.json``): the :data:`JUDGE_FLAGS` fields, the base URL in its public
-        form (credentials come from the environment), never the key. Of the retry policy it keeps the
-        request deadline (``timeout``, ``--judge-timeout``), the one retry setting ``score`` offers."""
-
+    def config(self) -> JudgeConfig:
+        """The judge as a user gives it: its base URL in the public form (credentials come from the
+        environment), never the key."""
         batch = self.batch
-        return {"model": self.model, "base_url": public_url(self.spec.base_url) if self.spec.base_url else None,
-                "concurrency": self.concurrency, "max_cost": self.max_cost,
-                "timeout": self.retry.timeout if self.retry is not None else None, "prompt": self.prompt,
-                "plain": self.plain, "max_concurrency": self.max_concurrency, "batch": batch is not None,
-                "batch_wait": batch.wait if batch is not None else None,
-                "batch_poll": batch.poll if batch is not None else None,
-                "batch_fallback": batch.fallback if batch is not None else None}
+        return JudgeConfig(model=self.model, base_url=public_url(self.spec.base_url) if self.spec.base_url else None,
+                           concurrency=self.concurrency, max_cost=self.max_cost, retry=self.retry, prompt=self.prompt,
+                           plain=self.plain, batch=batch is not None, max_concurrency=self.max_concurrency,
+                           **({"batch_wait": batch.wait, "batch_poll": batch.poll, "batch_fallback": batch.fallback}
+                              if batch is not None else {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form (``job.json``): :meth:`config` as JSON."""
+        return self.config().model_dump(mode="json")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, home: Any) -> "JudgeConfig":
-        """The checked judge of a stored form (the model resolved against ``home``'s models file, its
-        responses cached in ``home``'s cache); one-line :class:`ConfigurationError` for a bad one.
-        Also reads the judge dicts jobs stored before this type (``model, base_url, concurrency, max_cost``)
-        and before the batch setting (no ``batch``: ordinary requests)."""
-
-        if not isinstance(data, Mapping) or not str(data.get("model") or "").strip():
+    def from_dict(cls, data: Mapping[str, Any], *, home: Any) -> "Judge":
+        """The checked judge of a stored form (also the judge dicts older ``job.json`` files hold), resolved
+        against ``home`` (:func:`resolve_judge`); one-line :class:`ConfigurationError` for a bad one."""
+        if not isinstance(data, Mapping):
             raise ConfigurationError(f"judge: expected an object with a model, got {data!r}")
-        unknown = sorted(set(data) - set(JUDGE_FLAGS) - set(_UNFLAGGED))
+        unknown = sorted(set(data) - set(JudgeConfig.model_fields) - {"timeout"})
         if unknown:
             raise ConfigurationError(f"judge: unknown field(s) {', '.join(unknown)}; known: "
-                                     f"{', '.join((*JUDGE_FLAGS, *_UNFLAGGED))}")
-        given = {k: v for k, v in data.items() if v is not None}
-        given["base_url"] = url_with_credentials(given.get("base_url")) or None
-        given["plain"] = bool(given.get("plain", False))
-        given["retry"] = judge_retry(given.pop("timeout", None))
-        given["batch"] = batch_settings_of(given.pop("batch", None), given.pop("batch_wait", None),
-                                           given.pop("batch_poll", None), given.pop("batch_fallback", None))
-        return make_judge(str(given.pop("model")), cache_dir=str(default_cache_dir(home)), home=home, **given)
+                                     f"{', '.join(JudgeConfig.model_fields)}")
+        return resolve_judge(validated(JudgeConfig, data), home=home)
 
 
-def judge_retry(timeout: Any) -> "RetryPolicy | None":
-    """The judge's retry policy for a request deadline of ``timeout`` seconds (``--judge-timeout``, a
-    stored judge's ``timeout``); ``None`` (the default deadline) without one. One-line
-    :class:`ConfigurationError` for a value that is not a finite number > 0."""
-    if timeout is None:
-        return None
-    number = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else math.nan
-    if not (math.isfinite(number) and number > 0):
-        raise ConfigurationError(f"judge_timeout must be a finite number > 0 (seconds for the whole request), "
-                                 f"got {timeout!r} ({JUDGE_TIMEOUT_FLAG})")
-    return RetryPolicy(timeout=number, timeout_flag=JUDGE_TIMEOUT_FLAG)
-
-
-def batch_settings_of(batch: Any, wait: Any = None, poll: Any = None, fallback: Any = None) -> "BatchSettings | None":
-    """The judge's :class:`BatchSettings` from its stored fields or flags (``batch``, ``batch_wait``,
-    ``batch_poll``, ``batch_fallback``); ``None`` when ``batch`` is off. One-line
-    :class:`ConfigurationError` for a bad value."""
-    if batch is None or batch is False:
-        return None
-    if batch is not True:
-        raise ConfigurationError(f"judge: batch must be true or false, got {batch!r}")
-    try:
-        seconds = (None if wait is None else float(wait), 30.0 if poll is None else float(poll))
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"judge: batch_wait and batch_poll must be numbers of seconds, got {wait!r} and "
-                                 f"{poll!r}") from None
-    # its own one line for a negative number or an unknown fallback
-    return BatchSettings(wait=seconds[0], poll=seconds[1], fallback="stop" if fallback is None else fallback)
+def resolve_judge(config: JudgeConfig, *, home: Any = None, cache_dir: str | None = None, models_file: str | None = None,
+                  api_key: str | None = None) -> Judge:
+    """The :class:`Judge` of ``config``: its model resolved against ``home``'s models file, its responses
+    cached in ``home``'s cache (or ``cache_dir``), its base URL with the credentials the environment
+    carries (:func:`url_with_credentials`); one-line :class:`ConfigurationError` for anything wrong."""
+    batch = BatchSettings(wait=config.batch_wait, poll=config.batch_poll, fallback=config.batch_fallback) \
+        if config.batch else None
+    if cache_dir is None and home is not None:
+        cache_dir = str(default_cache_dir(home))
+    return make_judge(config.model, base_url=url_with_credentials(config.base_url) or None, prompt=config.prompt,
+                      concurrency=config.concurrency, max_concurrency=config.max_concurrency, max_cost=config.max_cost,
+                      cache_dir=cache_dir, models_file=models_file, home=home, api_key=api_key, retry=config.retry,
+                      plain=config.plain, batch=batch)
 
 
 def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = None,
                concurrency: int | str = 8, max_concurrency: int = 32, max_cost: float | None = None,
                cache_dir: str | None = None, models_file: str | None = None, home: Any = None,
                api_key: str | None = None, retry: "RetryPolicy | None" = None, plain: bool = False,
-               batch: "BatchSettings | None" = None) -> JudgeConfig:
-    """A checked :class:`JudgeConfig` (:class:`ConfigurationError`, one line, for anything wrong);
+               batch: "BatchSettings | None" = None) -> Judge:
+    """A checked :class:`Judge` (:class:`ConfigurationError`, one line, for anything wrong);
     ``prompt`` None: :data:`DEFAULT_PROMPT`."""
 
     prompt = prompt or DEFAULT_PROMPT
     spec = resolve_model(model, base_url=base_url, models_file=models_file, home=home)
     if spec.provider == "baseline":
         raise ConfigurationError(f"judge {model!r}: a baseline replies with fixed text and cannot label NLI pairs")
-    if concurrency != "auto" and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
-                                  or concurrency < 1):
-        raise ConfigurationError(f"judge concurrency must be a whole number of at least 1 or 'auto', "
-                                 f"got {concurrency!r}")
-    if max_concurrency < 1:
-        raise ConfigurationError(f"judge max concurrency must be at least 1, got {max_concurrency}")
+    # the field table's checks (concurrency, max_concurrency, max_cost): the lines the CLI and the form show
+    validated(JudgeConfig, {"model": model, "concurrency": concurrency, "max_concurrency": max_concurrency,
+                            "max_cost": max_cost})
     if max_cost is not None:
-        if not max_cost >= 0:
-            raise ConfigurationError(f"judge max cost must be a number of US dollars >= 0, got {max_cost!r}")
         if prices_for(spec) is None:
             raise ConfigurationError(f"judge {spec.name}: its prices are unknown, so a cost cap cannot be kept; "
                                      "give price_input_per_mtok and price_output_per_mtok in the models file")
@@ -211,8 +176,9 @@ def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = 
         if not supports_batch(spec.provider):
             raise ConfigurationError(f"--batch needs a judge whose provider has a batch API (openai, anthropic); "
                                      f"{spec.name!r} is provider {spec.provider!r}")
-    config = JudgeConfig(spec, prompt, concurrency, max_concurrency, max_cost, cache_dir, retry, plain, api_key,
-                         batch)
+    if retry is not None:  # named when a judge request runs out of time
+        retry = changed(retry, timeout_flag=JUDGE_TIMEOUT_FLAG)
+    config = Judge(spec, prompt, concurrency, max_concurrency, max_cost, cache_dir, retry, plain, api_key, batch)
     config.template  # noqa: B018 - an unknown prompt version fails here, before any request
     return config
 

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from persobench.llm.session import sending_for
 from persobench.llm.spend import SpendLedger
 from persobench.metrics.judge.labeller import UNANSWERED, JudgeEstimate, JudgeLabeller, JudgeStats
-from persobench.metrics.judge.judge_config import JudgeConfig
+from persobench.metrics.judge.judge_config import Judge
 from persobench.metrics.nli_labels import LABELS, NLIPrediction
 
 
@@ -63,7 +63,7 @@ class JudgeSession:
     is asked and counted once), the spend ledger its cost cap is kept in, and its counts. Made by the
     pass (:func:`judge_session`) and passed to whatever labels; it holds nothing process-wide."""
 
-    def __init__(self, judge: JudgeConfig, *, ledger: SpendLedger | None = None) -> None:
+    def __init__(self, judge: Judge, *, ledger: SpendLedger | None = None) -> None:
         self.judge = judge
         """The judge's configuration."""
         self.labeller = JudgeLabeller(judge, ledger=ledger, remember=True)
@@ -94,7 +94,7 @@ class JudgeSession:
 
 
 @contextlib.contextmanager
-def judge_session(judge: JudgeConfig | None, *,
+def judge_session(judge: Judge | None, *,
                   home: str | os.PathLike[str] | None = None) -> Iterator[JudgeSession | None]:
     """A :class:`JudgeSession` for one pass (``None`` without a judge). With a cost cap and a store
     ``home``, the cap is kept in a ledger file of this pass (``<home>/spend/<id>.json``,

@@ -24,7 +24,7 @@ ledger that keeps ``--judge-max-cost`` over every process of a ``score`` invocat
 Queued requests for a run are not sent once the run is deleted (:func:`persobench.llm.session.sending_for`).
 
 Provenance: judge-labelled scores are stored under a profile key of their own, ``<profile>+judge=
-<provider>:<model>[@host:port][#options],prompt=<version>`` (:attr:`JudgeConfig.identity`), so they never share a
+<provider>:<model>[@host:port][#options],prompt=<version>`` (:attr:`Judge.identity`), so they never share a
 board with numbers of an NLI model.
 
 Cheap to import: the providers, the cache and the asyncio machinery load when a judge is built.
@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
 from persobench.metrics.judge.judge_config import (  # noqa: F401 - part of this module's interface
-    JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, JudgeConfig, make_judge,
+    JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, Judge, make_judge,
 )
 from persobench.metrics.judge.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
@@ -51,6 +51,7 @@ from persobench.metrics.nli_labels import LABELS, NLIPrediction
 from persobench.llm.spend import SpendLedger, SpendLedgerError
 from persobench.providers.base import Completion, GenerationParams
 from persobench.llm.response_cache import default_cache_dir
+from persobench.config import changed
 from persobench.llm.retry import RetryPolicy
 from persobench.store.run_store import default_home
 from persobench.llm.response_cache import cache_key
@@ -102,7 +103,7 @@ def labeller_note(profile_key: str, nli_model_ids: Sequence[str] = ()) -> str:
     return f"NLI labels by NLI model {', '.join(ids)}" if ids else ""
 
 
-def judge_provenance(config: JudgeConfig) -> tuple[str, str, str]:
+def judge_provenance(config: Judge) -> tuple[str, str, str]:
     """``(model_id, revision, backend)`` of the metrics ``config``'s judge labels."""
     how = "structured output (label enum)" if config.structured else "one-word answer"
     template = config.template
@@ -195,7 +196,7 @@ class JudgeLabeller:
     ``config.max_cost``. :attr:`stats` counts what this labeller did. ``remember``: keep every answer
     for the labeller's life, so a pair asked again is neither sent, read nor counted twice."""
 
-    def __init__(self, config: JudgeConfig, *, ledger: "SpendLedger | None" = None, remember: bool = False) -> None:
+    def __init__(self, config: Judge, *, ledger: "SpendLedger | None" = None, remember: bool = False) -> None:
 
         self.config = config
         self.template = config.template
@@ -206,7 +207,7 @@ class JudgeLabeller:
         # Default: the responses folder of the default store, where generation caches too.
         self.cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir(default_home())
         # A judge request that runs out of time names the flag `score` has for it.
-        self.policy = dataclasses.replace(config.retry or RetryPolicy(), timeout_flag=JUDGE_TIMEOUT_FLAG)
+        self.policy = changed(config.retry or RetryPolicy(), timeout_flag=JUDGE_TIMEOUT_FLAG)
         self.ledger = ledger if ledger is not None else SpendLedger(config.max_cost)
         self.stats = JudgeStats()
         # With ``remember`` (a scoring pass's session): each key's outcome (label, UNPARSEABLE or

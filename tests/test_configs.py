@@ -1,0 +1,306 @@
+"""The configurations' field tables (persobench/config/): every configuration survives its stored form
+(a hypothesis property test drawing values from the same table: types, bounds, choices, None where
+optional), the CLI and the app's form refuse the same bad value with the same line, and a judge
+timeout set in the app survives job.json."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import annotated_types
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic.fields import FieldInfo
+
+from persobench.config import ConfigModel, JudgeConfig, RetryPolicy, offered_fields
+from persobench.config.fields import ui_of
+from persobench.config.run_config import GenerationConfig
+from persobench.metrics.judge.judge_config import resolve_judge
+from persobench.scoring.score_config import ScoreConfig
+from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
+
+MODELS = [RetryPolicy, JudgeConfig, GenerationConfig]
+
+
+# --- strategies from the field table -------------------------------------------------------------------
+
+
+def _json_values() -> st.SearchStrategy[Any]:
+    scalars = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=8) | \
+        st.floats(allow_nan=False, allow_infinity=False, width=32)
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+
+
+def annotation_strategy(annotation: Any, constraints: tuple[Any, ...] = ()) -> st.SearchStrategy[Any]:
+    """Values an annotation takes, within its bounds (``Annotated`` constraints, ``Literal`` choices)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        base, *extra = typing.get_args(annotation)
+        found = list(constraints)
+        for item in extra:
+            found += list(item.metadata) if isinstance(item, FieldInfo) else [item]
+        return annotation_strategy(base, tuple(found))
+    if origin in (Union, types.UnionType):
+        return st.one_of([annotation_strategy(arg, constraints) for arg in typing.get_args(annotation)])
+    if origin is Literal:
+        return st.sampled_from(typing.get_args(annotation))
+    if annotation is type(None):
+        return st.none()
+    if isinstance(annotation, type) and issubclass(annotation, ConfigModel):
+        return model_strategy(annotation)
+    if annotation is bool:
+        return st.booleans()
+    bounds = {"gt": None, "ge": None, "le": None}
+    for item in constraints:
+        for name in bounds:
+            if isinstance(item, getattr(annotated_types, name.capitalize())):
+                bounds[name] = getattr(item, name)
+    if annotation is int:
+        low = bounds["ge"] if bounds["ge"] is not None else (bounds["gt"] + 1 if bounds["gt"] is not None else -10**9)
+        return st.integers(min_value=int(low), max_value=int(bounds["le"] if bounds["le"] is not None else 2**31))
+    if annotation is float:
+        low = bounds["gt"] if bounds["gt"] is not None else bounds["ge"]
+        return st.floats(min_value=low, max_value=bounds["le"] if bounds["le"] is not None else 1e12,
+                         exclude_min=bounds["gt"] is not None, allow_nan=False, allow_infinity=False)
+    if annotation is str:
+        size = next((item.min_length for item in constraints if isinstance(item, annotated_types.MinLen)), 0)
+        return st.text(min_size=size, max_size=20)
+    if origin is tuple:
+        return st.lists(annotation_strategy(typing.get_args(annotation)[0]), max_size=4).map(tuple)
+    if origin is dict:
+        value = typing.get_args(annotation)[1]
+        return st.dictionaries(st.text(max_size=8), _json_values() if value is Any else annotation_strategy(value),
+                               max_size=4)
+    raise AssertionError(f"no strategy for {annotation!r}: add one (a new field type)")
+
+
+def model_strategy(config_model: type[ConfigModel], **given: st.SearchStrategy[Any]) -> st.SearchStrategy[ConfigModel]:
+    """A configuration with every field drawn from its table (a registry's names where the field's flag
+    offers them; ``given``: a field's own strategy), checked by the model."""
+    fields = {}
+    for name, info in config_model.model_fields.items():
+        ui = ui_of(info)
+        fields[name] = given[name] if name in given else st.sampled_from(tuple(ui.choices())) \
+            if ui is not None and ui.choices else annotation_strategy(info.annotation, tuple(info.metadata))
+    return st.fixed_dictionaries(fields).map(config_model.model_validate)
+
+
+def score_strategy(home: Path) -> st.SearchStrategy[ScoreConfig]:
+    """A ScoreConfig: its judge a JudgeConfig drawn from the judge's table and resolved against ``home``
+    (any model name would not resolve: the judges' models are the fake server's), a Ray address only
+    with the ray executor and in its public form (the stored form keeps no credentials)."""
+    judges = model_strategy(JudgeConfig, model=st.sampled_from(["openai:judge-model", "anthropic:judge-model"]),
+                            max_cost=st.none(), prompt=st.none(),  # no prices, one prompt version
+                            base_url=st.sampled_from([None, "http://127.0.0.1:8000/v1", "https://judge.example/v1"])) \
+        .map(lambda config: resolve_judge(config, home=home))
+    local = model_strategy(ScoreConfig, judge=st.none() | judges, executor=st.just("local"), ray_address=st.none())
+    ray = model_strategy(ScoreConfig, judge=st.none() | judges, executor=st.just("ray"),
+                         ray_address=st.sampled_from([None, "auto", "10.0.0.5:6379", "ray://head:10001"]))
+    return local | ray
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_configuration_survives_its_stored_form(model, data):
+    config = data.draw(model_strategy(model))
+    assert model.model_validate_json(config.model_dump_json()) == config
+    assert model.model_validate(json.loads(json.dumps(config.model_dump(mode="json")))) == config
+    if hasattr(config, "to_dict"):  # the form resume.json and job.json hold
+        assert type(config).from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+SCORE_HOME = Path("/nonexistent/persobench-home")  # resolving a judge reads no file of its home
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=score_strategy(SCORE_HOME))
+def test_a_score_configuration_survives_its_stored_form(config):
+    stored = json.loads(json.dumps(config.to_dict()))
+    assert ScoreConfig.from_dict(stored, home=SCORE_HOME) == config
+    if config.judge is not None:
+        assert stored["judge"] == config.judge.config().model_dump(mode="json")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=model_strategy(JudgeConfig), run=model_strategy(GenerationConfig))
+def test_a_job_s_steps_survive_job_json(tmp_path_factory, config, run):
+    """A run step and a judge's score step, written to job.json by the job's writer and read back."""
+    from persobench.jobs.model import JobStep
+
+    steps = [JobStep("run", "run", run.to_dict()),
+             JobStep("judge", "score", {"judge": config.model_dump(mode="json"), "runs": "job"})]
+    again = [JobStep.from_dict(json.loads(json.dumps(step.to_dict()))) for step in steps]
+    assert again == steps
+    assert GenerationConfig.from_dict(again[0].config) == run
+    assert JudgeConfig.model_validate(again[1].config["judge"]) == config
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_the_strategies_reach_past_the_defaults(model):
+    """The draws are not all defaults: each offered field takes more than one value."""
+    seen: dict[str, set] = {}
+
+    @settings(max_examples=40, deadline=None)
+    @given(model_strategy(model))
+    def draw(config):
+        for offered in offered_fields(model):
+            value = config
+            for part in offered.path:
+                value = getattr(value, part, None)
+            seen.setdefault(offered.name, set()).add(repr(value))
+
+    draw()
+    assert all(len(values) > 1 for values in seen.values()), seen
+
+
+# --- the CLI and the form refuse alike ---------------------------------------------------------------
+
+#: (widget key, form value, flag, flag text): the same bad value given to the judge form and to `score`.
+BAD_JUDGE_VALUES = [
+    ("judge_timeout", 0.0, "--judge-timeout", "0"),
+    ("judge_timeout", -5.0, "--judge-timeout", "-5"),
+    ("judge_max_cost", -1.0, "--judge-max-cost", "-1"),
+    ("judge_model", "   ", "--judge", " "),
+]
+
+
+def _form_errors(at) -> list[str]:
+    return [str(e.value) for e in at.error]
+
+
+@pytest.mark.parametrize("key, form_value, flag, text", BAD_JUDGE_VALUES)
+def test_the_cli_and_the_form_refuse_a_bad_value_with_the_same_line(tmp_path, monkeypatch, capsys, key, form_value,
+                                                                     flag, text):
+    from persobench.cli import main
+    from tests.test_app import open_page
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    argv = ["--home", str(home), "score", "--judge", "openai:gpt-4o-mini", flag, text]
+    if flag == "--judge":
+        argv = ["--home", str(home), "score", "--judge", text]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    cli_line = err[len("error: "):].strip()
+
+    at = open_page("pages/metrics.py")
+    at.toggle(key="metrics_judge_on").set_value(True).run()
+    widget = at.text_input(key=f"metrics_{key}") if isinstance(form_value, str) else at.number_input(key=f"metrics_{key}")
+    (widget.input(form_value) if isinstance(form_value, str) else widget.set_value(form_value)).run()
+    assert not at.exception
+    shown = [line.replace("\\", "") for line in _form_errors(at)]  # the page escapes Markdown
+    assert shown == [cli_line], (shown, cli_line)
+    assert at.button(key="metrics_judge_launch").disabled  # Launch stays off until the field is valid
+    # the field set right: the error goes and the judge form no longer blocks the launch
+    widget = at.text_input(key=f"metrics_{key}") if isinstance(form_value, str) else at.number_input(key=f"metrics_{key}")
+    (widget.input("openai:gpt-4o-mini") if isinstance(form_value, str) else widget.set_value(5.0)).run()
+    assert _form_errors(at) == []
+
+
+def test_a_judge_timeout_set_in_the_app_survives_job_json(tmp_path, monkeypatch, openai_server):
+    """The judge form's timeout (key ``metrics_judge_timeout``) reaches job.json as the judge's retry
+    policy and the job's judge sends with it (the form had no timeout; job.json kept none)."""
+    from persobench.jobs import JobManager
+    from persobench.metrics.judge.labeller import JudgeLabeller
+    from persobench.scoring.score_config import ScoreConfig
+    from tests.fakes.judge import judge_script
+    from tests.test_app import open_page, wait_for
+    from tests.test_judge import _sample_run
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PERSOBENCH_HOME", str(home))
+    _sample_run(home)
+    openai_server.script = judge_script({}, default="entailment")
+    at = open_page("pages/metrics.py")
+    at.toggle(key="metrics_judge_on").set_value(True).run()
+    at.text_input(key="metrics_judge_model").input("openai:judge-model").run()
+    at.text_input(key="metrics_judge_base_url").input(openai_server.base_url).run()
+    at.number_input(key="metrics_judge_timeout").set_value(5.0).run()
+    at.toggle(key="metrics_judge_estimate").set_value(True).run()
+    at.button(key="metrics_judge_launch").click().run()
+    assert not at.exception
+    jobs = JobManager(home)
+    job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0], timeout=180)
+    assert job.state == "completed", job.message
+    [folder] = (home / "jobs").iterdir()
+    stored = json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][-1]["config"]
+    assert stored["judge"]["retry"]["timeout"] == 5.0
+    judge = ScoreConfig.from_dict(stored, home=home, ignore=("runs",)).judge
+    assert judge.retry.timeout == 5.0
+    policy = JudgeLabeller(judge).policy  # what the job's judge requests were sent with
+    assert (policy.timeout, policy.timeout_flag) == (5.0, "--judge-timeout")
+
+
+
+# --- job.json and resume.json written by the version before the field tables -----------------------------
+
+OLD_JOB = Path(__file__).resolve().parent / "fixtures" / "jobs_v1" / "job.json"
+
+
+def test_an_old_job_json_still_resumes(tmp_path, openai_server):
+    """tests/fixtures/jobs_v1/job.json was written by the dataclass configurations (2a9ac24): the judge's
+    timeout flat in its dict, null batch fields. Read through the typed models it runs as it did."""
+    from persobench.jobs.job_process import run_job
+    from persobench.jobs.model import JobStep
+    from persobench.store.run_store import RunStore
+    from tests.fakes.judge import judge_script
+
+    home = tmp_path / "home"
+    folder = home / "jobs" / "old-job"
+    folder.mkdir(parents=True)
+    text = OLD_JOB.read_text(encoding="utf-8").replace('"HOME"', json.dumps(str(home)))
+    text = text.replace("JUDGE_URL", openai_server.base_url)
+    (folder / "job.json").write_text(text, encoding="utf-8")
+    openai_server.script = judge_script({}, default="entailment")
+
+    run_step, score = [JobStep.from_dict(step) for step in json.loads(text)["steps"]]
+    run = GenerationConfig.from_dict(run_step.config)
+    assert (run.retry.timeout, run.retry.max_attempts, run.concurrency, run.limit) == (30.0, 3, "auto", 2)
+    assert score.config["judge"]["retry"]["timeout"] == 5.0 and score.config["judge"]["batch_poll"] == 30.0
+    assert "timeout" not in score.config["judge"]  # today's form: the whole retry policy
+
+    assert run_job(folder) == 0
+    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    assert state["state"] == "completed", state
+    [run_dir] = RunStore(home).runs()
+    assert run_dir.run_id == run_step.run_id  # the models give the run the id the dataclasses gave it
+    scores = run_dir.read_table("scores")
+    assert set(scores["metric"]) == {"c_score"} and (scores["value"] == 1.0).all()
+    assert len(openai_server.requests) > 0
+
+
+def test_an_old_resume_json_config_still_loads():
+    """resume.json holds GenerationConfig.to_dict(): the dataclass's asdict form reads as the model."""
+    old = json.loads(OLD_JOB.read_text(encoding="utf-8"))["steps"][0]["config"]  # the same asdict form
+    config = GenerationConfig.from_dict(old)
+    assert config.to_dict() == old  # nothing renamed, nothing lost
+
+
+def test_the_new_run_form_checks_its_run_fields_like_run_does(tmp_path, monkeypatch, capsys):
+    """New run's limit, seed and requests-in-flight widgets are GenerationConfig's (same keys, defaults);
+    a bad limit is refused under its widget in `run`'s line and Launch stays disabled."""
+    from persobench.cli import main
+    from tests.test_app import open_page
+
+    monkeypatch.setenv("PERSOBENCH_HOME", str(tmp_path / "home"))
+    assert main(["--home", str(tmp_path / "home"), "run", "--model", "baseline:reference", "--dry-run",
+                 "--limit", "-3"]) == 2
+    cli_line = capsys.readouterr().err.removeprefix("error: ").strip()
+    at = open_page("pages/new_run.py")
+    assert (at.number_input(key="new_limit").value, at.number_input(key="new_seed").value,
+            at.selectbox(key="new_concurrency").value) == (10, 0, "8")
+    assert not at.button(key="new_launch").disabled
+    at.number_input(key="new_limit").set_value(-3).run()
+    assert not at.exception
+    assert [str(e.value).replace("\\", "") for e in at.error] == [cli_line] == ["limit must be at least 1, got -3 (--limit)"]
+    assert at.button(key="new_launch").disabled
+    at.number_input(key="new_limit").set_value(0).run()  # 0 = all samples: no limit
+    assert not at.error and not at.button(key="new_launch").disabled
