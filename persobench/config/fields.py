@@ -133,7 +133,7 @@ def _adapter(info: FieldInfo) -> TypeAdapter[Any]:
     adapter = _ADAPTERS.get(id(info))
     if adapter is None:
         constraints = [item for item in info.metadata if not isinstance(item, Ui)]
-        annotated = typing.Annotated[(info.annotation, *constraints)] if constraints else info.annotation
+        annotated: Any = typing.Annotated[(info.annotation, *constraints)] if constraints else info.annotation
         # a leaf field (never a model): the model's own rule on NaN and infinity
         adapter = _ADAPTERS[id(info)] = TypeAdapter(annotated, config=ConfigDict(allow_inf_nan=False))
     return adapter
@@ -219,12 +219,14 @@ def requirement(offered: OfferedField) -> str:
     if kind is not None:
         low, low_open, high = -math.inf, False, None
         for item in _constraints(info):
+            # the tables' bounds are numbers, kept as given (a whole bound prints whole); annotated_types
+            # types them as any comparable
             if isinstance(item, annotated_types.Gt):
-                low, low_open = item.gt, True
+                low, low_open = typing.cast(float, item.gt), True
             elif isinstance(item, annotated_types.Ge):
-                low = item.ge
+                low = typing.cast(float, item.ge)
             elif isinstance(item, annotated_types.Le):
-                high = item.le
+                high = typing.cast(float, item.le)
         text = number_requirement(whole=kind is int, low=low, low_open=low_open, high=high, unit=offered.ui.unit)
         return text + "".join(f" or {c!r}" for c in choices)
     if choices:

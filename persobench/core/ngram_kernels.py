@@ -268,7 +268,7 @@ def lexical_chunk(references: Sequence[str], replies: Sequence[str],
     ``str.strip`` agree on what whitespace is)."""
     want_bleu = "bleu" in metrics
     want_rouge = any(m in metrics for m in ("rouge1", "rouge2", "rougeL"))
-    no_rouge = (None, None, None)
+    no_rouge: tuple[float | None, float | None, float | None] = (None, None, None)
     zero_rouge = (0.0, 0.0, 0.0)
     analysed: dict[str, tuple[ReplyGrams, RougeText | None]] = {}
     rows = []  # one tuple per reply, in _ALL's order: columns are made at the end, in C
