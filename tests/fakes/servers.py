@@ -399,10 +399,12 @@ class _Handler(BaseHTTPRequestHandler):
                     used = min(count_tokens(text), int(body.get("max_tokens") or body.get("max_completion_tokens") or 0))
                     action = dataclasses.replace(action, text=text, usage=(prompt_tokens(body), used))
                     stated = fake.limits.settle(admitted, used)
-                self._send_json(200, self._reply_body(info, action), stated)
+                # counted before the bytes go out: a client that has its reply (and a test that reads the
+                # count once the client exited) must find it counted, however late this thread runs again
                 with fake._lock:
                     fake.replies_sent += 1
                     fake.last_reply = time.monotonic()
+                self._send_json(200, self._reply_body(info, action), stated)
         finally:
             fake._leave()
 
