@@ -51,11 +51,12 @@ run: $(STAMP) bytecode
 	trap 'kill $$demo 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m streamlit run app.py --server.port $(PORT) --server.address $(ADDRESS) --server.headless true
 
-# One test worker per core (TEST_WORKERS=1 for a single process); a file's tests stay on one worker, so
-# a module's server, browser or store is built once.
-TEST_WORKERS ?= auto
+# One process by default: on 2 cores the suite's own subprocesses (models, Ray, Chromium) keep both busy,
+# and two workers measured no faster while slowing the timing-sensitive tests. `make test TEST_WORKERS=4`
+# on a bigger machine hands whole files to 4 workers (a module's server, browser or store built once).
+TEST_WORKERS ?= 1
 test: $(STAMP) bytecode browser
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 bench: $(STAMP) bytecode
 	$(PY) benchmarks/generation.py

@@ -51,3 +51,15 @@ def scratch_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield write
     for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
         del sys.modules[module]
+
+
+#: Markers of the tests that run longest (a model generating, a Ray cluster, a browser driving the app).
+LONG_RUNNING_MARKERS = ("slow", "browser")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files holding long-running tests first, each file's tests in their own order: `make test` hands
+    whole files to its workers in this order, so the longest files start at once instead of being the
+    last ones to begin while the other worker sits idle (the demo's test alone is minutes)."""
+    long_files = {item.path for item in items if any(item.get_closest_marker(m) for m in LONG_RUNNING_MARKERS)}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: the order within a file is kept

@@ -378,10 +378,14 @@ def test_an_actor_embeds_each_distinct_text_of_a_dataset_once_and_uses_the_disk_
 
 
 def test_a_ray_address_with_credentials_is_printed_in_its_public_form(tmp_path, capsys):
-    pytest.importorskip("ray", reason="Ray is the optional extra persobench[ray]")
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra persobench[ray]")
     import socket
 
     from persobench import pipeline
+
+    # as a command line starts: no Ray connection yet (an earlier test of this process may have left one,
+    # which the pass would reuse instead of dialling the address under test)
+    ray.shutdown()
 
     home = tmp_path / "home"
     pipeline.generate(GenerationConfig(dataset="sample", model="baseline:reference", limit=2), store=RunStore(home))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from persobench.cli.command_support import store_from_args
 from persobench.cli.generate import add_template_arguments
@@ -15,12 +15,9 @@ from persobench.datasets import load_dataset
 from persobench.providers import resolve_model
 from persobench.generation import default_template_for, messages_for
 from persobench.prompts import DEFAULT_TEMPLATE, build_messages, get_template
-from persobench.generation import interruption, waiting_batch
+from persobench.generation import Interruption, WaitingBatch, interruption, waiting_batch
+from persobench.records import Sample
 from persobench.errors import PersoBenchError
-
-if TYPE_CHECKING:
-    from persobench.generation import Interruption, WaitingBatch
-    from persobench.records import Sample
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

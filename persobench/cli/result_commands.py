@@ -14,12 +14,12 @@ from persobench.generation import check_number
 from persobench.datasets import reference_dir
 import json
 from persobench.cli.generate import resolve_run
+from persobench.store import RunStore
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from persobench.aggregate import Results
-    from persobench.store import RunStore
 
 FORMATS = ("table", "csv", "markdown", "latex", "html", "json")
 
