@@ -440,7 +440,10 @@ def test_run_says_how_the_stated_limits_paced_it_and_the_next_run_is_paced_from_
         level = server.limits.buckets["requests"].level
         code2 = cli_main([*argv, "--limit", "16", "--seed", "1", "--concurrency", "8"])
         refused = len(server.refusals)
-    assert code == 0 and code2 == 0 and refused == 0
-    assert level < 2  # what the second run started with (and a little refill)
+    # 8 at once into a bucket holding under 2 would be refused 6 times or more; reading the budget the
+    # first run left, at most one request meets the bucket at the moment its stated reset and its
+    # continuous refill disagree (1 run in 3 on a quiet machine), as in the two-run test below
+    assert code == 0 and code2 == 0 and refused <= 1, refused
+    assert level < 4  # nearly spent: what the second run started with (under a second's refill at 4 a second)
     assert "paced by the server's stated limits (240 requests a minute)" in first
     assert RunStore(tmp_path).runs()[0].manifest.details.pacing.paced >= 5
