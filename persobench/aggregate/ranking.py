@@ -287,7 +287,6 @@ def _paired_values(results: pd.DataFrame, run_id: str, metric: str, invalid: str
 def compare_models(
     results: "Results | pd.DataFrame", run_a: str, run_b: str, metric: str, *, invalid: str = "worst",
     level: float = stats.DEFAULT_LEVEL, n_resamples: int = stats.DEFAULT_RESAMPLES, seed: int = 0,
-    _found: "Mapping[str, tuple[pd.DataFrame, pd.Series]] | None" = None,
 ) -> stats.PairedComparison:
     """Paired tests of ``run_a`` against ``run_b`` on ``metric`` over their common sample ids.
 
@@ -295,11 +294,19 @@ def compare_models(
     ``failure_ratio`` compares the per-sample invalid indicator. Raises :class:`ConfigurationError`
     (a ``ValueError``) when a run or metric is missing or the runs share no sample with two values.
     """
+    return _compare(results_table(results), run_a, run_b, metric, invalid=invalid, level=level,
+                    n_resamples=n_resamples, seed=seed, found={})
+
+
+def _compare(table: pd.DataFrame, run_a: str, run_b: str, metric: str, *, invalid: str, level: float,
+             n_resamples: int, seed: int, found: "Mapping[str, tuple[pd.DataFrame, pd.Series]]",
+             ) -> stats.PairedComparison:
+    """:func:`compare_models` on a results table; ``found``: :func:`_run_rows` of the runs the caller
+    already took (:func:`comparison_table` takes each run's rows once for all its metrics)."""
     if invalid not in INVALID_POLICIES:
         raise ConfigurationError(f"unknown invalid-reply policy {invalid!r}; expected one of {', '.join(INVALID_POLICIES)}")
     if metric == "instructability":
         raise ConfigurationError("instructability is a run-level number; it has no per-sample values to pair")
-    table, found = results_table(results), _found or {}  # comparison_table: each run's rows taken once
     a = _paired_values(table, run_a, metric, invalid, found.get(run_a))
     b = _paired_values(table, run_b, metric, invalid, found.get(run_b))
     common = a.index.intersection(b.index)
@@ -384,8 +391,8 @@ def comparison_table(results: "Results | pd.DataFrame", run_a: str, run_b: str, 
     rows, skipped = [], []
     for metric in metrics:
         try:
-            c = compare_models(results, run_a, run_b, metric, invalid=invalid, level=level,
-                               n_resamples=n_resamples, seed=seed, _found=found)
+            c = _compare(results, run_a, run_b, metric, invalid=invalid, level=level,
+                         n_resamples=n_resamples, seed=seed, found=found)
         except ConfigurationError as exc:
             skipped.append((metric, str(exc)))
             continue
