@@ -122,13 +122,13 @@ def test_bad_numbers_are_refused_in_one_line_naming_the_flag(tmp_path, capsys, f
 
 
 def test_the_app_checks_numbers_with_the_same_rules(tmp_path):
-    from persobench.generation.numbers import check_number
+    from persobench.config import GenerationConfig, offered_field
     from persobench.jobs import LaunchChoice, plan_launch
 
     [row] = plan_launch(tmp_path, [LaunchChoice("sample", "baseline:reference", "vanilla")], limit=-3)
     assert "--limit" in row["problem"] and "-3" in row["problem"]
     with pytest.raises(ValueError, match="--timeout"):
-        check_number("timeout", math.nan)
+        offered_field(GenerationConfig, "retry", "timeout").check(math.nan)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -210,15 +210,14 @@ RESUMABLE_CONFIGS = [
 
 
 def test_resume_command_rebuilds_the_same_configuration(tmp_path):
-    from persobench.config import changed
+    from persobench.config import changed, offered_fields
     from persobench.generation import GenerationConfig, RetryPolicy, plan_generation
-    from persobench.generation.config import RUN_FLAGS
     from persobench.generation.lock import resume_command
 
-    # every field of the configuration is printed by the command (a new field must be added there)
-    handled = set(RUN_FLAGS) | {"base_url", "options", "retry", "chat_template", "structured", "batch",
-                                  "cache_dir", "fail_fast_after"}
-    assert set(GenerationConfig.model_fields) == handled
+    # every field of the configuration has a flag, so the command (the flags' inverse) prints it; but the
+    # two `run` sets itself (<home>/responses, the default fail-fast threshold)
+    flagged = {offered.path[0] for offered in offered_fields(GenerationConfig) if offered.ui.flag}
+    assert set(GenerationConfig.model_fields) - flagged == {"cache_dir", "fail_fast_after"}
     store = RunStore(tmp_path / "home")
     for fields in RESUMABLE_CONFIGS:
         retry = RetryPolicy(max_attempts=4, timeout=30.0) if "structured" in fields else RetryPolicy()

@@ -5,7 +5,9 @@ timeout set in the app survives job.json."""
 
 from __future__ import annotations
 
+import functools
 import json
+import shlex
 import types
 import typing
 from pathlib import Path
@@ -13,12 +15,13 @@ from typing import Any, Literal, Union
 
 import annotated_types
 import pytest
+import typing_extensions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic.fields import FieldInfo
 
 from persobench.config import ConfigModel, JudgeConfig, RetryPolicy, offered_fields
-from persobench.config.fields import ui_of
+from persobench.config.fields import nested_value, ui_of
 from persobench.config.run_config import GenerationConfig
 from persobench.metrics.judge.judge_config import resolve_judge
 from persobench.scoring.score_config import ScoreConfig
@@ -73,6 +76,11 @@ def annotation_strategy(annotation: Any, constraints: tuple[Any, ...] = ()) -> s
         return st.text(min_size=size, max_size=20)
     if origin is tuple:
         return st.lists(annotation_strategy(typing.get_args(annotation)[0]), max_size=4).map(tuple)
+    if typing_extensions.is_typeddict(annotation):  # its typed keys (each may be absent), then any others
+        typed = typing.get_type_hints(annotation, include_extras=True)
+        return st.fixed_dictionaries({}, optional={key: annotation_strategy(hint) for key, hint in typed.items()}) \
+            .flatmap(lambda keys: st.dictionaries(st.text(max_size=8).filter(lambda key: key not in typed),
+                                                  _json_values(), max_size=3).map(lambda extra: {**extra, **keys}))
     if origin is dict:
         value = typing.get_args(annotation)[1]
         return st.dictionaries(st.text(max_size=8), _json_values() if value is Any else annotation_strategy(value),
@@ -151,10 +159,7 @@ def test_the_strategies_reach_past_the_defaults(model):
     @given(model_strategy(model))
     def draw(config):
         for offered in offered_fields(model):
-            value = config
-            for part in offered.path:
-                value = getattr(value, part, None)
-            seen.setdefault(offered.name, set()).add(repr(value))
+            seen.setdefault(".".join(offered.path), set()).add(repr(nested_value(config, offered.path)))
 
     draw()
     assert all(len(values) > 1 for values in seen.values()), seen
@@ -235,8 +240,7 @@ def test_a_judge_timeout_set_in_the_app_survives_job_json(tmp_path, monkeypatch,
     assert stored["judge"]["retry"]["timeout"] == 5.0
     judge = ScoreConfig.from_dict(stored, home=home, ignore=("runs",)).judge
     assert judge.retry.timeout == 5.0
-    policy = JudgeLabeller(judge).policy  # what the job's judge requests were sent with
-    assert (policy.timeout, policy.timeout_flag) == (5.0, "--judge-timeout")
+    assert JudgeLabeller(judge).policy.timeout == 5.0  # what the job's judge requests were sent with
 
 
 
@@ -278,10 +282,13 @@ def test_an_old_job_json_still_resumes(tmp_path, openai_server):
 
 
 def test_an_old_resume_json_config_still_loads():
-    """resume.json holds GenerationConfig.to_dict(): the dataclass's asdict form reads as the model."""
+    """resume.json holds GenerationConfig.to_dict(): the dataclass's asdict form reads as the model. Its
+    retry policy's ``timeout_flag`` (the flag a timeout error named, stored until the session was given
+    it) is read and dropped: nothing else renamed, nothing else lost."""
     old = json.loads(OLD_JOB.read_text(encoding="utf-8"))["steps"][0]["config"]  # the same asdict form
+    assert old["retry"]["timeout_flag"] == "--timeout"
     config = GenerationConfig.from_dict(old)
-    assert config.to_dict() == old  # nothing renamed, nothing lost
+    assert config.to_dict() == {**old, "retry": {k: v for k, v in old["retry"].items() if k != "timeout_flag"}}
 
 
 def test_the_new_run_form_checks_its_run_fields_like_run_does(tmp_path, monkeypatch, capsys):
@@ -304,3 +311,149 @@ def test_the_new_run_form_checks_its_run_fields_like_run_does(tmp_path, monkeypa
     assert at.button(key="new_launch").disabled
     at.number_input(key="new_limit").set_value(0).run()  # 0 = all samples: no limit
     assert not at.error and not at.button(key="new_launch").disabled
+
+
+def test_a_stored_retry_policy_with_its_old_timeout_flag_still_loads(tmp_path):
+    """Until the session was given the flag a timeout error names, RetryPolicy stored it (``timeout_flag``)
+    in resume.json and in job.json's steps: such a policy still loads, the flag dropped (the judge's
+    requests name ``--judge-timeout`` whatever the stored policy says: test_llm.py)."""
+    from persobench.jobs.model import JobStep
+    from pydantic import ValidationError
+
+    old = {"max_attempts": 3, "base_delay": 1.0, "max_delay": 60.0, "max_retry_after": 600.0, "timeout": 5.0,
+           "timeout_flag": "--judge-timeout"}
+    policy = RetryPolicy.model_validate(old)
+    assert policy == RetryPolicy(max_attempts=3, timeout=5.0) == RetryPolicy.model_validate_json(json.dumps(old))
+    assert "timeout_flag" not in policy.model_dump()
+    judge = {"model": "openai:judge-model", "base_url": "http://127.0.0.1:9/v1", "retry": old}
+    assert JudgeConfig.model_validate(judge).retry == policy
+    step = JobStep.from_dict({"label": "LLM judge", "kind": "score", "config": {"judge": judge, "runs": "job"}})
+    assert ScoreConfig.from_dict(step.config, home=tmp_path, ignore=("runs",)).judge.retry == policy
+    run = GenerationConfig.from_dict({"retry": {**old, "timeout_flag": "--timeout"}})
+    assert run.retry == policy and run.to_dict()["retry"] == policy.model_dump(mode="json")
+    with pytest.raises(ValidationError):  # any other unknown field is still refused
+        RetryPolicy.model_validate({**old, "timeout_flags": "--timeout"})
+
+
+# --- run's flags of a form of their own: --chat-template on/off, --option KEY=VALUE, --max-reply-bytes -------
+
+
+@functools.lru_cache(maxsize=1)
+def _parser():
+    from persobench.cli import build_parser
+
+    return build_parser()
+
+
+def _run_config_of(args) -> GenerationConfig:
+    from persobench.cli.generate import _config
+
+    return _config(args)
+
+
+def _run_config(*flags: str) -> GenerationConfig:
+    return _run_config_of(_parser().parse_args(["run", *flags]))
+
+
+def test_run_s_switch_dict_and_dict_key_flags_fill_the_configuration():
+    assert (_run_config().chat_template, _run_config().options) == (None, {})
+    assert _run_config("--chat-template", "on").chat_template is True
+    assert _run_config("--chat-template", "off").chat_template is False
+    config = _run_config("--option", "top_k=5", "--option", 'extra_body={"min_p": 0.1}', "--option", "stop=end",
+                         "--option", "max_reply_bytes=10", "--max-reply-bytes", "2048", "--option", "top_k=6")
+    # VALUE as JSON when it is JSON; a later --option of the same key wins; --max-reply-bytes wins over --option
+    assert config.options == {"top_k": 6, "extra_body": {"min_p": 0.1}, "stop": "end", "max_reply_bytes": 2048}
+    assert _run_config("--option", "max_reply_bytes=4096").options == {"max_reply_bytes": 4096}
+
+
+@pytest.mark.parametrize("flags, line", [
+    (("--option", "top_k"), "--option expects KEY=VALUE, got 'top_k'"),
+    (("--option", "=5"), "--option expects KEY=VALUE, got '=5'"),
+    (("--option", "max_reply_bytes=0"),
+     "max_reply_bytes must be a whole number >= 1 and <= 1073741824 (bytes), got 0 (--max-reply-bytes)"),
+    (("--option", "max_reply_bytes=true"),
+     "max_reply_bytes must be a whole number >= 1 and <= 1073741824 (bytes), got True (--max-reply-bytes)"),
+    (("--option", "max_reply_bytes=5.0"),
+     "max_reply_bytes must be a whole number >= 1 and <= 1073741824 (bytes), got 5 (--max-reply-bytes)"),
+    (("--max-reply-bytes", str(2**30 + 1)),
+     "max_reply_bytes must be a whole number >= 1 and <= 1073741824 (bytes), got 1073741825 (--max-reply-bytes)"),
+    (("--max-reply-bytes", "lots"),
+     "max_reply_bytes must be a whole number >= 1 and <= 1073741824 (bytes), got 'lots' (--max-reply-bytes)"),
+])
+def test_a_bad_option_is_one_line_naming_its_flag(tmp_path, capsys, flags, line):
+    from tests.cli_checks import one_line_error
+
+    said = one_line_error(capsys, ["--home", str(tmp_path), "run", "--model", "baseline:reference", "--dry-run",
+                                   "--no-progress", *flags])
+    assert said == f"error: {line}"
+    assert not (tmp_path / "runs").exists()
+
+
+#: Runs of run's flags of a form of their own, as the hand-written flags planned and stored them (computed
+#: on 05abb41, before those flags came from the field table): (flags, run id, first cache key, the config
+#: in resume.json). The stored retry policy then also held ``"timeout_flag": "--timeout"``, dropped since
+#: (the session is given the flag); the rest is stored as it was.
+_OLD_STORED = {"dataset": "sample", "mode": "vanilla", "template": "paper", "limit": 2, "seed": 0, "concurrency": 8,
+               "max_concurrency": 32, "max_tokens": None, "temperature": None, "top_p": None, "policy": "paper",
+               "models_file": None, "retry": {"max_attempts": 6, "base_delay": 1.0, "max_delay": 60.0,
+                                              "max_retry_after": 600.0, "timeout": 60.0, "timeout_flag": "--timeout"},
+               "checkpoint_every": 50, "fail_fast_after": 20, "cache_dir": None, "structured": False,
+               "batch_size": None, "batch": False, "batch_wait": None, "batch_poll": 30.0, "batch_fallback": "stop"}
+HAND_WRITTEN_RUNS = [
+    (("--model", "openai:fake", "--base-url", "http://127.0.0.1:9/v1", "--limit", "2", "--option", "top_k=5",
+      "--option", 'extra_body={"min_p": 0.1}', "--max-reply-bytes", "2048", "--option", "stop=end"),
+     "sample__openai-fake__vanilla__37da27c1a9", "5c323436cbd0916628421561c97826f962f094435563fcb0e80d55c7c528dcc2",
+     {**_OLD_STORED, "model": "openai:fake", "base_url": "http://127.0.0.1:9/v1", "chat_template": None,
+      "options": {"top_k": 5, "extra_body": {"min_p": 0.1}, "stop": "end", "max_reply_bytes": 2048}}),
+    (("--model", "local:smollm2", "--template", "paper", "--chat-template", "off", "--limit", "2"),
+     "sample__local-smollm2__vanilla__19b7751e8d", "e679e0ca99c0679044d957febdc3c018c3c5532269695322be6d24791ba16611",
+     {**_OLD_STORED, "model": "local:smollm2", "base_url": None, "chat_template": False, "options": {}}),
+]
+
+
+@pytest.mark.parametrize("flags, run_id, key, stored", HAND_WRITTEN_RUNS)
+def test_run_s_own_flags_keep_the_run_id_cache_keys_and_stored_config(tmp_path, flags, run_id, key, stored):
+    from persobench.generation import plan_generation
+    from persobench.generation.lock import RESUME_FILE, write_resume_file
+    from persobench.store.run_store import RunStore
+
+    store = RunStore(tmp_path / "home")
+    plan = plan_generation(_run_config(*flags), store=store)
+    run = store.create(plan.manifest)
+    write_resume_file(run, plan, store.home)
+    resume = json.loads((run.path / RESUME_FILE).read_text(encoding="utf-8"))
+    retry = {name: value for name, value in stored["retry"].items() if name != "timeout_flag"}
+    assert (plan.run_id, plan.keys[0], resume["config"]) == (run_id, key, {**stored, "retry": retry})
+    assert list(resume["config"]["options"]) == list(stored["options"])  # the options in the order given
+    assert GenerationConfig.from_dict(stored) == GenerationConfig.from_dict(resume["config"])  # the old file loads
+
+
+def _command_configs() -> st.SearchStrategy[GenerationConfig]:
+    """GenerationConfigs a command line can give: the fields without a flag at their defaults, texts as a
+    flag reads them (stripped, as the form does), option keys without ``=`` (``--option KEY=VALUE``)."""
+    flagged = {offered.path for offered in offered_fields(GenerationConfig) if offered.ui.flag}
+    defaults = {name: st.just(info.get_default(call_default_factory=True))
+                for name, info in GenerationConfig.model_fields.items() if not any(p[0] == name for p in flagged)}
+    retry = model_strategy(RetryPolicy, **{name: st.just(info.default) for name, info in RetryPolicy.model_fields.items()
+                                           if ("retry", name) not in flagged})
+    text = st.text(min_size=1, max_size=20).map(str.strip).filter(bool)
+    keys = st.text(min_size=1, max_size=8).filter(lambda key: "=" not in key)
+    options = st.fixed_dictionaries({}, optional={"max_reply_bytes": st.integers(1, 2**30)}).flatmap(
+        lambda typed: st.dictionaries(keys, _json_values(), max_size=3).map(lambda extra: {**extra, **typed}))
+    return model_strategy(GenerationConfig, **defaults, retry=retry, options=options, dataset=text, model=text,
+                          template=st.none() | text, models_file=st.none() | text, base_url=st.none() | text)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=_command_configs())
+def test_the_printed_command_parses_back_to_the_public_configuration(config):
+    """config_command is the inverse of run's flags: its argv, parsed by the real parser, is the config
+    without its credentials (public_config), every flag of the field table included."""
+    from persobench.generation.config import config_command, public_config
+
+    command, _ = config_command(config, "/a home")
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "persobench"]
+    args = _parser().parse_args(argv[3:])
+    assert args.home == "/a home"
+    assert _run_config_of(args) == public_config(config)[0]

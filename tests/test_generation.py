@@ -416,7 +416,8 @@ def test_retry_loop_is_usable_on_its_own(openai_server):
             stopping.set()
         try:
             outcome = await call_with_retries(
-                provider, request, policy=FAST, gate=gate, stopping=stopping, rng=random.Random(0),
+                provider, request, policy=FAST, timeout_flag="--timeout", gate=gate, stopping=stopping,
+                rng=random.Random(0),
                 on_attempt=lambda: attempts.append(time.monotonic()),
             )
         finally:

@@ -177,23 +177,22 @@ def test_a_hung_judge_request_fails_at_its_deadline_naming_the_judge_flag(openai
 
 def test_score_takes_a_judge_timeout_flag(tmp_path, capsys):
     from persobench.cli.judge_flags import add_arguments, judge_from_args
-    from persobench.generation.numbers import NUMBER_RULES
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     add_arguments(sub.add_parser("score"))
     args = parser.parse_args(["score", "--judge", "openai:gpt-4o-mini", "--judge-timeout", "2.5"])
     judge = judge_from_args(args, tmp_path)
-    assert judge.retry.timeout == 2.5 and judge.retry.timeout_flag == "--judge-timeout"
-    # Refused by the judge's field table in the words of a run's --timeout rule (generation/numbers.py),
-    # one line naming the flag, exit 2, nothing scored: the line the app's form shows for the same value.
+    assert judge.retry.timeout == 2.5
+    # Refused by the judge's field table in the words of a run's --timeout (the same bounds), one line
+    # naming the flag, exit 2, nothing scored: the line the app's form shows for the same value.
     from persobench.cli import main
 
     for bad, shown in (("0", "0"), ("-1", "-1"), ("nan", "nan"), ("inf", "inf"), ("soon", "'soon'")):
         assert main(["--home", str(tmp_path), "score", "--judge", "openai:gpt-4o-mini", "--judge-timeout", bad]) == 2
         said = capsys.readouterr().err
-        assert said == (f"error: judge_timeout must be {NUMBER_RULES['timeout'].requirement()}, got {shown} "
-                        "(--judge-timeout)\n"), said
+        assert said == (f"error: judge_timeout must be a finite number > 0 (seconds for the whole request), got "
+                        f"{shown} (--judge-timeout)\n"), said
 
 
 @pytest.mark.parametrize("through", ["score_run", "score command"])

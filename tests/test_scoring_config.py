@@ -113,8 +113,7 @@ def test_a_judge_timeout_survives_job_json_from_the_cli_and_from_a_judge_step(tm
     stored = JobStep.from_dict(json.loads(json.dumps(step.to_dict())))  # job.json, written and read back
     again = ScoreConfig.from_dict(stored.config, home=tmp_path, ignore=("runs",))
     assert again.judge == config.judge and again.judge.retry.timeout == 5.0
-    policy = JudgeLabeller(again.judge).policy  # what the judge's requests are sent with
-    assert (policy.timeout, policy.timeout_flag) == (5.0, "--judge-timeout")
+    assert JudgeLabeller(again.judge).policy.timeout == 5.0  # what the judge's requests are sent with
     assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config
     # without a timeout the judge keeps the default deadline, stored as none
     plain = make_judge("openai:judge-model", cache_dir=str(tmp_path / "responses"))

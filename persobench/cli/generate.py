@@ -38,20 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "2 with a one-line reason for a configuration error; 3 when it completed but no sample succeeded (every "
         "request failed: the error column says why).",
     )
-    # The run's flags from GenerationConfig's field table, in --help's order; --chat-template (on/off),
-    # --option and --max-reply-bytes (into ``options``) have forms of their own.
-    add_config_flags(run, GenerationConfig, ("dataset", "model", "base_url"))
-    add_template_arguments(run)
-    add_config_flags(run, GenerationConfig, ("limit", "seed", "concurrency", "max_concurrency", "max_tokens",
-                                             "temperature", "top_p", "structured", "batch_size", "policy",
-                                             "models_file"))
-    run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                     help="model option (VALUE parsed as JSON when it can be), repeatable")
-    add_config_flags(run, GenerationConfig, ("retry",))
-    run.add_argument("--max-reply-bytes", type=int, default=None, metavar="N",
-                     help="largest reply read, in bytes (default 1048576 = 1 MiB); a bigger one fails the sample as "
-                          "too_large and keeps its start (same as --option max_reply_bytes=N)")
-    add_config_flags(run, GenerationConfig, ("checkpoint_every", "batch", "batch_wait", "batch_poll", "batch_fallback"))
+    # every flag but --dry-run and --no-progress from GenerationConfig's field table, in --help's order
+    add_config_flags(run, GenerationConfig, RUN_FLAG_ORDER)
     run.add_argument("--dry-run", action="store_true",
                      help="print requests to send, cache hits and estimated prompt tokens; send nothing")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -74,46 +62,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.set_defaults(handler=cmd_export)
 
 
+#: ``run``'s flags in ``--help``: GenerationConfig's fields (``options.max_reply_bytes``: the option's
+#: own flag, after the retry flags).
+RUN_FLAG_ORDER = ("dataset", "model", "base_url", "mode", "template", "chat_template", "limit", "seed", "concurrency",
+                  "max_concurrency", "max_tokens", "temperature", "top_p", "structured", "batch_size", "policy",
+                  "models_file", "options", "retry", "options.max_reply_bytes", "checkpoint_every", "batch",
+                  "batch_wait", "batch_poll", "batch_fallback")
+
+
 def add_template_arguments(parser: argparse.ArgumentParser) -> None:
     """``--template``, ``--mode`` and ``--chat-template``, shared by ``run`` and ``show``."""
-    add_config_flags(parser, GenerationConfig, ("mode", "template"))
-    parser.add_argument("--chat-template", choices=("on", "off"), default=None,
-                        help="local models and servers with a completions endpoint (the -vllm presets): wrap the "
-                             "prompt in the model's chat template, 'off' sends it as raw text (default: off for "
-                             "paper-open, on otherwise; a vLLM server gets 'on' at its chat endpoint); chat APIs "
-                             "always apply their own. A prompt wrapped unlike its template declares is another "
-                             "protocol, never on the paper's board")
-
-
-
-def _parse_options(items: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CLIError(f"--option expects KEY=VALUE, got {item!r}")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
-    return options
-
-
-def _options(args: argparse.Namespace) -> dict[str, Any]:
-    options = _parse_options(args.option)
-    if args.max_reply_bytes is not None:
-        options["max_reply_bytes"] = args.max_reply_bytes
-    return options
+    add_config_flags(parser, GenerationConfig, ("mode", "template", "chat_template"))
 
 
 def _config(args: argparse.Namespace) -> Any:
     """The parsed flags as a :class:`GenerationConfig` (its field table's flags, checked by it: a bad
-    value is one line naming the flag), plus the flags of a form of their own."""
+    value is one line naming the flag)."""
 
     # a job passes a base URL's credentials in the environment, its public form on the command line
-    return config_from_args(GenerationConfig, args, base_url=url_with_credentials(args.base_url),
-                            chat_template=None if args.chat_template is None else args.chat_template == "on",
-                            options=_options(args))
+    return config_from_args(GenerationConfig, args, base_url=url_with_credentials(args.base_url))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from persobench import pipeline
 from persobench.cli.command_support import CLIError, store_from_args, warn_skipped, write_stdout
 from persobench.datasets import PAPER_ARCHIVE, ArchiveLimits
-from persobench.generation import check_number
+from persobench.config import GenerationConfig, offered_field
 from persobench.datasets import reference_dir
 import json
 from persobench.cli.generate import resolve_run
@@ -114,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_fetch_paper(args: argparse.Namespace) -> int:
 
 
-    check_number("timeout", args.timeout)
+    offered_field(GenerationConfig, "retry", "timeout").check(args.timeout)  # run --timeout's bounds and line
     caps = {name: getattr(args, name) for name in ("max_archive_bytes", "max_member_bytes", "max_unpacked_bytes")
             if getattr(args, name) is not None}
     limits = ArchiveLimits(**caps)  # out of range: one line naming the flag

@@ -5,17 +5,19 @@ them, and both refuse a bad value with the same line. Imports only pydantic, :mo
 and :mod:`persobench.core`, so the CLI builds its parser without loading a stage.
 
 * :mod:`~persobench.config.fields`: :class:`Ui`, :class:`ConfigModel`, :func:`changed`, :func:`config_error`.
-* :mod:`~persobench.config.flags`: :func:`add_config_flags`, :func:`config_values`.
+* :mod:`~persobench.config.flags`: :func:`add_config_flags`, :func:`config_values`, :func:`config_argv` (their inverse).
 * :mod:`~persobench.config.retry_policy`: :class:`RetryPolicy`.
 * :mod:`~persobench.config.judge`: :class:`JudgeConfig`, the LLM judge as a user gives it.
 """
 
-from persobench.config.fields import (ConfigModel, OfferedField, Ui, changed, config_error, number_kind, offered_fields,
-                                      validated)
-from persobench.config.flags import add_config_flags, config_from_args, config_values, text_value
+from persobench.config.fields import (ConfigModel, OfferedField, Ui, changed, config_error, number_kind, offered_field,
+                                      offered_fields, validated)
+from persobench.config.flags import add_config_flags, config_argv, config_from_args, config_values, text_value
 from persobench.config.judge import JUDGE_TIMEOUT_FLAG, JudgeConfig
 from persobench.config.retry_policy import RetryPolicy
-from persobench.config.run_config import GenerationConfig
+from persobench.config.run_config import TIMEOUT_FLAG, GenerationConfig, ModelOptions
 
-__all__ = ["ConfigModel", "GenerationConfig", "JUDGE_TIMEOUT_FLAG", "JudgeConfig", "OfferedField", "RetryPolicy", "Ui", "add_config_flags",
-           "changed", "config_error", "config_from_args", "config_values", "number_kind", "offered_fields", "text_value", "validated"]
+__all__ = ["ConfigModel", "GenerationConfig", "JUDGE_TIMEOUT_FLAG", "JudgeConfig", "ModelOptions", "OfferedField",
+           "RetryPolicy", "TIMEOUT_FLAG", "Ui", "add_config_flags", "changed", "config_argv", "config_error",
+           "config_from_args", "config_values", "number_kind", "offered_field", "offered_fields", "text_value",
+           "validated"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, TypeVar, Union
 
 import annotated_types
+import typing_extensions
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
@@ -25,7 +26,8 @@ class Ui:
     """How a field is offered to a user: its CLI flag and its widget (both optional)."""
 
     flag: str | None = None
-    """The CLI flag (``--judge-timeout``); ``None``: no flag."""
+    """The CLI flag (``--judge-timeout``); ``None``: no flag. Its form follows from the field's type
+    (:mod:`persobench.config.flags`: a switch, ``on|off``, ``KEY=VALUE``, or one value)."""
     metavar: str | None = None
     """The flag's value in ``--help`` (``SECONDS``)."""
     help: str | None = None
@@ -41,7 +43,7 @@ class Ui:
     """``text``, ``number``, ``select`` or ``checkbox``; ``None``: no widget."""
     key: str | None = None
     """The widget's key after the form's prefix (``judge_timeout`` -> ``metrics_judge_timeout``; a public
-    interface), and the field's name in an error line."""
+    interface), and the field's name in an error line (default: the field's own name)."""
     label: str = ""
     """The widget's label."""
     widget_help: str | None = None
@@ -60,8 +62,9 @@ class Ui:
     unit: str = ""
     """What the number counts, said in the error line (``seconds for the whole request``)."""
     nested: Mapping[str, "Ui"] = field(default_factory=dict)
-    """A nested model's fields offered here by name (``retry`` -> ``timeout`` as ``--judge-timeout``);
-    a value given fills the nested model, its other fields at their defaults."""
+    """A nested model's fields, or a typed dict's keys, offered here by name (``retry`` -> ``timeout`` as
+    ``--judge-timeout``; ``options`` -> ``max_reply_bytes`` as ``--max-reply-bytes``); a value given
+    fills the nested model (its other fields at their defaults) or that key of the dict."""
 
 
 class ConfigModel(BaseModel):
@@ -99,8 +102,8 @@ class OfferedField:
 
     @property
     def name(self) -> str:
-        """The name in an error line: the widget key, else the dotted path."""
-        return self.ui.key or ".".join(self.path)
+        """The name in an error line: the widget key, else the field's (or key's) own name."""
+        return self.ui.key or self.path[-1]
 
     @property
     def dest(self) -> str:
@@ -140,23 +143,45 @@ def _adapter(info: FieldInfo) -> TypeAdapter[Any]:
 
 
 def offered_fields(model: type[ConfigModel], names: tuple[str, ...] | None = None) -> Iterator[OfferedField]:
-    """The fields of ``model`` that have a :class:`Ui`, in declaration order (a nested model's offered
-    fields where the parent names them); ``names``: only these top-level fields."""
+    """The fields of ``model`` that have a :class:`Ui`, in declaration order, each followed by the
+    nested fields or keys it offers (a parent that only nests, ``retry``, is not offered itself);
+    ``names``: only these top-level fields."""
     for name, info in model.model_fields.items():
         ui = ui_of(info)
         if ui is None or (names is not None and name not in names):
             continue
-        if ui.nested:
-            inner = nested_model(info)
-            for sub, sub_ui in ui.nested.items():
-                yield OfferedField((name, sub), inner.model_fields[sub], sub_ui)
-        else:
+        if ui.flag or ui.widget:
             yield OfferedField((name,), info, ui)
+        inner = nested_fields(info) if ui.nested else {}
+        for sub, sub_ui in ui.nested.items():
+            yield OfferedField((name, sub), inner[sub], sub_ui)
 
 
-def nested_model(info: FieldInfo) -> type[ConfigModel]:
-    """The model a nested field holds (``RetryPolicy`` of ``RetryPolicy | None``)."""
-    return next(arg for arg in _members(info.annotation) if isinstance(arg, type) and issubclass(arg, ConfigModel))
+def offered_field(model: type[ConfigModel], *path: str) -> OfferedField:
+    """The offered field of ``model`` at ``path`` (``"retry", "timeout"``): its flag, bounds and error line."""
+    return next(offered for offered in offered_fields(model) if offered.path == path)
+
+
+def nested_fields(info: FieldInfo) -> dict[str, FieldInfo]:
+    """The fields of the model a nested field holds (``RetryPolicy`` of ``RetryPolicy | None``), or the
+    typed keys of the ``TypedDict`` it holds (``ModelOptions``)."""
+    for member in _members(info.annotation):
+        if isinstance(member, type) and issubclass(member, ConfigModel):
+            return dict(member.model_fields)
+        if typing_extensions.is_typeddict(member):
+            return {key: FieldInfo.from_annotation(hint)
+                    for key, hint in typing.get_type_hints(member, include_extras=True).items()}
+    raise TypeError(f"{info.annotation!r} holds no model or typed dict to offer fields of")
+
+
+def nested_value(value: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` in a configuration (``("options", "max_reply_bytes")``: a key of a dict,
+    ``None`` when it is absent)."""
+    for part in path:
+        if value is None:
+            return None
+        value = value.get(part) if isinstance(value, Mapping) else getattr(value, part)
+    return value
 
 
 def _members(annotation: Any) -> list[Any]:
@@ -256,9 +281,10 @@ def config_error(exc: ValidationError, model: type[ConfigModel]) -> Configuratio
     if isinstance(cause, ConfigurationError):  # a validator's own line ("unknown executor 'spark'; ...")
         return cause
     path = tuple(str(part) for part in error["loc"])
-    for offered in offered_fields(model):
-        if path[:len(offered.path)] == offered.path:
-            return ConfigurationError(field_error(offered, error.get("input")))
+    matching = [offered for offered in offered_fields(model) if path[:len(offered.path)] == offered.path]
+    if matching:  # the most specific: a dict's key offered by a flag of its own, not the dict's flag
+        return ConfigurationError(field_error(max(matching, key=lambda offered: len(offered.path)),
+                                              error.get("input")))
     where = ".".join(path) or model.__name__
     return ConfigurationError(f"{where}: {error['msg']}, got {shown(error.get('input'))}")
 

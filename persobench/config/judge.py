@@ -107,7 +107,7 @@ class JudgeConfig(ConfigModel):
         data = dict(data)
         if "timeout" in data and "retry" not in data:
             timeout = data.pop("timeout")
-            data["retry"] = None if timeout is None else {"timeout": timeout, "timeout_flag": JUDGE_TIMEOUT_FLAG}
+            data["retry"] = None if timeout is None else {"timeout": timeout}
         for name in ("plain", "batch", "batch_poll", "batch_fallback", "concurrency", "max_concurrency"):
             if name in data and data[name] is None:
                 del data[name]

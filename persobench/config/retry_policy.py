@@ -4,15 +4,17 @@ that hold one (``run --max-attempts/--timeout``, ``score --judge-timeout``)."""
 from __future__ import annotations
 
 import random
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from persobench.config.fields import ConfigModel
 
 
 class RetryPolicy(ConfigModel):
-    """How failed requests are retried. None of this is part of the cache key."""
+    """How failed requests are retried. None of this is part of the cache key. The flag a timeout
+    error names is not stored here: whoever runs the session gives it
+    (:class:`~persobench.llm.session.LLMSession`'s ``timeout_flag``)."""
 
     max_attempts: Annotated[int, Field(ge=1, description="Attempts per request, the first included.")] = 6
     base_delay: Annotated[float, Field(ge=0, description="Backoff before the second attempt, doubled for each "
@@ -22,9 +24,15 @@ class RetryPolicy(ConfigModel):
                                                               "(seconds) fails the request instead.")] = 600.0
     timeout: Annotated[float, Field(gt=0, description="Seconds one HTTP request may take in all, reply included, "
                                                       "before it counts as timed out.")] = 60.0
-    timeout_flag: Annotated[str, Field(description="The command-line flag that sets ``timeout``, named when a "
-                                                   "request runs out of time (``run``: ``--timeout``; "
-                                                   "``score --judge``: ``--judge-timeout``).")] = "--timeout"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_forms(cls, data: Any) -> Any:
+        """A policy stored before the flag named in a timeout error was the session's to give (its
+        ``timeout_flag``, ``--timeout`` or ``--judge-timeout``, in older ``resume.json`` and ``job.json``)."""
+        if isinstance(data, dict) and "timeout_flag" in data:
+            data = {key: value for key, value in data.items() if key != "timeout_flag"}
+        return data
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         """Wait after failed attempt ``attempt`` (1-based): exponential with "equal jitter" (half

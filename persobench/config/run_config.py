@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator, with_config
+from typing_extensions import TypedDict
 
 from persobench.config.fields import ConfigModel, Ui, validated
 from persobench.config.judge import BATCH_FALLBACK_HELP, BATCH_POLL_HELP, CONCURRENCY_CHOICES, BatchFallback
 from persobench.config.retry_policy import RetryPolicy
 from persobench.errors import ConfigurationError
 
+#: The ``run`` flag that sets a request's deadline (named when a request runs out of time).
+TIMEOUT_FLAG = "--timeout"
 #: The model ``run`` uses without ``--model``: offline, in this process.
 DEFAULT_LOCAL_MODEL = "local:smollm2"
 #: The prompt modes: the reply only, or reasoning then the reply.
@@ -31,6 +34,17 @@ BATCH_WIDGET_HELP = (
     "Send the requests through the provider's batch API (OpenAI Batch API, Anthropic Message Batches): about half "
     "the price, answered within 24 hours. The same run and cache: the run waits for its batch, and a restarted one "
     "collects it instead of submitting again. Models without a batch API ignore it.")
+
+
+@with_config(ConfigDict(extra="allow"))
+class ModelOptions(TypedDict, total=False):
+    """A run's model options (``run --option KEY=VALUE``), merged over the models-file entry: any key the
+    provider takes, passed on as given. A key typed here is checked by its bounds (and has a flag of its
+    own, ``--max-reply-bytes``)."""
+
+    max_reply_bytes: Annotated[int, Field(strict=True, ge=1, le=2**30, description="The largest reply read, in "
+                                          "bytes; a bigger one fails the sample as ``too_large``. At most 1 GiB: a "
+                                          "bigger cap (a 23-digit one) is a typo that would read any reply whole.")]
 
 
 class GenerationConfig(ConfigModel):
@@ -56,7 +70,12 @@ class GenerationConfig(ConfigModel):
                            "protocol, paper-open for local models and the -vllm presets, paper for the others")] = None
     chat_template: Annotated[bool | None, Field(strict=True, description="Local models: wrap the prompt in the tokenizer's chat "
                                                 "template; default: the template's own setting (off for "
-                                                "``paper-open``, on otherwise). Chat APIs always apply theirs.")] = None
+                                                "``paper-open``, on otherwise). Chat APIs always apply theirs."),
+                             Ui("--chat-template", help="local models and servers with a completions endpoint (the "
+                                "-vllm presets): wrap the prompt in the model's chat template, 'off' sends it as raw "
+                                "text (default: off for paper-open, on otherwise; a vLLM server gets 'on' at its chat "
+                                "endpoint); chat APIs always apply their own. A prompt wrapped unlike its template "
+                                "declares is another protocol, never on the paper's board")] = None
     limit: Annotated[_Whole | None, Field(description="Number of samples (a deterministic subset chosen by ``seed``); "
                                           "``None`` for all."),
                      Ui("--limit", help="number of samples (deterministic subset)", widget="number", key="limit",
@@ -87,14 +106,19 @@ class GenerationConfig(ConfigModel):
                                            "template family's. A plan's config holds the policy it resolved to."),
                       Ui("--policy", help="post-processing policy (default: paper for the paper's templates, so a "
                                           "default run is on the paper's protocol; robust for the others)")] = None
-    options: Annotated[dict[str, Any], Field(description="Extra model options merged over the models-file entry.")] \
-        = Field(default_factory=dict)
+    options: Annotated[ModelOptions, Field(description="Extra model options merged over the models-file entry."),
+                       Ui("--option", "KEY=VALUE", "model option (VALUE parsed as JSON when it can be), repeatable",
+                          nested={"max_reply_bytes": Ui("--max-reply-bytes", "N", "largest reply read, in bytes "
+                                                        "(default 1048576 = 1 MiB); a bigger one fails the sample as "
+                                                        "too_large and keeps its start (same as --option "
+                                                        "max_reply_bytes=N)", unit="bytes")})] \
+        = Field(default_factory=ModelOptions)
     models_file: Annotated[str | None, Field(description="Model registry file; default: discovered."),
                            Ui("--models", "FILE", "model registry file (TOML or YAML)", dest="models_file")] = None
     retry: Annotated[RetryPolicy, Field(description="Retry and timeout settings."),
-                     Ui(nested={"max_attempts": Ui("--max-attempts", key="max_attempts",
+                     Ui(nested={"max_attempts": Ui("--max-attempts",
                                                    help="attempts per request, retries included (default 6)"),
-                                "timeout": Ui("--timeout", key="timeout", unit="seconds for the whole request",
+                                "timeout": Ui(TIMEOUT_FLAG, unit="seconds for the whole request",
                                               help="deadline in seconds for each HTTP request, the whole reply "
                                                    "included (default 60)")})] = Field(default_factory=RetryPolicy)
     checkpoint_every: Annotated[int, Field(ge=1, description="Rewrite the table after this many new completions."),
@@ -131,6 +155,14 @@ class GenerationConfig(ConfigModel):
     batch_fallback: Annotated[BatchFallback, Field(description="The requests of a batch that failed as a whole: "
                                                    "``stop`` or ``interactive``. Not part of the cache key or run id."),
                               Ui("--batch-fallback", help=BATCH_FALLBACK_HELP)] = "stop"
+
+    @field_validator("options", mode="wrap")
+    @classmethod
+    def _options_in_given_order(cls, value: Any, check: ValidatorFunctionWrapHandler) -> Any:
+        """The options checked, in the order given: pydantic puts a ``TypedDict``'s typed keys first, and
+        ``resume.json``, the manifest and the printed command keep the user's order."""
+        checked = check(value)
+        return {key: checked[key] for key in value} if isinstance(value, dict) else checked
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``retry`` as an object); :meth:`from_dict` inverts it. Jobs store it in

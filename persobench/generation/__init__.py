@@ -38,13 +38,12 @@ Files in the run folder while a run is going (for an app polling from another pr
 from __future__ import annotations
 
 from persobench.generation.batch_run import BatchPending, WaitingBatch, batch_notes, waiting_batch
-from persobench.generation.config import RUN_FLAGS, GenerationConfig, config_command, public_config
+from persobench.generation.config import GenerationConfig, config_command, public_config
 from persobench.generation.demo import (DEFAULT_LIMIT, DEMO_DATASET, DEMO_PROFILE, DemoState, demo_configs, demo_runs,
                                         read_demo_state, write_demo_state)
 from persobench.generation.importer import (ImportFolderError, ImportReport, dataset_for_folder, find_response_files,
                                             import_persobench, run_references, samples_for_run)
 from persobench.generation.lock import Interruption, RunLocked, interruption, resume_command
-from persobench.generation.numbers import NUMBER_RULES, NumberRule, check_number, check_numbers, number_argument
 from persobench.generation.plan import GenerationPlan, default_template_for, messages_for, plan_generation
 from persobench.generation.postprocess import POLICIES, ParsedOutput, Status, parse_output, summarize
 from persobench.generation.progress import (CANCEL_FILE, PROGRESS_FILE, STARTING, ProgressInfo, every_reply_failed,
@@ -56,12 +55,12 @@ from persobench.llm.session import call_with_retries
 
 __all__ = [
     "CANCEL_FILE", "COLUMNS", "DEFAULT_LIMIT", "DEMO_DATASET", "DEMO_PROFILE", "EXIT_NO_SAMPLE_SUCCEEDED",
-    "NUMBER_RULES", "POLICIES", "PROGRESS_FILE", "RUN_FLAGS", "STARTING", "TABLE", "BatchPending", "CallOutcome",
-    "GenerationConfig", "GenerationPlan", "ImportFolderError", "ImportReport", "Interruption", "NumberRule", "ParsedOutput",
+    "POLICIES", "PROGRESS_FILE", "STARTING", "TABLE", "BatchPending", "CallOutcome",
+    "GenerationConfig", "GenerationPlan", "ImportFolderError", "ImportReport", "Interruption", "ParsedOutput",
     "PauseGate", "DemoState", "ProgressInfo", "RetryPolicy", "RunAborted", "RunLocked", "Status", "WaitingBatch", "batch_notes", "build_row",
-    "call_with_retries", "check_number", "check_numbers", "config_command", "dataset_for_folder", "default_template_for",
+    "call_with_retries", "config_command", "dataset_for_folder", "default_template_for",
     "demo_configs", "demo_runs", "every_reply_failed", "find_response_files", "import_persobench", "interruption",
-    "messages_for", "no_sample_succeeded", "number_argument", "parse_output", "plan_generation", "public_config",
+    "messages_for", "no_sample_succeeded", "parse_output", "plan_generation", "public_config",
     "read_demo_state", "read_progress", "request_cancel", "resume_command", "run_generation", "run_references", "run_state",
     "samples_for_run", "summarize", "waiting_batch", "write_demo_state",
 ]

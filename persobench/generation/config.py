@@ -4,12 +4,11 @@ the command that runs it again."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from typing import Any, Mapping
 
-from persobench.config import changed, offered_fields
+from persobench.config import changed, config_argv
 from persobench.config.run_config import GenerationConfig
 from persobench.llm.batch_driver import BatchSettings
 from persobench.core.secrets import SECRET_KEYS, is_secret_option
@@ -25,14 +24,6 @@ def batch_settings(config: GenerationConfig) -> BatchSettings:
     return BatchSettings(wait=0, fallback=config.batch_fallback)
 
 
-#: GenerationConfig field -> the ``run`` flag that sets it (value printed as ``str``), read from the
-#: field table. The CLI parser's destinations carry the same names; :func:`config_command` prints a
-#: config as the command that runs it again. Fields not listed are printed by :func:`config_command` in a form of their own (``chat_template``,
-#: ``structured``, ``retry``, ``base_url``, ``options``) or have no flag (``cache_dir`` and
-#: ``fail_fast_after``: ``run`` uses ``<home>/responses`` and the default).
-RUN_FLAGS = {offered.path[0]: offered.ui.flag for offered in offered_fields(GenerationConfig)
-             if len(offered.path) == 1 and offered.ui.flag and offered.info.annotation is not bool
-             and offered.path[0] != "base_url"}
 #: Always printed, default or not: what the run is (a later change of a default must not turn the
 #: printed command into another run).
 _ALWAYS = ("dataset", "model", "mode", "template", "policy")
@@ -77,7 +68,8 @@ def public_config(config: GenerationConfig) -> tuple[GenerationConfig, list[str]
 
 def config_command(config: GenerationConfig, home: str | os.PathLike[str]) -> tuple[str, list[str]]:
     """(the ``python -m persobench run`` command that runs ``config`` again, and so resumes it from
-    the cache; what that command leaves out because it is secret).
+    the cache; what that command leaves out because it is secret). Its flags are the inverse of
+    ``run``'s, generated from the field table (:func:`persobench.config.flags.config_argv`).
 
     The command carries every option of the run: what it is (dataset, model, mode, template,
     policy, sample subset, decoding, structured output, chat template, base URL, model options) and
@@ -85,24 +77,5 @@ def config_command(config: GenerationConfig, home: str | os.PathLike[str]) -> tu
     (:func:`public_config`); the second item names what was left out, so the user can give it again
     (API keys always come from the environment)."""
     config, left_out = public_config(config)
-    default = GenerationConfig()
-    argv = ["python", "-m", "persobench", "--home", str(home), "run"]
-    for name, flag in RUN_FLAGS.items():
-        value = getattr(config, name)
-        if value is not None and (name in _ALWAYS or value != getattr(default, name)):
-            argv += [flag, str(value)]
-    if config.chat_template is not None:
-        argv += ["--chat-template", "on" if config.chat_template else "off"]
-    if config.structured:
-        argv.append("--structured")
-    if config.batch:
-        argv.append("--batch")
-    if config.retry.max_attempts != default.retry.max_attempts:
-        argv += ["--max-attempts", str(config.retry.max_attempts)]
-    if config.retry.timeout != default.retry.timeout:
-        argv += ["--timeout", repr(float(config.retry.timeout))]
-    if config.base_url:
-        argv += ["--base-url", config.base_url]
-    for key, value in config.options.items():
-        argv += ["--option", f"{key}={json.dumps(value)}"]
+    argv = ["python", "-m", "persobench", "--home", str(home), "run", *config_argv(config, always=_ALWAYS)]
     return shlex.join(argv), left_out

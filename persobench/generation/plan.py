@@ -26,7 +26,6 @@ from persobench.store.run_records import DatasetFileRecord
 from persobench.records import Sample
 from persobench.datasets import load_dataset
 from persobench.prompts.templates import MODES, TemplateError, get_template
-from persobench.generation.numbers import check_numbers
 from persobench.generation.postprocess import POLICIES
 from persobench.prompts.templates import DEFAULT_LOCAL_TEMPLATE, default_template_name
 from persobench.prompts.templates import build_messages
@@ -107,7 +106,6 @@ def plan_generation(
 
     if config.mode not in MODES:
         raise ConfigurationError(f"unknown mode {config.mode!r}; expected one of {', '.join(MODES)}")
-    check_numbers(config)  # the same ranges for the CLI and the app, one line naming the flag
 
     if config.policy is not None and config.policy not in POLICIES:
         raise ConfigurationError(f"unknown post-processing policy {config.policy!r}; known: {', '.join(POLICIES)}")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 from persobench.errors import ProviderError, RunAborted, StoreWriteError
 from persobench.store.files import utc_now, write_refused
-from persobench.config import changed
+from persobench.config import TIMEOUT_FLAG, changed
 from persobench.generation.config import GenerationConfig
 from persobench.generation.lock import hold_run_lock, write_resume_file
 from persobench.generation.plan import GenerationPlan, plan_generation
@@ -88,7 +88,7 @@ def run_generation(
     # auto starts where the last run against this server held (remembered per public base URL)
     memory = LevelMemory(store.home, plan.spec.provider, plan.spec.base_url) if config.concurrency == "auto" else None
     # paced by the limits the server states, in a budget every run of this store on the same key shares
-    session = LLMSession(plan.spec, policy=config.retry, concurrency=config.concurrency,
+    session = LLMSession(plan.spec, policy=config.retry, timeout_flag=TIMEOUT_FLAG, concurrency=config.concurrency,
                          max_concurrency=config.max_concurrency, api_key=api_key, memory=memory,
                          pacing_home=store.home)
     if plan.n_requests:  # a fully cached run needs neither a key nor a server

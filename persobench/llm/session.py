@@ -169,16 +169,16 @@ def _on_set(event: asyncio.Event) -> set[Callable[[], None]]:
 
 
 async def call_with_retries(
-    provider: Provider, request: Request, *, policy: RetryPolicy, gate: PauseGate, stopping: asyncio.Event,
-    rng: random.Random, on_attempt: Callable[[], None] = lambda: None, interrupt: asyncio.Event | None = None,
-    limit: "AdaptiveLimit | None" = None, on_wait: Callable[[float, str], None] = lambda *_: None,
-    may_retry: Callable[[ProviderError], bool] = lambda _: True,
+    provider: Provider, request: Request, *, policy: RetryPolicy, timeout_flag: str, gate: PauseGate,
+    stopping: asyncio.Event, rng: random.Random, on_attempt: Callable[[], None] = lambda: None,
+    interrupt: asyncio.Event | None = None, limit: "AdaptiveLimit | None" = None,
+    on_wait: Callable[[float, str], None] = lambda *_: None, may_retry: Callable[[ProviderError], bool] = lambda _: True,
     pacer: Pacer | None = None, cost: Mapping[str, float] | None = None,
 ) -> CallOutcome | None:
-    """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is
-    stopping before the request could finish. ``on_attempt`` is called before each attempt (the
-    runner counts HTTP requests with it). A request in flight is cancelled at once when
-    ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish.
+    """THE retry loop, for every provider: the request's outcome, or ``None`` when the run is stopping before the
+    request could finish; one out of time names ``timeout_flag`` (``--timeout``, ``--judge-timeout``). ``on_attempt``
+    is called before each attempt (the runner counts HTTP requests with it). A request in flight is cancelled at
+    once when ``interrupt`` (default: ``stopping``) is set; with another event, ``stopping`` alone lets it finish.
     With ``limit`` (``--concurrency auto``) each attempt waits for a slot and reports back how it went.
     ``on_wait(seconds, why)`` is told of a wait worth announcing (:func:`wait_note`) before it starts,
     and ``on_wait(0, "")`` when it is over, so progress can say that the run waits, how long and why.
@@ -211,7 +211,7 @@ async def call_with_retries(
                 # byte by byte never lets one read time out.
                 deadline = getattr(provider, "request_deadline", None)
                 completion = await unless_stopping(
-                    within_deadline(provider.generate(request), deadline, flag=policy.timeout_flag), interrupt)
+                    within_deadline(provider.generate(request), deadline, flag=timeout_flag), interrupt)
                 # Token counts are checked here, once for every provider: unusable ones refuse the reply.
                 completion = check_usage(completion)
                 latency = time.monotonic() - started
@@ -310,13 +310,13 @@ class Sent:
 class LLMSession:
     """One model, one cache, one ledger: everything a sender needs (see the module)."""
 
-    def __init__(self, spec: "ModelSpec", *, policy: RetryPolicy | None = None, concurrency: int | str = 8,
-                 max_concurrency: int = 32, cache: "ResponseCache | None" = None, api_key: str | None = None,
-                 ledger: SpendLedger | None = None, budget_tokens: int | None = None,
+    def __init__(self, spec: "ModelSpec", *, timeout_flag: str, policy: RetryPolicy | None = None,
+                 concurrency: int | str = 8, max_concurrency: int = 32, cache: "ResponseCache | None" = None,
+                 api_key: str | None = None, ledger: SpendLedger | None = None, budget_tokens: int | None = None,
                  provider: Provider | None = None, limit_start: int | None = None,
                  memory: LevelMemory | None = None, pacing_home: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
-        self.policy = policy or RetryPolicy()
+        self.policy, self.timeout_flag = policy or RetryPolicy(), timeout_flag  # a timeout names the caller's flag
         self.concurrency = concurrency
         self.max_concurrency = max_concurrency
         self.cache = cache
@@ -483,7 +483,7 @@ class LLMSession:
                 self.provider, request, policy=self.policy, gate=self.gate, stopping=self.stopping, rng=self.rng,
                 on_attempt=self._count_attempt(on_attempt), interrupt=self.interrupt, limit=self.limit,
                 on_wait=on_wait or (lambda *_: None), may_retry=held.may_retry if held else lambda _: True,
-                pacer=self.pacer,
+                pacer=self.pacer, timeout_flag=self.timeout_flag,
                 cost=request_cost(prompt_estimate, self._budget(request)) if self.pacer is not None else None,
             )
             if outcome is not None and outcome.completion is not None:

@@ -12,7 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from persobench.config import JUDGE_TIMEOUT_FLAG, JudgeConfig, changed, offered_fields, validated
+from persobench.config import (  # noqa: F401 - JUDGE_TIMEOUT_FLAG: part of this module's interface
+    JUDGE_TIMEOUT_FLAG, JudgeConfig, offered_fields, validated,
+)
 from persobench.errors import ConfigurationError
 from persobench.metrics.judge.judge_prompt import DEFAULT_PROMPT, JudgeTemplate, load_template
 from persobench.llm.batch_driver import BatchSettings
@@ -176,8 +178,6 @@ def make_judge(model: str, *, base_url: str | None = None, prompt: str | None = 
         if not supports_batch(spec.provider):
             raise ConfigurationError(f"--batch needs a judge whose provider has a batch API (openai, anthropic); "
                                      f"{spec.name!r} is provider {spec.provider!r}")
-    if retry is not None:  # named when a judge request runs out of time
-        retry = changed(retry, timeout_flag=JUDGE_TIMEOUT_FLAG)
     config = Judge(spec, prompt, concurrency, max_concurrency, max_cost, cache_dir, retry, plain, api_key, batch)
     config.template  # noqa: B018 - an unknown prompt version fails here, before any request
     return config

@@ -51,7 +51,6 @@ from persobench.metrics.nli_labels import LABELS, NLIPrediction
 from persobench.llm.spend import SpendLedger, SpendLedgerError
 from persobench.providers.base import Completion, GenerationParams
 from persobench.llm.response_cache import default_cache_dir
-from persobench.config import changed
 from persobench.llm.retry import RetryPolicy
 from persobench.store.run_store import default_home
 from persobench.llm.response_cache import cache_key
@@ -206,8 +205,7 @@ class JudgeLabeller:
             response_schema=dict(LABEL_SCHEMA) if config.structured else None)
         # Default: the responses folder of the default store, where generation caches too.
         self.cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir(default_home())
-        # A judge request that runs out of time names the flag `score` has for it.
-        self.policy = changed(config.retry or RetryPolicy(), timeout_flag=JUDGE_TIMEOUT_FLAG)
+        self.policy = config.retry or RetryPolicy()
         self.ledger = ledger if ledger is not None else SpendLedger(config.max_cost)
         self.stats = JudgeStats()
         # With ``remember`` (a scoring pass's session): each key's outcome (label, UNPARSEABLE or
@@ -323,7 +321,9 @@ class JudgeLabeller:
         from the cache once its answer is there, so passes running at once ask each pair once."""
 
         config = self.config
-        session = LLMSession(config.spec, policy=self.policy, concurrency=config.concurrency,
+        # a judge request that runs out of time names the flag `score` has for it
+        session = LLMSession(config.spec, policy=self.policy, timeout_flag=JUDGE_TIMEOUT_FLAG,
+                             concurrency=config.concurrency,
                              max_concurrency=config.max_concurrency, cache=cache, api_key=config.api_key,
                              ledger=self.ledger, budget_tokens=self.params.max_tokens,
                              # the store's budgets (the cache is <home>/responses): a judge on the key of
