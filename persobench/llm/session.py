@@ -316,7 +316,8 @@ class LLMSession:
                  provider: Provider | None = None, limit_start: int | None = None,
                  memory: LevelMemory | None = None, pacing_home: str | os.PathLike[str] | None = None) -> None:
         self.spec = spec
-        self.policy, self.timeout_flag = policy or RetryPolicy(), timeout_flag  # a timeout names the caller's flag
+        self.policy = policy or RetryPolicy()
+        self.timeout_flag = timeout_flag  # what a request out of time names: the caller's flag
         self.concurrency = concurrency
         self.max_concurrency = max_concurrency
         self.cache = cache
