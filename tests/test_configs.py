@@ -170,7 +170,7 @@ def test_a_score_step_gives_back_the_pass_it_was_built_from(config, runs):
     step = score_step("score", config, runs)
     again = JobStep.from_dict(json.loads(json.dumps(step.to_dict())))
     assert again == step and again.request.score_config(home=SCORE_HOME) == config
-    assert again.request.chosen_runs(["r1"]) == (["r1"] if runs == "job" else None if runs == "all" else runs)
+    assert again.request.chosen_runs(["r1"]) == (["r1"] if runs == "job" else None if runs in ("all", []) else runs)
     stored = step.to_dict()["config"]
     assert stored == {**config.to_dict(), "runs": runs}  # the form job.json has held since score steps were typed
 
@@ -349,6 +349,30 @@ def test_an_old_job_json_still_resumes(tmp_path, openai_server):
     scores = run_dir.read_table("scores")
     assert set(scores["metric"]) == {"c_score"} and (scores["value"] == 1.0).all()
     assert len(openai_server.requests) > 0
+
+
+def test_an_old_job_resumed_from_its_card_stays_one_job(tmp_path, openai_server):
+    """Resume read the old job.json in today's form, whose job id differs (the judge's retry policy is
+    whole now): it started a second job and left the old card failed. It resumes in its own folder, its
+    job.json rewritten in today's form."""
+    from persobench.jobs import JobManager
+    from tests.fakes.judge import judge_script
+    from tests.test_app import wait_for
+
+    home = tmp_path / "home"
+    jobs = JobManager(home)
+    folder = jobs.job_dir("old-job")
+    folder.mkdir(parents=True)
+    text = OLD_JOB.read_text(encoding="utf-8").replace('"HOME"', json.dumps(str(home)))
+    (folder / "job.json").write_text(text.replace("JUDGE_URL", openai_server.base_url), encoding="utf-8")
+    (folder / "state.json").write_text(json.dumps({"state": "failed", "step": 1}), encoding="utf-8")
+    openai_server.script = judge_script({}, default="entailment")
+    assert jobs.resume("old-job") == ("old-job", True)
+    status = wait_for(lambda: (s := jobs.status("old-job")) and not s.active and s, timeout=180)
+    assert status.state == "completed", status.message
+    assert jobs.job_ids() == ["old-job"] and len(status.run_ids) == 1
+    judge = json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][1]["config"]["judge"]
+    assert judge["retry"]["timeout"] == 5.0 and "timeout" not in judge
 
 
 def test_an_old_resume_json_config_still_loads():

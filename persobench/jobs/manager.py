@@ -99,7 +99,12 @@ class JobManager:
         same configuration is started again, which resumes it from the caches.
         """
         steps = list(steps)
-        job_id = job_id_for(title, steps)
+        return self._start(job_id_for(title, steps), title, steps, env=env)
+
+    def _start(self, job_id: str, title: str, steps: list[JobStep], *,
+               env: Mapping[str, str] | None) -> tuple[str, bool]:
+        """:meth:`launch` in the folder ``job_id`` (a resumed job keeps its own, whatever today's id of
+        its steps: an older ``job.json`` reads into today's form, whose id differs)."""
         wanted = {s.run_id for s in steps if s.run_id}
         for other in self.jobs():  # another job already writing one of these runs: do not race it
             if other.job_id != job_id and other.active and wanted & {s.run_id for s in other.steps if s.run_id}:
@@ -229,7 +234,8 @@ class JobManager:
         status = self.status(job_id)
         if status is not None and status.busy:
             raise ConfigurationError(status.message)
-        return self.launch(spec["title"], read_steps(spec, self.job_dir(job_id) / "job.json"), env=env)
+        steps = read_steps(spec, self.job_dir(job_id) / "job.json")
+        return self._start(job_id, str(spec.get("title", job_id)), list(steps), env=env)
 
     def forget(self, job_id: str) -> None:
         """Remove a finished job's folder (its runs stay in the store)."""

@@ -135,10 +135,11 @@ class ScoreRequest(StepRequest):
         return changed(self.config, judge=resolve_judge(self.judge, home=home))
 
     def chosen_runs(self, job_runs: Sequence[str]) -> list[str] | None:
-        """The run ids to score (``job_runs``: those this job completed), or ``None`` for every stored run."""
+        """The run ids to score (``job_runs``: those this job completed), or ``None`` for every stored run
+        (``all``, and an empty list, which the Metrics page's judge jobs store for it)."""
         if self.runs == "job":
             return list(job_runs)
-        return None if self.runs == "all" else list(self.runs)
+        return None if self.runs == "all" else list(self.runs) or None
 
 
 class ImportRequest(StepRequest):
