@@ -538,7 +538,7 @@ def test_data_page_fetches_the_paper_data_in_the_background(tmp_path, monkeypatc
         assert not at.exception
         jobs = JobManager(home)
         [job] = jobs.jobs()  # launched by the click
-        assert job.steps[0].kind == "fetch" and job.steps[0].config["url"] == server.url()
+        assert job.steps[0].kind == "fetch" and job.steps[0].request.url == server.url()
         assert len(job.steps) == 1  # "do not score"
 
         def progress_shown():
@@ -650,7 +650,7 @@ def test_new_run_estimate_then_launch_in_the_background(tmp_path, monkeypatch):
     job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
     assert job.state == "completed", job.message
     assert len(job.run_ids) == 1
-    assert job.steps[0].config["concurrency"] == "auto"
+    assert job.steps[0].request.config.concurrency == "auto"
     # The same estimate now comes from the cache.
     at.run()
     estimate = frame_by_columns(at, "dataset", "model", "mode", "requests", "cached")
@@ -693,14 +693,14 @@ def test_new_run_offers_the_paper_presets_and_a_template_choice(tmp_path, monkey
     from persobench.jobs import LaunchChoice, plan_launch
 
     plans = plan_launch(tmp_path / "home", [LaunchChoice("sample", "gemma-7b-it", "cot", None, "persobench")], limit=2)
-    config = launch_steps(plans, limit=2, profile=None)[0].config
-    assert config["template"] == "persobench"
+    config = launch_steps(plans, limit=2, profile=None)[0].request.config
+    assert config.template == "persobench"
 
 
 def test_new_run_structured_output_checkbox_launches_a_structured_run(tmp_path, monkeypatch):
     """The checkbox reaches the estimate and the run step (`run --structured`): the run launched from the
     page asks the server for the reply schema and its manifest, protocol and label say structured."""
-    from persobench.jobs import JobManager
+    from persobench.jobs import JobManager, RunRequest
     from persobench.prompts.protocol import protocol_of
     from persobench.store.run_store import RunStore
     from tests.fakes import FakeLLMServer
@@ -730,9 +730,9 @@ def test_new_run_structured_output_checkbox_launches_a_structured_run(tmp_path, 
         jobs = JobManager(home)
         job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
         assert job.state == "completed", job.message
-        configs = [step.config for step in job.steps]
-        assert any(c["model"] == "openai:fake-json" and c["structured"] for c in configs)
-        assert not any(c["model"] == "baseline:reference" and c["structured"] for c in configs)
+        configs = [step.request.config for step in job.steps if isinstance(step.request, RunRequest)]
+        assert any(c.model == "openai:fake-json" and c.structured for c in configs)
+        assert not any(c.model == "baseline:reference" and c.structured for c in configs)
         assert {(r.body.get("response_format") or {}).get("type") for r in server.requests} == {"json_schema"}
     runs = {r.manifest.model_label: r for r in RunStore(home).runs()}
     assert set(runs) == {"openai:fake-json +structured", "baseline:reference"}
@@ -807,7 +807,7 @@ def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
     from persobench.errors import ConfigurationError
     from persobench.generation import GenerationConfig, plan_generation
     from persobench.store.locks import lock_holder
-    from persobench.jobs import JobManager, JobStep
+    from persobench.jobs import JobManager, JobStep, RunRequest
     from persobench.store.run_store import RunStore
     from tests.fakes import FakeLLMServer
 
@@ -824,7 +824,7 @@ def test_killed_job_shows_interrupted_and_resumes(tmp_path, monkeypatch):
     with FakeLLMServer("openai", latency=0.2, script=hold_from_the_third) as server:
         plan = plan_generation(GenerationConfig(dataset="sample", model="openai:slow-model", base_url=server.base_url,
                                                 limit=8, concurrency=1), store=RunStore(home))
-        step = JobStep("slow run", "run", plan.config.to_dict(),
+        step = JobStep("slow run", RunRequest(config=plan.config),
                        {"dataset": "sample", "model": "openai:slow-model", "mode": "vanilla"}, run_id=plan.run_id)
         jobs = JobManager(home)
         job_id, _ = jobs.launch("killed", [step])
@@ -903,13 +903,13 @@ def test_job_card_buttons_on_a_stale_status_show_one_line_errors(tmp_path):
 
     from persobench.generation import GenerationConfig
     from persobench.generation.lock import hold_run_lock
-    from persobench.jobs import JobManager, JobStep
+    from persobench.jobs import JobManager, JobStep, RunRequest
 
     home = tmp_path / "home"
     jobs = JobManager(home)
 
     def make_job(job_id: str, run_id: str, **state) -> None:
-        step = JobStep("echo run", "run", GenerationConfig(dataset="sample", model="baseline:persona-echo").to_dict(),
+        step = JobStep("echo run", RunRequest(config=GenerationConfig(dataset="sample", model="baseline:persona-echo")),
                        {"dataset": "sample", "model": "baseline:persona-echo", "mode": "vanilla"}, run_id=run_id)
         folder = jobs.job_dir(job_id)
         folder.mkdir(parents=True)
@@ -948,7 +948,7 @@ def test_job_card_buttons_on_a_stale_status_show_one_line_errors(tmp_path):
 def test_data_page_fetch_needs_no_consent_with_the_complete_manifest(tmp_path, monkeypatch):
     """The packaged content manifest pins every file of the commit: the default download verifies
     everything, so the page offers no checkbox to accept unpinned files and the step does not trust them."""
-    from persobench.jobs import JobManager
+    from persobench.jobs import FetchRequest, JobManager
 
     home = tmp_path / "home"
     monkeypatch.setenv("PERSOBENCH_HOME", str(home))
@@ -958,5 +958,5 @@ def test_data_page_fetch_needs_no_consent_with_the_complete_manifest(tmp_path, m
     at.button(key="data_fetch_go").click().run()
     assert not at.exception
     [job] = JobManager(home).jobs()
-    assert job.steps[0].kind == "fetch" and job.steps[0].config == {"url": None, "trust_unpinned": False}
+    assert job.steps[0].request == FetchRequest(url=None, trust_unpinned=False)
     JobManager(home).cancel(job.job_id)

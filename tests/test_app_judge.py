@@ -60,8 +60,8 @@ def test_new_run_offers_the_judge_with_its_estimate_and_launches_it(tmp_path, mo
     assert job.state == "completed", job.message
     judge_step = job.steps[-1]
     assert judge_step.kind == "score"
-    assert judge_step.config["metrics"] == ["c_score", "p_consistency", "ue_score", "persona_coverage"]
-    assert judge_step.config["judge"]["model"] == "openai:judge-model"
+    assert judge_step.request.config.metrics == ("c_score", "p_consistency", "ue_score", "persona_coverage")
+    assert judge_step.request.judge.model == "openai:judge-model"
     assert judge_step.withhold_keys  # a typed URL gets no operator key
     run = RunStore(home).get(job.run_ids[0])
     scores = run.read_table("scores")

@@ -277,7 +277,7 @@ def test_new_run_page_batch_checkbox_launches_a_batch_and_shows_its_state(tmp_pa
         jobs = JobManager(home)
         job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0])
         assert job.state == "completed", job.message
-        assert [c["batch"] for c in (step.config for step in job.steps)] == [True, False]
+        assert [step.request.config.batch for step in job.steps] == [True, False]
         assert len(server.created) == 1 and len(server.requests) == 0
         at.run()
         shown = frame_by_columns(at, "batch_id", "state", "succeeded")
@@ -634,7 +634,7 @@ def test_metrics_page_judge_batch_checkbox_launches_the_judge_through_one_batch(
         jobs = JobManager(home)
         job = wait_for(lambda: (s := jobs.jobs()) and not s[0].active and s[0], timeout=180)
         assert job.state == "completed", job.message
-        assert job.steps[-1].config["judge"]["batch"] is True
+        assert job.steps[-1].request.judge.batch is True
         assert len(server.created) == 1 and len(server.requests) == 0  # every pair through the one batch
         scores = store.get("sample__judge_test__vanilla").read_table("scores")
         judged = scores[scores["metric"] == "c_score"]

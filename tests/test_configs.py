@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic.fields import FieldInfo
 
-from persobench.config import ConfigModel, JudgeConfig, RetryPolicy, offered_fields
+from persobench.config import ConfigModel, JudgeConfig, RetryPolicy, changed, offered_fields
 from persobench.config.fields import nested_value, ui_of
 from persobench.config.run_config import GenerationConfig
+from persobench.errors import ConfigurationError
 from persobench.metrics.judge.judge_config import resolve_judge
 from persobench.scoring.score_config import ScoreConfig
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
@@ -136,18 +137,90 @@ def test_a_score_configuration_survives_its_stored_form(config):
         assert stored["judge"] == config.judge.config().model_dump(mode="json")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(config=model_strategy(JudgeConfig), run=model_strategy(GenerationConfig))
-def test_a_job_s_steps_survive_job_json(tmp_path_factory, config, run):
-    """A run step and a judge's score step, written to job.json by the job's writer and read back."""
-    from persobench.jobs.model import JobStep
+# --- job steps: one typed request per kind, through job.json ----------------------------------------------
 
-    steps = [JobStep("run", "run", run.to_dict()),
-             JobStep("judge", "score", {"judge": config.model_dump(mode="json"), "runs": "job"})]
-    again = [JobStep.from_dict(json.loads(json.dumps(step.to_dict()))) for step in steps]
-    assert again == steps
-    assert GenerationConfig.from_dict(again[0].config) == run
-    assert JudgeConfig.model_validate(again[1].config["judge"]) == config
+
+def request_strategy() -> st.SearchStrategy[Any]:
+    """A step request of any kind, each field drawn from its table (a score step's pass and its judge
+    as the user gives it, its runs ``job``, ``all`` or ids)."""
+    from persobench.jobs import FetchRequest, ImportRequest, RunRequest, ScoreRequest
+
+    passes = score_strategy(SCORE_HOME).map(lambda config: changed(config, judge=None))
+    scores = model_strategy(ScoreRequest, config=passes, judge=st.none() | model_strategy(JudgeConfig))
+    return st.one_of(model_strategy(RunRequest), scores, model_strategy(ImportRequest), model_strategy(FetchRequest))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.lists(request_strategy(), min_size=1, max_size=4), withhold=st.booleans(),
+       run_id=st.none() | st.text(min_size=1, max_size=12))
+def test_every_kind_of_job_step_survives_job_json(requests, withhold, run_id):
+    """Steps of every kind, written to job.json as the launcher writes them and read back as the runner
+    and the page read them: the same typed requests, and the same job id."""
+    from persobench.jobs import JobStep, job_id_for, read_steps
+
+    steps = [JobStep(f"step {n}", request, {"dataset": "sample"}, run_id, withhold)
+             for n, request in enumerate(requests)]
+    written = json.loads(json.dumps({"steps": [step.to_dict() for step in steps]}))
+    again = read_steps(written, Path("job.json"))
+    assert again == tuple(steps)
+    assert [step.kind for step in again] == [request.kind for request in requests]
+    assert job_id_for("t", again) == job_id_for("t", steps)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=score_strategy(SCORE_HOME), runs=st.sampled_from(["job", "all"]) | st.lists(st.text(min_size=1,
+                                                                                              max_size=12), max_size=3))
+def test_a_score_step_gives_back_the_pass_it_was_built_from(config, runs):
+    """A score step keeps its judge as the user gave it; the step's process resolves it against the home
+    into the very ScoreConfig the page or the CLI built."""
+    from persobench.jobs.model import JobStep, score_step
+
+    step = score_step("score", config, runs)
+    again = JobStep.from_dict(json.loads(json.dumps(step.to_dict())))
+    assert again == step and again.request.score_config(home=SCORE_HOME) == config
+    assert again.request.chosen_runs(["r1"]) == (["r1"] if runs == "job" else None if runs in ("all", []) else runs)
+    stored = step.to_dict()["config"]
+    assert stored == {**config.to_dict(), "runs": runs}  # the form job.json has held since score steps were typed
+
+
+#: (step in job.json, what its line names): each kind's bad field, and a bad kind.
+BAD_STEPS = [
+    ({"kind": "run", "config": {"dataset": "sample", "model": "openai:x", "limit": 0}}, "limit must be at least 1"),
+    ({"kind": "run", "config": {"dataset": "sample", "model": "openai:x", "colour": "red"}},
+     "unknown field(s) colour"),
+    ({"kind": "score", "config": {"profile": "offline", "runs": "some"}}, "runs must be 'job', 'all' or a list"),
+    ({"kind": "score", "config": {"judge": {"model": "openai:j", "concurrency": 0}}}, "judge_concurrency must be"),
+    ({"kind": "score", "config": {"precision": "float8"}}, "precision"),
+    ({"kind": "import", "config": {"folder": ""}}, "folder"),
+    ({"kind": "fetch", "config": {"url": None, "trust_unpinned": "yes"}}, "trust_unpinned"),
+    ({"kind": "train", "config": {}}, "kind: unknown job step kind 'train'"),
+]
+
+
+@pytest.mark.parametrize("step, names", BAD_STEPS, ids=[f"{s['kind']}-{n}" for n, (s, _) in enumerate(BAD_STEPS)])
+def test_a_bad_job_json_is_one_line_naming_the_file_the_step_and_the_field(tmp_path, step, names):
+    """Read by the runner, listed by the page and resumed: the same one line, and nothing runs."""
+    from persobench.jobs import JobManager, read_steps
+    from persobench.jobs.job_process import run_job
+
+    jobs = JobManager(tmp_path / "home")
+    folder = jobs.job_dir("bad-job")
+    folder.mkdir(parents=True)
+    good = {"label": "import", "kind": "import", "config": {"folder": str(tmp_path)}}
+    spec = {"title": "bad", "home": str(tmp_path / "home"), "steps": [good, {"label": "second", **step}]}
+    (folder / "job.json").write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(ConfigurationError) as caught:
+        read_steps(spec, folder / "job.json")
+    line = str(caught.value)
+    assert line.startswith(f"{folder / 'job.json'}: step 2 (second): ") and names in line and "\n" not in line
+    status = jobs.status("bad-job")
+    assert status.unreadable and status.steps == () and status.message == line and not status.resumable
+    with pytest.raises(ConfigurationError, match="step 2 \\(second\\)"):
+        jobs.resume("bad-job")
+    assert run_job(folder) == 2  # the runner reads every step before it runs one
+    state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    assert state["state"] == "failed" and state["message"] == line
+    assert not (folder / "lock").exists() and jobs.status("bad-job").state == "failed"
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -215,7 +288,6 @@ def test_a_judge_timeout_set_in_the_app_survives_job_json(tmp_path, monkeypatch,
     policy and the job's judge sends with it (the form had no timeout; job.json kept none)."""
     from persobench.jobs import JobManager
     from persobench.metrics.judge.labeller import JudgeLabeller
-    from persobench.scoring.score_config import ScoreConfig
     from tests.fakes.judge import judge_script
     from tests.test_app import open_page, wait_for
     from tests.test_judge import _sample_run
@@ -238,7 +310,7 @@ def test_a_judge_timeout_set_in_the_app_survives_job_json(tmp_path, monkeypatch,
     [folder] = (home / "jobs").iterdir()
     stored = json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][-1]["config"]
     assert stored["judge"]["retry"]["timeout"] == 5.0
-    judge = ScoreConfig.from_dict(stored, home=home, ignore=("runs",)).judge
+    judge = job.steps[-1].request.score_config(home=home).judge  # as the job's score step read it
     assert judge.retry.timeout == 5.0
     assert JudgeLabeller(judge).policy.timeout == 5.0  # what the job's judge requests were sent with
 
@@ -252,8 +324,8 @@ OLD_JOB = Path(__file__).resolve().parent / "fixtures" / "jobs_v1" / "job.json"
 def test_an_old_job_json_still_resumes(tmp_path, openai_server):
     """tests/fixtures/jobs_v1/job.json was written by the dataclass configurations (2a9ac24): the judge's
     timeout flat in its dict, null batch fields. Read through the typed models it runs as it did."""
+    from persobench.jobs import read_steps
     from persobench.jobs.job_process import run_job
-    from persobench.jobs.model import JobStep
     from persobench.store.run_store import RunStore
     from tests.fakes.judge import judge_script
 
@@ -265,11 +337,13 @@ def test_an_old_job_json_still_resumes(tmp_path, openai_server):
     (folder / "job.json").write_text(text, encoding="utf-8")
     openai_server.script = judge_script({}, default="entailment")
 
-    run_step, score = [JobStep.from_dict(step) for step in json.loads(text)["steps"]]
-    run = GenerationConfig.from_dict(run_step.config)
+    run_step, score = read_steps(json.loads(text), OLD_JOB)
+    run = run_step.request.config
     assert (run.retry.timeout, run.retry.max_attempts, run.concurrency, run.limit) == (30.0, 3, "auto", 2)
-    assert score.config["judge"]["retry"]["timeout"] == 5.0 and score.config["judge"]["batch_poll"] == 30.0
-    assert "timeout" not in score.config["judge"]  # today's form: the whole retry policy
+    assert score.request.judge.retry.timeout == 5.0 and score.request.judge.batch_poll == 30.0
+    assert score.request.runs == "job" and score.request.config.metrics == ("c_score",)
+    stored = score.to_dict()["config"]["judge"]
+    assert stored["retry"]["timeout"] == 5.0 and "timeout" not in stored  # today's form: the whole retry policy
 
     assert run_job(folder) == 0
     state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
@@ -279,6 +353,30 @@ def test_an_old_job_json_still_resumes(tmp_path, openai_server):
     scores = run_dir.read_table("scores")
     assert set(scores["metric"]) == {"c_score"} and (scores["value"] == 1.0).all()
     assert len(openai_server.requests) > 0
+
+
+def test_an_old_job_resumed_from_its_card_stays_one_job(tmp_path, openai_server):
+    """Resume read the old job.json in today's form, whose job id differs (the judge's retry policy is
+    whole now): it started a second job and left the old card failed. It resumes in its own folder, its
+    job.json rewritten in today's form."""
+    from persobench.jobs import JobManager
+    from tests.fakes.judge import judge_script
+    from tests.test_app import wait_for
+
+    home = tmp_path / "home"
+    jobs = JobManager(home)
+    folder = jobs.job_dir("old-job")
+    folder.mkdir(parents=True)
+    text = OLD_JOB.read_text(encoding="utf-8").replace('"HOME"', json.dumps(str(home)))
+    (folder / "job.json").write_text(text.replace("JUDGE_URL", openai_server.base_url), encoding="utf-8")
+    (folder / "state.json").write_text(json.dumps({"state": "failed", "step": 1}), encoding="utf-8")
+    openai_server.script = judge_script({}, default="entailment")
+    assert jobs.resume("old-job") == ("old-job", True)
+    status = wait_for(lambda: (s := jobs.status("old-job")) and not s.active and s, timeout=180)
+    assert status.state == "completed", status.message
+    assert jobs.job_ids() == ["old-job"] and len(status.run_ids) == 1
+    judge = json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][1]["config"]["judge"]
+    assert judge["retry"]["timeout"] == 5.0 and "timeout" not in judge
 
 
 def test_an_old_resume_json_config_still_loads():

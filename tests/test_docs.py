@@ -214,6 +214,18 @@ def test_the_development_tree_names_every_package_and_every_module_says_what_it_
     assert not silent, f"give these modules a docstring saying what they hold: {silent}"
 
 
+def test_the_judge_docs_name_the_providers_whose_registry_entry_enforces_a_schema():
+    """docs/judge.md names built-in providers the judge asks through structured output; the registry's
+    ``structured`` facts are the list, so a named provider without the fact is stale (a new provider
+    registered with ``structured=True`` needs no mention: the recipe stays 2 files)."""
+    from persobench.providers import PROVIDERS
+
+    text = (ROOT / "docs" / "judge.md").read_text(encoding="utf-8")
+    paragraph = text[text.index("**Answer forms.**"):]
+    named = re.findall(r"`(\w+)`", paragraph[:paragraph.index("is requested")])
+    assert len(named) >= 2 and set(named) <= set(PROVIDERS.having("structured")), (named, PROVIDERS.having("structured"))
+
+
 def test_every_provider_of_the_docs_table_is_registered():
     """docs/generation.md's provider table describes built-ins in prose; the registry is the list. A row
     naming a provider that is not registered is stale (a new provider needs no row to work)."""

@@ -14,7 +14,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from persobench.generation.progress import ETA_AFTER_REPLIES, STARTING
-from persobench.jobs import JobManager, JobStep
+from persobench.generation import GenerationConfig
+from persobench.jobs import JobManager, JobStep, RunRequest
 from tests.fakes import FakeLLMServer, error, reply
 from tests.fakes.fixtures import OPENAI_SECRET
 
@@ -70,9 +71,7 @@ def write_progress(run_dir, **fields) -> None:
 
 
 def echo_step(run_id: str, label: str = "echo run") -> JobStep:
-    from persobench.generation import GenerationConfig
-
-    return JobStep(label, "run", GenerationConfig(dataset="sample", model="baseline:persona-echo").to_dict(),
+    return JobStep(label, RunRequest(config=GenerationConfig(dataset="sample", model="baseline:persona-echo")),
                    {"dataset": "sample", "model": "baseline:persona-echo", "mode": "vanilla"}, run_id=run_id)
 
 
@@ -164,10 +163,29 @@ def test_the_card_of_a_finished_job_shows_local_times_and_links_to_its_results(t
 
 # --- real jobs ------------------------------------------------------------------------------------------
 
+def test_a_job_json_that_does_not_read_is_a_failed_card_with_its_line_and_no_resume(tmp_path):
+    """A hand-edited (or newer) job.json: the card lists the job, says which file, step and field, offers
+    Remove, not Resume."""
+    home = tmp_path / "home"
+    jobs = JobManager(home)
+    make_job(jobs, "edited", [echo_step("r-edited")], state="failed", step=0)
+    path = jobs.job_dir("edited") / "job.json"
+    spec = json.loads(path.read_text())
+    spec["steps"][0]["config"]["limit"] = -2
+    path.write_text(json.dumps(spec))
+    status = jobs.status("edited")
+    assert status.state == "failed" and status.unreadable and not status.resumable
+    assert status.message.startswith(f"{path}: step 1 (echo run): limit must be ") and "got -2" in status.message
+    at = AppTest.from_function(card, args=(str(home), "edited"), default_timeout=30).run()
+    assert not at.exception
+    assert {b.key for b in at.button} == {"forget-edited"}
+    assert any("step 1 (echo run): limit must be" in str(c.value).replace("\\", "") for c in at.caption)
+
+
 def test_a_configuration_error_is_the_failed_cards_line_and_offers_no_resume(tmp_path):
     home = tmp_path / "home"
     jobs = JobManager(home)
-    step = JobStep("bad model", "run", {"dataset": "sample", "model": "nosuchprovider:x", "limit": 1})
+    step = JobStep("bad model", RunRequest(config=GenerationConfig(dataset="sample", model="nosuchprovider:x", limit=1)))
     job_id, started = jobs.launch("bad", [step])
     assert started
     status = finished(jobs, job_id)

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from persobench.jobs import JobManager, JobStep, LaunchChoice, job_id_for, plan_launch
+from persobench.generation import GenerationConfig
+from persobench.jobs import JobManager, JobStep, LaunchChoice, RunRequest, job_id_for, plan_launch
 from tests.fakes.fixtures import QUERY_TOKEN
 from tests.fakes.fixtures import URL_PASSWORD
 from tests.cli_checks import all_bytes
@@ -17,7 +18,7 @@ import os
 
 
 def test_job_ids_are_deterministic_and_safe():
-    step = JobStep("x", "run", {"dataset": "sample"})
+    step = JobStep("x", RunRequest(config=GenerationConfig(dataset="sample", model="baseline:reference")))
     assert job_id_for("t", [step]) == job_id_for("t", [step])
     assert job_id_for("t", [step]) != job_id_for("u", [step])
     with pytest.raises(ValueError):
@@ -27,7 +28,7 @@ def test_job_ids_are_deterministic_and_safe():
 def test_failed_step_is_reported_with_a_redacted_log(tmp_path, monkeypatch):
     monkeypatch.setenv("SOME_API_KEY", "sk-supersecretvalue123")
     jobs = JobManager(tmp_path / "home")
-    step = JobStep("bad model", "run", {"dataset": "sample", "model": "nosuchprovider:x", "limit": 1})
+    step = JobStep("bad model", RunRequest(config=GenerationConfig(dataset="sample", model="nosuchprovider:x", limit=1)))
     job_id, started = jobs.launch("bad", [step])
     assert started
     deadline = time.monotonic() + 60

@@ -406,6 +406,38 @@ def test_an_anthropic_judge_answers_through_its_structured_output(anthropic_serv
                            for sc in schemas)
 
 
+@pytest.mark.parametrize("structured", [True, False], ids=["enforces-a-schema", "does-not"])
+def test_the_judge_s_answer_form_is_what_the_provider_s_registry_entry_says(openai_server, tmp_path, structured):
+    """Which providers enforce a JSON schema was a hand-kept set beside the judge (a third file for a new
+    provider); the provider's registration line says it now, read without importing the provider. A
+    provider registered through the real path (here the OpenAI adapter under a new name) gets the
+    structured form only when its entry says so."""
+    from persobench.metrics import Judge
+    from persobench.providers import PROVIDERS, ModelSpec, enforces_schema
+
+    name = "toyschema" if structured else "toyword"
+    PROVIDERS.register(name, "persobench.providers.openai_provider:OpenAIProvider", description="a test's",
+                       **({"structured": True} if structured else {}))
+    PROVIDERS.register("toylazy", "tests.no_such_module:NoProvider", structured=True)  # never imported
+    try:
+        assert enforces_schema(name) is structured and (name in PROVIDERS.having("structured")) is structured
+        assert enforces_schema("toylazy") and "toylazy" in PROVIDERS.having("structured")
+        openai_server.script = judge_script(LABEL_MAP)
+        judge = make_judge(f"{name}:judge-model", base_url=openai_server.base_url, cache_dir=str(tmp_path))
+        assert judge.structured is structured and judge.identity.endswith(",answer=word") is not structured
+        result = score_samples(_samples(), R, profile=get_profile("offline", judge=judge), metrics=["c_score"])
+        assert _values(result, "c_score") == EXPECTED["c_score"]
+        formats = [r.body.get("response_format") for r in openai_server.requests]
+        assert formats and all((form is not None) is structured for form in formats)
+    finally:
+        PROVIDERS.unregister(name)
+        PROVIDERS.unregister("toylazy")
+    assert not enforces_schema(name)
+    for provider in PROVIDERS.names():  # the built-ins: the judge follows each one's entry
+        spec = ModelSpec(provider=provider, model="m")
+        assert Judge(spec).structured is enforces_schema(provider) and not Judge(spec, plain=True).structured
+
+
 def test_a_judge_echoing_the_key_never_gets_it_on_disk(openai_server, tmp_path):
     from tests.fakes.fixtures import OPENAI_SECRET
     from tests.fakes.servers import reply

@@ -175,7 +175,7 @@ def test_default_policy_follows_the_template_family(tmp_path: Path) -> None:
                                 store=store)
     assert row["run_id"] == paper_run.run_id
     [step, _score] = launch_steps([row], limit=2)
-    assert step.config["policy"] is None  # the CLI's default is the same rule
+    assert step.request.config.policy is None  # the CLI's default is the same rule
     # The demo uses PersoBench's template on purpose (docs/app.md, "The demo"): the same rule gives it the
     # robust policy, and its plain runs share one protocol with the baselines.
     demo = [plan_generation(config, store=store) for config in demo_configs(limit=1, local=True)]

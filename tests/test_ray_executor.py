@@ -211,6 +211,29 @@ def test_an_address_nothing_answers_on_is_one_line_at_once(demo_store, tmp_path)
     assert not _scores(home)
 
 
+def test_a_process_joined_to_one_cluster_refuses_a_pass_that_names_another(cluster, demo_store, tmp_path):
+    """This process is connected to the module's Ray instance; a pass whose --ray-address named another
+    cluster ran on the connected one, silently. It is refused in one line naming both addresses; the
+    connected cluster's own address, ``auto`` and no address use the connection."""
+    import socket
+
+    from persobench.errors import ConfigurationError
+
+    with socket.socket() as probe:  # a port that was free a moment ago: no cluster there
+        probe.bind(("127.0.0.1", 0))
+        other = f"127.0.0.1:{probe.getsockname()[1]}"
+    home = _copy(demo_store, tmp_path / "home")
+    with pytest.raises(ConfigurationError) as refused:
+        pipeline.score(home=home, metrics=["dist1"], executor="ray", ray_address=other)
+    line = str(refused.value)
+    assert other in line and cluster in line and "\n" not in line, line
+    assert not _scores(home)
+    for address in (cluster, "auto", None):
+        report = pipeline.score(home=home, metrics=["dist1"], executor="ray", ray_address=address)
+        assert report.complete
+    assert sorted(_scores(home)) == sorted(run.run_id for run in RunStore(home).runs())
+
+
 # --- The judge on Ray: the runs' own input layout ----------------------------------------------------
 
 JUDGED = ("c_score", "ue_score", "persona_coverage")

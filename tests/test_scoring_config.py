@@ -14,7 +14,7 @@ from persobench import pipeline
 from persobench.cli import main as cli_main
 from persobench.config import changed
 from persobench.errors import ConfigurationError
-from persobench.jobs.model import JobStep
+from persobench.jobs.model import JobStep, score_step
 from persobench.metrics.judge.labeller import Judge, make_judge
 from persobench.scoring.score_config import SCORE_FLAGS, ScoreConfig
 from tests.fakes.fixtures import openai_server  # noqa: F401 - fixture
@@ -74,16 +74,18 @@ def test_a_score_config_round_trips_through_job_json_and_a_job_runs_its_score_st
     judge = make_judge("openai:judge-model", base_url=openai_server.base_url, concurrency=2,
                        cache_dir=str(home / "responses"), home=home)
     config = ScoreConfig(metrics=JUDGED, judge=judge, precision="float32")
-    step = JobStep("score with the judge", "score", {**config.to_dict(), "runs": [RUN_ID]})
+    step = score_step("score with the judge", config, [RUN_ID])
     folder = tmp_path / "job"
     folder.mkdir()
     (folder / "job.json").write_text(json.dumps({"title": "t", "home": str(home), "steps": [step.to_dict()]}),
                                      encoding="utf-8")
 
-    stored = JobStep.from_dict(json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][0])
-    again = ScoreConfig.from_dict(stored.config, home=home, ignore=("runs",))
+    written = json.loads((folder / "job.json").read_text(encoding="utf-8"))["steps"][0]
+    stored = JobStep.from_dict(written)
+    assert stored == step and stored.request.runs == (RUN_ID,)
+    again = stored.request.score_config(home=home)  # the judge resolved as the step's process does
     assert again == config and again.judge == judge and again.metrics == JUDGED
-    assert stored.config["judge"]["model"] == "openai:judge-model" and "api_key" not in stored.config["judge"]
+    assert stored.request.judge.model == "openai:judge-model" and "api_key" not in written["config"]["judge"]
 
     assert run_job(folder) == 0  # the step's child process runs the pipeline on the stored config
     state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
@@ -111,7 +113,7 @@ def test_a_judge_timeout_survives_job_json_from_the_cli_and_from_a_judge_step(tm
     assert config.judge.retry.timeout == 5.0
     step = judge_step(config.judge, home=tmp_path, runs=["some-run"])
     stored = JobStep.from_dict(json.loads(json.dumps(step.to_dict())))  # job.json, written and read back
-    again = ScoreConfig.from_dict(stored.config, home=tmp_path, ignore=("runs",))
+    again = stored.request.score_config(home=tmp_path)
     assert again.judge == config.judge and again.judge.retry.timeout == 5.0
     assert JudgeLabeller(again.judge).policy.timeout == 5.0  # what the judge's requests are sent with
     assert ScoreConfig.from_dict(config.to_dict(), home=tmp_path) == config

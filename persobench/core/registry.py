@@ -24,8 +24,9 @@ class UnknownNameError(ConfigurationError, KeyError):
 class Registry(Generic[T]):
     """Maps names to objects given either directly or as a lazy ``"module:attribute"`` path.
 
-    Entries keep their registration order (:meth:`in_order`); :meth:`names` lists them sorted.
-    ``build``, when given, turns a lazily imported attribute into the registered object the first
+    Entries keep their registration order (:meth:`in_order`); :meth:`names` lists them sorted. An
+    entry may carry facts its callers read without importing it (:meth:`fact`: whether a provider
+    enforces a JSON schema). ``build``, when given, turns a lazily imported attribute into the registered object the first
     time it is asked for (the metric families register their classes and store one instance each).
     """
 
@@ -33,12 +34,15 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, T | str] = {}
         self._descriptions: dict[str, str] = {}
+        self._facts: dict[str, dict[str, Any]] = {}
         self._build = build
 
-    def register(self, name: str, target: T | str, *, description: str = "") -> None:
-        """Register ``target`` (an object, or ``"package.module:attr"`` to import on first use)."""
+    def register(self, name: str, target: T | str, *, description: str = "", **facts: Any) -> None:
+        """Register ``target`` (an object, or ``"package.module:attr"`` to import on first use), with
+        ``facts`` about it (``structured=True``) that :meth:`fact` reads without importing it."""
         self._entries[name] = target
         self._descriptions[name] = description
+        self._facts[name] = dict(facts)
 
     def get(self, name: str) -> T:
         try:
@@ -59,6 +63,7 @@ class Registry(Generic[T]):
             raise UnknownNameError(f"no {self.kind} {name!r} is registered")
         del self._entries[name]
         self._descriptions.pop(name, None)
+        self._facts.pop(name, None)
 
     def in_order(self) -> tuple[str, ...]:
         """Registered names in registration order."""
@@ -66,6 +71,15 @@ class Registry(Generic[T]):
 
     def describe(self, name: str) -> str:
         return self._descriptions.get(name, "")
+
+    def fact(self, name: str, key: str, default: Any = None) -> Any:
+        """The fact ``key`` ``name`` was registered with (its entry is not imported), else ``default``;
+        an unknown name too gives ``default``."""
+        return self._facts.get(name, {}).get(key, default)
+
+    def having(self, key: str) -> tuple[str, ...]:
+        """The names registered with a true fact ``key``, in registration order."""
+        return tuple(name for name in self._entries if self.fact(name, key))
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -1,7 +1,10 @@
 """Background jobs: generation runs, scoring and imports launched from the app, run in a detached
 process that writes to the run store. No Streamlit here: the app, the runner and the tests share it.
 
-* :mod:`~persobench.jobs.model`: what a job is (:class:`JobStep`, :class:`JobStatus`, its files).
+* :mod:`~persobench.jobs.model`: what a job is (:class:`JobStep`, :class:`JobStatus`, its files,
+  :func:`read_steps`: a ``job.json``'s steps, or one line naming the file, step and field).
+* :mod:`~persobench.jobs.step_requests`: what each step kind asks for, one typed request per kind
+  (:class:`RunRequest`, :class:`ScoreRequest`, :class:`ImportRequest`, :class:`FetchRequest`).
 * :mod:`~persobench.jobs.planning`: estimates before launching and the steps of a job.
 * :mod:`~persobench.jobs.manager`: :class:`JobManager` launches, lists, cancels, resumes.
 * :mod:`~persobench.jobs.job_process`: the detached process, ``python -m persobench.jobs.job_process job DIR``, and
@@ -22,6 +25,7 @@ from persobench.jobs.model import (
     JobStep,
     job_id_for,
     local_time,
+    read_steps,
     seconds_between,
 )
 from persobench.jobs.planning import (
@@ -35,6 +39,14 @@ from persobench.jobs.planning import (
     plan_launch,
     registry_models,
 )
+from persobench.jobs.step_requests import (
+    STEP_REQUESTS,
+    FetchRequest,
+    ImportRequest,
+    RunRequest,
+    ScoreRequest,
+    StepRequest,
+)
 
 __all__ = [
     "BUILTIN_MODEL_CHOICES", "CANCEL_GRACE_S", "JOB_STATES", "LAUNCH_GRACE_S", "JobManager", "TEMPLATE_CHOICES",
@@ -42,4 +54,5 @@ __all__ = [
     "JobStatus", "JobStep", "LaunchChoice", "fetch_paper_steps", "import_steps", "job_id_for", "launch_steps",
     "local_time", "lock_alive",
     "missing_key", "seconds_between", "plan_launch", "registry_models", "tail_text",
+    "STEP_REQUESTS", "FetchRequest", "ImportRequest", "RunRequest", "ScoreRequest", "StepRequest", "read_steps",
 ]

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from persobench.store import atomic_write_json, utc_now
-from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json, step_error_path
+from persobench.jobs.model import CANCEL_GRACE_S, RUNNER_MODULE, JobStep, read_json, read_steps, step_error_path
+from persobench.jobs.step_requests import FetchRequest, ImportRequest, RunRequest, ScoreRequest, StepRequest
 from persobench.core import public_text, redact
 from persobench.store import default_home
 from persobench.generation import EXIT_NO_SAMPLE_SUCCEEDED
@@ -28,11 +29,9 @@ from persobench.errors import ConfigurationError, DatasetError, PersoBenchError
 import threading
 from persobench import pipeline
 from persobench.config import changed
-from persobench.generation import GenerationConfig
 from persobench.core import url_with_credentials
 from persobench.generation import no_sample_succeeded
 from persobench.core import ProgressBar
-from persobench.scoring import ScoreConfig
 from persobench.pipeline import landing_kept_current
 import traceback
 
@@ -52,7 +51,6 @@ def run_job(folder: Path) -> int:
     lock = folder / "lock"
     lock.write_text(f"{os.getpid()}\n")
     home = Path(spec.get("home") or default_home())
-    steps = [JobStep.from_dict(s) for s in spec["steps"]]
     state: dict[str, Any] = {"state": "running", "step": 0, "pid": os.getpid(), "started_at": utc_now(),
                              "run_ids": [], "failures": [], "step_errors": {}, "configuration_errors": [],
                              "skipped": []}
@@ -60,6 +58,14 @@ def run_job(folder: Path) -> int:
     def save(**changes: Any) -> None:
         state.update(changes, updated_at=utc_now())
         atomic_write_json(folder / "state.json", state)
+
+    try:
+        steps = read_steps(spec, folder / "job.json")
+    except ConfigurationError as exc:  # nothing of it runs: its one line for the log and the page
+        print(f"error: {redact(str(exc))}", file=sys.stderr, flush=True)
+        save(state="failed", message=public_text(redact(str(exc))), finished_at=utc_now())
+        lock.unlink(missing_ok=True)
+        return 2
 
     def on_term(_signum: int, _frame: Any) -> None:
         (folder / "cancel").write_text(utc_now())
@@ -75,7 +81,7 @@ def run_job(folder: Path) -> int:
                 if (folder / "cancel").exists():
                     outcome = "cancelled"
                     break
-                if step.kind == "score" and step.config.get("runs", "job") == "job" and not state["run_ids"]:
+                if isinstance(step.request, ScoreRequest) and step.request.runs == "job" and not state["run_ids"]:
                     state["skipped"].append(index)  # no run of this job completed: nothing to score
                     continue
                 save(step=index, message=f"running {step.label}")
@@ -151,10 +157,10 @@ def run_step(folder: Path, index: int) -> int:
         print(f"error: {folder}: no job.json", file=sys.stderr)
         return 2
     home = Path(spec.get("home") or default_home())
-    step = JobStep.from_dict(spec["steps"][index])
     state = read_json(Path(folder) / "state.json") or {}
     try:
-        return _STEPS[step.kind](step, home, list(state.get("run_ids") or ()), Path(folder), index)
+        step = read_steps(spec, Path(folder) / "job.json")[index]
+        return _run_request(step.request, home, list(state.get("run_ids") or ()), Path(folder), index)
     except PersoBenchError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         # A configuration or dataset error fails the same way however often it is resumed.
@@ -172,13 +178,22 @@ def _record_error(folder: Path, index: int, line: str, *, configuration: bool) -
     atomic_write_json(step_error_path(folder, index), {"error": one_line, "configuration": configuration})
 
 
-def _generate(step: JobStep, home: Path, run_ids: list[str], folder: Path,  # noqa: ARG001 - one signature
-              index: int) -> int:
+def _run_request(request: StepRequest, home: Path, run_ids: list[str], folder: Path, index: int) -> int:
+    """Step ``index``'s request through the pipeline, by its kind."""
+    if isinstance(request, RunRequest):
+        return _generate(request, home, folder, index)
+    if isinstance(request, ScoreRequest):
+        return _score(request, home, run_ids, folder, index)
+    if isinstance(request, ImportRequest):
+        return _import(request, home)
+    if isinstance(request, FetchRequest):
+        return _fetch(request, home)
+    raise ConfigurationError(f"a job step cannot run a {type(request).__name__}")
 
 
-    config = GenerationConfig.from_dict(step.config)
+def _generate(request: RunRequest, home: Path, folder: Path, index: int) -> int:
     # job.json holds the base URL's public form; its credentials come in the environment
-    config = changed(config, base_url=url_with_credentials(config.base_url))
+    config = changed(request.config, base_url=url_with_credentials(request.config.base_url))
     cancel = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: cancel.set())
     run = pipeline.generate(config, home=home, cancel=cancel)
@@ -205,8 +220,7 @@ def _request_errors(run: Any) -> str:
     return f"all {len(errors)} request(s) failed, {common.iloc[0]} with: {common.index[0]}"
 
 
-def _score(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: int) -> int:
-
+def _score(request: ScoreRequest, home: Path, run_ids: list[str], folder: Path, index: int) -> int:
     bars: dict[str, ProgressBar] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -226,13 +240,8 @@ def _score(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: i
         else:
             print(f"{result.run_id}: not scored: {redact(result.error)}", flush=True)
 
-
-    # job.json holds the typed ScoreConfig (and which runs); a job written before it held a loose
-    # dict of the same names, which reads the same way.
-    config = ScoreConfig.from_dict(step.config, home=home, ignore=("runs",))
-    chosen = step.config.get("runs", "job")
-    runs = run_ids if chosen == "job" else None if chosen == "all" else list(chosen)
-    report = pipeline.score(runs, config, home=home, progress=progress, on_run=on_run)
+    config = request.score_config(home=home)  # the judge resolved here: an unknown model fails this step
+    report = pipeline.score(request.chosen_runs(run_ids), config, home=home, progress=progress, on_run=on_run)
     for metric, reason in report.unavailable.items():
         print(f"unavailable: {metric}: {reason}", flush=True)
     if report.judge is not None and config.judge is not None:
@@ -248,24 +257,19 @@ def _score(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: i
     return 1
 
 
-def _import(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: int) -> int:  # noqa: ARG001
-
-    report = pipeline.import_published(str(step.config["folder"]), home=home)
+def _import(request: ImportRequest, home: Path) -> int:
+    report = pipeline.import_published(request.folder, home=home)
     print(f"imported {len(report.runs)} run(s) from {report.folder}", flush=True)
     return 0
 
 
-def _fetch(step: JobStep, home: Path, run_ids: list[str], folder: Path, index: int) -> int:  # noqa: ARG001
-
-    result = pipeline.fetch_published(home=home, url=url_with_credentials(step.config.get("url")),
-                                      trust_unpinned=bool(step.config.get("trust_unpinned")))
+def _fetch(request: FetchRequest, home: Path) -> int:
+    result = pipeline.fetch_published(home=home, url=url_with_credentials(request.url),
+                                      trust_unpinned=request.trust_unpinned)
     print(f"unpacked {result.files} files into {result.folder}", flush=True)
     report = pipeline.import_published(str(result.folder), home=home)
     print(f"imported {len(report.runs)} run(s) from {report.folder}", flush=True)
     return 0
-
-
-_STEPS = {"run": _generate, "score": _score, "import": _import, "fetch": _fetch}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from persobench.jobs.model import (
     JobStep,
     job_id_for,
     read_json,
+    read_steps,
 )
 from persobench.errors import ConfigurationError
 from persobench.core import pid_alive
@@ -56,9 +57,7 @@ def tail_text(path: Path, *, lines: int = 30, max_bytes: int = 20000) -> str:
 def step_base_urls(steps: Sequence[JobStep]) -> list[str]:
     """The base URLs of the run steps and the mirror URLs of the fetch steps (public forms: their
     credentials are not in job.json)."""
-    field = {"run": "base_url", "fetch": "url"}
-    urls = [step.config.get(field[step.kind]) for step in steps if step.kind in field]
-    return [str(url) for url in urls if url]
+    return [url for step in steps for url in step.request.base_urls()]
 
 
 def lock_alive(lock: Path) -> bool:
@@ -100,7 +99,12 @@ class JobManager:
         same configuration is started again, which resumes it from the caches.
         """
         steps = list(steps)
-        job_id = job_id_for(title, steps)
+        return self._start(job_id_for(title, steps), title, steps, env=env)
+
+    def _start(self, job_id: str, title: str, steps: list[JobStep], *,
+               env: Mapping[str, str] | None) -> tuple[str, bool]:
+        """:meth:`launch` in the folder ``job_id`` (a resumed job keeps its own, whatever today's id of
+        its steps: an older ``job.json`` reads into today's form, whose id differs)."""
         wanted = {s.run_id for s in steps if s.run_id}
         for other in self.jobs():  # another job already writing one of these runs: do not race it
             if other.job_id != job_id and other.active and wanted & {s.run_id for s in other.steps if s.run_id}:
@@ -171,11 +175,17 @@ class JobManager:
         value = str(state.get("state") or "launching")
         if value in ("launching", "running") and not lock_alive(folder / "lock"):
             value = "interrupted"  # the process died (killed, machine restart) without finishing
+        try:
+            steps, unreadable = read_steps(spec, folder / "job.json"), ""
+        except ConfigurationError as exc:  # listed, with its one line, never run or resumed
+            steps, unreadable = (), str(exc)
+            value = value if value in ("launching", "running") else "failed"
         log_tail = tail_text(folder / "log.txt") if value in ("failed", "interrupted") else ""
         status = JobStatus(
-            job_id=job_id, title=str(spec.get("title", job_id)), state=value,
-            steps=tuple(JobStep.from_dict(s) for s in spec.get("steps", [])),
-            step_index=int(state.get("step") or 0), message=public_text(redact(state.get("message") or "")),
+            job_id=job_id, title=str(spec.get("title", job_id)), state=value, steps=steps,
+            unreadable=bool(unreadable),
+            step_index=int(state.get("step") or 0),
+            message=public_text(redact(unreadable or state.get("message") or "")),
             created_at=str(spec.get("created_at", "")), finished_at=str(state.get("finished_at") or ""),
             log_tail=log_tail, run_ids=tuple(state.get("run_ids") or ()),
             step_errors={int(k): public_text(redact(str(v))) for k, v in (state.get("step_errors") or {}).items()},
@@ -224,7 +234,8 @@ class JobManager:
         status = self.status(job_id)
         if status is not None and status.busy:
             raise ConfigurationError(status.message)
-        return self.launch(spec["title"], [JobStep.from_dict(s) for s in spec["steps"]], env=env)
+        steps = read_steps(spec, self.job_dir(job_id) / "job.json")
+        return self._start(job_id, str(spec.get("title", job_id)), list(steps), env=env)
 
     def forget(self, job_id: str) -> None:
         """Remove a finished job's folder (its runs stay in the store)."""

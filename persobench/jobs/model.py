@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from persobench.config import JudgeConfig, validated
 from persobench.errors import ConfigurationError
-from persobench.generation import GenerationConfig
+from persobench.jobs.step_requests import STEP_REQUESTS, ScoreRequest, StepRequest
+from persobench.scoring import ScoreConfig
 from persobench.store import RunStore
 
 JOB_STATES = ("launching", "running", "completed", "failed", "cancelled", "interrupted")
@@ -50,7 +50,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 #: What a step does, each through the library's front door (:mod:`persobench.pipeline`).
-STEP_KINDS = ("run", "score", "import", "fetch")
+STEP_KINDS = tuple(STEP_REQUESTS)
 
 
 @dataclass(frozen=True)
@@ -59,19 +59,12 @@ class JobStep:
 
     label: str
     """What the page shows for this step."""
-    kind: str
-    """One of :data:`STEP_KINDS`: ``run`` (generation), ``score``, ``import`` or ``fetch`` (download
-    the paper's data, then import it)."""
-    config: Mapping[str, Any] = field(default_factory=dict)
-    """The step's typed request as JSON (its model's ``model_dump``; read back through the model by
-    :func:`typed_config`). ``run``: a :class:`~persobench.generation.GenerationConfig`
-    (:meth:`~persobench.generation.GenerationConfig.to_dict`, credentials left out); ``score``: a
-    :class:`~persobench.scoring.score_config.ScoreConfig` (:meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`,
-    its judge a :class:`~persobench.config.judge.JudgeConfig`, no key) plus ``runs``
-    (``"job"``: the runs this job's run steps completed, ``"all"``: every run in the store, or a
-    list of run ids); older jobs' loose ``profile``/``metrics``/``judge`` dict reads the same way;
-    ``import``: ``folder``;
-    ``fetch``: ``url`` (``None``: the pinned archive)."""
+    request: StepRequest
+    """What the step asks for, one model per kind (:mod:`persobench.jobs.step_requests`): a
+    :class:`~persobench.jobs.step_requests.RunRequest` (generation), a
+    :class:`~persobench.jobs.step_requests.ScoreRequest`, an
+    :class:`~persobench.jobs.step_requests.ImportRequest` or a
+    :class:`~persobench.jobs.step_requests.FetchRequest` (download the paper's data, then import it)."""
     expect: Mapping[str, str] = field(default_factory=dict)
     """The dataset, model and mode the step generates (kept in ``job.json`` for display)."""
     run_id: str | None = None
@@ -80,21 +73,35 @@ class JobStep:
     """Run the step without the app's API keys in its environment: its server is a base URL typed
     into the page, which the operator did not configure (see :func:`persobench.core.secrets.key_allowed`)."""
 
-    def __post_init__(self) -> None:
-        if self.kind not in STEP_KINDS:
-            raise ConfigurationError(f"unknown job step kind {self.kind!r}; expected one of {', '.join(STEP_KINDS)}")
+    @property
+    def kind(self) -> str:
+        """One of :data:`STEP_KINDS`: ``run``, ``score``, ``import`` or ``fetch``."""
+        return self.request.kind
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "kind": self.kind, "config": dict(self.config), "expect": dict(self.expect),
+        """The step as ``job.json`` holds it: its request's stored form under ``config``."""
+        return {"label": self.label, "kind": self.kind, "config": self.request.to_dict(), "expect": dict(self.expect),
                 "run_id": self.run_id, "withhold_keys": self.withhold_keys}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "JobStep":
-        """The step of a ``job.json`` entry, its config read through its typed model (:func:`typed_config`),
-        so an older ``job.json`` resumes in today's form."""
-        kind = str(data["kind"])
-        return cls(str(data["label"]), kind, typed_config(kind, dict(data.get("config") or {})),
-                   dict(data.get("expect") or {}), data.get("run_id"), bool(data.get("withhold_keys", False)))
+    def from_dict(cls, data: Any) -> "JobStep":
+        """The step of a ``job.json`` entry, its config read through its kind's request model (older
+        ``job.json`` forms too); one :class:`ConfigurationError` line naming the field for a bad one
+        (:func:`read_steps` adds the file and the step)."""
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"expected an object, got {type(data).__name__}")
+        label, kind, expect, run_id = (data.get(name) for name in ("label", "kind", "expect", "run_id"))
+        if not isinstance(label, str):
+            raise ConfigurationError(f"label: expected text, got {label!r}")
+        if kind not in STEP_REQUESTS:
+            raise ConfigurationError(f"kind: unknown job step kind {kind!r}; expected one of {', '.join(STEP_KINDS)}")
+        if not isinstance(expect or {}, Mapping):
+            raise ConfigurationError(f"expect: expected an object, got {expect!r}")
+        if run_id is not None and not isinstance(run_id, str):
+            raise ConfigurationError(f"run_id: expected text or null, got {run_id!r}")
+        request = STEP_REQUESTS[kind].from_dict(data.get("config") or {})
+        return cls(label, request, {str(k): str(v) for k, v in (expect or {}).items()}, run_id or None,
+                   data.get("withhold_keys") is True)
 
     def run_dir(self, home: Path) -> Path | None:
         """The folder of the run this step writes (None until it exists, or when it writes no run)."""
@@ -105,28 +112,29 @@ class JobStep:
         return path if path.is_dir() else None
 
 
-def typed_config(kind: str, config: dict[str, Any]) -> dict[str, Any]:
-    """A stored step config as its typed model writes it today: a ``run`` step's through
-    :class:`~persobench.generation.GenerationConfig`, a ``score`` step's judge through
-    :class:`~persobench.config.judge.JudgeConfig` (whose reader takes the older forms: a flat
-    ``timeout``, ``null`` batch fields). A config its model refuses is kept as it is: the step fails
-    with the model's one line when it runs, and the job still lists."""
-    try:
-        if kind == "run":
-            return GenerationConfig.from_dict(config).to_dict()
-        if kind == "score" and isinstance(config.get("judge"), Mapping):
-            return {**config, "judge": validated(JudgeConfig, config["judge"]).model_dump(mode="json")}
-    except ConfigurationError:
-        pass
-    return config
+def read_steps(spec: Mapping[str, Any], source: Path) -> tuple[JobStep, ...]:
+    """The steps of ``job.json`` content ``spec`` (read from ``source``); a bad one is one
+    :class:`ConfigurationError` line naming the file, the step (from 1, with its label) and the field:
+    ``<home>/jobs/x/job.json: step 2 (score): runs must be 'job', 'all' or a list of run ids, got 'some'``."""
+    steps = spec.get("steps")
+    if not isinstance(steps, list):
+        raise ConfigurationError(f"{source}: steps: expected a list of steps, got {type(steps).__name__}")
+    read = []
+    for number, data in enumerate(steps, 1):
+        try:
+            read.append(JobStep.from_dict(data))
+        except ConfigurationError as exc:
+            label = data.get("label") if isinstance(data, Mapping) else None
+            named = f" ({label})" if isinstance(label, str) and label else ""
+            raise ConfigurationError(f"{source}: step {number}{named}: {' '.join(str(exc).split())}") from None
+    return tuple(read)
 
 
-def score_step(label: str, config: Any, runs: "str | Sequence[str]" = "job", *, withhold_keys: bool = False) -> JobStep:
-    """A ``score`` step: ``config`` (a :class:`~persobench.scoring.score_config.ScoreConfig`) stored as
-    its :meth:`~persobench.scoring.score_config.ScoreConfig.to_dict`, plus which ``runs`` (``"job"``,
+def score_step(label: str, config: ScoreConfig, runs: "str | Sequence[str]" = "job", *,
+               withhold_keys: bool = False) -> JobStep:
+    """A ``score`` step: ``config`` (its judge kept as the user gave it) and which ``runs`` (``"job"``,
     ``"all"`` or run ids)."""
-    return JobStep(label=label, kind="score", withhold_keys=withhold_keys,
-                   config={**config.to_dict(), "runs": runs if isinstance(runs, str) else list(runs)})
+    return JobStep(label=label, request=ScoreRequest.of(config, runs), withhold_keys=withhold_keys)
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,9 @@ class JobStatus:
     option): running them again fails the same way."""
     skipped: tuple[int, ...] = ()
     """The score steps left out because no run of the job completed."""
+    unreadable: bool = False
+    """``job.json`` does not read as a job (:func:`read_steps`; :attr:`message` says why in one line):
+    no step is listed, and Resume would fail the same way."""
 
     @property
     def busy(self) -> bool:
@@ -181,7 +192,7 @@ class JobStatus:
 
     @property
     def resumable(self) -> bool:
-        return (self.state in ("failed", "cancelled", "interrupted") and not self.busy_run
+        return (self.state in ("failed", "cancelled", "interrupted") and not self.busy_run and not self.unreadable
                 and not (self.state == "failed" and self.configuration_error))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from persobench.jobs.model import JobStep, score_step
+from persobench.jobs.step_requests import FetchRequest, ImportRequest, RunRequest
 from persobench.core import public_text, redact, remember_url
 from persobench.core import structured_label
 from persobench.providers import missing_key_env
@@ -90,7 +91,7 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
         row: dict[str, Any] = {"dataset": choice.dataset, "model": choice.model, "mode": choice.mode,
                                "base_url": remember_url(choice.base_url) or "", "template": choice.template or "",
                                "structured": False}
-        row["config"] = {}
+        row["config"] = None
         try:  # a bad number (limit -3) is this choice's problem, in the line `run` gives
             config = validated(GenerationConfig, dict(
                 dataset=choice.dataset, model=choice.model, mode=choice.mode, base_url=choice.base_url or None,
@@ -98,10 +99,9 @@ def plan_launch(home: str | os.PathLike[str], choices: Sequence[LaunchChoice], *
                 batch=choice.batch and _has_batch_api(choice, home)))
             # The job runs exactly the configuration estimated here; its base URL in public form (the
             # credentials stay in this process's memory, remember_url, and reach the job's environment).
-            row["config"] = public_config(config)[0].to_dict()
             plan = pipeline.plan(config, store=store)
             # what the plan applies: a baseline ignores structured output, so its config says so
-            row["config"]["structured"] = plan.params.response_schema is not None
+            row["config"] = changed(public_config(config)[0], structured=plan.params.response_schema is not None)
         except Exception as exc:  # noqa: BLE001 - shown next to the choice, never raised
             row.update(run_id="", samples=0, requests=0, cached=0, prompt_tokens=0, max_cost_usd=None,
                        batch=False, batch_cost_usd=None, key_withheld=False,
@@ -164,8 +164,8 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
 
     steps = []
     for plan in plans:
-        if plan.get("config"):
-            config = GenerationConfig.from_dict(plan["config"])
+        if isinstance(plan.get("config"), GenerationConfig):
+            config = plan["config"]
         else:
             config = GenerationConfig(dataset=plan["dataset"], model=plan["model"], mode=plan["mode"],
                                       base_url=plan.get("base_url") or None, limit=limit, seed=seed,
@@ -175,8 +175,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
             config = changed(config, concurrency="auto" if str(concurrency) == "auto" else int(concurrency))
         stored, _ = public_config(config)  # the base URL's credentials travel in the environment
         label = structured_label(config.model, config.structured)
-        steps.append(JobStep(label=f"{label} · {config.mode} · {stored.dataset}", kind="run",
-                             config=stored.to_dict(),
+        steps.append(JobStep(label=f"{label} · {config.mode} · {stored.dataset}", request=RunRequest(config=stored),
                              expect={"dataset": config.dataset, "model": config.model, "mode": config.mode},
                              run_id=plan.get("run_id") or None, withhold_keys=bool(plan.get("key_withheld"))))
     if profile and steps:
@@ -190,7 +189,7 @@ def launch_steps(plans: Sequence[Mapping[str, Any]], *, limit: int | None = None
 
 def import_steps(folder: str, *, score: str) -> list[JobStep]:
     """Import a folder in the paper's layout, then score (``lexical``, ``offline`` or ``none``)."""
-    steps = [JobStep(label="import", kind="import", config={"folder": str(Path(folder).expanduser().resolve())})]
+    steps = [JobStep(label="import", request=ImportRequest(folder=str(Path(folder).expanduser().resolve())))]
     return steps + _score_steps(score)
 
 
@@ -199,8 +198,8 @@ def fetch_paper_steps(*, score: str, url: str | None = None, trust_unpinned: boo
     ``trust_unpinned``: accept files the content manifest does not pin (``fetch-paper --trust-unpinned``)."""
     # A mirror URL is stored in its public form (a presigned link's token is not); the full URL reaches
     # the job's process through its environment (remember_url), as a run's base URL does.
-    return [JobStep(label="download and import the paper's data", kind="fetch",
-                    config={"url": remember_url(url) or None, "trust_unpinned": trust_unpinned}),
+    return [JobStep(label="download and import the paper's data",
+                    request=FetchRequest(url=remember_url(url) or None, trust_unpinned=trust_unpinned)),
             *_score_steps(score)]
 
 

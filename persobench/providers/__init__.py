@@ -22,14 +22,15 @@ from persobench.providers.batch_api import BATCH_BACKENDS, BatchBackend, make_ba
 from persobench.providers.models_registry import (estimate_cost, find_registry_file, load_registry, prices_for,
                                                   resolve_model)
 from persobench.providers.presets import PAPER_PRESETS, preset
-from persobench.providers.provider_registry import (DEFAULT_LOCAL_MODEL, PROVIDERS, checked_spec, key_requirement,
-                                                    make_provider, missing_key_env, parse_spec, provider_class)
+from persobench.providers.provider_registry import (DEFAULT_LOCAL_MODEL, PROVIDERS, checked_spec, enforces_schema,
+                                                    key_requirement, make_provider, missing_key_env, parse_spec,
+                                                    provider_class)
 from persobench.providers.spec import NON_OUTPUT_OPTIONS, ModelSpec
 
 __all__ = [
     "BATCH_BACKENDS", "BatchBackend", "Completion", "DEFAULT_LOCAL_MODEL", "GenerationParams", "MissingKeyError",
     "ModelSpec", "NON_OUTPUT_OPTIONS", "PAPER_PRESETS", "PROVIDERS", "Provider", "Request", "checked_spec",
-    "estimate_cost", "find_registry_file", "key_requirement", "load_registry", "make_batch_backend",
+    "enforces_schema", "estimate_cost", "find_registry_file", "key_requirement", "load_registry", "make_batch_backend",
     "make_provider", "missing_key_env", "parse_base_url", "parse_spec", "preset", "prices_for", "provider_class",
     "resolve_model", "supports_batch",
 ]

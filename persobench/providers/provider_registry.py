@@ -22,16 +22,26 @@ from persobench.providers.base import check_options, parse_base_url
 import os
 
 
-#: name -> provider class (``cls(spec, api_key=..., timeout=...)``), as lazy "module:attr" paths.
+#: name -> provider class (``cls(spec, api_key=..., timeout=...)``), as lazy "module:attr" paths. The
+#: entry's fact ``structured=True``: the provider enforces a JSON schema on the reply
+#: (``Request.response_schema``: OpenAI-compatible ``response_format``, Anthropic ``output_config``,
+#: grammar-constrained local decoding), so the LLM judge asks it for its label through structured output
+#: (:func:`enforces_schema`); the others are asked for one bare word.
 PROVIDERS: Registry[Callable[..., Provider]] = Registry("provider")
-PROVIDERS.register("openai", "persobench.providers.openai_provider:OpenAIProvider",
+PROVIDERS.register("openai", "persobench.providers.openai_provider:OpenAIProvider", structured=True,
                    description="OpenAI and any OpenAI-compatible server (vLLM, Ollama, llama.cpp, OpenRouter, ...) via base_url")
-PROVIDERS.register("anthropic", "persobench.providers.anthropic_provider:AnthropicProvider",
+PROVIDERS.register("anthropic", "persobench.providers.anthropic_provider:AnthropicProvider", structured=True,
                    description="Anthropic Messages API")
-PROVIDERS.register("local", "persobench.providers.local:LocalProvider",
+PROVIDERS.register("local", "persobench.providers.local:LocalProvider", structured=True,
                    description="in-process Hugging Face transformers model (hub id, folder or GGUF file); local:smollm2 is the offline default")
 PROVIDERS.register("baseline", "persobench.providers.baselines:BaselineProvider",
                    description="BASELINES, not models: baseline:reference (gold reply, ceiling), baseline:persona-echo (floor)")
+
+def enforces_schema(provider: str) -> bool:
+    """Whether ``provider`` was registered as enforcing a JSON schema on the reply (``structured=True``);
+    read from the registry, without importing the provider or its SDK."""
+    return bool(PROVIDERS.fact(provider, "structured", False))
+
 
 #: The offline default model.
 DEFAULT_LOCAL_MODEL = "local:smollm2"

@@ -198,7 +198,9 @@ class RayScoring:
 
     def __enter__(self) -> "RayScoring":
         ray = self.ray
-        if not ray.is_initialized():
+        if ray.is_initialized():
+            _check_joined(ray, self.address)
+        else:
             self._connect()
         resources = ray.cluster_resources()
         # The cluster's resources decide (a GPU the driver sees but Ray does not offer cannot be asked for).
@@ -220,8 +222,6 @@ class RayScoring:
         return self
 
     def _connect(self) -> None:
-
-
         _check_reachable(self.address)
         try:
             # The driver's own persobench goes with the job, so every worker runs the same code.
@@ -229,7 +229,6 @@ class RayScoring:
                           logging_level=logging.WARNING,
                           runtime_env={"py_modules": [persobench], "excludes": ["__pycache__", "*.pyc"]})
         except (ConnectionError, RuntimeError, ValueError) as exc:
-
             where = public_address(self.address) if self.address else "a new local Ray instance"
             raise ConfigurationError(f"cannot start or reach Ray at {where}: {public_text(_one_line(exc))}") from None
         self._started_ray = True
@@ -310,26 +309,61 @@ class RayScoring:
                 yield ShardsDone(work, combine_results(results), errors[0] if errors else "")
 
 
-def _check_reachable(address: str | None) -> None:
-    """Refuse a ``HOST:PORT`` nothing answers on in one line, at once (Ray itself retries for minutes)."""
-
-
-
-    address = address or os.environ.get("RAY_ADDRESS") or ""
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``HOST:PORT`` or ``ray://[USER@]HOST[:PORT]`` address; ``None`` for ``auto``
+    and any other form (Ray reads those itself)."""
     host, sep, port = address.rpartition("@")[2].rpartition(":")
     if address.startswith("ray://"):  # a Ray client address (its user info, if any, is never printed)
         try:
             parts = urlsplit(address)
             host, sep, port = parts.hostname or "", ":", str(parts.port or 10001)
         except ValueError:
-            return
+            return None
     if not sep or "://" in address and not address.startswith("ray://") or not port.isdigit():
+        return None
+    return host, int(port)
+
+
+def _check_reachable(address: str | None) -> None:
+    """Refuse a ``HOST:PORT`` nothing answers on in one line, at once (Ray itself retries for minutes)."""
+    address = address or os.environ.get("RAY_ADDRESS") or ""
+    endpoint = _host_port(address)
+    if endpoint is None:
         return  # "auto" or a new local instance: Ray says what is wrong
     try:
-        socket.create_connection((host, int(port)), timeout=10).close()
+        socket.create_connection(endpoint, timeout=10).close()
     except OSError as exc:
         raise ConfigurationError(f"cannot reach Ray at {public_address(address)}: {exc.strerror or exc}; start it with "
                                  "`ray start --head` or give its address with --ray-address") from None
+
+
+def _check_joined(ray: Any, address: str | None) -> None:
+    """Refuse a pass whose address names another cluster than the one this process has joined: Ray
+    keeps one connection per process, so the pass would run there, not where it was asked to.
+    ``auto``, no address, and a connection that does not say where it goes (a Ray client) use it."""
+    if not address or address == "auto":
+        return
+    try:
+        joined = str(ray.get_runtime_context().gcs_address or "")
+    except Exception:  # noqa: BLE001 - a connection that cannot say where it goes is used, as before
+        joined = ""
+    wanted, there = _host_port(address), _host_port(joined)
+    if wanted is None or there is None:
+        return
+    if (_machine(wanted[0]), wanted[1]) != (_machine(there[0]), there[1]):
+        raise ConfigurationError(f"this process is already connected to Ray at {public_address(joined)}, not at "
+                                 f"{public_address(address)} (--ray-address): score in a new process to use "
+                                 "that cluster")
+
+
+def _machine(host: str) -> str:
+    """A host as it can be compared: its address, every address of this machine being one."""
+    try:
+        found = socket.gethostbyname(host)
+        own = socket.gethostbyname_ex(socket.gethostname())[2]
+    except OSError:
+        return host.lower()
+    return "this machine" if found.startswith("127.") or found in own else found
 
 
 def _one_line(exc: BaseException) -> str:

@@ -10,8 +10,8 @@
 """
 
 from persobench.metrics.judge.judge_batch import pending_note
-from persobench.metrics.judge.judge_config import (JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, Judge,
-                                                   JudgeConfig, make_judge, resolve_judge)
+from persobench.metrics.judge.judge_config import (JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, Judge, JudgeConfig, make_judge,
+                                                   resolve_judge)
 from persobench.metrics.judge.judge_prompt import DEFAULT_PROMPT, JudgeTemplate, load_template, template_versions
 from persobench.metrics.judge.judge_session import JudgeSession, NLIAnswers, judge_session
 from persobench.metrics.judge.labeller import (Agreement, JudgeError, JudgeEstimate, JudgeLabeller, JudgeStats,
@@ -19,7 +19,7 @@ from persobench.metrics.judge.labeller import (Agreement, JudgeError, JudgeEstim
 
 __all__ = [
     "Agreement", "DEFAULT_PROMPT", "JUDGE_FLAGS", "JUDGE_TIMEOUT_FLAG", "Judge", "JudgeConfig", "JudgeError", "JudgeEstimate",
-    "JudgeLabeller", "JudgeSession", "JudgeStats", "JudgeTemplate", "NLIAnswers", "STRUCTURED_PROVIDERS", "agreement",
+    "JudgeLabeller", "JudgeSession", "JudgeStats", "JudgeTemplate", "NLIAnswers", "agreement",
     "judge_provenance", "judge_session", "labeller_note", "load_template", "make_judge", "pending_note",
     "resolve_judge", "template_versions",
 ]

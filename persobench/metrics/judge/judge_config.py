@@ -26,11 +26,8 @@ from persobench.llm.response_cache import default_cache_dir
 from persobench.core.secrets import url_with_credentials
 from persobench.providers.batch_api import supports_batch
 from persobench.providers.base import parse_base_url
+from persobench.providers.provider_registry import enforces_schema
 
-
-#: Providers that enforce a JSON schema on the reply (OpenAI-compatible ``response_format``,
-#: Anthropic ``output_config``, grammar-constrained local decoding); others get the plain form.
-STRUCTURED_PROVIDERS = frozenset({"openai", "anthropic", "local"})
 
 #: Field of :class:`~persobench.config.judge.JudgeConfig` -> its ``score`` flag (generated from
 #: the field table; ``max_concurrency`` has no flag, ``cache_dir`` is the store's).
@@ -71,8 +68,9 @@ class Judge:
 
     @property
     def structured(self) -> bool:
-        """Whether the label is asked for through structured output."""
-        return not self.plain and self.spec.provider in STRUCTURED_PROVIDERS
+        """Whether the label is asked for through structured output: the provider enforces a JSON schema
+        (its registry entry says so: :func:`~persobench.providers.provider_registry.enforces_schema`)."""
+        return not self.plain and enforces_schema(self.spec.provider)
 
     @property
     def template(self) -> JudgeTemplate:

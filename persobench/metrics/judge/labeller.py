@@ -11,7 +11,8 @@ the classifier, so the metric code is the same for both.
 
 The judge's prompt is a versioned template in the package (``judge_templates/<version>.toml``). It
 asks for the label through structured output (a JSON schema whose ``label`` is an enum of the three
-labels) on providers that enforce one (:data:`STRUCTURED_PROVIDERS`), and otherwise for one bare word.
+labels) on providers registered as enforcing one (:func:`persobench.providers.enforces_schema`), and otherwise
+for one bare word.
 Parsing is strict (:func:`parse_label`): any other answer is :data:`UNPARSEABLE`, counted and never
 guessed; a pair whose request failed is :data:`UNANSWERED`. Neither gives a metric value.
 
@@ -41,7 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 from persobench.errors import ConfigurationError, MetricError, PersoBenchError, ScoringError
 from persobench.metrics.backends import PROFILE_MARK
 from persobench.metrics.judge.judge_config import (  # noqa: F401 - part of this module's interface
-    JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, STRUCTURED_PROVIDERS, Judge, make_judge,
+    JUDGE_FLAGS, JUDGE_TIMEOUT_FLAG, Judge, make_judge,
 )
 from persobench.metrics.judge.judge_prompt import (  # noqa: F401 - part of this module's interface
     DEFAULT_PROMPT, LABEL_SCHEMA, TEMPLATE_DIR, UNPARSEABLE, JudgeTemplate, load_template, parse_label,
