@@ -426,7 +426,7 @@ def test_a_stored_retry_policy_with_its_old_timeout_flag_still_loads(tmp_path):
     judge = {"model": "openai:judge-model", "base_url": "http://127.0.0.1:9/v1", "retry": old}
     assert JudgeConfig.model_validate(judge).retry == policy
     step = JobStep.from_dict({"label": "LLM judge", "kind": "score", "config": {"judge": judge, "runs": "job"}})
-    assert ScoreConfig.from_dict(step.config, home=tmp_path, ignore=("runs",)).judge.retry == policy
+    assert step.request.score_config(home=tmp_path).judge.retry == policy
     run = GenerationConfig.from_dict({"retry": {**old, "timeout_flag": "--timeout"}})
     assert run.retry == policy and run.to_dict()["retry"] == policy.model_dump(mode="json")
     with pytest.raises(ValidationError):  # any other unknown field is still refused
