@@ -7,6 +7,8 @@ traceback, and never read."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -88,6 +90,19 @@ def test_the_compare_pages_first_comparison_is_prepared_too(home, monkeypatch):
     assert not at.exception and not at.error, [e.message for e in at.exception] + [e.value for e in at.error]
     shown = next(f.value for f in at.dataframe if "A - B" in f.value.columns)
     assert sorted(shown["metric"]) == sorted(prepared["metric"])
+
+
+def test_preparing_the_view_reads_each_manifest_once_and_syncs_no_cache_file(home, monkeypatch):
+    """The view and its results share one scan of the runs; the tables are written atomically but not
+    fsynced (a table lost in a power cut is only rebuilt: the step ends every command)."""
+    shutil.rmtree(home / disk_cache.CACHE_DIR)
+    reads, syncs = [], []
+    real_get, real_fsync = RunStore.get, os.fsync
+    monkeypatch.setattr(RunStore, "get", lambda self, run_id: reads.append(run_id) or real_get(self, run_id))
+    monkeypatch.setattr(os, "fsync", lambda fd: syncs.append(fd) or real_fsync(fd))
+    assert landing.warm_landing(RunStore(home))
+    assert set(landing_files(home)) == {"results", "board", "overall"}
+    assert len(reads) == 1 and syncs == []
 
 
 def test_a_command_that_changes_nothing_leaves_the_cache_as_it_is(home):
