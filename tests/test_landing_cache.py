@@ -6,6 +6,7 @@ traceback, and never read."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from persobench.aggregate import disk_cache, landing
+from persobench.core import gc_pace
 from persobench.cli import main
 from persobench.store.run_store import RunStore
 from tests.test_app import APP, TIMEOUT, ranking
@@ -103,6 +105,17 @@ def test_preparing_the_view_reads_each_manifest_once_and_syncs_no_cache_file(hom
     assert landing.warm_landing(RunStore(home))
     assert set(landing_files(home)) == {"results", "board", "overall"}
     assert len(reads) == 1 and syncs == []
+
+
+def test_the_view_is_built_at_the_scoring_passs_collector_pace(home, monkeypatch):
+    """After a pass, the default pace's first collections walked everything the pass had made (40 ms
+    of a lexical score's landing step): the step collects as seldom as the pass, then the pace is back."""
+    shutil.rmtree(home / disk_cache.CACHE_DIR)
+    paces, real = [], landing.leaderboard
+    monkeypatch.setattr(landing, "leaderboard", lambda *a, **k: paces.append(gc.get_threshold()[0]) or real(*a, **k))
+    before = gc.get_threshold()
+    assert landing.warm_landing(RunStore(home))
+    assert paces and paces[0] >= gc_pace.PASS_THRESHOLD and gc.get_threshold() == before
 
 
 def test_a_command_that_changes_nothing_leaves_the_cache_as_it_is(home):
