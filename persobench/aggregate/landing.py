@@ -33,7 +33,6 @@ from persobench.aggregate.disk_cache import cached_table
 from persobench.aggregate.ranking import comparison_table, overall_with_ci
 from persobench.aggregate.results import Results, available_profiles, load_results
 from persobench.metrics import METRICS
-from persobench.core.gc_pace import fewer_collections
 from persobench.core.secrets import redact
 from persobench.store.run_store import Run, RunStore
 
@@ -144,38 +143,28 @@ def cached_comparison(store: RunStore, results: Callable[[], pd.DataFrame], *, p
 def warm_landing(store: RunStore) -> bool:
     """Build the landing page's first view (:func:`landing_view`) into the store's disk cache, so the
     first app process reads it instead of building it. True when the store has a view to build.
-    Never raises: a cache that cannot be built or written only leaves the app to build it.
-
-    Built at a scoring pass's collector pace (:func:`~persobench.core.gc_pace.fewer_collections`): at
-    the default one, the step's first collections walked every object the command had made since
-    its last (after a lexical ``score``, one older-generation collection cost 40 ms of the step)."""
+    Never raises: a cache that cannot be built or written only leaves the app to build it."""
     try:
-        with fewer_collections():
-            return _warm_landing(store)
+        # Every manifest read once for the view and the results (a scan is a tenth of this step):
+        # the results take the scan only while the store is as it was before it, else scan again
+        # (the tables are keyed by the store's state when they are built).
+        state = store.fingerprint()
+        scanned = store.scan()
+        view = landing_view(store, scanned[0])
+        if view is None:
+            return False
+        profile, dataset = view
+        results = functools.cache(lambda: load_results(
+            store, profile=profile, dataset=dataset, scanned=scanned if store.fingerprint() == state else None))
+        options: dict[str, Any] = {"profile": profile, "dataset": dataset, "invalid": LANDING_INVALID, "side_by_side": False,
+                   "all_samples": False}
+        board = cached_board(store, results, **options)
+        cached_overall(store, results, lambda: board, **options)
+        pair = compare_pair(results().frame)  # the Compare page's first view: same dataset and profile
+        if pair is not None:
+            cached_comparison(store, lambda: results().frame, profile=profile, run_a=pair[0], run_b=pair[1],
+                              invalid=LANDING_INVALID, metrics=compared_metrics(results().frame, *pair))
+        return True
     except Exception as exc:  # noqa: BLE001 - the command's own work is done: never fail it here
         log.info("%s: the landing page's tables were not prepared (%s: %s)", store.home, type(exc).__name__, exc)
         return False
-
-
-def _warm_landing(store: RunStore) -> bool:
-    """:func:`warm_landing`'s work (raises)."""
-    # Every manifest read once for the view and the results (a scan is a tenth of this step):
-    # the results take the scan only while the store is as it was before it, else scan again
-    # (the tables are keyed by the store's state when they are built).
-    state = store.fingerprint()
-    scanned = store.scan()
-    view = landing_view(store, scanned[0])
-    if view is None:
-        return False
-    profile, dataset = view
-    results = functools.cache(lambda: load_results(
-        store, profile=profile, dataset=dataset, scanned=scanned if store.fingerprint() == state else None))
-    options: dict[str, Any] = {"profile": profile, "dataset": dataset, "invalid": LANDING_INVALID,
-                               "side_by_side": False, "all_samples": False}
-    board = cached_board(store, results, **options)
-    cached_overall(store, results, lambda: board, **options)
-    pair = compare_pair(results().frame)  # the Compare page's first view: same dataset and profile
-    if pair is not None:
-        cached_comparison(store, lambda: results().frame, profile=profile, run_a=pair[0], run_b=pair[1],
-                          invalid=LANDING_INVALID, metrics=compared_metrics(results().frame, *pair))
-    return True
