@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers", "pandas", "openai", "anthropic", "streamlit", "datasets", "bert_score", "nltk")
+HEAVY = ("torch", "transformers", "pandas", "numpy", "openai", "anthropic", "streamlit", "datasets", "bert_score", "nltk")
 
 
 def test_top_level_imports_load_no_heavy_dependency() -> None:

@@ -6,14 +6,19 @@ traceback, and never read."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import shutil
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from persobench import pipeline
 from persobench.aggregate import disk_cache, landing
+from persobench.core import gc_pace
 from persobench.cli import main
 from persobench.store.run_store import RunStore
 from tests.test_app import APP, TIMEOUT, ranking
@@ -88,6 +93,31 @@ def test_the_compare_pages_first_comparison_is_prepared_too(home, monkeypatch):
     assert not at.exception and not at.error, [e.message for e in at.exception] + [e.value for e in at.error]
     shown = next(f.value for f in at.dataframe if "A - B" in f.value.columns)
     assert sorted(shown["metric"]) == sorted(prepared["metric"])
+
+
+def test_preparing_the_view_reads_each_manifest_once_and_syncs_no_cache_file(home, monkeypatch):
+    """The view and its results share one scan of the runs; the tables are written atomically but not
+    fsynced (a table lost in a power cut is only rebuilt: the step ends every command)."""
+    shutil.rmtree(home / disk_cache.CACHE_DIR)
+    reads, syncs = [], []
+    real_get, real_fsync = RunStore.get, os.fsync
+    monkeypatch.setattr(RunStore, "get", lambda self, run_id: reads.append(run_id) or real_get(self, run_id))
+    monkeypatch.setattr(os, "fsync", lambda fd: syncs.append(fd) or real_fsync(fd))
+    assert landing.warm_landing(RunStore(home))
+    assert set(landing_files(home)) == {"results", "board", "overall"}
+    assert len(reads) == 1 and syncs == []
+
+
+def test_the_view_is_built_at_the_scoring_passs_collector_pace(home, monkeypatch):
+    """After a pass, the default pace's first older-generation collection walked everything the pass
+    had made (40-60 ms of a lexical score's end): the step after a block runs at the pass's pace,
+    then the pace is back."""
+    paces, real = [], landing.leaderboard
+    monkeypatch.setattr(landing, "leaderboard", lambda *a, **k: paces.append(gc.get_threshold()[0]) or real(*a, **k))
+    before = gc.get_threshold()
+    with pipeline.landing_kept_current(home):
+        (RunStore(home).runs()[0].path / "manifest.json").touch()  # the store changed: the board is built again
+    assert paces and paces[0] >= gc_pace.PASS_THRESHOLD and gc.get_threshold() == before
 
 
 def test_a_command_that_changes_nothing_leaves_the_cache_as_it_is(home):

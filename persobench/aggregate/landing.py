@@ -145,11 +145,17 @@ def warm_landing(store: RunStore) -> bool:
     first app process reads it instead of building it. True when the store has a view to build.
     Never raises: a cache that cannot be built or written only leaves the app to build it."""
     try:
-        view = landing_view(store)
+        # Every manifest read once for the view and the results (a scan is a tenth of this step):
+        # the results take the scan only while the store is as it was before it, else scan again
+        # (the tables are keyed by the store's state when they are built).
+        state = store.fingerprint()
+        scanned = store.scan()
+        view = landing_view(store, scanned[0])
         if view is None:
             return False
         profile, dataset = view
-        results = functools.cache(lambda: load_results(store, profile=profile, dataset=dataset))
+        results = functools.cache(lambda: load_results(
+            store, profile=profile, dataset=dataset, scanned=scanned if store.fingerprint() == state else None))
         options: dict[str, Any] = {"profile": profile, "dataset": dataset, "invalid": LANDING_INVALID, "side_by_side": False,
                    "all_samples": False}
         board = cached_board(store, results, **options)

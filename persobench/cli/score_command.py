@@ -71,6 +71,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     config = score_config_from_args(args, store.home)
     requested = list(config.checked_metrics()) if config.metrics is not None else None
     profile = config.resolve_profile()
+    readable = None
     if not args.runs:
         readable, problems = store.scan()
         warn_skipped((str(p.path), p.reason) for p in problems)
@@ -78,7 +79,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             print(f"no runs with generations in {store.runs_dir}")
             return 0
 
-    runs = resolve_runs(store, args.runs or None)
+    runs = resolve_runs(store, args.runs or None, runs=readable)  # every manifest read once
     samples_cache: dict[str, dict] = {}
     if args.dry_run:
         return judge_flags.dry_run(profile, runs, lambda run: _samples_for(run, samples_cache), requested)

@@ -164,14 +164,6 @@ def _lcs_words(x: list[str], y: list[str], y_masks: dict[str, int], shared: "set
     """
     full = (1 << len(y)) - 1
     kept = [word for word in x if word in shared]
-    # gap[k]: a word of x that y lacks comes right after kept[k - 1] (k = 0: none can matter).
-    gap = [False] * (len(kept) + 1)
-    k = 0
-    for word in x:
-        if word in shared:
-            k += 1
-        else:
-            gap[k] = True
     rows = [full]
     row = full
     for word in kept:
@@ -184,6 +176,15 @@ def _lcs_words(x: list[str], y: list[str], y_masks: dict[str, int], shared: "set
     if length == len(shared) and sum(y_masks[w].bit_count() for w in shared) == length:
         return set(shared)
 
+    # gap[k]: a word of x that y lacks comes right after kept[k - 1] (k = 0: none can matter); only
+    # the walk back reads it (two pairs in five end above).
+    gap = [False] * (len(kept) + 1)
+    k = 0
+    for word in x:
+        if word in shared:
+            k += 1
+        else:
+            gap[k] = True
     words: set[str] = set()
     i, j = len(kept), len(y)
     # In a row of a word y lacks, the package goes left to the highest column below j whose row
@@ -215,16 +216,23 @@ def rouge_of(reference: RougeText, reply: RougeText) -> tuple[float, float, floa
     (n-grams as sets; summary-level ROUGE-L: the union of the LCS words of every sentence pair)."""
     if not reply.has_words or not reference.has_words:
         return 0.0, 0.0, 0.0
-    return _rouge(reference, reply.sentences, reply.unigrams, reply.bigrams)
+    sentences = reply.sentences
+    return _rouge(reference, sentences, reply.unigrams,
+                  sentences[0] if len(sentences) == 1 else list(chain.from_iterable(sentences)))
 
 
 def _rouge(reference: RougeText, sentences: list[list[str]], unigrams: "frozenset[str]",
-           bigrams: "frozenset[tuple[str, str]]") -> tuple[float, float, float]:
+           words: list[str]) -> tuple[float, float, float]:
     """:func:`rouge_of` of a reply with words (:attr:`RougeText.has_words`) given as its
-    :class:`RougeText` fields: :func:`lexical_chunk` makes no object per reply."""
+    :class:`RougeText` fields and its words, all sentences' in a row: :func:`lexical_chunk` makes
+    no object per reply."""
     common = unigrams & reference.unigrams
     r1 = _f_score(len(common), len(unigrams), len(reference.unigrams))
-    r2 = _f_score(len(bigrams & reference.bigrams), len(bigrams), len(reference.bigrams))
+    # The F-score of no shared bigram is 0.0 whatever the counts: the reply's bigram set is made
+    # only when one is shared (in three replies out of ten).
+    shared_bigrams = len(reference.bigrams.intersection(zip(words, words[1:])))
+    r2 = (_f_score(shared_bigrams, len(frozenset(zip(words, words[1:]))), len(reference.bigrams))
+          if shared_bigrams else 0.0)
     # An LCS only holds shared words, so the union is a subset of ``common``: sentences sharing
     # none are skipped, and once the union is ``common`` no pair can add to it.
     union: set[str] = set()
@@ -294,7 +302,7 @@ def lexical_chunk(references: Sequence[str], replies: Sequence[str],
                 words = sentences[0] if len(sentences) == 1 else list(chain.from_iterable(sentences))
                 reply_unigrams = frozenset(words)
                 if len(reply_unigrams) > ("" in reply_unigrams) and ref_rouge.has_words:
-                    rouge = _rouge(ref_rouge, sentences, reply_unigrams, frozenset(zip(words, words[1:])))
+                    rouge = _rouge(ref_rouge, sentences, reply_unigrams, words)
                 else:
                     rouge = zero_rouge
         else:

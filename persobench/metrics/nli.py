@@ -24,8 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from persobench.metrics.backends import (
     BackendUnavailable, SlotModel, cached, model_identity, package_version, resolve_transformers_path,
 )
@@ -61,6 +59,7 @@ class NLIModel:
         """Label each (premise, hypothesis) pair, or each :class:`NLIInput`'s ``text`` as one sequence
         when it has one. Inputs are batched by length (less padding); results come back in input
         order and equal per-input calls up to float rounding."""
+        import numpy as np
         import torch
 
         results: list[NLIPrediction | None] = [None] * len(pairs)

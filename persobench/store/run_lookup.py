@@ -15,10 +15,11 @@ def open_store(home: str | os.PathLike[str] | None = None, store: RunStore | Non
     return store if store is not None else RunStore(home)
 
 
-def resolve_runs(store: RunStore, names: Sequence[str] | None) -> list[Run]:
-    """Runs by id or unique id prefix; every readable run with generations when ``names`` is empty."""
+def resolve_runs(store: RunStore, names: Sequence[str] | None, *, runs: Sequence[Run] | None = None) -> list[Run]:
+    """Runs by id or unique id prefix; every readable run with generations when ``names`` is empty
+    (of ``runs``, the store's readable runs when the caller has just listed them, else listed here)."""
     if not names:
-        return [r for r in store.runs() if r.has_table("generations")]
+        return [r for r in (store.runs() if runs is None else runs) if r.has_table("generations")]
     return [resolve_run(store, name) for name in names]
 
 

@@ -17,10 +17,12 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from persobench.store.files import atomic_write_json
+
+if TYPE_CHECKING:  # pragma: no cover - numpy loads with the first shelf used (the CLI's start-up skips it)
+    import numpy as np
 
 __all__ = ["EmbeddingShelf", "backend_key", "text_key"]
 
@@ -45,6 +47,8 @@ class EmbeddingShelf:
 
     def refresh(self) -> None:
         """Read the index of shards written since (by this or another process)."""
+        import numpy as np
+
         if self.folder is None or not self.folder.is_dir():
             return
         for shard in sorted(self.folder.glob("shard-*")):
@@ -71,6 +75,8 @@ class EmbeddingShelf:
 
     def get(self, key: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """``(vectors, weights)`` of a text (float32 copies), or None."""
+        import numpy as np
+
         found = self._pending.get(key)
         if found is not None:
             return found
@@ -81,12 +87,16 @@ class EmbeddingShelf:
         return np.array(vectors[place[1]:place[2]]), np.array(weights[place[1]:place[2]])
 
     def put(self, key: bytes, vectors: np.ndarray, weights: np.ndarray) -> None:
+        import numpy as np
+
         if key not in self:
             self._pending[key] = (np.ascontiguousarray(vectors, dtype=np.float32),
                                   np.ascontiguousarray(weights, dtype=np.float32))
 
     def flush(self) -> int:
         """Write the pending arrays as one new shard (atomically); returns how many were written."""
+        import numpy as np
+
         if self.folder is None or not self._pending:
             return 0
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -35,9 +35,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from persobench.core.gc_pace import give_back_memory
 from persobench.metrics.backends import BackendUnavailable, Profile, model_identity, package_version
@@ -46,6 +44,9 @@ import contextlib
 from persobench.metrics.encoders.embedding_models import load_bertscorer
 from persobench.metrics.encoders.embedding_models import load_embedding
 from persobench.metrics.encoders.encoder_streams import forward_streams, run_in_streams
+
+if TYPE_CHECKING:  # pragma: no cover - numpy loads with the first embedding (the CLI's start-up skips it)
+    import numpy as np
 
 BATCH_ROWS = 32
 LENGTH_STEP = 8
@@ -84,6 +85,8 @@ def fixed_batches(lengths: dict[Any, int]) -> Iterator[tuple[int, list[Any]]]:
 
 def normalise_rows(matrix: np.ndarray) -> np.ndarray:
     """Each row divided by its L2 norm (float32)."""
+    import numpy as np
+
     matrix = np.asarray(matrix, dtype=np.float32)
     return matrix / np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
 
@@ -92,6 +95,8 @@ def greedy_match(cand: np.ndarray, cand_w: np.ndarray, ref: np.ndarray, ref_w: n
     """bert_score's ``greedy_cos_idf`` for one (candidate, reference) pair of normalised token
     embeddings with their weights: precision, recall, F1 (0 for an empty side, as bert_score).
     numpy, not torch: on pairs this small torch's per-call threading costs more than the maths."""
+    import numpy as np
+
     sim = cand @ ref.T
     p = float(np.dot(sim.max(axis=1), cand_w / cand_w.sum(dtype=np.float32)))
     r = float(np.dot(sim.max(axis=0), ref_w / ref_w.sum(dtype=np.float32)))
@@ -266,6 +271,8 @@ class TextEncoder:
         return self._token_run(self._token_inputs(ids, length))
 
     def _token_entry(self, states: Any, row: int, seq: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
+
         tokenizer = self.bert_model().scorer._tokenizer
         specials = {tokenizer.sep_token_id, tokenizer.cls_token_id}
         vectors = normalise_rows(states[row, :len(seq)].numpy())
@@ -440,6 +447,8 @@ class TextEncoder:
         yield from run_in_streams(batches, inputs, run, streams)
 
     def _keep_sentence(self, text: str, vector: Any) -> None:
+        import numpy as np
+
         key = text_key(text)
         entry = (np.array(vector.numpy(), dtype=np.float32).reshape(1, -1), np.ones(1, dtype=np.float32))
         self._memory["sentence"][key] = entry
@@ -479,6 +488,8 @@ class TextEncoder:
 
     def sentence_similarities(self, left: Sequence[str], right: Sequence[str]) -> list[float]:
         """Cosine similarity of each (left[i], right[i]) (the vectors are normalised)."""
+        import numpy as np
+
         with self._lock:
             self._prepare((), list(left) + list(right), None)
             memory = self._memory["sentence"]
