@@ -151,7 +151,8 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
         new_rows = empty_scores()
     else:
         new_rows = _new_rows(work, result)
-        made = new_rows["metric"].value_counts().to_dict()  # one pass, not one comparison per metric
+        # one pass, not one comparison per metric
+        made = {str(metric): int(n) for metric, n in new_rows["metric"].value_counts().items()}
         for metric in work.todo:
             summary.computed[metric] = made.get(metric, 0)
         if "persona_coverage" in work.todo and len(result.persona_details):
@@ -178,7 +179,8 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
         if first[0]:  # every row is new, of this profile: counted above
             counted = made
         else:
-            counted = (merged.loc[merged["profile"] == key, "metric"].value_counts().to_dict()
+            counted = ({str(metric): int(n) for metric, n in
+                        merged.loc[merged["profile"] == key, "metric"].value_counts().items()}
                        if merged is not None else {})
         entry = run.manifest.details.profile_scores(prof.key)
         stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
