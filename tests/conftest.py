@@ -67,15 +67,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The checkers' commands of the selected tests start now, in one process only (a pytest-xdist
-    worker runs them when their tests run): tests/background_checks.py."""
-    from tests import background_checks
+    worker runs them when their tests run): tests/background_commands.py."""
+    from tests import background_commands
 
-    if not background_checks.in_xdist_worker() and not session.config.option.collectonly:
-        background_checks.start([marker.args[0] for item in session.items
+    if not background_commands.in_xdist_worker() and not session.config.option.collectonly:
+        background_commands.start([marker.args[0] for item in session.items
                                  for marker in item.iter_markers("background")])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    from tests import background_checks
+    from tests import background_commands
 
-    background_checks.stop()
+    background_commands.stop()

@@ -3,7 +3,7 @@
 vulture (dead code; [tool.vulture] in pyproject.toml, its whitelist tests/vulture_whitelist.py).
 
 The checkers' commands start when the session's collection ends, on the core the rest of the suite
-leaves idle (``tests/background_checks.py``); each test reads its command's result.
+leaves idle (``tests/background_commands.py``); each test reads its command's result.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import background_checks as background
+from tests import background_commands as background
 
 ROOT = Path(__file__).resolve().parents[1]
 

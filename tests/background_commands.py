@@ -1,13 +1,15 @@
-"""Checker commands started when the session's collection ends, their results read by their tests.
+"""Long commands started when the session's collection ends, their results read by their tests.
 
-The checkers of ``tests/test_lint.py`` (mypy: ~75 s of CPU on a cold cache, as on a clean clone;
-lint-imports over the tree and over each copy with a forbidden import; vulture; ruff) spend their time
-on one core, while most of the suite waits on servers, browsers, subprocesses and sleeps. In a single
-pytest process, the commands of the tests selected for the session start in one background thread,
-one after another, so they use the core the suite leaves idle; each test then waits for its own
-command's result (the same command, the same assertions). They run at the suite's own priority: at
-``nice -n 10`` they were starved on a machine shared with other work and the tests waited for them.
-In a pytest-xdist worker nothing starts early: each test runs its command when it runs.
+Some tests spend a minute or more in one command that needs none of the test's state: the checkers
+of ``tests/test_lint.py`` (mypy: ~75 s of CPU on a cold cache, as on a clean clone; lint-imports over
+the tree and over each copy with a forbidden import; vulture; ruff) and the offline demo of
+``tests/test_demo.py`` (SmolLM2 generating its 32 replies, minutes). Most of the rest of the suite
+waits on servers, browsers, subprocesses and sleeps. In a single pytest process, the commands of the
+tests selected for the session start in one background thread, one after another in the tests'
+order, so they use the core the suite leaves idle; each test then waits for its own command's result
+(the same command, the same assertions). They run at the suite's own priority: at ``nice -n 10`` they
+were starved on a machine shared with other work and the tests waited for them. In a pytest-xdist
+worker nothing starts early: each test runs its command when it runs.
 
 A test names its command with ``@pytest.mark.background("name")`` and registers it with
 :func:`register` at import; ``tests/conftest.py`` starts them (:func:`start`).
@@ -22,10 +24,10 @@ import tempfile
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-#: A command: given a folder of its own to work in, its finished process.
-Command = Callable[[Path], "subprocess.CompletedProcess[str]"]
+#: A command: given a folder of its own to work in, what its test reads (a finished process, say).
+Command = Callable[[Path], Any]
 
 _COMMANDS: dict[str, Command] = {}
 _STARTED: dict[str, Future] = {}
@@ -37,9 +39,10 @@ def register(name: str, command: Command) -> None:
     _COMMANDS[name] = command
 
 
-def run(argv: list[str], *, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], *, cwd: Path, timeout: float, env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:
     """``argv`` in ``cwd`` (:func:`subprocess.run`'s result), ended by :func:`stop` should the session end first."""
-    with subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as process:
         _RUNNING.add(process)
         try:
@@ -75,7 +78,7 @@ def start(names: list[str]) -> None:
     threading.Thread(target=work, name="background-checks", daemon=True).start()
 
 
-def result(name: str, folder: Path) -> subprocess.CompletedProcess[str]:
+def result(name: str, folder: Path) -> Any:
     """The result of the command ``name``: the early run's if it was started, else run now in ``folder``."""
     future = _STARTED.get(name)
     if future is None:
