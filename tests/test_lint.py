@@ -18,6 +18,8 @@ import pytest
 from tests import background_commands as background
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A test may wait for its command behind the demo's on the background thread (minutes on a loaded machine).
+pytestmark = pytest.mark.timeout(1800)
 
 
 def _ruff() -> str | None:
