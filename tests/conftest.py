@@ -63,3 +63,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     last ones to begin while the other worker sits idle (the demo's test alone is minutes)."""
     long_files = {item.path for item in items if any(item.get_closest_marker(m) for m in LONG_RUNNING_MARKERS)}
     items.sort(key=lambda item: item.path not in long_files)  # stable: the order within a file is kept
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The checkers' commands of the selected tests start now, in one process only (a pytest-xdist
+    worker runs them when their tests run): tests/background_commands.py."""
+    from tests import background_commands
+
+    if not background_commands.in_xdist_worker() and not session.config.option.collectonly:
+        background_commands.start([marker.args[0] for item in session.items
+                                 for marker in item.iter_markers("background")])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests import background_commands
+
+    background_commands.stop()

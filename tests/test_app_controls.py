@@ -9,6 +9,7 @@ on the page that change leads to: tabs are opened one by one and their controls 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,13 @@ def drive_every_page(home: Path, monkeypatch) -> dict[str, int]:
     # No dataset hub is reachable here: New run's estimate of a hub dataset says so at once.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # The libraries read those variables when imported: imported by an earlier test of the session, they
+    # tried the hub, with back-off, at every rerun of New run (65 of the 100 s each test took in the suite).
+    for module, names in (("huggingface_hub.constants", ("HF_HUB_OFFLINE",)),
+                          ("datasets.config", ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))):
+        if module in sys.modules:
+            for name in names:
+                monkeypatch.setattr(sys.modules[module], name, True)
     counts = {}
     for page in PAGES:
         at = AppTest.from_file(APP, default_timeout=300).run()

@@ -327,7 +327,10 @@ def test_job_cards_in_chromium_show_the_error_line_local_times_and_a_working_res
             page.wait_for_selector('[data-testid="stMainBlockContainer"] h1', timeout=60_000)
             page.locator('[data-testid="stSidebarNav"]').get_by_text("New run").click()  # as a user gets there
             page.get_by_text("Runs launched from the app").wait_for(timeout=60_000)
-            page.get_by_text("bad model: failed: unknown provider").wait_for(timeout=30_000)
+            # Both cards, each drawn as the page's script gets to it (the broken job's first, the newer):
+            # the body is read once the last one is there, not as soon as the first one shows.
+            page.get_by_text("bad model: failed: unknown provider").wait_for(timeout=60_000)
+            page.get_by_text("(took 1 min 05 s)").wait_for(timeout=60_000)
             body = page.inner_text("body")
             assert "status 2" not in body and "2026-12-03T00" not in body
             assert "started 2026-12-03 09:00:00 JST" in body and "(took 1 min 05 s)" in body

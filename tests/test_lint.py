@@ -1,6 +1,10 @@
 """The checkers pass: ruff (its configuration in pyproject.toml), the import contracts of
 .importlinter (lint-imports), each with a test that the contracts fail on the imports they forbid, and
-vulture (dead code; [tool.vulture] in pyproject.toml, its whitelist tests/vulture_whitelist.py)."""
+vulture (dead code; [tool.vulture] in pyproject.toml, its whitelist tests/vulture_whitelist.py).
+
+The checkers' commands start when the session's collection ends, on the core the rest of the suite
+leaves idle (``tests/background_commands.py``); each test reads its command's result.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import background_commands as background
+
 ROOT = Path(__file__).resolve().parents[1]
+#: A test may wait for its command behind the demo's on the background thread (minutes on a loaded machine).
+pytestmark = pytest.mark.timeout(1800)
 
 
 def _ruff() -> str | None:
@@ -19,12 +27,20 @@ def _ruff() -> str | None:
     return str(beside_python) if beside_python.exists() else shutil.which("ruff")
 
 
-def test_ruff_finds_nothing():
+def _ruff_check(_folder: Path) -> subprocess.CompletedProcess[str]:
+    return background.run([str(_ruff()), "check", "--no-cache", "--output-format", "concise", "."], cwd=ROOT,
+                          timeout=120)
+
+
+background.register("ruff", _ruff_check)
+
+
+@pytest.mark.background("ruff")
+def test_ruff_finds_nothing(tmp_path):
     ruff = _ruff()
     if ruff is None:
         pytest.skip("ruff is not installed (requirements.txt pins it; `make install` puts it in .venv)")
-    done = subprocess.run([ruff, "check", "--no-cache", "--output-format", "concise", "."],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = background.result("ruff", tmp_path)
     assert done.returncode == 0, f"ruff check found problems:\n{done.stdout}{done.stderr}"
 
 
@@ -44,13 +60,16 @@ LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", LINT_IMPORTS], cwd=root, capture_output=True, text=True,
-                          timeout=300)
+    return background.run([sys.executable, "-c", LINT_IMPORTS], cwd=root, timeout=300)
 
 
-def test_import_contracts_hold():
+background.register("lint-imports", lambda _folder: _lint_imports(ROOT))
+
+
+@pytest.mark.background("lint-imports")
+def test_import_contracts_hold(tmp_path):
     pytest.importorskip("importlinter", reason="requirements.txt pins import-linter; `make install` installs it")
-    done = _lint_imports(ROOT)
+    done = background.result("lint-imports", tmp_path)
     assert done.returncode == 0, f"lint-imports found broken contracts:\n{done.stdout}{done.stderr}"
     assert "0 broken" in done.stdout
 
@@ -99,14 +118,29 @@ FORBIDDEN_IMPORTS = [
 ]
 
 
+def _lint_imports_with(where: str, line: str) -> background.Command:
+    """lint-imports over a copy of the tree with ``line`` added to the file ``where``."""
+
+    def command(folder: Path) -> subprocess.CompletedProcess[str]:
+        root = _copy_for_contracts(folder)
+        (root / "persobench" / "scoring" / "_secret.py").write_text("x = 1\n", encoding="utf-8")
+        target = root / where
+        target.write_text(target.read_text(encoding="utf-8") + "\n" + line, encoding="utf-8")
+        return _lint_imports(root)
+
+    return command
+
+
+for _param in FORBIDDEN_IMPORTS:
+    background.register(f"lint-imports {_param.id}", _lint_imports_with(*_param.values[:2]))
+FORBIDDEN_IMPORTS = [pytest.param(*p.values, id=p.id, marks=pytest.mark.background(f"lint-imports {p.id}"))
+                     for p in FORBIDDEN_IMPORTS]
+
+
 @pytest.mark.parametrize("where,line,contract", FORBIDDEN_IMPORTS)
-def test_a_forbidden_import_breaks_the_contracts(tmp_path, where, line, contract):
+def test_a_forbidden_import_breaks_the_contracts(request, tmp_path, where, line, contract):
     pytest.importorskip("importlinter", reason="requirements.txt pins import-linter; `make install` installs it")
-    root = _copy_for_contracts(tmp_path)
-    (root / "persobench" / "scoring" / "_secret.py").write_text("x = 1\n", encoding="utf-8")
-    target = root / where
-    target.write_text(target.read_text(encoding="utf-8") + "\n" + line, encoding="utf-8")
-    done = _lint_imports(root)
+    done = background.result(f"lint-imports {request.node.callspec.id}", tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{contract}" in done.stdout and "BROKEN" in done.stdout.split(contract, 1)[1].splitlines()[0], done.stdout
 
@@ -115,19 +149,23 @@ def test_a_forbidden_import_breaks_the_contracts(tmp_path, where, line, contract
 
 
 def _vulture(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    pytest.importorskip("vulture", reason="requirements.txt pins vulture; `make install` installs it")
-    return subprocess.run([sys.executable, "-m", "vulture", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return background.run([sys.executable, "-m", "vulture", *args], cwd=cwd, timeout=120)
 
 
-def test_vulture_finds_nothing():
+background.register("vulture", lambda _folder: _vulture())
+
+
+@pytest.mark.background("vulture")
+def test_vulture_finds_nothing(tmp_path):
     """Nothing unused in the library, the pages, the benchmarks or the tests (the tests count as users),
     at [tool.vulture]'s confidence; what only a caller vulture cannot see uses is in the whitelist."""
-    done = _vulture()
+    pytest.importorskip("vulture", reason="requirements.txt pins vulture; `make install` installs it")
+    done = background.result("vulture", tmp_path)
     assert done.returncode == 0 and done.stdout == "", f"vulture found dead code:\n{done.stdout}{done.stderr}"
 
 
 def test_vulture_reports_a_function_nobody_calls(tmp_path):
+    pytest.importorskip("vulture", reason="requirements.txt pins vulture; `make install` installs it")
     (tmp_path / "module.py").write_text("def used():\n    return 1\n\n\ndef forgotten():\n    return 2\n\n\n"
                                         "print(used())\n", encoding="utf-8")
     done = _vulture("module.py", "--min-confidence", "60", cwd=tmp_path)
@@ -173,15 +211,19 @@ MYPY_CACHE = ROOT / ".mypy_cache"
 
 
 def _mypy(*paths: str) -> subprocess.CompletedProcess[str]:
-    pytest.importorskip("mypy", reason="requirements.txt pins mypy; `make install` installs it")
     command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
                "--cache-dir", str(MYPY_CACHE), "--no-color-output", "--no-error-summary", *paths]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    return background.run(command, cwd=ROOT, timeout=1200)
 
 
-def test_mypy_finds_nothing():
+background.register("mypy", lambda _folder: _mypy())  # [tool.mypy] files = ["persobench"]
+
+
+@pytest.mark.background("mypy")
+def test_mypy_finds_nothing(tmp_path):
     """persobench/ type-checks at the level pyproject.toml states (a cold run is ~75 s of CPU)."""
-    done = _mypy()  # [tool.mypy] files = ["persobench"]
+    pytest.importorskip("mypy", reason="requirements.txt pins mypy; `make install` installs it")
+    done = background.result("mypy", tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "", f"mypy found problems:\n{done.stdout}{done.stderr}"
 
 
@@ -197,14 +239,25 @@ MYPY_LEVEL_PROBES = {
 }
 
 
+def _mypy_probes(folder: Path) -> subprocess.CompletedProcess[str]:
+    """mypy over a module per probe, ``probe_<n>.py`` in ``folder``."""
+    probes = []
+    for number, source in enumerate(MYPY_LEVEL_PROBES):
+        probes.append(folder / f"probe_{number}.py")
+        probes[-1].write_text(source, encoding="utf-8")
+    return _mypy(*map(str, probes))
+
+
+background.register("mypy probes", _mypy_probes)  # after "mypy" when both start early: one cache, one writer
+
+
+@pytest.mark.background("mypy probes")
 def test_the_stated_mypy_level_reports_what_it_promises(tmp_path):
     """Each check pyproject.toml states reports its error on a module written to break it: loosening
     the configuration makes this fail, as does a check that stops running."""
-    probes = []
-    for number, source in enumerate(MYPY_LEVEL_PROBES):
-        probes.append(tmp_path / f"probe_{number}.py")
-        probes[-1].write_text(source, encoding="utf-8")
-    done = _mypy(*map(str, probes))
+    pytest.importorskip("mypy", reason="requirements.txt pins mypy; `make install` installs it")
+    done = background.result("mypy probes", tmp_path)
+    probes = [Path(f"probe_{number}.py") for number in range(len(MYPY_LEVEL_PROBES))]
     assert done.returncode == 1, done.stdout + done.stderr
     reported: dict[str, set[str]] = {}
     for line in done.stdout.splitlines():  # path:line: error: message  [code]
