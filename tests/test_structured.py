@@ -116,6 +116,27 @@ def test_llama_cpp_python_style_server_is_asked_json_schema_once(tmp_path, monke
         assert "json_schema" not in _forms(server) and _forms(server)
 
 
+def test_a_server_that_stops_taking_the_learned_form_is_asked_the_other_one(tmp_path, monkeypatch):
+    """The form a server takes is learned per base URL for the process; the URL can come to name
+    another server (a local port reused by another backend, an operator swapping vLLM for
+    llama-cpp-python in a long-lived app). A rejection of the learned json_schema form is then learned
+    again, not failed on every sample: in the suite, an earlier test's server on the same port made
+    this file's llama-cpp test fail all six samples as api_error."""
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    with FakeLLMServer("openai", latency=0.05) as server:  # takes both forms: json_schema is learned
+        first = run_generation(dataset="sample", model="openai:fake", base_url=server.base_url, home=tmp_path,
+                               limit=3, structured=True, retry=FAST)
+        assert _statuses(first) == {"ok": 3} and set(_forms(server)) == {"json_schema"}
+        server.response_formats = ("json_object",)  # the same URL now answers like llama-cpp-python
+        server.reset_records()
+        # another store, so no reply comes from the first run's cache; what was learned is the process's
+        run = run_generation(dataset="sample", model="openai:fake", base_url=server.base_url,
+                             home=tmp_path / "other", limit=6, structured=True, retry=FAST, concurrency=4)
+        assert _statuses(run) == {"ok": 6}
+        assert _forms(server).count("json_object") == 6 and 1 <= _forms(server).count("json_schema") <= 4
+        assert run.manifest.extra["usage"]["requests"] == 6  # the switch is not a retry
+
+
 def test_models_file_names_the_form_so_json_schema_is_never_sent(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "unused")
     with FakeLLMServer("openai", response_formats=("json_object",)) as server:

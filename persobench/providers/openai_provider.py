@@ -163,6 +163,11 @@ class OpenAIProvider:
         try:
             return await self._send(with_format(kwargs, schema, form))
         except ProviderError as exc:
+            if form == JSON_SCHEMA and not self._declared_form and _rejects_form(exc):
+                # Learned, not declared: the URL may name another server now (a reused local port, a
+                # backend swapped behind it), so its rejection is learned again rather than failing each sample.
+                _SERVER_FORMS[self._server] = JSON_OBJECT
+                return await self._send_form(kwargs, schema, JSON_OBJECT)
             if form == JSON_OBJECT and _rejects_form(exc):
                 # Neither form is accepted: retrying cannot help, and the run should say why.
                 raise ProviderError(
