@@ -136,6 +136,12 @@ def _new_rows(work: RunWork, result: "ScoreResult") -> "pd.DataFrame":
     return rows.assign(profile=work.profile.key, basis=[bases[sid] for sid in rows["sample_id"].tolist()])
 
 
+def _metric_counts(metrics: "pd.Series") -> dict[str, int]:
+    """How many values each metric has in ``metrics`` (a ``metric`` column): one pass, not one
+    comparison per metric."""
+    return {str(metric): int(n) for metric, n in metrics.value_counts().items()}
+
+
 def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunScoreSummary:
     """The write step: merge ``result`` (the computed values, None when nothing was computed) into
     the run's scores, persona details and manifest provenance, under the run's state lock; values
@@ -151,8 +157,7 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
         new_rows = empty_scores()
     else:
         new_rows = _new_rows(work, result)
-        # one pass, not one comparison per metric
-        made = {str(metric): int(n) for metric, n in new_rows["metric"].value_counts().items()}
+        made = _metric_counts(new_rows["metric"])
         for metric in work.todo:
             summary.computed[metric] = made.get(metric, 0)
         if "persona_coverage" in work.todo and len(result.persona_details):
@@ -179,9 +184,7 @@ def write_run(run: "Run", work: RunWork, result: "ScoreResult | None") -> RunSco
         if first[0]:  # every row is new, of this profile: counted above
             counted = made
         else:
-            counted = ({str(metric): int(n) for metric, n in
-                        merged.loc[merged["profile"] == key, "metric"].value_counts().items()}
-                       if merged is not None else {})
+            counted = _metric_counts(merged.loc[merged["profile"] == key, "metric"]) if merged is not None else {}
         entry = run.manifest.details.profile_scores(prof.key)
         stored_prov: dict[str, MetricProvenance] = dict(entry.metrics)
         for metric in wanted:
